@@ -1,0 +1,69 @@
+// The contract every backend (cpu, cuda, ...) fills: run a forward step over a batch, own the expert banks.
+import type { ModelSpec } from '../model/spec.ts';
+
+/** One sequence's part of a step: tokens fed at consecutive positions from `startPos`. */
+export interface SequenceChunk {
+  /** Sequence id, opened with `openSequence` (owns a KV cache). */
+  readonly seq: number;
+  readonly tokens: readonly number[];
+  /** Position of tokens[0]; the KV cache must already hold positions 0..startPos-1. */
+  readonly startPos: number;
+}
+
+export interface StepInput {
+  readonly chunks: readonly SequenceChunk[];
+  /**
+   * Count this step's routed picks into the counter table. The engine applies the rule (decode-like
+   * steps of at most count_tmax tokens, counting switched on); the backend only obeys it.
+   */
+  readonly count: boolean;
+  /** Also return each token's routing (for traces and parity tests). */
+  readonly recordRouting?: boolean;
+}
+
+export interface StepOutput {
+  /** [chunks.length][vocabSize]: the logits after each chunk's last token. */
+  readonly logits: Float32Array;
+  /** With recordRouting: [tokens][layers][topK] expert ids, descending router probability; tokens in chunk order. */
+  readonly routing?: Int32Array;
+  /** With recordRouting: the matching normalized routing weights. */
+  readonly routingWeights?: Float32Array;
+}
+
+/**
+ * Each MoE layer's experts live as rows of two banks: the hot bank (fast memory, `hotPerLayer` rows) and
+ * the cold bank (slow memory, the rest). A per-layer slot table maps expert -> row. Where an expert
+ * lives never changes a result: banks are placement only.
+ */
+export interface ExpertBanks {
+  readonly layers: number;
+  readonly experts: number;
+  readonly hotPerLayer: number;
+  /** slot < hotPerLayer: hot row `slot`; otherwise cold row `slot - hotPerLayer`. */
+  slotOf(layer: number, expert: number): number;
+  /** The expert held by a row (inverse of slotOf). */
+  expertAt(layer: number, bank: 'hot' | 'cold', row: number): number;
+  /**
+   * Exchange the contents of hot row `hotRow` and cold row `coldRow` in `layer`, and the two experts'
+   * slots. Lossless: bytes move, nothing is converted. Only between steps.
+   */
+  swapRows(layer: number, hotRow: number, coldRow: number): void;
+  /** A content hash of every layer's hot and cold bank bytes (restore checks). */
+  digest(): string;
+}
+
+export interface Backend {
+  readonly name: string;
+  readonly spec: ModelSpec;
+  readonly banks: ExpertBanks;
+  /** Reserve a KV cache for `seq` holding up to `capacity` positions. */
+  openSequence(seq: number, capacity: number): void;
+  closeSequence(seq: number): void;
+  forward(input: StepInput): StepOutput;
+  /**
+   * The counter table, [layers][experts] uint32, cumulative since creation (wraps at 2^32; take deltas
+   * with unsigned subtraction). One increment per routed pick in steps run with `count: true`.
+   */
+  readCounter(): Uint32Array;
+  dispose(): void;
+}
