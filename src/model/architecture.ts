@@ -1,0 +1,82 @@
+// The tensors a qwen3_moe checkpoint must hold (hub names and shapes), checked before any is converted.
+
+import { ResidencyError } from '../errors.ts';
+import type { ModelSpec } from './spec.ts';
+
+/** Hub tensor names of one layer; the one place these strings are spelled. */
+export function layerTensorNames(l: number) {
+  const p = `model.layers.${l}`;
+  return {
+    inputNorm: `${p}.input_layernorm.weight`,
+    postAttnNorm: `${p}.post_attention_layernorm.weight`,
+    qProj: `${p}.self_attn.q_proj.weight`,
+    kProj: `${p}.self_attn.k_proj.weight`,
+    vProj: `${p}.self_attn.v_proj.weight`,
+    oProj: `${p}.self_attn.o_proj.weight`,
+    qNorm: `${p}.self_attn.q_norm.weight`,
+    kNorm: `${p}.self_attn.k_norm.weight`,
+    router: `${p}.mlp.gate.weight`,
+    expert: (e: number) => ({
+      gate: `${p}.mlp.experts.${e}.gate_proj.weight`,
+      up: `${p}.mlp.experts.${e}.up_proj.weight`,
+      down: `${p}.mlp.experts.${e}.down_proj.weight`,
+    }),
+  };
+}
+
+export const EMBED = 'model.embed_tokens.weight';
+export const FINAL_NORM = 'model.norm.weight';
+export const LM_HEAD = 'lm_head.weight';
+
+/** Every tensor the spec needs, with its expected shape, in checkpoint order (embed, layers, norm, head). */
+export function expectedTensors(spec: ModelSpec): Map<string, readonly number[]> {
+  const { vocabSize: V, hiddenSize: H, numHeads, numKvHeads, headDim: hd, numExperts: E, expertIntermediate: I } = spec;
+  const out = new Map<string, readonly number[]>();
+  out.set(EMBED, [V, H]);
+  for (let l = 0; l < spec.numLayers; l++) {
+    const n = layerTensorNames(l);
+    out.set(n.inputNorm, [H]);
+    out.set(n.qProj, [numHeads * hd, H]);
+    out.set(n.kProj, [numKvHeads * hd, H]);
+    out.set(n.vProj, [numKvHeads * hd, H]);
+    out.set(n.oProj, [H, numHeads * hd]);
+    out.set(n.qNorm, [hd]);
+    out.set(n.kNorm, [hd]);
+    out.set(n.postAttnNorm, [H]);
+    out.set(n.router, [E, H]);
+    for (let e = 0; e < E; e++) {
+      const x = n.expert(e);
+      out.set(x.gate, [I, H]);
+      out.set(x.up, [I, H]);
+      out.set(x.down, [H, I]);
+    }
+  }
+  out.set(FINAL_NORM, [H]);
+  if (!spec.tieWordEmbeddings) out.set(LM_HEAD, [V, H]);
+  return out;
+}
+
+/**
+ * Checks that every needed tensor is present with the right shape. Extra tensors (e.g. an lm_head
+ * saved despite tied embeddings) are allowed and ignored, as transformers does.
+ */
+export function checkArchitecture(spec: ModelSpec, shapes: ReadonlyMap<string, { readonly shape: readonly number[] }>): void {
+  let missing: string[] = [];
+  for (const [name, want] of expectedTensors(spec)) {
+    const got = shapes.get(name);
+    if (!got) {
+      missing.push(name);
+      continue;
+    }
+    if (got.shape.length !== want.length || got.shape.some((d, i) => d !== want[i])) {
+      throw new ResidencyError('BAD_CHECKPOINT',
+        `tensor "${name}" has shape [${got.shape.join(', ')}] but config.json implies [${want.join(', ')}]`);
+    }
+  }
+  if (missing.length > 0) {
+    const shown = missing.slice(0, 3).map((m) => `"${m}"`).join(', ');
+    const more = missing.length > 3 ? ` and ${missing.length - 3} more` : '';
+    const hint = missing.includes(LM_HEAD) ? ' (config.json says tie_word_embeddings is false)' : '';
+    throw new ResidencyError('BAD_CHECKPOINT', `checkpoint is missing ${missing.length} tensor(s) the qwen3_moe architecture needs: ${shown}${more}${hint}`);
+  }
+}

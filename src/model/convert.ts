@@ -1,0 +1,97 @@
+// Converts raw checkpoint tensors to float32 (exactly: bf16 and f16 are subsets of f32) and assembles
+// the ModelWeights the CPU backend computes with.
+
+import { ResidencyError } from '../errors.ts';
+import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from './architecture.ts';
+import type { ModelSpec } from './spec.ts';
+import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor } from './weights.ts';
+
+/** f16 bit pattern -> f32 bit pattern, exact for normals, subnormals, infinities and NaN. */
+export function f16BitsToF32Bits(h: number): number {
+  const sign = (h & 0x8000) << 16;
+  const exp = (h >> 10) & 0x1f;
+  let mant = h & 0x3ff;
+  if (exp === 0x1f) return (sign | 0x7f800000 | (mant << 13)) >>> 0; // inf / NaN
+  if (exp !== 0) return (sign | ((exp + 112) << 23) | (mant << 13)) >>> 0; // rebias 15 -> 127
+  if (mant === 0) return sign >>> 0; // +-0
+  // Subnormal: shift the mantissa up until its leading 1 reaches the implicit bit.
+  let e = 113;
+  while ((mant & 0x400) === 0) {
+    mant <<= 1;
+    e--;
+  }
+  return (sign | (e << 23) | ((mant & 0x3ff) << 13)) >>> 0;
+}
+
+/**
+ * One tensor as float32 (a fresh array). Bytes are little-endian; they are assembled byte by byte
+ * because a tensor's offset in its shard need not be aligned. Assumes a little-endian host (all targets).
+ */
+export function tensorToFloat32(t: RawTensor): Float32Array {
+  const b = t.bytes;
+  switch (t.dtype) {
+    case 'BF16': {
+      const n = b.length >> 1;
+      const out = new Float32Array(n);
+      const bits = new Uint32Array(out.buffer);
+      // bf16 is the top half of an f32: shifting into place is exact.
+      for (let i = 0; i < n; i++) bits[i] = ((b[2 * i]! | (b[2 * i + 1]! << 8)) << 16) >>> 0;
+      return out;
+    }
+    case 'F16': {
+      const n = b.length >> 1;
+      const out = new Float32Array(n);
+      const bits = new Uint32Array(out.buffer);
+      for (let i = 0; i < n; i++) bits[i] = f16BitsToF32Bits(b[2 * i]! | (b[2 * i + 1]! << 8));
+      return out;
+    }
+    case 'F32': {
+      const out = new Float32Array(b.length >> 2);
+      new Uint8Array(out.buffer).set(b);
+      return out;
+    }
+  }
+}
+
+/**
+ * Builds ModelWeights from validated raw tensors (checkArchitecture must have passed). `onTensor` is
+ * called after each conversion with the tensor's raw byte size, for progress.
+ */
+export function toFloat32Weights(
+  spec: ModelSpec,
+  raw: ReadonlyMap<string, RawTensor>,
+  onTensor?: (name: string, bytes: number) => void,
+): ModelWeights {
+  const get = (name: string): Float32Array => {
+    const t = raw.get(name);
+    if (!t) throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is missing`);
+    const f = tensorToFloat32(t);
+    onTensor?.(name, t.bytes.length);
+    return f;
+  };
+  const embed = get(EMBED);
+  const layers: LayerWeights[] = [];
+  for (let l = 0; l < spec.numLayers; l++) {
+    const n = layerTensorNames(l);
+    const experts: ExpertWeights[] = [];
+    for (let e = 0; e < spec.numExperts; e++) {
+      const x = n.expert(e);
+      experts.push({ gate: get(x.gate), up: get(x.up), down: get(x.down) });
+    }
+    layers.push({
+      inputNorm: get(n.inputNorm),
+      qProj: get(n.qProj),
+      kProj: get(n.kProj),
+      vProj: get(n.vProj),
+      oProj: get(n.oProj),
+      qNorm: get(n.qNorm),
+      kNorm: get(n.kNorm),
+      postAttnNorm: get(n.postAttnNorm),
+      router: get(n.router),
+      experts,
+    });
+  }
+  const finalNorm = get(FINAL_NORM);
+  const lmHead = spec.tieWordEmbeddings ? embed : get(LM_HEAD);
+  return { embed, layers, finalNorm, lmHead };
+}

@@ -1,0 +1,68 @@
+// Loads a checkpoint folder: config -> spec, validated safetensors -> raw tensors -> float32 weights,
+// and the tokenizer. The one entry point the engine, CLI and server use.
+
+import { resolve } from 'node:path';
+import { ResidencyError } from '../errors.ts';
+import { checkArchitecture } from './architecture.ts';
+import { openCheckpoint, readCheckpoint } from './checkpoint.ts';
+import { loadConfig } from './config.ts';
+import { toFloat32Weights } from './convert.ts';
+import { loadTokenizer } from './tokenizer.ts';
+import type { Tokenizer } from './tokenizer.ts';
+import type { ModelSpec } from './spec.ts';
+import type { ModelWeights, RawTensor } from './weights.ts';
+
+export interface LoadedModel {
+  spec: ModelSpec;
+  /** Tensors exactly as stored (views into the shards' bytes). */
+  raw: ReadonlyMap<string, RawTensor>;
+  /** float32 weights; when loaded with `weights: false`, every array is empty (length 0). */
+  weights: ModelWeights;
+  tokenizer: Tokenizer;
+  dir: string;
+}
+
+export interface LoadOptions {
+  /** The model's name in maps, counts and the API; default the folder's name. */
+  name?: string;
+  /** Progress in bytes: reading counts each shard's data, converting counts each tensor's raw bytes. */
+  onProgress?: (done: number, total: number, what: string) => void;
+  /** Convert to float32 (default true); false skips it for tools that need only raw tensors. */
+  weights?: boolean;
+}
+
+const EMPTY = new Float32Array(0);
+
+/** Weights with the right structure and no data, for `weights: false`. */
+function emptyWeights(spec: ModelSpec): ModelWeights {
+  const experts = Array.from({ length: spec.numExperts }, () => ({ gate: EMPTY, up: EMPTY, down: EMPTY }));
+  const layer = { inputNorm: EMPTY, qProj: EMPTY, kProj: EMPTY, vProj: EMPTY, oProj: EMPTY, qNorm: EMPTY, kNorm: EMPTY, postAttnNorm: EMPTY, router: EMPTY, experts };
+  return { embed: EMPTY, layers: Array.from({ length: spec.numLayers }, () => layer), finalNorm: EMPTY, lmHead: EMPTY };
+}
+
+export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<LoadedModel> {
+  const root = resolve(dir);
+  const spec = await loadConfig(root, opts.name);
+  // Every header and the architecture are validated before a single weight byte is read.
+  const layout = await openCheckpoint(root);
+  checkArchitecture(spec, new Map([...layout.tensors].map(([k, v]) => [k, v.entry])));
+
+  const convert = opts.weights ?? true;
+  const total = layout.dataBytes * (convert ? 2 : 1);
+  let done = 0;
+  const report = (bytes: number, what: string): void => {
+    done += bytes;
+    opts.onProgress?.(done, total, what);
+  };
+  opts.onProgress?.(0, total, 'opening');
+  const raw = await readCheckpoint(layout, (n, shard) => report(n, `reading ${shard}`));
+  const weights = convert ? toFloat32Weights(spec, raw, (name, n) => report(n, `converting ${name}`)) : emptyWeights(spec);
+  if (convert && done < total) opts.onProgress?.(total, total, 'done'); // unconverted extras still count
+
+  const tokenizer = await loadTokenizer(root, { eosTokenIds: spec.eosTokenIds });
+  if (tokenizer.vocabSize > spec.vocabSize) {
+    throw new ResidencyError('BAD_CHECKPOINT',
+      `tokenizer.json has token ids up to ${tokenizer.vocabSize - 1} but config.json vocab_size is ${spec.vocabSize}: the tokenizer does not belong to this model`);
+  }
+  return { spec, raw, weights, tokenizer, dir: root };
+}
