@@ -1,0 +1,265 @@
+// The CPU backend: a Qwen3-MoE forward over a batch of sequence chunks in float32, the reference every
+// other backend is tested against.
+import { ResidencyError } from '../../errors.ts';
+import type { Backend, StepInput, StepOutput } from '../backend.ts';
+import type { ModelSpec } from '../../model/spec.ts';
+import type { ModelWeights } from '../../model/weights.ts';
+import { CpuExpertBanks, type BankPlacement } from './banks.ts';
+import { KvCaches, type SequenceCache } from './kv-cache.ts';
+import { moeLayer, moeScratch, type MoeScratch, type MoeShape } from './moe.ts';
+import { addInPlace, attention, embedding, headNorm, linear, rmsnorm, rope, ropeTables } from './ops.ts';
+
+export interface CpuBackendOptions {
+  /** Initial placement of experts in the hot and cold banks (default: all hot). */
+  readonly placement?: BankPlacement;
+  /**
+   * Keep the full router probabilities of the last step run with recordRouting (`lastRouterProbs`),
+   * for near-tie diagnostics in parity tests.
+   */
+  readonly keepRouterProbs?: boolean;
+}
+
+/** Per-step buffers for up to `tokens` tokens and `chunks` chunks; reallocated only when a step is bigger. */
+interface Scratch {
+  readonly tokens: number;
+  readonly chunks: number;
+  readonly x: Float32Array; // [T][H] residual stream
+  readonly xn: Float32Array; // [T][H] normalized
+  readonly q: Float32Array; // [T][nH*d]
+  readonly k: Float32Array; // [T][nKv*d]
+  readonly v: Float32Array; // [T][nKv*d]
+  readonly attn: Float32Array; // [T][nH*d]
+  readonly proj: Float32Array; // [T][H]
+  readonly pos: Int32Array; // [T]
+  readonly cacheOf: (SequenceCache | null)[]; // [T]
+  readonly last: Float32Array; // [C][H] final-normed last token of each chunk
+  readonly logits: Float32Array; // [C][V]
+  readonly moe: MoeScratch;
+}
+
+export class CpuBackend implements Backend {
+  readonly name = 'cpu';
+  readonly banks: CpuExpertBanks;
+  /** Router probabilities [tokens][layers][experts] of the last recorded step (with keepRouterProbs). */
+  lastRouterProbs: Float32Array | null = null;
+  /** Cold picks in the last step (a cold share probe for benchmarks and telemetry). */
+  lastColdPicks = 0;
+  private readonly counter: Uint32Array;
+  private readonly caches: KvCaches;
+  private readonly cos: Float32Array;
+  private readonly sin: Float32Array;
+  private readonly scores: Float64Array;
+  private readonly moeShape: MoeShape;
+  private scratch: Scratch | null = null;
+
+  constructor(
+    readonly spec: ModelSpec,
+    private readonly weights: ModelWeights,
+    private readonly options: CpuBackendOptions = {},
+  ) {
+    checkWeights(spec, weights);
+    this.banks = new CpuExpertBanks(spec, weights.layers, options.placement);
+    this.counter = new Uint32Array(spec.numLayers * spec.numExperts);
+    this.caches = new KvCaches(spec.numLayers, spec.numKvHeads * spec.headDim, spec.maxPositions);
+    ({ cos: this.cos, sin: this.sin } = ropeTables(spec.headDim, spec.ropeTheta, spec.maxPositions));
+    this.scores = new Float64Array(spec.maxPositions);
+    this.moeShape = {
+      hidden: spec.hiddenSize,
+      experts: spec.numExperts,
+      topK: spec.topK,
+      inter: spec.expertIntermediate,
+      normTopkProb: spec.normTopkProb,
+    };
+  }
+
+  openSequence(seq: number, capacity: number): void {
+    this.caches.open(seq, capacity);
+  }
+
+  closeSequence(seq: number): void {
+    this.caches.close(seq);
+  }
+
+  readCounter(): Uint32Array {
+    return this.counter.slice();
+  }
+
+  dispose(): void {
+    this.scratch = null;
+  }
+
+  forward(input: StepInput): StepOutput {
+    const spec = this.spec;
+    const { hiddenSize: H, numHeads: nH, numKvHeads: nKv, headDim: d, numLayers: L, topK: K } = spec;
+    const qW = nH * d;
+    const kvW = nKv * d;
+    const chunks = input.chunks;
+    if (chunks.length === 0) throw new ResidencyError('BAD_ARGUMENT', 'forward: a step needs at least one chunk');
+    let T = 0;
+    for (const c of chunks) T += c.tokens.length;
+    const s = this.ensureScratch(T, chunks.length);
+
+    // Embed every token and resolve its cache and position.
+    const seen = new Set<number>();
+    let t = 0;
+    for (const c of chunks) {
+      if (c.tokens.length === 0) throw new ResidencyError('BAD_ARGUMENT', `forward: chunk for seq ${c.seq} has no tokens`);
+      if (seen.has(c.seq)) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} appears twice in one step`);
+      seen.add(c.seq);
+      const cache = this.caches.forChunk(c.seq, c.startPos, c.tokens.length);
+      for (let j = 0; j < c.tokens.length; j++, t++) {
+        const tok = c.tokens[j]!;
+        if (!Number.isInteger(tok) || tok < 0 || tok >= spec.vocabSize) {
+          throw new ResidencyError('BAD_ARGUMENT', `forward: token ${tok} of seq ${c.seq} is not in [0, ${spec.vocabSize})`);
+        }
+        embedding(s.x, t * H, this.weights.embed, tok, H);
+        s.pos[t] = c.startPos + j;
+        s.cacheOf[t] = cache;
+      }
+    }
+
+    const record = input.recordRouting === true;
+    const routing = record ? new Int32Array(T * L * K) : undefined;
+    const routingWeights = record ? new Float32Array(T * L * K) : undefined;
+    const probs = record && this.options.keepRouterProbs ? new Float32Array(T * L * spec.numExperts) : null;
+    const counter = input.count ? this.counter : null;
+    let coldPicks = 0;
+
+    for (let l = 0; l < L; l++) {
+      const w = this.weights.layers[l]!;
+      // Attention block: h = x + o_proj(attn(input_layernorm(x))).
+      for (let i = 0; i < T; i++) rmsnorm(s.xn, i * H, s.x, i * H, w.inputNorm, H, spec.rmsNormEps);
+      linear(s.q, w.qProj, 0, s.xn, T, qW, H);
+      linear(s.k, w.kProj, 0, s.xn, T, kvW, H);
+      linear(s.v, w.vProj, 0, s.xn, T, kvW, H);
+      for (let i = 0; i < T; i++) {
+        headNorm(s.q, i * qW, nH, d, w.qNorm, spec.rmsNormEps);
+        headNorm(s.k, i * kvW, nKv, d, w.kNorm, spec.rmsNormEps);
+        const p = s.pos[i]!;
+        for (let h = 0; h < nH; h++) rope(s.q, i * qW + h * d, d, this.cos, this.sin, p);
+        for (let h = 0; h < nKv; h++) rope(s.k, i * kvW + h * d, d, this.cos, this.sin, p);
+        const cache = s.cacheOf[i]!;
+        cache.keys[l]!.set(s.k.subarray(i * kvW, i * kvW + kvW), p * kvW);
+        cache.values[l]!.set(s.v.subarray(i * kvW, i * kvW + kvW), p * kvW);
+      }
+      for (let i = 0; i < T; i++) {
+        const cache = s.cacheOf[i]!;
+        attention(s.attn, i * qW, s.q, i * qW, cache.keys[l]!, cache.values[l]!, s.pos[i]!, nH, nKv, d, this.scores);
+      }
+      linear(s.proj, w.oProj, 0, s.attn, T, H, qW);
+      addInPlace(s.x, 0, s.proj, 0, T * H);
+      // MoE block: out = h + moe(post_attention_layernorm(h)).
+      for (let i = 0; i < T; i++) rmsnorm(s.xn, i * H, s.x, i * H, w.postAttnNorm, H, spec.rmsNormEps);
+      coldPicks += moeLayer(s.proj, s.xn, T, l, w.router, this.banks, this.moeShape, s.moe, counter);
+      addInPlace(s.x, 0, s.proj, 0, T * H);
+      if (routing && routingWeights) {
+        for (let i = 0; i < T; i++) {
+          routing.set(s.moe.ids.subarray(i * K, i * K + K), (i * L + l) * K);
+          routingWeights.set(s.moe.weights.subarray(i * K, i * K + K), (i * L + l) * K);
+          if (probs) {
+            const E = spec.numExperts;
+            probs.set(s.moe.routerProbs.subarray(i * E, i * E + E), (i * L + l) * E);
+          }
+        }
+      }
+    }
+    for (const c of chunks) {
+      const cache = this.caches.forChunk(c.seq, c.startPos, c.tokens.length);
+      cache.filled = Math.max(cache.filled, c.startPos + c.tokens.length);
+    }
+
+    // Final norm and lm head only for each chunk's last token.
+    let end = 0;
+    for (let ci = 0; ci < chunks.length; ci++) {
+      end += chunks[ci]!.tokens.length;
+      rmsnorm(s.last, ci * H, s.x, (end - 1) * H, this.weights.finalNorm, H, spec.rmsNormEps);
+    }
+    linear(s.logits, this.weights.lmHead, 0, s.last, chunks.length, spec.vocabSize, H);
+    this.lastColdPicks = coldPicks;
+    if (record) this.lastRouterProbs = probs;
+    const out: StepOutput = { logits: s.logits.slice(0, chunks.length * spec.vocabSize) };
+    return record ? { ...out, routing, routingWeights } : out;
+  }
+
+  private ensureScratch(tokens: number, chunks: number): Scratch {
+    const cur = this.scratch;
+    if (cur && cur.tokens >= tokens && cur.chunks >= chunks) return cur;
+    const spec = this.spec;
+    // Grow to the next power of two so a slowly growing batch does not reallocate every step.
+    const T = Math.max(nextPow2(tokens), cur?.tokens ?? 0);
+    const C = Math.max(nextPow2(chunks), cur?.chunks ?? 0);
+    const H = spec.hiddenSize;
+    const qW = spec.numHeads * spec.headDim;
+    const kvW = spec.numKvHeads * spec.headDim;
+    this.scratch = {
+      tokens: T,
+      chunks: C,
+      x: new Float32Array(T * H),
+      xn: new Float32Array(T * H),
+      q: new Float32Array(T * qW),
+      k: new Float32Array(T * kvW),
+      v: new Float32Array(T * kvW),
+      attn: new Float32Array(T * qW),
+      proj: new Float32Array(T * H),
+      pos: new Int32Array(T),
+      cacheOf: new Array<SequenceCache | null>(T).fill(null),
+      last: new Float32Array(C * H),
+      logits: new Float32Array(C * spec.vocabSize),
+      moe: moeScratch(T, H, spec.numExperts, spec.topK, spec.expertIntermediate),
+    };
+    return this.scratch;
+  }
+}
+
+function nextPow2(n: number): number {
+  let p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+/** Refuses weights whose sizes do not match the spec (a loader bug would otherwise read out of bounds). */
+function checkWeights(spec: ModelSpec, w: ModelWeights): void {
+  const H = spec.hiddenSize;
+  const qW = spec.numHeads * spec.headDim;
+  const kvW = spec.numKvHeads * spec.headDim;
+  const I = spec.expertIntermediate;
+  const want = (name: string, a: Float32Array | undefined, n: number): void => {
+    if (!a || a.length !== n) {
+      throw new ResidencyError('BAD_CHECKPOINT', `${name}: expected ${n} floats, got ${a ? a.length : 'none'}`);
+    }
+  };
+  if (spec.numHeads % spec.numKvHeads !== 0) {
+    throw new ResidencyError('UNSUPPORTED_MODEL', `numHeads ${spec.numHeads} is not a multiple of numKvHeads ${spec.numKvHeads}`);
+  }
+  want('embed', w.embed, spec.vocabSize * H);
+  want('lmHead', w.lmHead, spec.vocabSize * H);
+  want('finalNorm', w.finalNorm, H);
+  if (w.layers.length !== spec.numLayers) {
+    throw new ResidencyError('BAD_CHECKPOINT', `layers: expected ${spec.numLayers}, got ${w.layers.length}`);
+  }
+  w.layers.forEach((lw, l) => {
+    const p = `layers[${l}]`;
+    want(`${p}.inputNorm`, lw.inputNorm, H);
+    want(`${p}.qProj`, lw.qProj, qW * H);
+    want(`${p}.kProj`, lw.kProj, kvW * H);
+    want(`${p}.vProj`, lw.vProj, kvW * H);
+    want(`${p}.oProj`, lw.oProj, H * qW);
+    want(`${p}.qNorm`, lw.qNorm, spec.headDim);
+    want(`${p}.kNorm`, lw.kNorm, spec.headDim);
+    want(`${p}.postAttnNorm`, lw.postAttnNorm, H);
+    want(`${p}.router`, lw.router, spec.numExperts * H);
+    if (lw.experts.length !== spec.numExperts) {
+      throw new ResidencyError('BAD_CHECKPOINT', `${p}.experts: expected ${spec.numExperts}, got ${lw.experts.length}`);
+    }
+    lw.experts.forEach((e, x) => {
+      want(`${p}.experts[${x}].gate`, e.gate, I * H);
+      want(`${p}.experts[${x}].up`, e.up, I * H);
+      want(`${p}.experts[${x}].down`, e.down, H * I);
+    });
+  });
+}
+
+/** A CPU backend over float32 weights; `placement` sets the initial hot/cold map. */
+export function createCpuBackend(spec: ModelSpec, weights: ModelWeights, options?: CpuBackendOptions): CpuBackend {
+  return new CpuBackend(spec, weights, options);
+}

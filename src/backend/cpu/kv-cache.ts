@@ -1,0 +1,66 @@
+// Per-sequence KV caches of the CPU backend: one key and one value array per layer, filled in position order.
+import { ResidencyError } from '../../errors.ts';
+
+export interface SequenceCache {
+  readonly capacity: number;
+  /** Per layer: [capacity][numKvHeads*headDim]. */
+  readonly keys: Float32Array[];
+  readonly values: Float32Array[];
+  /** Positions written so far (0..filled-1 are valid). */
+  filled: number;
+}
+
+export class KvCaches {
+  private readonly seqs = new Map<number, SequenceCache>();
+
+  constructor(
+    private readonly layers: number,
+    private readonly kvWidth: number,
+    private readonly maxPositions: number,
+  ) {}
+
+  open(seq: number, capacity: number): void {
+    if (!Number.isInteger(seq) || seq < 0) throw new ResidencyError('BAD_ARGUMENT', `seq ${seq}: expected an integer >= 0`);
+    if (this.seqs.has(seq)) throw new ResidencyError('BAD_ARGUMENT', `seq ${seq} is already open: close it first`);
+    if (!Number.isInteger(capacity) || capacity < 1 || capacity > this.maxPositions) {
+      throw new ResidencyError(
+        'BAD_ARGUMENT',
+        `KV capacity ${capacity} for seq ${seq}: expected an integer in [1, ${this.maxPositions}] (the model's max positions)`,
+      );
+    }
+    const keys: Float32Array[] = [];
+    const values: Float32Array[] = [];
+    for (let l = 0; l < this.layers; l++) {
+      keys.push(new Float32Array(capacity * this.kvWidth));
+      values.push(new Float32Array(capacity * this.kvWidth));
+    }
+    this.seqs.set(seq, { capacity, keys, values, filled: 0 });
+  }
+
+  close(seq: number): void {
+    this.seqs.delete(seq);
+  }
+
+  /** The cache for a chunk of `n` tokens at `startPos`, checked: positions before startPos must be written. */
+  forChunk(seq: number, startPos: number, n: number): SequenceCache {
+    const c = this.seqs.get(seq);
+    if (!c) throw new ResidencyError('BAD_ARGUMENT', `seq ${seq} is not open: call openSequence first`);
+    if (!Number.isInteger(startPos) || startPos < 0 || startPos > c.filled) {
+      throw new ResidencyError(
+        'BAD_ARGUMENT',
+        `seq ${seq}: startPos ${startPos} must be in [0, ${c.filled}] (the KV cache holds positions 0..${c.filled - 1})`,
+      );
+    }
+    if (startPos + n > c.capacity) {
+      throw new ResidencyError(
+        'BAD_ARGUMENT',
+        `seq ${seq}: positions up to ${startPos + n - 1} exceed its KV capacity ${c.capacity}`,
+      );
+    }
+    return c;
+  }
+
+  get size(): number {
+    return this.seqs.size;
+  }
+}
