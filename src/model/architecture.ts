@@ -60,8 +60,11 @@ export function expectedTensors(spec: ModelSpec): Map<string, readonly number[]>
  * Checks that every needed tensor is present with the right shape. Extra tensors (e.g. an lm_head
  * saved despite tied embeddings) are allowed and ignored, as transformers does.
  */
-export function checkArchitecture(spec: ModelSpec, shapes: ReadonlyMap<string, { readonly shape: readonly number[] }>): void {
-  let missing: string[] = [];
+export function checkArchitecture(
+  spec: ModelSpec,
+  shapes: ReadonlyMap<string, { readonly shape: readonly number[]; readonly file?: string }>,
+): void {
+  const missing: string[] = [];
   for (const [name, want] of expectedTensors(spec)) {
     const got = shapes.get(name);
     if (!got) {
@@ -69,8 +72,9 @@ export function checkArchitecture(spec: ModelSpec, shapes: ReadonlyMap<string, {
       continue;
     }
     if (got.shape.length !== want.length || got.shape.some((d, i) => d !== want[i])) {
+      const where = got.file ? `${got.file}: ` : '';
       throw new ResidencyError('BAD_CHECKPOINT',
-        `tensor "${name}" has shape [${got.shape.join(', ')}] but config.json implies [${want.join(', ')}]`);
+        `${where}tensor "${name}" has shape [${got.shape.join(', ')}] but config.json implies [${want.join(', ')}]`);
     }
   }
   if (missing.length > 0) {

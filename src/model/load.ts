@@ -1,7 +1,7 @@
 // Loads a checkpoint folder: config -> spec, validated safetensors -> raw tensors -> float32 weights,
 // and the tokenizer. The one entry point the engine, CLI and server use.
 
-import { resolve } from 'node:path';
+import { basename, resolve } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import { checkArchitecture } from './architecture.ts';
 import { openCheckpoint, readCheckpoint } from './checkpoint.ts';
@@ -45,7 +45,7 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   const spec = await loadConfig(root, opts.name);
   // Every header and the architecture are validated before a single weight byte is read.
   const layout = await openCheckpoint(root);
-  checkArchitecture(spec, new Map([...layout.tensors].map(([k, v]) => [k, v.entry])));
+  checkArchitecture(spec, new Map([...layout.tensors].map(([k, v]) => [k, { shape: v.entry.shape, file: basename(v.shard.file) }])));
 
   const convert = opts.weights ?? true;
   const total = layout.dataBytes * (convert ? 2 : 1);

@@ -1,0 +1,109 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { loadModel } from './load.ts';
+import { writeSyntheticCheckpoint } from './synthetic.ts';
+import { tensorToFloat32 } from './convert.ts';
+import { SHIPPED_MODEL, withTempDir } from './test-helpers.ts';
+
+describe('loadModel on the shipped tiny-moe', async () => {
+  const progress: [number, number, string][] = [];
+  const m = await loadModel(SHIPPED_MODEL, { onProgress: (d, t, w) => progress.push([d, t, w]) });
+
+  it('parses the spec from config.json', () => {
+    assert.deepEqual({ ...m.spec, eosTokenIds: [...m.spec.eosTokenIds] }, {
+      architecture: 'qwen3_moe', name: 'tiny-moe', vocabSize: 8192, hiddenSize: 128, numLayers: 6,
+      numHeads: 2, numKvHeads: 1, headDim: 64, numExperts: 64, topK: 6, expertIntermediate: 48,
+      normTopkProb: true, rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: true,
+      maxPositions: 2048, bosTokenId: 0, eosTokenIds: [0],
+    });
+    assert.ok(Object.isFrozen(m.spec));
+  });
+
+  it('holds every tensor with the right size', () => {
+    assert.equal(m.raw.size, 1 + 6 * (9 + 64 * 3) + 1); // embed, per layer 9 + 64 experts x 3, final norm
+    const w = m.weights;
+    assert.equal(w.embed.length, 8192 * 128);
+    assert.equal(w.lmHead, w.embed, 'tied lm_head is the same array as the embedding');
+    assert.equal(w.layers.length, 6);
+    for (const l of w.layers) {
+      assert.equal(l.qProj.length, 128 * 128);
+      assert.equal(l.kProj.length, 64 * 128);
+      assert.equal(l.oProj.length, 128 * 128);
+      assert.equal(l.qNorm.length, 64);
+      assert.equal(l.router.length, 64 * 128);
+      assert.equal(l.experts.length, 64);
+      for (const e of l.experts) {
+        assert.equal(e.gate.length, 48 * 128);
+        assert.equal(e.down.length, 128 * 48);
+      }
+    }
+  });
+
+  it('converts bf16 exactly (values decoded by hand from the shard bytes)', () => {
+    // embed[0][0..3] bytes 49 3c 14 3e c2 3c 51 3d: 0x3c49 -> 0x3c490000 = (1 + 73/128) * 2^-7, ...
+    assert.deepEqual([...m.weights.embed.subarray(0, 4)], [201 / 16384, 37 / 256, 97 / 4096, 209 / 4096]);
+    // model.norm.weight: 20 40 27 40 25 40 -> 2.5, 2.609375, 2.578125
+    assert.deepEqual([...m.weights.finalNorm.subarray(0, 3)], [2.5, 2.609375, 2.578125]);
+    // layers.0 q_norm: 9e 3f 84 3f bd 3f
+    assert.deepEqual([...m.weights.layers[0]!.qNorm.subarray(0, 3)], [1.234375, 1.03125, 1.4765625]);
+    // layers.5 expert 63 down_proj (second shard): c8 bc e2 3d 80 3c
+    assert.deepEqual([...m.weights.layers[5]!.experts[63]!.down.subarray(0, 3)], [-0.0244140625, 0.1103515625, 0.015625]);
+    // layers.3 router: 4d 3b 09 bd 4c 3a
+    assert.deepEqual([...m.weights.layers[3]!.router.subarray(0, 3)], [0.0031280517578125, -0.033447265625, 0.0007781982421875]);
+    const raw = m.raw.get('model.layers.5.mlp.experts.63.down_proj.weight')!;
+    assert.equal(raw.dtype, 'BF16');
+    assert.deepEqual(raw.shape, [128, 48]);
+    assert.deepEqual([...raw.bytes.subarray(0, 6)], [0xc8, 0xbc, 0xe2, 0x3d, 0x80, 0x3c]);
+  });
+
+  it('reports progress monotonically up to the total', () => {
+    assert.ok(progress.length > 2);
+    const total = progress[0]![1];
+    assert.equal(total, 2 * 16945920); // read + convert, in bytes
+    for (let i = 1; i < progress.length; i++) assert.ok(progress[i]![0] >= progress[i - 1]![0]);
+    assert.deepEqual(progress.at(-1)!.slice(0, 2), [total, total]);
+    assert.ok(progress.some(([, , w]) => w === 'reading model-00002-of-00002.safetensors'));
+    assert.ok(progress.some(([, , w]) => w.startsWith('converting model.layers.5.')));
+  });
+
+  it('loads the tokenizer with eos from config.json', () => {
+    assert.deepEqual(m.tokenizer.eosTokenIds, [0]);
+    assert.equal(m.tokenizer.vocabSize, 8192);
+  });
+});
+
+describe('loadModel options and synthetic checkpoints', () => {
+  it('weights:false skips conversion but keeps raw tensors and the structure', async () => {
+    const m = await loadModel(SHIPPED_MODEL, { weights: false, name: 'tiny' });
+    assert.equal(m.spec.name, 'tiny');
+    assert.equal(m.raw.size, 1208);
+    assert.equal(m.weights.embed.length, 0);
+    assert.equal(m.weights.layers.length, 6);
+    assert.equal(m.weights.layers[0]!.experts.length, 64);
+  });
+
+  for (const [dtype, shards] of [['BF16', 1], ['F16', 3], ['F32', 2]] as const) {
+    it(`loads a ${dtype} checkpoint in ${shards} shard(s) with the values written`, async () => {
+      await withTempDir(async (dir) => {
+        const written = await writeSyntheticCheckpoint(dir, { dtype, shards, seed: 7 });
+        const m = await loadModel(dir);
+        assert.equal(m.spec.name.startsWith('moe-model-test-'), true);
+        assert.equal(m.raw.size, written.length);
+        for (const t of written) assert.deepEqual(m.raw.get(t.name)!.bytes, t.bytes, t.name);
+        const down = written.find((t) => t.name === 'model.layers.1.mlp.experts.3.down_proj.weight')!;
+        assert.deepEqual(m.weights.layers[1]!.experts[3]!.down, tensorToFloat32(down));
+        assert.equal(m.weights.lmHead, m.weights.embed);
+      });
+    });
+  }
+
+  it('an untied checkpoint gets its own lm_head', async () => {
+    await withTempDir(async (dir) => {
+      const { syntheticConfig } = await import('./synthetic.ts');
+      await writeSyntheticCheckpoint(dir, { config: syntheticConfig({ tie_word_embeddings: false }) });
+      const m = await loadModel(dir);
+      assert.notEqual(m.weights.lmHead, m.weights.embed);
+      assert.equal(m.weights.lmHead.length, 260 * 8);
+    });
+  });
+});
