@@ -1,0 +1,365 @@
+// The controller: drain counts into an EWMA, decide swaps, queue them, apply them stale-checked, obey control.
+import { ResidencyError } from '../errors.ts';
+import { countDelta, toRows, type CountSnapshot, type CountsDump } from './counts.ts';
+import { DEFAULT_BUDGETS, budgetsPatchSchema, decideSwaps, foldWindow, type Budgets, type Swap } from './policy.ts';
+import { assertRowMap, cloneRowMap, fieldPath, type RowMap } from './rowmap.ts';
+import { planRestore } from './restore.ts';
+import { parseControl, type ControlCommand, type ControlResult } from './control.ts';
+
+export interface ControllerOptions {
+  /** The map the banks hold at start; restore_map returns to it. */
+  readonly boot: RowMap;
+  readonly budgets?: Partial<Budgets>;
+  /** Boot frozen (count only) unless told otherwise: adaptation starts on a GO signal. Default true. */
+  readonly frozen?: boolean;
+  /** Default true. */
+  readonly counting?: boolean;
+  /** The counter's value when the controller starts (default: all zero, a fresh counter). */
+  readonly initialSnapshot?: CountSnapshot;
+}
+
+/** What one engine (or simulated) step tells the controller. */
+export interface StepInfo {
+  readonly step: number;
+  readonly tokens: number;
+  /** Whether its picks went into the counter (the controller's shouldCount said so). */
+  readonly counted: boolean;
+}
+
+/** The result of one drain: what the window saw, and what was decided. Plain data (telemetry builds on it). */
+export interface DrainReport {
+  readonly step: number;
+  /** Steps and tokens since the previous drain. */
+  readonly steps: number;
+  readonly tokens: number;
+  readonly countedSteps: number;
+  /** Picks counted in the window, and those that landed on cold experts under the map at drain time. */
+  readonly picks: number;
+  readonly coldPicks: number;
+  /** coldPicks / picks (0 when nothing was counted). */
+  readonly coldShare: number;
+  readonly coldShareByLayer: readonly number[];
+  readonly decided: readonly Swap[];
+  /** Swaps applied and refused (stale) since the previous drain. */
+  readonly applied: number;
+  readonly refused: number;
+  /** Swaps waiting after this drain's decisions were queued. */
+  readonly queueDepth: number;
+  readonly frozen: boolean;
+}
+
+export interface ApplyReport {
+  readonly applied: readonly Swap[];
+  /** Stale at apply time: a row no longer held the expert the decision named. */
+  readonly refused: readonly Swap[];
+}
+
+export interface TickReport extends ApplyReport {
+  readonly drain?: DrainReport;
+}
+
+export interface ControllerStats {
+  drains: number;
+  decided: number;
+  applied: number;
+  refused: number;
+  /** Queued swaps dropped by freeze or restore before they were applied. */
+  cancelled: number;
+}
+
+/**
+ * The live engine calls it with periodic counter snapshots, the simulator with its host Counter; both
+ * drive the same object, so a decision in simulation is a decision in production. Per step:
+ *
+ *   const counted = ctl.shouldCount(tokens);          // count
+ *   ... run the step, counting picks if `counted` ...
+ *   ctl.tick({ step, tokens, counted }, readCounter,   // drain when due, decide,
+ *            (swap) => banks.swapRows(swap.layer, swap.hotRow, swap.coldRow));  // swap (<= swaps_per_step)
+ *
+ * The controller's map copy is the truth for decisions; a swap whose rows no longer hold the experts it
+ * was decided for is refused at apply time and counted. Pure: no I/O, no clock, no device.
+ */
+export class Controller {
+  readonly model: string;
+  readonly layers: number;
+  readonly experts: number;
+  readonly hotPerLayer: number;
+  readonly boot: RowMap;
+  readonly stats: ControllerStats = { drains: 0, decided: 0, applied: 0, refused: 0, cancelled: 0 };
+
+  private budgetsNow: Budgets;
+  private frozenNow: boolean;
+  private countingNow: boolean;
+  private readonly hot: number[][];
+  private readonly cold: number[][];
+  /** slot[layer * experts + expert], the banks' convention: hot row, or hot_per_layer + cold row. */
+  private readonly slots: Int32Array;
+  private readonly decayed: Float64Array;
+  private readonly cumulative: Float64Array;
+  private prev: CountSnapshot;
+  private queue: Swap[] = [];
+  /** Queued swaps naming each expert: the policy leaves those experts alone so queued swaps never conflict. */
+  private readonly queued: Uint32Array;
+  private discardNextWindow = false;
+  private lastStep = -1;
+  private decodeSteps = 0;
+  private window = { steps: 0, tokens: 0, countedSteps: 0, applied: 0, refused: 0 };
+
+  constructor(opts: ControllerOptions) {
+    assertRowMap(opts.boot);
+    this.boot = cloneRowMap(opts.boot);
+    this.model = opts.boot.model;
+    this.layers = opts.boot.layers;
+    this.experts = opts.boot.experts;
+    this.hotPerLayer = opts.boot.hot_per_layer;
+    const budgets = budgetsPatchSchema.safeParse(opts.budgets ?? {});
+    if (!budgets.success) {
+      const issue = budgets.error.issues[0]!;
+      throw new ResidencyError('BAD_CONFIG', `budgets.${fieldPath(issue.path)}: ${issue.message}`);
+    }
+    this.budgetsNow = Object.freeze({ ...DEFAULT_BUDGETS, ...definedOnly(budgets.data) });
+    this.frozenNow = opts.frozen ?? true;
+    this.countingNow = opts.counting ?? true;
+    this.hot = opts.boot.layers_map.map((r) => [...r.hot]);
+    this.cold = opts.boot.layers_map.map((r) => [...r.cold]);
+    const n = this.layers * this.experts;
+    this.slots = new Int32Array(n);
+    for (let l = 0; l < this.layers; l++) {
+      this.hot[l]!.forEach((e, r) => { this.slots[l * this.experts + e] = r; });
+      this.cold[l]!.forEach((e, c) => { this.slots[l * this.experts + e] = this.hotPerLayer + c; });
+    }
+    this.decayed = new Float64Array(n);
+    this.cumulative = new Float64Array(n);
+    this.queued = new Uint32Array(n);
+    this.prev = opts.initialSnapshot ? opts.initialSnapshot.slice() : new Uint32Array(n);
+    if (this.prev.length !== n) throw new ResidencyError('BAD_COUNTS', `initial snapshot holds ${this.prev.length} counts, expected ${n}`);
+  }
+
+  get budgets(): Budgets { return this.budgetsNow; }
+  get frozen(): boolean { return this.frozenNow; }
+  get counting(): boolean { return this.countingNow; }
+  get queueDepth(): number { return this.queue.length; }
+
+  /** The map as the controller knows it (a copy). */
+  map(): RowMap {
+    return {
+      version: 1, model: this.model, layers: this.layers, experts: this.experts, hot_per_layer: this.hotPerLayer,
+      layers_map: this.hot.map((h, l) => ({ hot: [...h], cold: [...this.cold[l]!] })),
+    };
+  }
+
+  slotOf(layer: number, expert: number): number { return this.slots[layer * this.experts + expert]!; }
+  isHot(layer: number, expert: number): boolean { return this.slotOf(layer, expert) < this.hotPerLayer; }
+
+  /** Count this step? Counting on, and at most count_tmax tokens (prefill chunks are noise). */
+  shouldCount(tokens: number): boolean {
+    return this.countingNow && tokens > 0 && tokens <= this.budgetsNow.count_tmax;
+  }
+
+  /** Records that a step ran (its tokens join the window; the EWMA decays per step). */
+  onStep(info: StepInfo): void {
+    this.lastStep = info.step;
+    this.window.steps++;
+    this.window.tokens += info.tokens;
+    if (info.counted) { this.window.countedSteps++; this.decodeSteps++; }
+  }
+
+  drainDue(): boolean { return this.window.steps >= this.budgetsNow.drain_every; }
+
+  /** Folds the counts since the last drain into the EWMA and, unless frozen, decides and queues swaps. */
+  drain(step: number, snapshot: CountSnapshot): DrainReport {
+    const delta = countDelta(this.prev, snapshot);
+    this.prev = snapshot.slice();
+    const w = this.window;
+    let picks = 0;
+    let coldPicks = 0;
+    const coldShareByLayer: number[] = [];
+    for (let l = 0; l < this.layers; l++) {
+      let lp = 0;
+      let lc = 0;
+      for (let e = 0; e < this.experts; e++) {
+        const d = delta[l * this.experts + e]!;
+        lp += d;
+        if (this.slots[l * this.experts + e]! >= this.hotPerLayer) lc += d;
+      }
+      picks += lp;
+      coldPicks += lc;
+      coldShareByLayer.push(lp > 0 ? lc / lp : 0);
+    }
+    if (this.discardNextWindow) {
+      // A baseline was asked without a counter snapshot: the window straddles it, so none of it is used.
+      this.discardNextWindow = false;
+    } else {
+      foldWindow(this.decayed, delta, Math.max(1, w.steps), this.budgetsNow.half_life_steps);
+      for (let i = 0; i < delta.length; i++) this.cumulative[i]! += delta[i]!;
+    }
+    const decided = this.frozenNow
+      ? []
+      : decideSwaps(this.mapView(), this.decayed, this.budgetsNow, step, (l, e) => this.queued[l * this.experts + e]! > 0);
+    for (const s of decided) this.enqueue(s);
+    this.stats.drains++;
+    this.stats.decided += decided.length;
+    const report: DrainReport = {
+      step, steps: w.steps, tokens: w.tokens, countedSteps: w.countedSteps, picks, coldPicks,
+      coldShare: picks > 0 ? coldPicks / picks : 0, coldShareByLayer, decided,
+      applied: w.applied, refused: w.refused, queueDepth: this.queue.length, frozen: this.frozenNow,
+    };
+    this.window = { steps: 0, tokens: 0, countedSteps: 0, applied: 0, refused: 0 };
+    return report;
+  }
+
+  /**
+   * Applies up to `max` queued swaps in order. Each is checked against the controller's map first and
+   * refused if either row no longer holds the decided expert (refusals cost no budget). `exchange`
+   * performs the row exchange (the engine: banks.swapRows); if it throws, the map is left unchanged and
+   * the error propagates.
+   */
+  applySwaps(max: number, exchange?: (swap: Swap) => void): ApplyReport {
+    const applied: Swap[] = [];
+    const refused: Swap[] = [];
+    while (applied.length < max && this.queue.length > 0) {
+      const s = this.queue.shift()!;
+      this.unmark(s);
+      if (this.hot[s.layer]![s.hotRow] !== s.hotExpert || this.cold[s.layer]![s.coldRow] !== s.coldExpert) {
+        refused.push(s);
+        continue;
+      }
+      exchange?.(s);
+      this.exchangeInMap(s.layer, s.hotRow, s.coldRow);
+      applied.push(s);
+    }
+    this.stats.applied += applied.length;
+    this.stats.refused += refused.length;
+    this.window.applied += applied.length;
+    this.window.refused += refused.length;
+    return { applied, refused };
+  }
+
+  /** One step's worth of residency work: note the step, drain when due, apply at most swaps_per_step. */
+  tick(info: StepInfo, readCounter: () => CountSnapshot, exchange?: (swap: Swap) => void): TickReport {
+    this.onStep(info);
+    const drain = this.drainDue() ? this.drain(info.step, readCounter()) : undefined;
+    const { applied, refused } = this.applySwaps(this.budgetsNow.swaps_per_step, exchange);
+    return drain ? { drain, applied, refused } : { applied, refused };
+  }
+
+  /**
+   * A row exchange made outside the queue (a manual placement; tests). The map follows it; queued swaps
+   * that named these rows' old experts will be refused as stale.
+   */
+  exchangeRows(layer: number, hotRow: number, coldRow: number): void {
+    if (hotRow < 0 || hotRow >= this.hotPerLayer || coldRow < 0 || coldRow >= this.experts - this.hotPerLayer) {
+      throw new ResidencyError('BAD_ARGUMENT', `exchangeRows: rows ${hotRow}/${coldRow} out of range`);
+    }
+    this.exchangeInMap(layer, hotRow, coldRow);
+  }
+
+  /**
+   * Applies a control command atomically: validated first (a rejected command changes nothing), then
+   * dump_counts (the state before this command), budgets, counting, freeze, baseline, restore_map.
+   * `snapshot` (the counter now) lets a baseline start the window exactly here; without it the window in
+   * progress is discarded at the next drain.
+   */
+  control(cmd: ControlCommand, snapshot?: CountSnapshot): ControlResult {
+    const parsed = parseControl(cmd);
+    if (!parsed.ok) return parsed;
+    const c = parsed.command;
+    if (snapshot && snapshot.length !== this.prev.length) {
+      return { ok: false, error: `snapshot: ${snapshot.length} counts, expected ${this.prev.length}` };
+    }
+    const changes: string[] = [];
+    const dump = c.dump_counts !== undefined ? { path: c.dump_counts, counts: this.dumpCounts() } : undefined;
+    if (dump) changes.push(`dump_counts -> ${dump.path}`);
+    if (c.budgets) {
+      this.budgetsNow = Object.freeze({ ...this.budgetsNow, ...definedOnly(c.budgets) });
+      changes.push(`budgets ${JSON.stringify(c.budgets)}`);
+    }
+    if (c.counting !== undefined && c.counting !== this.countingNow) {
+      this.countingNow = c.counting;
+      changes.push(`counting ${c.counting ? 'on' : 'off'}`);
+    }
+    if (c.freeze !== undefined && c.freeze !== this.frozenNow) {
+      this.frozenNow = c.freeze;
+      if (c.freeze) changes.push(`frozen, ${this.cancel((s) => s.reason === 'adapt')} queued swaps cancelled`);
+      else changes.push('adapting');
+    }
+    if (c.baseline) {
+      this.decayed.fill(0);
+      if (snapshot) this.prev = snapshot.slice();
+      else this.discardNextWindow = true;
+      this.window = { ...this.window, steps: 0, tokens: 0, countedSteps: 0 };
+      changes.push('baseline: EWMA and window reset');
+    }
+    if (c.restore_map) {
+      this.frozenNow = true;
+      const cancelled = this.cancel(() => true);
+      const plan = planRestore(this.mapView(), this.boot, Math.max(0, this.lastStep));
+      for (const s of plan) this.enqueue(s);
+      changes.push(`restore_map: frozen, ${cancelled} queued swaps cancelled, ${plan.length} restore swaps queued`);
+    }
+    return dump ? { ok: true, changes, dump } : { ok: true, changes };
+  }
+
+  /** The counts dump (format v1): decayed counts as of the last drain, cumulative counts since start. */
+  dumpCounts(): CountsDump {
+    return {
+      version: 1, model: this.model, step: Math.max(0, this.lastStep), decode_steps: this.decodeSteps,
+      half_life: this.budgetsNow.half_life_steps,
+      decayed: toRows(this.decayed, this.layers, this.experts, true),
+      cumulative: toRows(this.cumulative, this.layers, this.experts),
+    };
+  }
+
+  /** Decayed pick count of one expert (see foldWindow for the units). */
+  decayedCount(layer: number, expert: number): number { return this.decayed[layer * this.experts + expert]!; }
+
+  /** The queued swaps, oldest first (a copy). */
+  pending(): Swap[] { return [...this.queue]; }
+
+  private mapView(): RowMap {
+    return {
+      version: 1, model: this.model, layers: this.layers, experts: this.experts, hot_per_layer: this.hotPerLayer,
+      layers_map: this.hot.map((h, l) => ({ hot: h, cold: this.cold[l]! })),
+    };
+  }
+
+  private enqueue(s: Swap): void {
+    this.queue.push(s);
+    this.queued[s.layer * this.experts + s.hotExpert]!++;
+    this.queued[s.layer * this.experts + s.coldExpert]!++;
+  }
+
+  private unmark(s: Swap): void {
+    this.queued[s.layer * this.experts + s.hotExpert]!--;
+    this.queued[s.layer * this.experts + s.coldExpert]!--;
+  }
+
+  private cancel(which: (s: Swap) => boolean): number {
+    const keep: Swap[] = [];
+    let n = 0;
+    for (const s of this.queue) {
+      if (which(s)) {
+        n++;
+        this.unmark(s);
+      } else keep.push(s);
+    }
+    this.queue = keep;
+    this.stats.cancelled += n;
+    return n;
+  }
+
+  private exchangeInMap(layer: number, hotRow: number, coldRow: number): void {
+    const h = this.hot[layer]!;
+    const c = this.cold[layer]!;
+    const a = h[hotRow]!;
+    const b = c[coldRow]!;
+    h[hotRow] = b;
+    c[coldRow] = a;
+    this.slots[layer * this.experts + b] = hotRow;
+    this.slots[layer * this.experts + a] = this.hotPerLayer + coldRow;
+  }
+}
+
+function definedOnly<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
