@@ -85,7 +85,9 @@ describe('safetensors: corrupt files are refused', () => {
     ['__metadata__ not an object', () => withHeader({ __metadata__: 'pt' }, 0), [/__metadata__ must be an object/]],
   ];
   for (const [what, make, patterns] of cases) {
-    it(what, () => rejectsWith(load(make()), 'BAD_CHECKPOINT', ...patterns));
+    it(what, async () => {
+      await rejectsWith(load(make()), 'BAD_CHECKPOINT', ...patterns);
+    });
   }
 });
 
