@@ -1,0 +1,81 @@
+// Reads a JSON request body defensively: a byte limit, strict UTF-8, JSON, then a zod schema whose
+// first issue becomes a 400 naming the field.
+import type { Context } from 'hono';
+import type { z } from 'zod';
+import { ApiError } from './api-error.ts';
+
+/** Reads at most `limit` bytes; stops reading (and answers 413) as soon as the body is larger. */
+async function readLimited(c: Context, limit: number): Promise<Uint8Array> {
+  const declared = c.req.header('content-length');
+  if (declared !== undefined && Number(declared) > limit) throw tooLarge(limit);
+  const body = c.req.raw.body;
+  if (!body) return new Uint8Array(0);
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel().catch(() => {});
+      throw tooLarge(limit);
+    }
+    chunks.push(value);
+  }
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const ch of chunks) {
+    out.set(ch, at);
+    at += ch.byteLength;
+  }
+  return out;
+}
+
+function tooLarge(limit: number): ApiError {
+  return new ApiError(413, `request body is larger than ${limit} bytes; send a shorter prompt`, { code: 'body_too_large' });
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** Path of a zod issue as `messages[0].content`. */
+export function fieldPath(path: readonly PropertyKey[]): string {
+  let s = '';
+  for (const p of path) s += typeof p === 'number' ? `[${p}]` : s === '' ? String(p) : `.${String(p)}`;
+  return s;
+}
+
+/** The first zod issue as an ApiError naming the field (unknown keys are named themselves). */
+export function issueToError(error: z.ZodError): ApiError {
+  const issue = error.issues[0]!;
+  if (issue.code === 'unrecognized_keys') {
+    const keys = (issue as { keys: string[] }).keys;
+    const param = fieldPath([...issue.path, keys[0]!]);
+    return new ApiError(400, `unknown field${keys.length > 1 ? 's' : ''} ${keys.map((k) => `'${fieldPath([...issue.path, k])}'`).join(', ')}: not supported by this server`, { param, code: 'unknown_field' });
+  }
+  const param = fieldPath(issue.path);
+  return new ApiError(400, `${param || 'body'}: ${issue.message}`, { param: param || null, code: 'invalid_value' });
+}
+
+export async function readJsonBody<S extends z.ZodType>(c: Context, schema: S, maxBytes: number): Promise<z.output<S>> {
+  const type = c.req.header('content-type');
+  if (type !== undefined && !/^application\/json\b/i.test(type.trim())) {
+    throw new ApiError(415, `content-type must be application/json (got '${type}')`, { code: 'unsupported_media_type' });
+  }
+  const bytes = await readLimited(c, maxBytes);
+  let text: string;
+  try {
+    text = utf8.decode(bytes);
+  } catch {
+    throw new ApiError(400, 'request body is not valid UTF-8', { code: 'invalid_utf8' });
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (e) {
+    throw new ApiError(400, `request body is not valid JSON: ${(e as Error).message}`, { code: 'invalid_json' });
+  }
+  const parsed = schema.safeParse(json);
+  if (!parsed.success) throw issueToError(parsed.error);
+  return parsed.data;
+}

@@ -1,0 +1,73 @@
+// Prometheus metrics (prom-client, one registry per server so tests can run several side by side).
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { GenerationEngine } from '../engine/types.ts';
+import type { ResidencyView } from './types.ts';
+
+const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+export interface ServerMetrics {
+  readonly registry: Registry;
+  readonly requests: Counter<'endpoint' | 'status'>;
+  readonly promptTokens: Counter;
+  readonly completionTokens: Counter;
+  readonly timeToFirstToken: Histogram;
+  readonly interTokenLatency: Histogram;
+  /** One generated token relayed (counter + the dashboard's throughput). */
+  countToken(): void;
+  /** Completion tokens relayed since start. */
+  tokensGenerated(): number;
+}
+
+export function createMetrics(engine: GenerationEngine, residency: ResidencyView | undefined, opts: { defaultMetrics?: boolean } = {}): ServerMetrics {
+  const registry = new Registry();
+  if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'residency_process_' });
+  const requests = new Counter({ name: 'residency_requests_total', help: 'HTTP requests by endpoint and status code', labelNames: ['endpoint', 'status'] as const, registers: [registry] });
+  const promptTokens = new Counter({ name: 'residency_prompt_tokens_total', help: 'Prompt tokens of finished requests', registers: [registry] });
+  const completionTokens = new Counter({ name: 'residency_completion_tokens_total', help: 'Generated tokens relayed to clients', registers: [registry] });
+  const timeToFirstToken = new Histogram({ name: 'residency_time_to_first_token_seconds', help: 'Submit to first generated token', buckets: latencyBuckets, registers: [registry] });
+  const interTokenLatency = new Histogram({ name: 'residency_inter_token_latency_seconds', help: 'Time between consecutive tokens of one request', buckets: latencyBuckets, registers: [registry] });
+
+  new Gauge({ name: 'residency_queue_depth', help: 'Requests waiting to join the batch', registers: [registry], collect() { this.set(engine.queueDepth); } });
+  new Gauge({ name: 'residency_running_sequences', help: 'Sequences in the running batch', registers: [registry], collect() { this.set(engine.running); } });
+
+  if (residency) {
+    // Read the residency system once per scrape; the collectors below share the snapshot.
+    let snap: ReturnType<ResidencyView['snapshot']> | undefined;
+    const read = () => (snap = residency.snapshot());
+    new Gauge({
+      name: 'residency_cold_share', help: 'Cold share (cold picks / counted picks), overall since start and over the latest window', labelNames: ['scope'] as const, registers: [registry],
+      collect() {
+        const s = read();
+        if (s.cold_share.overall !== null) this.set({ scope: 'overall' }, s.cold_share.overall);
+        if (s.cold_share.window !== null) this.set({ scope: 'window' }, s.cold_share.window);
+      },
+    });
+    new Gauge({
+      name: 'residency_cold_share_layer', help: 'Cold share per MoE layer over the latest window', labelNames: ['layer'] as const, registers: [registry],
+      collect() {
+        (snap ?? read()).cold_share.per_layer.forEach((v, i) => { if (v !== null) this.set({ layer: String(i) }, v); });
+      },
+    });
+    // Counters mirror the controller's own totals (monotonic), so they advance by the difference.
+    const mirror = (name: string, help: string, pick: (s: ReturnType<ResidencyView['snapshot']>) => number) => {
+      let last = 0;
+      new Counter({
+        name, help, registers: [registry],
+        collect() {
+          const v = pick(snap ?? read());
+          if (v > last) { this.inc(v - last); last = v; }
+        },
+      });
+    };
+    mirror('residency_swaps_applied_total', 'Swaps applied between steps', (s) => s.swaps.applied);
+    mirror('residency_swaps_refused_total', 'Swaps refused as stale', (s) => s.swaps.refused);
+    new Gauge({ name: 'residency_swaps_queued', help: 'Swaps planned and waiting to be applied', registers: [registry], collect() { this.set((snap ?? read()).swaps.queued); } });
+  }
+
+  let generated = 0;
+  return {
+    registry, requests, promptTokens, completionTokens, timeToFirstToken, interTokenLatency,
+    countToken: () => { generated++; completionTokens.inc(); },
+    tokensGenerated: () => generated,
+  };
+}

@@ -1,0 +1,54 @@
+// /v1/residency: the live map and controller state, control commands (same parser and apply as the
+// control file), and /v1/residency/stats, the dashboard's one JSON endpoint.
+import type { Hono } from 'hono';
+import { z } from 'zod';
+import { ApiError } from './api-error.ts';
+import { readJsonBody } from './body.ts';
+import type { History } from './history.ts';
+import type { ServerConfig, ServerDeps, ResidencySnapshot, ResidencyView } from './types.ts';
+
+function need(residency: ResidencyView | undefined): ResidencyView {
+  if (!residency) throw new ApiError(503, 'this server runs without a residency system (no map, no controller)', { code: 'residency_unavailable' });
+  return residency;
+}
+
+/** The dashboard's payload: the snapshot plus a hot mask and the time series. */
+export function statsPayload(snap: ResidencySnapshot, history: History, engine: ServerDeps['engine']) {
+  const hot = snap.map.layers_map.map((l) => {
+    const mask = new Array<boolean>(snap.geometry.experts).fill(false);
+    for (const e of l.hot) mask[e] = true;
+    return mask;
+  });
+  return {
+    time: Date.now(),
+    model: snap.map.model,
+    geometry: snap.geometry,
+    step: snap.step,
+    cold_share: snap.cold_share,
+    swaps: snap.swaps,
+    controller: snap.controller,
+    expert_use: snap.expert_use,
+    hot,
+    queue_depth: engine.queueDepth,
+    running: engine.running,
+    history: history.all(),
+  };
+}
+
+export function residencyRoutes(app: Hono, deps: ServerDeps, history: History, config: ServerConfig): void {
+  app.get('/v1/residency', (c) => {
+    const s = need(deps.residency).snapshot();
+    return c.json({ model: s.map.model, geometry: s.geometry, map: s.map, cold_share: s.cold_share, swaps: s.swaps, controller: s.controller, step: s.step });
+  });
+
+  app.get('/v1/residency/stats', (c) => c.json(statsPayload(need(deps.residency).snapshot(), history, deps.engine)));
+
+  app.post('/v1/residency/control', async (c) => {
+    const residency = need(deps.residency);
+    // Only the transport is checked here (size, UTF-8, JSON); the command itself goes to the residency
+    // system's own parser, so HTTP and the control file accept and reject exactly the same commands.
+    const command = await readJsonBody(c, z.unknown(), config.maxBodyBytes);
+    const result = await residency.control(command);
+    return c.json({ ok: true, result, controller: residency.snapshot().controller });
+  });
+}

@@ -1,0 +1,34 @@
+// Starts the app on a port (node's http via @hono/node-server) and stops it cleanly.
+import { serve } from '@hono/node-server';
+import type { AddressInfo } from 'node:net';
+import { createApp } from './app.ts';
+import type { ServerApp } from './app.ts';
+import type { ServerDeps } from './types.ts';
+
+export interface RunningServer extends ServerApp {
+  /** http://host:port, with the port actually bound (0 asks for an ephemeral one). */
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+export async function startServer(deps: ServerDeps, listen: { port: number; host: string }, opts: { defaultMetrics?: boolean } = {}): Promise<RunningServer> {
+  const built = createApp(deps, opts);
+  built.history.start(deps.config.sampleSeconds);
+  const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
+    const s = serve({ fetch: built.app.fetch, port: listen.port, hostname: listen.host }, () => resolve(s));
+    s.once('error', reject);
+  });
+  const addr = server.address() as AddressInfo;
+  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  return {
+    ...built,
+    url: `http://${host}:${addr.port}`,
+    async close() {
+      built.history.stop();
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        (server as { closeAllConnections?: () => void }).closeAllConnections?.();
+      });
+    },
+  };
+}

@@ -1,0 +1,89 @@
+// What the server needs from the model and the residency system: small seams, so tests can use fakes.
+import type { GenerationEngine } from '../engine/types.ts';
+import type { RowMap } from '../residency/rowmap.ts';
+
+/** The tokenizer as the server uses it (the model loader's tokenizer fits this shape). */
+export interface ServerTokenizer {
+  encode(text: string): number[];
+  decode(ids: readonly number[]): string;
+  readonly eosTokenIds: readonly number[];
+  readonly vocabSize: number;
+}
+
+/** The served model: its name, its context length, its tokenizer and (optional) chat template. */
+export interface ServerModel {
+  /** Name in /v1/models and the `model` field of requests and responses. */
+  readonly name: string;
+  /** Context length: prompt tokens + max_tokens must fit in it. */
+  readonly maxPositions: number;
+  readonly tokenizer: ServerTokenizer;
+  /** tokenizer_config.json's `chat_template`, when the checkpoint ships one. */
+  readonly chatTemplate?: string;
+  readonly bosToken?: string;
+  readonly eosToken?: string;
+}
+
+/** Map geometry: fixed for the life of a process (design.md section 4). */
+export interface ResidencyGeometry {
+  readonly layers: number;
+  readonly experts: number;
+  readonly hot_per_layer: number;
+}
+
+/** A plain, serializable picture of the residency system at one moment. */
+export interface ResidencySnapshot {
+  readonly map: RowMap;
+  readonly geometry: ResidencyGeometry;
+  /** Cold share: picks served from the cold bank / all counted picks. */
+  readonly cold_share: {
+    /** Since the process started (null before any counted pick). */
+    readonly overall: number | null;
+    /** Over the latest telemetry window (null when none yet). */
+    readonly window: number | null;
+    /** Per layer over the latest window (empty when none yet). */
+    readonly per_layer: readonly (number | null)[];
+  };
+  readonly swaps: { readonly applied: number; readonly refused: number; readonly queued: number };
+  /** Controller state: freeze/counting flags, budgets, step counters (whatever the controller reports). */
+  readonly controller: Readonly<Record<string, unknown>>;
+  /** Recent expert use per layer ([layer][expert], e.g. decayed counts), for the heatmap. */
+  readonly expert_use: readonly (readonly number[])[];
+  /** Decode steps counted so far (for swap-event and throughput plots). */
+  readonly step: number;
+}
+
+/** What a control command did (the residency system's own report, passed through). */
+export type ControlResult = Readonly<Record<string, unknown>>;
+
+/**
+ * The server's view of the residency system. `control` must parse and apply a command exactly as the
+ * control file does, and change nothing when it rejects one (throwing ResidencyError('BAD_CONTROL')).
+ */
+export interface ResidencyView {
+  snapshot(): ResidencySnapshot;
+  control(command: unknown): ControlResult | Promise<ControlResult>;
+}
+
+export interface ServerConfig {
+  readonly apiKey?: string;
+  /** Requests waiting to join the batch before new ones get 429. */
+  readonly maxQueue: number;
+  /** Request bodies above this many bytes get 413. */
+  readonly maxBodyBytes: number;
+  /** Seconds between samples of the dashboard's history (cold share, swaps, throughput). */
+  readonly sampleSeconds: number;
+}
+
+export const defaultServerConfig: ServerConfig = Object.freeze({
+  maxQueue: 64,
+  maxBodyBytes: 1 << 20,
+  sampleSeconds: 1,
+});
+
+export interface ServerDeps {
+  readonly engine: GenerationEngine;
+  readonly model: ServerModel;
+  /** Absent when serving without a residency system (then /v1/residency answers 503). */
+  readonly residency?: ResidencyView;
+  readonly config: ServerConfig;
+}
