@@ -9,6 +9,10 @@ import { ResidencyError } from '../errors.ts';
 export interface Tokenizer {
   /** Text -> token ids, with no special tokens added (prompts are raw text; templates add their own). */
   encode(text: string): number[];
+  /**
+   * Token ids -> text. Ids the tokenizer does not know (e.g. padded embedding rows past its vocabulary)
+   * decode to nothing, as in transformers; a negative or fractional id is a caller bug (BAD_ARGUMENT).
+   */
   decode(ids: readonly number[], opts?: { skipSpecial?: boolean }): string;
   /** Ids that end generation (config.json's eos_token_id, else tokenizer_config.json's eos_token). */
   readonly eosTokenIds: readonly number[];
@@ -71,7 +75,15 @@ export async function loadTokenizer(dir: string, opts: { eosTokenIds?: readonly 
 
   return {
     encode: (text) => hf.encode(text, { add_special_tokens: false }).ids,
-    decode: (ids, o) => hf.decode([...ids], { skip_special_tokens: o?.skipSpecial ?? false, clean_up_tokenization_spaces: false }),
+    decode: (ids, o) => {
+      ids.forEach((id, i) => {
+        if (!Number.isInteger(id) || id < 0) {
+          throw new ResidencyError('BAD_ARGUMENT', `decode: token id ${id} at position ${i} is not a non-negative integer`);
+        }
+      });
+      if (ids.length === 0) return ''; // the library refuses an empty list
+      return hf.decode([...ids], { skip_special_tokens: o?.skipSpecial ?? false, clean_up_tokenization_spaces: false });
+    },
     eosTokenIds,
     vocabSize,
   };
