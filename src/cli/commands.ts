@@ -1,4 +1,6 @@
 // The registry of subcommands (explicit: no scanning of file names). Add one import and one entry per command.
 import type { CliCommand } from './command.ts';
+import { simulateCommand } from './simulate.ts';
+import { compareCommand } from './compare.ts';
 
-export const commands: CliCommand[] = [];
+export const commands: CliCommand[] = [simulateCommand, compareCommand];

@@ -1,0 +1,39 @@
+// `residency compare`: every policy on the same protocol; writes a markdown table, JSON and an SVG chart.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { policyFactory, POLICY_NAMES } from '../sim/policies/registry.ts';
+import { coldShareSvg, phaseTable } from '../sim/report.ts';
+import { runPolicy } from '../sim/run.ts';
+import { prepare } from '../sim/setup.ts';
+import type { CliCommand } from './command.ts';
+import { SIM_FLAGS, SIM_HELP, simOptions } from './simulate.ts';
+
+export const compareCommand: CliCommand = {
+  name: 'compare',
+  summary: 'run every residency policy on one traffic protocol; write a table and a cold-share chart',
+  async run(argv) {
+    const { values } = parseArgs({
+      args: argv,
+      options: { ...SIM_FLAGS, out: { type: 'string', default: 'out/compare' }, policies: { type: 'string', default: POLICY_NAMES.join(',') } },
+      strict: true,
+    });
+    if (values.help) {
+      console.log(`usage: residency compare [--out DIR] [--policies a,b,...] [options]\n${SIM_HELP}`);
+      return 0;
+    }
+    const { input, policyOptions } = prepare(simOptions(values));
+    const reports = values.policies.split(',').map((name) => runPolicy(policyFactory(name.trim(), policyOptions), input));
+    const profiles = input.profiles.map((p) => p.name);
+    const title = `cold share per ${reports[0]?.windowSteps ?? 64} steps, ${values.phases}, hot ${values.hot}, users ${values.users}`;
+    const md = [`# compare: ${values.phases}`, '', `hot ${values.hot}/${input.geometry.experts} per layer, ${values.users} user(s), seed ${values.seed}, traces ${values.traces}`, '',
+      phaseTable(reports, profiles), '', '![cold share](coldshare.svg)', ''].join('\n');
+    mkdirSync(values.out, { recursive: true });
+    writeFileSync(join(values.out, 'compare.md'), md);
+    writeFileSync(join(values.out, 'compare.json'), JSON.stringify({ protocol: { ...values }, reports }, null, 1));
+    writeFileSync(join(values.out, 'coldshare.svg'), coldShareSvg(reports, title));
+    if (values.json) console.log(JSON.stringify(reports, null, 1));
+    else console.log(`${phaseTable(reports, profiles)}\n\nwrote ${join(values.out, 'compare.md')}, compare.json, coldshare.svg`);
+    return 0;
+  },
+};

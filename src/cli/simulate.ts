@@ -1,0 +1,87 @@
+// `residency simulate`: replay traces through one residency policy and print cold share, T90, swaps, tok/s.
+import { parseArgs } from 'node:util';
+import { ResidencyError } from '../errors.ts';
+import type { Budgets } from '../residency/policy.ts';
+import { policyFactory, POLICY_NAMES } from '../sim/policies/registry.ts';
+import { phaseTable } from '../sim/report.ts';
+import { runPolicy } from '../sim/run.ts';
+import { prepare, type SimOptions } from '../sim/setup.ts';
+import { FIXTURE_TRACES } from '../sim/traces/load.ts';
+import type { CliCommand } from './command.ts';
+
+export const SIM_FLAGS = {
+  traces: { type: 'string', default: FIXTURE_TRACES },
+  phases: { type: 'string', default: 'en+code:3000,de+ja:3000,en+code:3000' },
+  hot: { type: 'string', default: '49' },
+  users: { type: 'string', default: '1' },
+  seed: { type: 'string', default: '1' },
+  map: { type: 'string' },
+  fit: { type: 'string' },
+  'seed-from': { type: 'string' },
+  profile: { type: 'string' },
+  'drain-every': { type: 'string' },
+  'half-life': { type: 'string' },
+  'swaps-per-step': { type: 'string' },
+  inserts: { type: 'string' },
+  'oracle-window': { type: 'string' },
+  json: { type: 'boolean', default: false },
+  help: { type: 'boolean', short: 'h', default: false },
+} as const;
+
+export const SIM_HELP = `  --traces DIR|FILE     fixture trace dir (index.json + .bin), a dir of .jsonl traces, or one .jsonl (default: the fixture)
+  --phases SPEC         "en+code_js:3000,de+ja:3000": domains joined by +, steps per phase ("code" = code_*)
+  --hot N               hot experts per layer (default 49)
+  --users N             concurrent users, one token each per step (default 1)
+  --seed N              document-order seed (default 1)
+  --map MAP.json        boot map; else --fit DOMAINS fits one (top-H of those traces); else experts 0..H-1
+  --seed-from DOMAINS   traces the seed policy's map is fitted on (default: every domain of the protocol)
+  --profile NAME        h200-pcie | gb300-c2c | sidecar (default: all)
+  --drain-every N, --half-life N, --swaps-per-step N   adaptive budgets (defaults: the controller's)
+  --inserts N           copy-on-miss inserts per step for lru/lfu/lfru (default 8)
+  --oracle-window N     steps per oracle window (default 512)
+  --json                print the report as JSON`;
+
+function int(v: string | undefined, flag: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n)) throw new ResidencyError('BAD_ARGUMENT', `--${flag} must be an integer, got '${v}'`);
+  return n;
+}
+
+type SimValues = { [K in keyof typeof SIM_FLAGS]?: (typeof SIM_FLAGS)[K]['type'] extends 'boolean' ? boolean : string };
+
+export function simOptions(v: SimValues): SimOptions {
+  const budgets: Partial<Budgets> = {};
+  const drain = int(v['drain-every'], 'drain-every');
+  const half = int(v['half-life'], 'half-life');
+  const sps = int(v['swaps-per-step'], 'swaps-per-step');
+  if (drain !== undefined) Object.assign(budgets, { drain_every: drain });
+  if (half !== undefined) Object.assign(budgets, { half_life_steps: half });
+  if (sps !== undefined) Object.assign(budgets, { swaps_per_step: sps });
+  return {
+    traces: v.traces!, phases: v.phases!, hot: int(v.hot, 'hot')!, users: int(v.users, 'users')!, seed: int(v.seed, 'seed')!,
+    map: v.map, fit: v.fit, seedFrom: v['seed-from'], profile: v.profile, budgets,
+    insertsPerStep: int(v.inserts, 'inserts'), oracleWindow: int(v['oracle-window'], 'oracle-window') ?? 512,
+  };
+}
+
+export const simulateCommand: CliCommand = {
+  name: 'simulate',
+  summary: 'replay routing traces through a residency policy (cold share, T90, swaps, modelled tok/s)',
+  async run(argv) {
+    const { values } = parseArgs({ args: argv, options: { ...SIM_FLAGS, policy: { type: 'string', default: 'adaptive' } }, strict: true });
+    if (values.help) {
+      console.log(`usage: residency simulate [--policy ${POLICY_NAMES.join('|')}] [options]\n${SIM_HELP}`);
+      return 0;
+    }
+    const { input, policyOptions } = prepare(simOptions(values));
+    const report = runPolicy(policyFactory(values.policy, policyOptions), input);
+    if (values.json) {
+      console.log(JSON.stringify(report, null, 1));
+    } else {
+      console.log(phaseTable([report], input.profiles.map((p) => p.name)));
+      console.log(`\n${report.policy}: ${report.steps} steps, ${report.tokens} tokens, cold share ${(report.coldShare * 100).toFixed(2)}%, swaps ${report.swaps}, copies ${report.copies}, refused ${report.refused}`);
+    }
+    return 0;
+  },
+};

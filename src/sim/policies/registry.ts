@@ -1,0 +1,41 @@
+// The policies the simulator knows, by name (explicit registry).
+import { ResidencyError } from '../../errors.ts';
+import type { RowMap } from '../../residency/rowmap.ts';
+import type { Budgets } from '../../residency/policy.ts';
+import { adaptivePolicy } from './adaptive.ts';
+import { lfruPolicy } from './lfru.ts';
+import { lruPolicy } from './lru.ts';
+import { oraclePolicy } from './oracle.ts';
+import type { PolicyFactory } from './policy.ts';
+import { seedPolicy } from './seed.ts';
+import { staticPolicy } from './static.ts';
+
+export const POLICY_NAMES = ['adaptive', 'static', 'seed', 'lru', 'lfu', 'lfru', 'oracle'] as const;
+export type PolicyName = (typeof POLICY_NAMES)[number];
+
+export interface PolicyOptions {
+  readonly budgets?: Partial<Budgets>;
+  /** The fitted map the seed policy freezes. */
+  readonly seedMap?: RowMap;
+  /** Copy-on-miss inserts per step (lru, lfu, lfru). */
+  readonly insertsPerStep?: number;
+  /** LFRU decay half-life, steps. */
+  readonly lfruHalfLife?: number;
+  /** Oracle window, steps. */
+  readonly oracleWindow?: number;
+}
+
+export function policyFactory(name: string, o: PolicyOptions = {}): PolicyFactory {
+  const inserts = o.insertsPerStep ?? 8;
+  switch (name as PolicyName) {
+    case 'adaptive': return adaptivePolicy(o.budgets);
+    case 'static': return staticPolicy;
+    case 'seed': return seedPolicy(o.seedMap);
+    case 'lru': return lruPolicy({ insertsPerStep: inserts });
+    case 'lfu': return lfruPolicy({ insertsPerStep: inserts, halfLifeSteps: Infinity }, 'lfu');
+    case 'lfru': return lfruPolicy({ insertsPerStep: inserts, halfLifeSteps: o.lfruHalfLife ?? 500 });
+    case 'oracle': return oraclePolicy(o.oracleWindow ?? 64);
+    default:
+      throw new ResidencyError('BAD_ARGUMENT', `--policy: unknown '${name}' (have: ${POLICY_NAMES.join(', ')})`);
+  }
+}
