@@ -46,6 +46,12 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   // Every header and the architecture are validated before a single weight byte is read.
   const layout = await openCheckpoint(root);
   checkArchitecture(spec, new Map([...layout.tensors].map(([k, v]) => [k, { shape: v.entry.shape, file: basename(v.shard.file) }])));
+  // The tokenizer is small: load it before the weights so a broken one fails fast.
+  const tokenizer = await loadTokenizer(root, { eosTokenIds: spec.eosTokenIds });
+  if (tokenizer.vocabSize > spec.vocabSize) {
+    throw new ResidencyError('BAD_CHECKPOINT',
+      `tokenizer.json has token ids up to ${tokenizer.vocabSize - 1} but config.json vocab_size is ${spec.vocabSize}: the tokenizer does not belong to this model`);
+  }
 
   const convert = opts.weights ?? true;
   const total = layout.dataBytes * (convert ? 2 : 1);
@@ -59,10 +65,5 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   const weights = convert ? toFloat32Weights(spec, raw, (name, n) => report(n, `converting ${name}`)) : emptyWeights(spec);
   if (convert && done < total) opts.onProgress?.(total, total, 'done'); // unconverted extras still count
 
-  const tokenizer = await loadTokenizer(root, { eosTokenIds: spec.eosTokenIds });
-  if (tokenizer.vocabSize > spec.vocabSize) {
-    throw new ResidencyError('BAD_CHECKPOINT',
-      `tokenizer.json has token ids up to ${tokenizer.vocabSize - 1} but config.json vocab_size is ${spec.vocabSize}: the tokenizer does not belong to this model`);
-  }
   return { spec, raw, weights, tokenizer, dir: root };
 }

@@ -35,6 +35,18 @@ describe('safetensors: valid files', () => {
     assert.deepEqual(tensors.get('a')!.bytes, a.bytes);
     assert.deepEqual(tensors.get('b')!.shape, [2]);
   });
+  it('reads in bounded groups with the same bytes, and progress sums to the data section', () => withTempDir(async (dir) => {
+    const file = join(dir, 'g.safetensors');
+    const tensors = syntheticTensors(syntheticConfig());
+    await writeFile(file, encodeSafetensors(tensors));
+    const header = await readHeader(file);
+    for (const groupBytes of [1, 100, 1e9]) {
+      let bytes = 0;
+      const read = await readTensors(header, (n) => { bytes += n; }, groupBytes);
+      assert.equal(bytes, header.fileSize - header.dataStart);
+      for (const t of tensors) assert.deepEqual(read.get(t.name)!.bytes, t.bytes, `${t.name} groupBytes=${groupBytes}`);
+    }
+  }));
   it('accepts empty tensors and scalar shapes', async () => {
     const header = { e: { dtype: 'F32', shape: [0, 4], data_offsets: [0, 0] }, s: { dtype: 'F32', shape: [], data_offsets: [0, 4] } };
     const tensors = (await load(withHeader(header, 4))) as Map<string, unknown>;
@@ -199,5 +211,21 @@ describe('checkpoint folders: index, shards and architecture', () => {
     const config = JSON.parse(await readFile(join(dir, 'config.json'), 'utf8'));
     await writeFile(join(dir, 'config.json'), JSON.stringify({ ...config, tie_word_embeddings: false }));
     await rejectsWith(loadModel(dir), 'BAD_CHECKPOINT', /"lm_head\.weight".*tie_word_embeddings is false/);
+  }));
+
+  it('a missing or malformed config.json', () => withTempDir(async (dir) => {
+    await writeSyntheticCheckpoint(dir);
+    await unlink(join(dir, 'config.json'));
+    await rejectsWith(loadModel(dir), 'BAD_CONFIG', /cannot read .*config\.json/);
+    await writeFile(join(dir, 'config.json'), '{"model_type": "qwen3_moe",');
+    await rejectsWith(loadModel(dir), 'BAD_CONFIG', /config\.json: not valid JSON/);
+  }));
+
+  it('a missing tokenizer.json, or one larger than the model vocabulary', () => withTempDir(async (dir) => {
+    await writeSyntheticCheckpoint(dir);
+    await copyFile(join(SHIPPED_MODEL, 'tokenizer.json'), join(dir, 'tokenizer.json'));
+    await rejectsWith(loadModel(dir), 'BAD_CHECKPOINT', /token ids up to 8191 but config\.json vocab_size is 260/);
+    await unlink(join(dir, 'tokenizer.json'));
+    await rejectsWith(loadModel(dir), 'BAD_CHECKPOINT', /cannot read tokenizer .*tokenizer\.json/);
   }));
 });

@@ -113,11 +113,16 @@ export function validateHeader(
 }
 
 /** Reads exactly `length` bytes at `position`, or throws naming the file: a short read means truncation. */
-async function readExactly(fh: FileHandle, file: string, position: number, length: number, into?: Uint8Array): Promise<Uint8Array> {
-  const buf = into ?? new Uint8Array(length);
+async function readExactly(fh: FileHandle, file: string, position: number, length: number): Promise<Uint8Array> {
+  const buf = new Uint8Array(length);
   let done = 0;
   while (done < length) {
-    const { bytesRead } = await fh.read(buf, done, length - done, position + done);
+    let bytesRead: number;
+    try {
+      ({ bytesRead } = await fh.read(buf, done, length - done, position + done));
+    } catch (e) {
+      throw bad(file, `read failed at offset ${position + done}: ${(e as Error).message}`);
+    }
     if (bytesRead === 0) throw bad(file, `unexpected end of file reading ${length} bytes at offset ${position} (the file is truncated)`);
     done += bytesRead;
   }
@@ -162,35 +167,52 @@ export async function readHeader(file: string): Promise<SafetensorsHeader> {
   }
 }
 
+/** Reads are grouped into buffers of at most this many bytes (one tensor larger than it gets its own). */
+export const READ_GROUP_BYTES = 256 * 1024 * 1024;
+
 /**
- * Reads the tensors of one validated file. The data section is read in chunks into one buffer and each
- * tensor is a view into it, so a shard costs its own size once; `onBytes` reports each chunk.
+ * Reads the tensors of one validated file. Neighbouring tensors are read together into buffers of at
+ * most `groupBytes` (each tensor a view into its group's buffer), so no allocation scales with the shard
+ * and a multi-GB shard never needs one multi-GB array. `onBytes` reports each group's data bytes.
  */
 export async function readTensors(
   header: SafetensorsHeader,
   onBytes?: (bytes: number) => void,
-  chunkBytes = 64 * 1024 * 1024,
+  groupBytes = READ_GROUP_BYTES,
 ): Promise<Map<string, RawTensor>> {
-  const dataSize = header.fileSize - header.dataStart;
-  const data = new Uint8Array(dataSize);
+  const sorted = [...header.tensors.values()].sort((a, b) => a.start - b.start);
+  // Empty tensors may sit inside another's range, so a group's end is the largest end, not the last.
+  const groups: { start: number; end: number; tensors: TensorEntry[] }[] = [];
+  for (const t of sorted) {
+    const g = groups.at(-1);
+    if (g && Math.max(g.end, t.end) - g.start <= groupBytes) {
+      g.tensors.push(t);
+      g.end = Math.max(g.end, t.end);
+    } else {
+      groups.push({ start: t.start, end: t.end, tensors: [t] });
+    }
+  }
   const fh = await open(header.file, 'r').catch((e: unknown) => {
     throw new ResidencyError('BAD_CHECKPOINT', `cannot open safetensors file ${header.file}: ${(e as Error).message}`, { cause: e });
   });
+  const out = new Map<string, RawTensor>();
   try {
     // The size is re-checked because the file may have changed since its header was validated.
     const now = (await fh.stat()).size;
     if (now !== header.fileSize) throw bad(header.file, `file size changed from ${header.fileSize} to ${now} bytes while loading`);
-    for (let off = 0; off < dataSize; off += chunkBytes) {
-      const len = Math.min(chunkBytes, dataSize - off);
-      await readExactly(fh, header.file, header.dataStart + off, len, data.subarray(off, off + len));
-      onBytes?.(len);
+    for (const { start, end, tensors } of groups) {
+      const data = await readExactly(fh, header.file, header.dataStart + start, end - start);
+      for (const t of tensors) {
+        out.set(t.name, { name: t.name, dtype: t.dtype, shape: t.shape, bytes: data.subarray(t.start - start, t.end - start) });
+      }
+      onBytes?.(end - start);
     }
   } finally {
     await fh.close();
   }
-  const out = new Map<string, RawTensor>();
-  for (const t of header.tensors.values()) {
-    out.set(t.name, { name: t.name, dtype: t.dtype, shape: t.shape, bytes: data.subarray(t.start, t.end) });
-  }
+  // Report bytes no tensor covers (padding, gaps) so progress reaches the data section's size.
+  const covered = groups.reduce((sum, g) => sum + g.end - g.start, 0);
+  const rest = header.fileSize - header.dataStart - covered;
+  if (rest > 0) onBytes?.(rest);
   return out;
 }
