@@ -34,16 +34,18 @@ export function lfruPolicy(opts: LfruOptions = { insertsPerStep: 8, halfLifeStep
           }
         }
         let copies = 0;
+        const inserted = new Set<number>();
         for (const i of misses) {
           if (copies >= opts.insertsPerStep) break;
           const l = Math.floor(i / g.experts);
           let victim = -1;
           for (let e = l * g.experts; e < (l + 1) * g.experts; e++) {
-            if (hot[e] && (victim < 0 || score[e]! < score[victim]!)) victim = e;
+            if (hot[e] && !inserted.has(e) && (victim < 0 || score[e]! < score[victim]!)) victim = e;
           }
           if (victim < 0 || score[i]! <= score[victim]!) continue;
           hot[victim] = 0;
           hot[i] = 1;
+          inserted.add(i); // an expert copied in this step is not evicted by a later miss of the same step
           copies++;
         }
         return { swaps: 0, copies, refused: 0 };
