@@ -2,5 +2,6 @@
 import type { CliCommand } from './command.ts';
 import { simulateCommand } from './simulate.ts';
 import { compareCommand } from './compare.ts';
+import { fitMapCommand } from './fit-map.ts';
 
-export const commands: CliCommand[] = [simulateCommand, compareCommand];
+export const commands: CliCommand[] = [simulateCommand, compareCommand, fitMapCommand];
