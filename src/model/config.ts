@@ -35,7 +35,7 @@ const Qwen3MoeConfig = z.looseObject({
   tie_word_embeddings: z.boolean().optional(),
   max_position_embeddings: posInt.optional(),
   bos_token_id: tokenId.nullish(),
-  eos_token_id: z.union([tokenId, z.array(tokenId)]).nullish(),
+  eos_token_id: z.union([tokenId, z.array(tokenId)], { error: 'expected a token id or an array of token ids' }).nullish(),
   hidden_act: z.string().optional(),
   attention_bias: z.boolean().optional(),
   use_sliding_window: z.boolean().optional(),

@@ -1,4 +1,7 @@
 // A stderr progress line for loading large checkpoints; silent unless stderr is a terminal or forced.
+//
+//   const progress = progressLine({ label: `loading ${dir}` });
+//   try { model = await loadModel(dir, { onProgress: progress.onProgress }); } finally { progress.finish(); }
 
 export interface ProgressLine {
   /** Pass as loadModel's onProgress. */
