@@ -2,6 +2,7 @@
 import type { CliCommand } from './command.ts';
 import { simulateCommand } from './simulate.ts';
 import { compareCommand } from './compare.ts';
+import { analyzeCommand } from './analyze.ts';
 import { fitMapCommand } from './fit-map.ts';
 
-export const commands: CliCommand[] = [simulateCommand, compareCommand, fitMapCommand];
+export const commands: CliCommand[] = [simulateCommand, compareCommand, analyzeCommand, fitMapCommand];

@@ -1,0 +1,137 @@
+// The residency driver against an in-memory backend: the four verbs, telemetry files, control file, GO, restore.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Backend, ExpertBanks } from '../backend/backend.ts';
+import type { ModelSpec } from '../model/spec.ts';
+import { Counter } from '../residency/counts.ts';
+import { identityRowMap, rowMapsEqual } from '../residency/rowmap.ts';
+import { rng, shuffle, skewedRouting } from '../residency/test-helpers.ts';
+import { mapFromBanks, ResidencyDriver } from './residency-driver.ts';
+
+const L = 3;
+const E = 16;
+const H = 12;
+const K = 2;
+
+/** Banks whose rows hold bytes derived from the expert id, so a lost or duplicated row shows in the digest. */
+class FakeBanks implements ExpertBanks {
+  readonly layers = L;
+  readonly experts = E;
+  readonly hotPerLayer = H;
+  readonly rows: Uint8Array[][] = []; // [layer][slot] row bytes
+  readonly holder: number[][] = [];
+  swaps = 0;
+  constructor() {
+    for (let l = 0; l < L; l++) {
+      this.rows.push(Array.from({ length: E }, (_, e) => Uint8Array.from({ length: 8 }, (_, i) => (e * 31 + l * 7 + i) & 255)));
+      this.holder.push(Array.from({ length: E }, (_, e) => e));
+    }
+  }
+  slotOf(layer: number, expert: number): number { return this.holder[layer]!.indexOf(expert); }
+  expertAt(layer: number, bank: 'hot' | 'cold', row: number): number { return this.holder[layer]![bank === 'hot' ? row : H + row]!; }
+  swapRows(layer: number, hotRow: number, coldRow: number): void {
+    const r = this.rows[layer]!;
+    const h = this.holder[layer]!;
+    [r[hotRow], r[H + coldRow]] = [r[H + coldRow]!, r[hotRow]!];
+    [h[hotRow], h[H + coldRow]] = [h[H + coldRow]!, h[hotRow]!];
+    this.swaps++;
+  }
+  digest(): string {
+    const hash = createHash('sha256');
+    for (const layer of this.rows) for (const row of layer) hash.update(row);
+    return hash.digest('hex');
+  }
+}
+
+function fakeBackend(): Backend & { counter: Counter; banks: FakeBanks } {
+  const counter = new Counter(L, E, K);
+  const banks = new FakeBanks();
+  return {
+    name: 'fake', spec: { name: 'fake-moe', numLayers: L, numExperts: E, topK: K } as ModelSpec, banks, counter,
+    openSequence() {}, closeSequence() {}, dispose() {},
+    forward() { throw new Error('not used'); },
+    readCounter: () => counter.snapshot(),
+  };
+}
+
+/** The engine's part of the loop: ask whether to count, "run" the step (count its picks), report it. */
+function run(driver: ResidencyDriver, backend: ReturnType<typeof fakeBackend>, from: number, steps: number, domain: number[][], r: () => number) {
+  for (let step = from; step < from + steps; step++) {
+    const tokens = 1 + (step % 3);
+    const counted = driver.countStep(tokens);
+    if (counted) backend.counter.addPicks(skewedRouting(r, tokens, L, E, K, domain), tokens);
+    driver.afterStep({ step, tokens, counted, durationNs: 1000 });
+  }
+}
+
+const domainOf = (r: () => number) => Array.from({ length: L }, () => shuffle(r, Array.from({ length: E }, (_, i) => i)));
+
+test('boots frozen; GO starts adaptation; telemetry, swaps and the ring are written; restore gives the boot digest back', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'residency-driver-'));
+  const backend = fakeBackend();
+  const logs: string[] = [];
+  const driver = new ResidencyDriver({
+    backend, dir, pollEvery: 1, log: (m) => logs.push(m),
+    budgets: { drain_every: 8, half_life_steps: 40, min_average: 1, swaps_per_step: 3 },
+  });
+  const bootDigest = backend.banks.digest();
+  const r = rng(21);
+  run(driver, backend, 0, 200, domainOf(r), r);
+  assert.equal(backend.banks.swaps, 0, 'frozen at boot: counting only');
+  assert.ok(backend.counter.snapshot().some((x) => x > 0));
+
+  writeFileSync(join(dir, 'GO'), '');
+  let step = 200;
+  for (let phase = 0; phase < 6; phase++, step += 300) run(driver, backend, step, 300, domainOf(r), r);
+  assert.ok(logs.some((m) => m.includes('baseline')), logs.join('\n'));
+  assert.ok(backend.banks.swaps > 20, `swaps ${backend.banks.swaps}`);
+  assert.ok(rowMapsEqual(mapFromBanks(backend.banks, 'fake-moe'), driver.controller.map()), 'banks follow the controller map');
+
+  const telemetry = readFileSync(join(dir, 'telemetry.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  assert.equal(telemetry.length, driver.controller.stats.drains);
+  assert.ok(telemetry.every((t) => t.v === 1 && t.cold_share >= 0 && t.cold_share <= 1 && t.cold_share_by_layer.length === L));
+  const swapLines = readFileSync(join(dir, 'swaps.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  assert.equal(swapLines.length, backend.banks.swaps);
+  const ring = driver.ring.dump();
+  assert.ok(ring.swaps.every((n) => n <= 3), 'per-step budget');
+  assert.equal(ring.swaps.reduce((a, b) => a + b, 0), backend.banks.swaps, 'the ring saw every swap');
+
+  writeFileSync(join(dir, 'control.json'), JSON.stringify({ restore_map: true, dump_counts: 'counts.json' }));
+  run(driver, backend, step, 400, domainOf(r), r);
+  assert.equal(backend.banks.digest(), bootDigest, 'restore: bank bytes identical to boot');
+  assert.ok(rowMapsEqual(mapFromBanks(backend.banks, 'fake-moe'), identityRowMap('fake-moe', L, E, H)));
+  assert.ok(existsSync(join(dir, 'counts.json')));
+  driver.close();
+  assert.equal(JSON.parse(readFileSync(join(dir, 'steps.json'), 'utf8')).v, 1);
+});
+
+test('a rejected control file is logged and changes nothing', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'residency-driver-'));
+  const backend = fakeBackend();
+  const logs: string[] = [];
+  const driver = new ResidencyDriver({ backend, dir, pollEvery: 1, log: (m) => logs.push(m), frozen: false, budgets: { drain_every: 4 } });
+  const before = JSON.stringify([driver.controller.budgets, driver.controller.frozen, driver.controller.counting]);
+  for (const bad of ['{"freeze": "no"}', '{"budgets": {"hysteresis": 0.9}}', '{not json', '{"restore": true}']) {
+    writeFileSync(join(dir, 'control.json'), bad);
+    driver.pollControl();
+    assert.match(logs.at(-1)!, /rejected, nothing changed/);
+    assert.equal(JSON.stringify([driver.controller.budgets, driver.controller.frozen, driver.controller.counting]), before);
+  }
+  writeFileSync(join(dir, 'control.json'), '{"counting": false, "budgets": {"count_tmax": 1}}');
+  driver.pollControl();
+  assert.equal(driver.countStep(1), false);
+  assert.equal(driver.controller.budgets.count_tmax, 1);
+});
+
+test('--map places the banks before the first step and becomes the restore target', () => {
+  const backend = fakeBackend();
+  const map = { ...identityRowMap('fake-moe', L, E, H), layers_map: Array.from({ length: L }, () => ({ hot: [15, 14, 13, 3, 4, 5, 6, 7, 8, 9, 10, 11], cold: [12, 0, 1, 2] })) };
+  const driver = new ResidencyDriver({ backend, map, log: () => {} });
+  assert.ok(rowMapsEqual(mapFromBanks(backend.banks, 'fake-moe'), map));
+  assert.ok(rowMapsEqual(driver.controller.boot, map));
+  assert.throws(() => new ResidencyDriver({ backend: fakeBackend(), map: identityRowMap('x', L, E, 8), log: () => {} }), /geometry is fixed/);
+});

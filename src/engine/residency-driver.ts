@@ -1,0 +1,147 @@
+// The residency driver: the engine's ResidencyHook for one Backend. Count, drain, decide, swap; between steps.
+import { isAbsolute, join } from 'node:path';
+import type { Backend, ExpertBanks } from '../backend/backend.ts';
+import { ResidencyError } from '../errors.ts';
+import { Controller, type DrainReport } from '../residency/controller.ts';
+import type { ControlCommand, ControlResult } from '../residency/control.ts';
+import { ControlFileWatcher } from '../residency/control-watcher.ts';
+import { saveCountsDump } from '../residency/files.ts';
+import type { Budgets, Swap } from '../residency/policy.ts';
+import { planRestore } from '../residency/restore.ts';
+import { geometry, type RowMap } from '../residency/rowmap.ts';
+import { drainLine, StepRing, swapLine, type SwapLine } from '../residency/telemetry.ts';
+import { TelemetryWriter } from '../residency/telemetry-writer.ts';
+import type { ResidencyHook, StepReport } from './residency-hook.ts';
+
+export interface ResidencyDriverOptions {
+  readonly backend: Backend;
+  /** Serve with this map: the banks are brought to it before the first step. Default: what the banks hold. */
+  readonly map?: RowMap;
+  readonly budgets?: Partial<Budgets>;
+  /** Boot frozen, counting only, until a GO file or {"freeze": false}. Default true. */
+  readonly frozen?: boolean;
+  /** Folder for telemetry.jsonl, swaps.jsonl and steps.json; the control file and GO file default to it. */
+  readonly dir?: string;
+  /** Default: DIR/control.json when `dir` is given. */
+  readonly controlPath?: string;
+  /** Default: DIR/GO when `dir` is given. */
+  readonly goPath?: string;
+  /** Steps between polls of the control and GO files (a stat each). Default 8. */
+  readonly pollEvery?: number;
+  /** Steps kept in the per-step ring. Default 8192. */
+  readonly ringSize?: number;
+  readonly log?: (message: string) => void;
+}
+
+/** The map the banks hold now, read row by row. */
+export function mapFromBanks(banks: ExpertBanks, model: string): RowMap {
+  const layers_map = Array.from({ length: banks.layers }, (_, l) => ({
+    hot: Array.from({ length: banks.hotPerLayer }, (_, r) => banks.expertAt(l, 'hot', r)),
+    cold: Array.from({ length: banks.experts - banks.hotPerLayer }, (_, r) => banks.expertAt(l, 'cold', r)),
+  }));
+  return { version: 1, model, layers: banks.layers, experts: banks.experts, hot_per_layer: banks.hotPerLayer, layers_map };
+}
+
+/** Moves the banks to `map` at once (before serving, so no per-step budget); returns the swaps made. */
+export function placeMap(banks: ExpertBanks, model: string, map: RowMap): number {
+  const now = mapFromBanks(banks, model);
+  if (now.layers !== map.layers || now.experts !== map.experts || now.hot_per_layer !== map.hot_per_layer) {
+    throw new ResidencyError('BAD_MAP', `map is ${geometry(map)} but the banks are ${geometry(now)}: the geometry is fixed when the banks are built`);
+  }
+  const plan = planRestore(now, map, 0);
+  for (const s of plan) banks.swapRows(s.layer, s.hotRow, s.coldRow);
+  return plan.length;
+}
+
+export class ResidencyDriver implements ResidencyHook {
+  readonly controller: Controller;
+  readonly ring: StepRing;
+  lastDrain: DrainReport | null = null;
+  private readonly backend: Backend;
+  private readonly writer: TelemetryWriter | null;
+  private readonly watcher: ControlFileWatcher | null;
+  private readonly pollEvery: number;
+  private readonly log: (message: string) => void;
+
+  constructor(private readonly opts: ResidencyDriverOptions) {
+    this.backend = opts.backend;
+    this.log = opts.log ?? ((m) => console.error(`residency: ${m}`));
+    const model = opts.backend.spec.name;
+    if (opts.map) {
+      const moved = placeMap(opts.backend.banks, model, opts.map);
+      if (moved > 0) this.log(`placed map ${opts.map.model}: ${moved} row exchanges`);
+    }
+    const boot = opts.map ?? mapFromBanks(opts.backend.banks, model);
+    this.controller = new Controller({
+      boot, budgets: opts.budgets, frozen: opts.frozen ?? true, initialSnapshot: opts.backend.readCounter(),
+    });
+    this.writer = opts.dir ? new TelemetryWriter(opts.dir) : null;
+    const controlPath = opts.controlPath ?? (opts.dir ? join(opts.dir, 'control.json') : undefined);
+    const goPath = opts.goPath ?? (opts.dir ? join(opts.dir, 'GO') : undefined);
+    this.watcher = controlPath || goPath ? new ControlFileWatcher({ controlPath, goPath, log: this.log }) : null;
+    this.pollEvery = opts.pollEvery ?? 8;
+    this.ring = new StepRing(opts.ringSize ?? 8192);
+  }
+
+  /** Count: counting on, and a decode-like step (at most count_tmax tokens). */
+  countStep(tokens: number): boolean {
+    return this.controller.shouldCount(tokens);
+  }
+
+  /** Between steps: drain when due (and decide), then swap within the per-step budget, then poll control. */
+  afterStep(report: StepReport): void {
+    this.controller.onStep(report);
+    if (this.controller.drainDue()) this.drainAndDecide(report.step);
+    const t0 = process.hrtime.bigint();
+    const swapped = this.swap(report.step);
+    this.ring.push(report.step, report.durationNs, report.tokens, swapped, Number(process.hrtime.bigint() - t0));
+    if (this.watcher && (report.step + 1) % this.pollEvery === 0) this.pollControl();
+  }
+
+  /** The control API (the server exposes it): the same operations as the control file. */
+  control(cmd: ControlCommand): ControlResult {
+    const result = this.controller.control(cmd, this.backend.readCounter());
+    if (result.ok && result.dump) {
+      const path = this.opts.dir && !isAbsolute(result.dump.path) ? join(this.opts.dir, result.dump.path) : result.dump.path;
+      try {
+        saveCountsDump(path, result.dump.counts);
+      } catch (err) {
+        return { ok: false, error: `dump_counts: cannot write ${path}: ${(err as Error).message}` };
+      }
+    }
+    return result;
+  }
+
+  /** Reads the control and GO files now (afterStep does this every pollEvery steps). */
+  pollControl(): void {
+    for (const event of this.watcher?.poll() ?? []) {
+      if ('error' in event) continue; // the watcher logged the rejection; nothing changed
+      const result = this.control(event.command);
+      if (result.ok) this.log(`control ${event.source}: ${result.changes.join('; ') || 'no change'}`);
+      else this.log(`control file ${event.source} rejected, nothing changed: ${result.error}`);
+    }
+  }
+
+  /** Writes the step ring (steps.json) when there is a telemetry folder. */
+  close(): void {
+    this.writer?.steps(this.ring.dump());
+  }
+
+  private drainAndDecide(step: number): void {
+    const drain = this.controller.drain(step, this.backend.readCounter());
+    this.lastDrain = drain;
+    this.writer?.drain(drainLine(drain, new Date()));
+  }
+
+  private swap(step: number): number {
+    const lines: SwapLine[] = [];
+    const banks = this.backend.banks;
+    const { applied } = this.controller.applySwaps(this.controller.budgets.swaps_per_step, (s: Swap) => {
+      const t0 = process.hrtime.bigint();
+      banks.swapRows(s.layer, s.hotRow, s.coldRow);
+      if (this.writer) lines.push(swapLine(s, step, Number(process.hrtime.bigint() - t0), new Date()));
+    });
+    this.writer?.swaps(lines);
+    return applied.length;
+  }
+}
