@@ -1,36 +1,28 @@
-// Maps from counts for the simulator: top-H per layer (the seed fit) and the identity boot map.
-import type { RowMap } from '../residency/rowmap.ts';
+// Maps from counts for the simulator: top-H per layer (the seed fit, by the live fitter) and the identity map.
+import { toRows, type CountsDump } from '../residency/counts.ts';
+import { fitMap } from '../residency/fit.ts';
+import { identityRowMap, type RowMap } from '../residency/rowmap.ts';
 import type { Geometry } from './policies/policy.ts';
 import type { SimStep } from './traffic.ts';
 import type { RoutingTrace } from './traces/trace.ts';
 
+/** A counts dump (format v1) holding `counts` as its cumulative table: what a live run would have dumped. */
+export function countsDumpOf(counts: ArrayLike<number>, g: Geometry, model: string): CountsDump {
+  const rows = toRows(counts, g.layers, g.experts);
+  return { version: 1, model, step: 0, decode_steps: 0, half_life: 500, decayed: rows, cumulative: rows };
+}
+
 /**
- * Top-H experts of each layer by count; ties go to the lower id so the fit is deterministic. Hot and cold
- * rows are listed in ascending id order. (The live fitter is src/residency/fit.ts; src/sim/seed.ts uses
- * it when it is present and this otherwise; both give top-H per layer.)
+ * The seed fit: top-H experts of each layer by count, through the live fitter (src/residency/fit.ts), so
+ * a map fitted here is the map `fit-map` would write from the same counts.
  */
 export function topHMap(counts: ArrayLike<number>, g: Geometry, model: string): RowMap {
-  const layers_map = [];
-  for (let l = 0; l < g.layers; l++) {
-    const ids = Array.from({ length: g.experts }, (_, e) => e);
-    ids.sort((a, b) => (counts[l * g.experts + b]! - counts[l * g.experts + a]!) || a - b);
-    const hot = ids.slice(0, g.hotPerLayer).sort((a, b) => a - b);
-    const cold = ids.slice(g.hotPerLayer).sort((a, b) => a - b);
-    layers_map.push({ hot, cold });
-  }
-  return { version: 1, model, layers: g.layers, experts: g.experts, hot_per_layer: g.hotPerLayer, layers_map };
+  return fitMap(countsDumpOf(counts, g, model), { hot: g.hotPerLayer, model });
 }
 
 /** Experts 0..H-1 hot in every layer: a map that knows nothing about the traffic. */
 export function identityMap(g: Geometry, model: string): RowMap {
-  const layers_map = [];
-  for (let l = 0; l < g.layers; l++) {
-    layers_map.push({
-      hot: Array.from({ length: g.hotPerLayer }, (_, i) => i),
-      cold: Array.from({ length: g.experts - g.hotPerLayer }, (_, i) => g.hotPerLayer + i),
-    });
-  }
-  return { version: 1, model, layers: g.layers, experts: g.experts, hot_per_layer: g.hotPerLayer, layers_map };
+  return identityRowMap(model, g.layers, g.experts, g.hotPerLayer);
 }
 
 /** Cumulative pick counts [layers * experts] over whole traces (what a counts dump of that traffic holds). */

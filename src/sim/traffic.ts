@@ -117,3 +117,25 @@ export function splitDocuments(t: RoutingTrace, half: 'first' | 'second'): Routi
     docStarts: mine.map(([s]) => s - start),
   };
 }
+
+/**
+ * The steps of a trace recorded by the engine, exactly as they ran (tokens in chunk order), as one phase.
+ * Recorded prefill steps are included; whether they count is the count_tmax rule, as in the engine.
+ */
+export function recordedSteps(t: RoutingTrace, countTmax: number): SimStep[] {
+  if (!t.recorded) throw new ResidencyError('BAD_TRACE', `trace '${t.name}' has no recorded steps (lines without 'step'); use --phases to build traffic`);
+  const { step, line } = t.recorded;
+  const rows = Array.from({ length: t.tokens }, (_, r) => r).sort((a, b) => line[a]! - line[b]!);
+  const row = rowSize(t);
+  const out: SimStep[] = [];
+  let i = 0;
+  while (i < rows.length) {
+    let j = i;
+    while (j < rows.length && step[rows[j]!] === step[rows[i]!]) j++;
+    const picks = new Uint16Array((j - i) * row);
+    for (let k = i; k < j; k++) picks.set(t.ids.subarray(rows[k]! * row, (rows[k]! + 1) * row), (k - i) * row);
+    out.push({ index: out.length, phase: 0, tokens: j - i, counted: j - i <= countTmax, picks });
+    i = j;
+  }
+  return out;
+}

@@ -2,14 +2,17 @@
 // the device counter; nothing of the policy is re-implemented here.
 import { Controller } from '../../residency/controller.ts';
 import { Counter } from '../../residency/counts.ts';
+import type { DrainReport } from '../../residency/controller.ts';
 import type { Budgets, Swap } from '../../residency/policy.ts';
-import { hotMaskOf, type Moves, type PolicyFactory } from './policy.ts';
+import { hotMaskOf, type Moves, type Policy, type PolicyContext } from './policy.ts';
 
 export interface AdaptivePolicy {
   /** The controller, for tests and the lockstep check (read its map, stats, pending queue). */
   readonly controller: Controller;
   /** Applied swaps in order, with the step after which each was applied. */
   readonly log: Array<{ step: number; swap: Swap }>;
+  /** Every drain's report, in order (what the engine turns into telemetry.jsonl lines). */
+  readonly drains: DrainReport[];
 }
 
 /**
@@ -17,13 +20,14 @@ export interface AdaptivePolicy {
  * `tick` (drain when due, decide, apply at most swaps_per_step, stale-checked). Starts adapting at once
  * (the controller boots frozen by default and waits for a GO; the simulator gives it at step 0).
  */
-export function adaptivePolicy(budgets: Partial<Budgets> = {}, name = 'adaptive'): PolicyFactory {
+export function adaptivePolicy(budgets: Partial<Budgets> = {}, name = 'adaptive'): (ctx: PolicyContext) => Policy & AdaptivePolicy {
   return (ctx) => {
     const g = ctx.geometry;
     const controller = new Controller({ boot: ctx.bootMap, budgets, frozen: false });
     const counter = new Counter(g.layers, g.experts, g.topK);
     const hot = hotMaskOf(ctx.bootMap);
     const log: AdaptivePolicy['log'] = [];
+    const drains: DrainReport[] = [];
     const exchange = (s: Swap) => {
       hot[s.layer * g.experts + s.hotExpert] = 0;
       hot[s.layer * g.experts + s.coldExpert] = 1;
@@ -35,11 +39,13 @@ export function adaptivePolicy(budgets: Partial<Budgets> = {}, name = 'adaptive'
       get movesPerStep() { return controller.budgets.swaps_per_step; },
       controller,
       log,
+      drains,
       afterStep(step): Moves {
         const counted = controller.shouldCount(step.tokens)
           && counter.addPicks(step.picks, step.tokens, controller.budgets.count_tmax);
         const r = controller.tick({ step: step.index, tokens: step.tokens, counted }, () => counter.snapshot(), exchange);
         for (const swap of r.applied) log.push({ step: step.index, swap });
+        if (r.drain) drains.push(r.drain);
         return { swaps: r.applied.length, copies: 0, refused: r.refused.length };
       },
     };

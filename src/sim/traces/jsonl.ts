@@ -4,9 +4,11 @@
 //   {"format":"routing-trace","version":1,"layers":6,"experts":64,"top_k":6}
 // Then one line per token:
 //   {"layers":[[e0,...,e5], ... one array per layer]}            minimal form
-//   {"seq":3,"pos":17,"layers":[[...],...]}                     as recorded by the engine
+//   {"step":12,"seq":3,"pos":17,"layers":[[...],...]}           as recorded by the engine
 // `seq` groups tokens into documents (a request's tokens, in order of appearance); a line with
-// `"doc":true` starts a new document in files without `seq`. Blank lines are skipped.
+// `"doc":true` starts a new document in files without `seq`. `step` (the engine step the token ran in)
+// lets the simulator replay the recorded steps exactly; without it traffic protocols build steps. Blank
+// lines are skipped.
 import { readFileSync } from 'node:fs';
 import { basename } from 'node:path';
 import { ResidencyError } from '../../errors.ts';
@@ -31,7 +33,9 @@ export function parseJsonlTrace(text: string, file: string, opts: { name?: strin
   let layers = 0;
   let topK = 0;
   // Rows grouped by document, in order of first appearance.
-  const docs = new Map<string, number[][]>();
+  const docs = new Map<string, Array<{ ids: number[]; step: number; line: number }>>();
+  let withStep = 0;
+  let lineNo = 0;
   let anonDoc = 0;
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i]!.trim();
@@ -71,6 +75,10 @@ export function parseJsonlTrace(text: string, file: string, opts: { name?: strin
         flat.push(id);
       }
     }
+    if (obj.step !== undefined) {
+      if (!Number.isInteger(obj.step) || (obj.step as number) < 0) throw new ResidencyError('BAD_TRACE', `${where}: field 'step' must be an integer >= 0`);
+      withStep++;
+    }
     let key: string;
     if (obj.seq !== undefined) {
       if (!Number.isInteger(obj.seq)) throw new ResidencyError('BAD_TRACE', `${where}: field 'seq' must be an integer`);
@@ -81,22 +89,25 @@ export function parseJsonlTrace(text: string, file: string, opts: { name?: strin
     }
     let rows = docs.get(key);
     if (!rows) docs.set(key, (rows = []));
-    rows.push(flat);
+    rows.push({ ids: flat, step: (obj.step as number | undefined) ?? -1, line: lineNo++ });
   }
   const experts = header?.experts ?? opts.experts;
   if (experts === undefined) throw new ResidencyError('BAD_TRACE', `${file}: no header line and no expert count given; add {"format":"${TRACE_FORMAT}","version":1,"layers":..,"experts":..,"top_k":..} as line 1`);
   if (docs.size === 0) throw new ResidencyError('BAD_TRACE', `${file}: no token lines`);
   const allRows = [...docs.values()];
   const tokens = allRows.reduce((n, d) => n + d.length, 0);
+  if (withStep !== 0 && withStep !== tokens) throw new ResidencyError('BAD_TRACE', `${file}: ${withStep} of ${tokens} token lines carry 'step': all or none must`);
   const ids = new Uint16Array(tokens * layers * topK);
+  const step = new Int32Array(tokens);
+  const line = new Int32Array(tokens);
   const docStarts: number[] = [];
   let r = 0;
   for (const doc of allRows) {
     docStarts.push(r);
-    for (const row of doc) ids.set(row, r++ * layers * topK);
+    for (const row of doc) { step[r] = row.step; line[r] = row.line; ids.set(row.ids, r++ * layers * topK); }
   }
   const name = opts.name ?? basename(file).replace(/\.jsonl$/, '');
-  return validateTrace({ name, layers, experts, topK, tokens, ids, docStarts }, file);
+  return validateTrace({ name, layers, experts, topK, tokens, ids, docStarts, ...(withStep ? { recorded: { step, line } } : {}) }, file);
 }
 
 export function readJsonlTrace(file: string, opts: { name?: string; experts?: number } = {}): RoutingTrace {

@@ -23,6 +23,7 @@ export interface RecordedChunk {
 export class TraceRecorder {
   private readonly g: TraceGeometry;
   private readonly write: (line: string) => void;
+  private step = 0;
   constructor(g: TraceGeometry, write: (line: string) => void, source?: string) {
     this.g = g;
     this.write = write;
@@ -31,7 +32,7 @@ export class TraceRecorder {
   }
 
   /**
-   * Records one step: `routing` is StepOutput.routing, [tokens][layers][topK] in chunk order.
+   * Records one step (steps are numbered from 0 in call order): `routing` is StepOutput.routing, [tokens][layers][topK] in chunk order.
    * Prefill chunks are recorded too (a trace is what the model picked; the replay decides what counts).
    */
   recordStep(chunks: readonly RecordedChunk[], routing: Int32Array): void {
@@ -49,9 +50,10 @@ export class TraceRecorder {
           const base = (t * layers + l) * topK;
           ls.push(Array.from(routing.subarray(base, base + topK)));
         }
-        out += JSON.stringify({ seq: c.seq, pos: c.startPos + i, layers: ls }) + '\n';
+        out += JSON.stringify({ step: this.step, seq: c.seq, pos: c.startPos + i, layers: ls }) + '\n';
       }
     }
+    this.step++;
     if (out) this.write(out);
   }
 }

@@ -14,6 +14,11 @@ export interface RoutingTrace {
   readonly tokens: number;
   readonly ids: Uint16Array;
   readonly docStarts: readonly number[];
+  /**
+   * For traces recorded by the engine: per row, the engine step it ran in and its line number in the file,
+   * so the exact step structure can be replayed (recordedSteps in traffic.ts).
+   */
+  readonly recorded?: { readonly step: Int32Array; readonly line: Int32Array };
 }
 
 /** A named set of traces with one geometry (the fixture's domains, or the files of a directory). */

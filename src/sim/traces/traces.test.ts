@@ -8,6 +8,7 @@ import { loadTraces, FIXTURE_TRACES } from './load.ts';
 import { parseJsonlTrace } from './jsonl.ts';
 import { openTraceFile, TraceRecorder } from './recorder.ts';
 import { documents } from './trace.ts';
+import { recordedSteps } from '../traffic.ts';
 
 const badTrace = (fn: () => unknown, pattern: RegExp) =>
   assert.throws(fn, (e: unknown) => e instanceof ResidencyError && e.code === 'BAD_TRACE' && pattern.test(e.message));
@@ -77,6 +78,11 @@ describe('JSONL traces', () => {
     assert.equal(t.tokens, 5);
     assert.deepEqual(t.docStarts, [0, 3]);
     assert.deepEqual(Array.from(t.ids), [0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 7, 6, 5, 4, 0, 7, 1, 6]);
+    // The recorded steps come back exactly: tokens per step and chunk order.
+    const steps = recordedSteps(t, 2);
+    assert.deepEqual(steps.map((s) => [s.tokens, s.counted]), [[3, false], [2, true]]);
+    assert.deepEqual(Array.from(steps[0]!.picks), [0, 1, 2, 3, 1, 2, 3, 4, 7, 6, 5, 4]);
+    assert.deepEqual(Array.from(steps[1]!.picks), [2, 3, 4, 5, 0, 7, 1, 6]);
     assert.throws(() => new TraceRecorder({ layers: 2, experts: 8, topK: 2 }, () => {}).recordStep([{ seq: 0, startPos: 0, tokens: 2 }], new Int32Array(4)), /routing has 4 ids/);
   });
 });

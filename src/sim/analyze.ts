@@ -1,0 +1,142 @@
+// Live-run analysis: the simulator's metrics computed from a residency folder's telemetry
+// (telemetry.jsonl per drain, swaps.jsonl per applied swap, steps.json step ring; src/residency/telemetry.ts).
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ResidencyError } from '../errors.ts';
+import type { DrainLine, StepRingDump, SwapLine } from '../residency/telemetry.ts';
+
+export interface LiveRun {
+  readonly drains: readonly DrainLine[];
+  readonly swaps: readonly SwapLine[];
+  readonly ring?: StepRingDump;
+}
+
+function need(ok: boolean, where: string, what: string): void {
+  if (!ok) throw new ResidencyError('BAD_ARGUMENT', `${where}: ${what}`);
+}
+
+function readLines<T>(file: string, check: (o: Record<string, unknown>, where: string) => void): T[] {
+  const out: T[] = [];
+  readFileSync(file, 'utf8').split('\n').forEach((line, i) => {
+    if (line.trim() === '') return;
+    const where = `${file}:${i + 1}`;
+    let o: Record<string, unknown>;
+    try { o = JSON.parse(line) as Record<string, unknown>; } catch (err) { throw new ResidencyError('BAD_ARGUMENT', `${where}: not JSON (${(err as Error).message})`); }
+    need(o.v === 1, where, `field 'v' must be 1, got ${JSON.stringify(o.v)}`);
+    check(o, where);
+    out.push(o as T);
+  });
+  return out;
+}
+
+const num = (o: Record<string, unknown>, k: string, where: string) => need(typeof o[k] === 'number' && Number.isFinite(o[k]), where, `field '${k}' must be a number, got ${JSON.stringify(o[k])}`);
+const time = (o: Record<string, unknown>, where: string) => need(typeof o.time === 'string' && !Number.isNaN(Date.parse(o.time)), where, `field 'time' must be an ISO time, got ${JSON.stringify(o.time)}`);
+
+/** Reads a residency folder; telemetry.jsonl is required, swaps.jsonl and steps.json are optional. */
+export function readLiveRun(dir: string): LiveRun {
+  const tele = join(dir, 'telemetry.jsonl');
+  if (!existsSync(tele)) throw new ResidencyError('BAD_ARGUMENT', `--residency-dir ${dir}: no telemetry.jsonl (run serve/generate with a residency folder first)`);
+  const drains = readLines<DrainLine>(tele, (o, w) => { time(o, w); for (const k of ['step', 'window_steps', 'picks', 'cold_share', 'swaps_applied', 'swaps_refused']) num(o, k, w); });
+  const swapsFile = join(dir, 'swaps.jsonl');
+  const swaps = existsSync(swapsFile) ? readLines<SwapLine>(swapsFile, (o, w) => { time(o, w); num(o, 'step', w); num(o, 'layer', w); }) : [];
+  const stepsFile = join(dir, 'steps.json');
+  let ring: StepRingDump | undefined;
+  if (existsSync(stepsFile)) {
+    let o: Record<string, unknown>;
+    try { o = JSON.parse(readFileSync(stepsFile, 'utf8')) as Record<string, unknown>; } catch (err) { throw new ResidencyError('BAD_ARGUMENT', `${stepsFile}: not JSON (${(err as Error).message})`); }
+    need(o.v === 1, stepsFile, `field 'v' must be 1`);
+    const n = (o.step as unknown[] | undefined)?.length;
+    for (const k of ['step', 't_ns', 'tokens', 'swaps', 'swap_ns']) need(Array.isArray(o[k]) && (o[k] as unknown[]).length === n, stepsFile, `field '${k}' must be an array as long as 'step'`);
+    ring = o as unknown as StepRingDump;
+  }
+  return { drains, swaps, ring };
+}
+
+export interface ShiftFigures {
+  readonly step: number;
+  readonly how: 'marked' | 'detected';
+  readonly peak: number;
+  readonly converged: number;
+  readonly t90Steps: number | null;
+  readonly t90Seconds: number | null;
+}
+
+export interface LiveAnalysis {
+  readonly drains: number;
+  readonly steps: number;
+  readonly seconds: number;
+  readonly coldShare: number;
+  readonly timeline: ReadonlyArray<{ step: number; coldShare: number }>;
+  readonly shifts: readonly ShiftFigures[];
+  readonly swapsApplied: number;
+  readonly swapsRefused: number;
+  readonly swapsPerMinute: number;
+  /** Step wall time (forward + swap stall), ms, from the ring. */
+  readonly swapSteps?: { count: number; p50Ms: number; p99Ms: number };
+  readonly swapFreeSteps?: { count: number; p50Ms: number; p99Ms: number };
+}
+
+function quantile(sorted: number[], q: number): number {
+  return sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]! : 0;
+}
+function median(xs: number[]): number {
+  return quantile(xs.slice().sort((a, b) => a - b), 0.5);
+}
+
+/**
+ * A shift is detected at a drain whose cold share is above twice the median of the previous `lookback`
+ * drains and at least 1 point higher (a jump, not noise), at most once per `lookback` drains.
+ */
+export function detectShifts(drains: readonly DrainLine[], lookback = 8): number[] {
+  const out: number[] = [];
+  let last = -Infinity;
+  for (let i = lookback; i < drains.length; i++) {
+    const base = median(drains.slice(i - lookback, i).map((d) => d.cold_share));
+    const v = drains[i]!.cold_share;
+    if (v > 2 * base && v - base > 0.01 && i - last >= lookback) { out.push(drains[i]!.step - drains[i]!.window_steps); last = i; }
+  }
+  return out;
+}
+
+export function analyzeLiveRun(run: LiveRun, marks?: readonly number[]): LiveAnalysis {
+  const d = run.drains;
+  if (d.length === 0) throw new ResidencyError('BAD_ARGUMENT', 'telemetry.jsonl holds no drain lines');
+  const t = (x: { time: string }) => Date.parse(x.time) / 1000;
+  const seconds = Math.max(0, t(d[d.length - 1]!) - t(d[0]!));
+  const picks = d.reduce((n, x) => n + x.picks, 0);
+  const cold = d.reduce((n, x) => n + x.cold_share * x.picks, 0);
+  const starts = marks ? [...marks] : detectShifts(d);
+  const how = marks ? 'marked' : 'detected';
+  const shifts = starts.map((s, i): ShiftFigures => {
+    const end = i + 1 < starts.length ? starts[i + 1]! : Infinity;
+    const seg = d.filter((x) => x.step > s && x.step <= end);
+    const half = Math.max(1, Math.floor(seg.length / 2));
+    const converged = median(seg.slice(half).map((x) => x.cold_share));
+    let peak = 0; let peakAt = 0;
+    seg.slice(0, half).forEach((x, j) => { if (x.cold_share > peak) { peak = x.cold_share; peakAt = j; } });
+    const threshold = converged + 0.1 * (peak - converged);
+    const hit = seg.slice(peakAt).find((x) => x.cold_share <= threshold);
+    // Drain at step N covers the window ending at N: the crossing is dated by the window's end.
+    const before = d.filter((x) => x.step <= s).pop();
+    return {
+      step: s, how, peak, converged, t90Steps: hit ? hit.step - s : null,
+      t90Seconds: hit && before ? t(hit) - t(before) : null,
+    };
+  });
+  const applied = d.reduce((n, x) => n + x.swaps_applied, 0);
+  const refused = d.reduce((n, x) => n + x.swaps_refused, 0);
+  const out: LiveAnalysis = {
+    drains: d.length, steps: d[d.length - 1]!.step, seconds, coldShare: picks ? cold / picks : 0,
+    timeline: d.map((x) => ({ step: x.step, coldShare: x.cold_share })), shifts,
+    swapsApplied: applied, swapsRefused: refused, swapsPerMinute: seconds > 0 ? applied / (seconds / 60) : 0,
+  };
+  if (!run.ring || run.ring.step.length === 0) return out;
+  const withSwaps: number[] = [];
+  const free: number[] = [];
+  run.ring.step.forEach((_, i) => {
+    const ms = (run.ring!.t_ns[i]! + run.ring!.swap_ns[i]!) / 1e6;
+    (run.ring!.swaps[i]! > 0 ? withSwaps : free).push(ms);
+  });
+  const fig = (xs: number[]) => { const s = xs.sort((a, b) => a - b); return { count: s.length, p50Ms: quantile(s, 0.5), p99Ms: quantile(s, 0.99) }; };
+  return { ...out, swapSteps: fig(withSwaps), swapFreeSteps: fig(free) };
+}
