@@ -195,7 +195,7 @@ export class Controller {
     }
     const decided = this.frozenNow
       ? []
-      : decideSwaps(this.mapView(), this.decayed, this.budgetsNow, step, (l, e) => this.queued[l * this.experts + e]! > 0);
+      : decideSwaps(this.mapView(), this.decayed, this.budgetsNow, step, this.queued);
     for (const s of decided) this.enqueue(s);
     this.stats.drains++;
     this.stats.decided += decided.length;

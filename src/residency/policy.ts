@@ -81,7 +81,7 @@ export interface Swap {
 /**
  * Per layer, pairs the busiest cold experts with the least busy hot ones and keeps a pair only when the
  * cold one is at least `hysteresis` times busier and has at least `min_average` decayed picks; at most
- * `swaps_per_layer_per_drain` per layer. Experts in `busy` (already queued) are left out so queued swaps
+ * `swaps_per_layer_per_drain` per layer. Experts with `queued[layer * experts + e] > 0` are left out so queued swaps
  * never conflict. Ties go to the lower expert id. Pure: returns the plan, changes nothing.
  */
 export function decideSwaps(
@@ -89,27 +89,57 @@ export function decideSwaps(
   decayed: Float64Array,
   budgets: Budgets,
   step: number,
-  busy?: (layer: number, expert: number) => boolean,
+  queued?: Uint32Array,
 ): Swap[] {
   const out: Swap[] = [];
   const E = map.experts;
+  const k = budgets.swaps_per_layer_per_drain;
+  const hot: number[] = [];
+  const cold: number[] = [];
   for (let l = 0; l < map.layers; l++) {
     const rows = map.layers_map[l]!;
-    const avg = (e: number) => decayed[l * E + e]!;
-    const free = (e: number) => !busy?.(l, e);
-    const hot = rows.hot.map((e, row) => ({ e, row })).filter((x) => free(x.e));
-    const cold = rows.cold.map((e, row) => ({ e, row })).filter((x) => free(x.e));
-    hot.sort((a, b) => avg(a.e) - avg(b.e) || a.e - b.e); // least busy first
-    cold.sort((a, b) => avg(b.e) - avg(a.e) || a.e - b.e); // busiest first
-    const n = Math.min(budgets.swaps_per_layer_per_drain, hot.length, cold.length);
+    const base = l * E;
+    // Only the k extreme experts of each bank matter: one selection pass beats sorting whole banks
+    // (40 layers x 384 experts per drain at DeepSeek scale).
+    pickRows(rows.hot, decayed, queued, base, k, -1, hot); // least busy first
+    pickRows(rows.cold, decayed, queued, base, k, 1, cold); // busiest first
+    const n = Math.min(hot.length, cold.length);
     for (let i = 0; i < n; i++) {
       const h = hot[i]!;
       const c = cold[i]!;
-      const ca = avg(c.e);
+      const ha = decayed[base + rows.hot[h]!]!;
+      const ca = decayed[base + rows.cold[c]!]!;
       // Pairs only get worse further down both lists, so the first miss ends the layer.
-      if (ca < budgets.min_average || ca < budgets.hysteresis * avg(h.e) || ca <= avg(h.e)) break;
-      out.push({ layer: l, hotExpert: h.e, hotRow: h.row, coldExpert: c.e, coldRow: c.row, decidedAtStep: step, reason: 'adapt' });
+      if (ca < budgets.min_average || ca < budgets.hysteresis * ha || ca <= ha) break;
+      out.push({
+        layer: l, hotExpert: rows.hot[h]!, hotRow: h, coldExpert: rows.cold[c]!, coldRow: c, decidedAtStep: step, reason: 'adapt',
+      });
     }
   }
   return out;
+}
+
+/**
+ * Fills `out` with the rows of the k experts with the highest (sign 1) or lowest (sign -1) decayed count,
+ * best first, skipping experts with queued swaps; ties go to the lower expert id. One pass, insertion into
+ * a list of at most k.
+ */
+function pickRows(ids: readonly number[], decayed: Float64Array, queued: Uint32Array | undefined, base: number,
+  k: number, sign: 1 | -1, out: number[]): void {
+  out.length = 0;
+  for (let r = 0; r < ids.length; r++) {
+    const e = ids[r]!;
+    if (queued && queued[base + e]! > 0) continue;
+    const score = sign * decayed[base + e]!;
+    let at = out.length;
+    while (at > 0) {
+      const o = ids[out[at - 1]!]!;
+      const os = sign * decayed[base + o]!;
+      if (score > os || (score === os && e < o)) at--;
+      else break;
+    }
+    if (at >= k) continue;
+    out.splice(at, 0, r);
+    if (out.length > k) out.pop();
+  }
 }
