@@ -4,5 +4,6 @@ import { simulateCommand } from './simulate.ts';
 import { compareCommand } from './compare.ts';
 import { analyzeCommand } from './analyze.ts';
 import { fitMapCommand } from './fit-map.ts';
+import { generateCommand } from './generate.ts';
 
-export const commands: CliCommand[] = [simulateCommand, compareCommand, analyzeCommand, fitMapCommand];
+export const commands: CliCommand[] = [simulateCommand, compareCommand, analyzeCommand, fitMapCommand, generateCommand];

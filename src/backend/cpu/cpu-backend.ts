@@ -49,6 +49,7 @@ export class CpuBackend implements Backend {
   private readonly cos: Float32Array;
   private readonly sin: Float32Array;
   private readonly scores: Float64Array;
+  private readonly attnAcc: Float64Array;
   private readonly moeShape: MoeShape;
   private scratch: Scratch | null = null;
 
@@ -63,6 +64,7 @@ export class CpuBackend implements Backend {
     this.caches = new KvCaches(spec.numLayers, spec.numKvHeads * spec.headDim, spec.maxPositions);
     ({ cos: this.cos, sin: this.sin } = ropeTables(spec.headDim, spec.ropeTheta, spec.maxPositions));
     this.scores = new Float64Array(spec.maxPositions);
+    this.attnAcc = new Float64Array(spec.headDim);
     this.moeShape = {
       hidden: spec.hiddenSize,
       experts: spec.numExperts,
@@ -144,7 +146,7 @@ export class CpuBackend implements Backend {
       }
       for (let i = 0; i < T; i++) {
         const cache = s.cacheOf[i]!;
-        attention(s.attn, i * qW, s.q, i * qW, cache.keys[l]!, cache.values[l]!, s.pos[i]!, nH, nKv, d, this.scores);
+        attention(s.attn, i * qW, s.q, i * qW, cache.keys[l]!, cache.values[l]!, s.pos[i]!, nH, nKv, d, this.scores, this.attnAcc);
       }
       linear(s.proj, w.oProj, 0, s.attn, T, H, qW);
       addInPlace(s.x, 0, s.proj, 0, T * H);

@@ -7,6 +7,7 @@ import {
   dot,
   headNorm,
   linear,
+  linearVec,
   rmsnorm,
   rope,
   ropeTables,
@@ -49,6 +50,12 @@ test('dot and linear match a float64 reference', () => {
     }
   }
   close(y, ref, 1e-6, 'linear');
+  // Batched rows (taken two at a time) are bit-identical to one row at a time.
+  for (let r = 0; r < rows; r++) {
+    const one = new Float32Array(out);
+    linearVec(one, 0, w, 4, x, r * inn, out, inn);
+    assert.deepEqual(y.subarray(r * out, r * out + out), one);
+  }
 });
 
 test('rmsnorm and per-head norm match a float64 reference', () => {
@@ -97,7 +104,7 @@ test('attention is causal GQA softmax(q.k/sqrt(d)) v over the cache', () => {
   const K = randArray((pos + 3) * kvW);
   const V = randArray((pos + 3) * kvW);
   const out = new Float32Array(nH * d);
-  attention(out, 0, q, 0, K, V, pos, nH, nKv, d, new Float64Array(16));
+  attention(out, 0, q, 0, K, V, pos, nH, nKv, d, new Float64Array(16), new Float64Array(d));
   const ref = new Float64Array(nH * d);
   for (let h = 0; h < nH; h++) {
     const kv = Math.floor(h / (nH / nKv)) * d;

@@ -47,7 +47,8 @@ export function rmsnorm(
 
 /**
  * y = W x for `rows` inputs: W row-major [outDim][inDim], x [rows][inDim], y [rows][outDim]. Loops over
- * weight rows outside so a weight row is read once per batch; each output uses the same `dot`.
+ * weight rows outside so a weight row is read once per batch, and takes inputs two at a time (`dot2`)
+ * so each weight load serves both; every output is summed in exactly `dot`'s order whatever the batch.
  */
 export function linear(
   y: Float32Array,
@@ -60,8 +61,56 @@ export function linear(
 ): void {
   for (let o = 0; o < outDim; o++) {
     const wRow = wOff + o * inDim;
-    for (let r = 0; r < rows; r++) y[r * outDim + o] = dot(w, wRow, x, r * inDim, inDim);
+    let r = 0;
+    for (; r + 1 < rows; r += 2) dot2(y, r * outDim + o, (r + 1) * outDim + o, w, wRow, x, r * inDim, (r + 1) * inDim, inDim);
+    if (r < rows) y[r * outDim + o] = dot(w, wRow, x, r * inDim, inDim);
   }
+}
+
+/**
+ * Two dot products sharing the first operand: y[y0] = a.b[b0..), y[y1] = a.b[b1..). Each sum uses the
+ * same four accumulators in the same order as `dot`, so results are bit-identical to two `dot` calls.
+ */
+export function dot2(
+  y: Float32Array,
+  y0: number,
+  y1: number,
+  a: Float32Array,
+  aOff: number,
+  b: Float32Array,
+  b0: number,
+  b1: number,
+  n: number,
+): void {
+  let s0 = 0;
+  let s1 = 0;
+  let s2 = 0;
+  let s3 = 0;
+  let t0 = 0;
+  let t1 = 0;
+  let t2 = 0;
+  let t3 = 0;
+  let i = 0;
+  for (; i + 3 < n; i += 4) {
+    const w0 = a[aOff + i]!;
+    const w1 = a[aOff + i + 1]!;
+    const w2 = a[aOff + i + 2]!;
+    const w3 = a[aOff + i + 3]!;
+    s0 += w0 * b[b0 + i]!;
+    s1 += w1 * b[b0 + i + 1]!;
+    s2 += w2 * b[b0 + i + 2]!;
+    s3 += w3 * b[b0 + i + 3]!;
+    t0 += w0 * b[b1 + i]!;
+    t1 += w1 * b[b1 + i + 1]!;
+    t2 += w2 * b[b1 + i + 2]!;
+    t3 += w3 * b[b1 + i + 3]!;
+  }
+  for (; i < n; i++) {
+    s0 += a[aOff + i]! * b[b0 + i]!;
+    t0 += a[aOff + i]! * b[b1 + i]!;
+  }
+  y[y0] = s0 + s1 + (s2 + s3);
+  y[y1] = t0 + t1 + (t2 + t3);
 }
 
 /** y[yOff..) = W x[xOff..) for one vector. */
@@ -124,7 +173,7 @@ export function headNorm(x: Float32Array, off: number, heads: number, d: number,
 /**
  * Causal grouped-query attention of one token at position `pos` over cached keys/values 0..pos.
  * q: [numHeads][d] at qOff; kCache/vCache: [capacity][numKvHeads*d]; out: [numHeads][d] at outOff.
- * scores: scratch of at least pos+1 float64. Softmax in float64, scale 1/sqrt(d).
+ * scores: scratch of at least pos+1 float64, acc: scratch of d float64. Softmax in float64, scale 1/sqrt(d).
  */
 export function attention(
   out: Float32Array,
@@ -138,6 +187,7 @@ export function attention(
   numKvHeads: number,
   d: number,
   scores: Float64Array,
+  acc: Float64Array,
 ): void {
   const group = numHeads / numKvHeads;
   const kvStride = numKvHeads * d;
@@ -157,12 +207,15 @@ export function attention(
       scores[p] = e;
       sum += e;
     }
+    // Sum the values position by position (rows of the cache are contiguous), each output over p in order.
     const oh = outOff + h * d;
-    for (let i = 0; i < d; i++) {
-      let acc = 0;
-      for (let p = 0; p <= pos; p++) acc += scores[p]! * vCache[p * kvStride + kvOff + i]!;
-      out[oh + i] = acc / sum;
+    acc.fill(0, 0, d);
+    for (let p = 0; p <= pos; p++) {
+      const e = scores[p]!;
+      const v = p * kvStride + kvOff;
+      for (let i = 0; i < d; i++) acc[i] = acc[i]! + e * vCache[v + i]!;
     }
+    for (let i = 0; i < d; i++) out[oh + i] = acc[i]! / sum;
   }
 }
 
@@ -240,11 +293,49 @@ export function swigluExpert(
   const upOff = rowOff + inter * hidden;
   const downOff = upOff + inter * hidden;
   for (let j = 0; j < inter; j++) {
-    const g = Math.fround(dot(bank, rowOff + j * hidden, x, xOff, hidden));
-    const u = Math.fround(dot(bank, upOff + j * hidden, x, xOff, hidden));
-    act[j] = silu(g) * u;
+    dot2Rows(pair, bank, rowOff + j * hidden, upOff + j * hidden, x, xOff, hidden);
+    act[j] = silu(Math.fround(pair[0]!)) * Math.fround(pair[1]!);
   }
   for (let o = 0; o < hidden; o++) out[outOff + o] = dot(bank, downOff + o * inter, act, 0, inter);
+}
+
+/** The gate and up sums of one intermediate unit (module scratch: the ops are single-threaded). */
+const pair = new Float64Array(2);
+
+/**
+ * Two dot products sharing the second operand (a gate row and an up row against one x):
+ * r[0] = a[a0..).x, r[1] = a[a1..).x, each in exactly `dot`'s order.
+ */
+function dot2Rows(r: Float64Array, a: Float32Array, a0: number, a1: number, x: Float32Array, xOff: number, n: number): void {
+  let s0 = 0;
+  let s1 = 0;
+  let s2 = 0;
+  let s3 = 0;
+  let t0 = 0;
+  let t1 = 0;
+  let t2 = 0;
+  let t3 = 0;
+  let i = 0;
+  for (; i + 3 < n; i += 4) {
+    const x0 = x[xOff + i]!;
+    const x1 = x[xOff + i + 1]!;
+    const x2 = x[xOff + i + 2]!;
+    const x3 = x[xOff + i + 3]!;
+    s0 += a[a0 + i]! * x0;
+    s1 += a[a0 + i + 1]! * x1;
+    s2 += a[a0 + i + 2]! * x2;
+    s3 += a[a0 + i + 3]! * x3;
+    t0 += a[a1 + i]! * x0;
+    t1 += a[a1 + i + 1]! * x1;
+    t2 += a[a1 + i + 2]! * x2;
+    t3 += a[a1 + i + 3]! * x3;
+  }
+  for (; i < n; i++) {
+    s0 += a[a0 + i]! * x[xOff + i]!;
+    t0 += a[a1 + i]! * x[xOff + i]!;
+  }
+  r[0] = s0 + s1 + (s2 + s3);
+  r[1] = t0 + t1 + (t2 + t3);
 }
 
 /** y[yOff..) += x[xOff..) over n values. */
