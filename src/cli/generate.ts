@@ -13,6 +13,8 @@ import type { FinishReason } from '../engine/types.ts';
 import { loadModel, type LoadedModel } from '../model/load.ts';
 import { progressLine } from '../model/progress.ts';
 import type { CliCommand } from './command.ts';
+import { loadRowMap } from '../residency/files.ts';
+import { residencyHookFactory } from '../engine/residency-driver.ts';
 
 export const GENERATE_HELP = `usage: residency generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [options]
 
@@ -25,6 +27,9 @@ export const GENERATE_HELP = `usage: residency generate [--model DIR] (--prompt 
   --seed S             sampler seed (same seed, same tokens)
   --ignore-eos         keep generating through the model's EOS token
   --hot H              experts per layer in the hot bank (default: all); results do not depend on it
+  --map MAP.json       start the banks from this map (a rowmap; overrides --hot)
+  --residency-dir DIR  run the residency controller live: telemetry.jsonl, swaps.jsonl, steps.json go to DIR;
+                       it boots frozen (counting only): create DIR/GO or write DIR/control.json to adapt
   --json               print exactly one JSON object {"prompt_ids","tokens","text"} on stdout`;
 
 /** The flags of `generate`; commands that extend it (e.g. with --map) spread these into their own. */
@@ -38,6 +43,8 @@ export const GENERATE_OPTIONS = {
   seed: { type: 'string' },
   'ignore-eos': { type: 'boolean', default: false },
   hot: { type: 'string' },
+  map: { type: 'string' },
+  'residency-dir': { type: 'string' },
   json: { type: 'boolean', default: false },
   help: { type: 'boolean', short: 'h', default: false },
 } as const satisfies NonNullable<ParseArgsConfig['options']>;
@@ -135,13 +142,17 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
 
   // Steps up to the one that emits the first token are prefill; the rest are decode.
   let firstToken = false;
+  let prefillDone = false;
   const prefill = { tokens: promptIds.length, seconds: 0 };
   const decode = { tokens: 0, seconds: 0 };
   const engine = createEngine(backend, {
     hook,
     onStep: (r) => {
-      if (prefill.seconds === 0 || !firstToken) prefill.seconds += r.durationNs / 1e9;
-      else decode.seconds += r.durationNs / 1e9;
+      if (prefillDone) decode.seconds += r.durationNs / 1e9;
+      else {
+        prefill.seconds += r.durationNs / 1e9;
+        prefillDone = firstToken;
+      }
     },
   });
   const tokens: number[] = [];
@@ -195,7 +206,13 @@ export const generateCommand: CliCommand = {
       return 0;
     }
     const opts = generateOptionsFrom(values);
-    printGenerateResult(await runGenerate(opts), opts.json);
+    const map = values.map ? loadRowMap(values.map) : undefined;
+    const dir = values['residency-dir'];
+    const ext: GenerateExtensions = {
+      placement: () => map,
+      hookFactory: dir ? residencyHookFactory({ map, dir }) : undefined,
+    };
+    printGenerateResult(await runGenerate(opts, ext), opts.json);
     return 0;
   },
 };

@@ -145,3 +145,18 @@ export class ResidencyDriver implements ResidencyHook {
     return applied.length;
   }
 }
+
+/**
+ * For command lines: builds a driver once the backend exists, writing telemetry under `dir`, and writes the
+ * step ring (steps.json) when the process exits.
+ */
+export function residencyHookFactory(opts: Omit<ResidencyDriverOptions, 'backend'>): (backend: Backend) => ResidencyDriver {
+  return (backend) => {
+    if (backend.banks.hotPerLayer >= backend.banks.experts) {
+      throw new ResidencyError('BAD_ARGUMENT', 'the residency controller needs a cold bank: give --hot H (< experts) or --map MAP.json');
+    }
+    const driver = new ResidencyDriver({ ...opts, backend });
+    process.once('exit', () => driver.close());
+    return driver;
+  };
+}
