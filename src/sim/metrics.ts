@@ -23,7 +23,10 @@ export interface PhaseMetrics {
   readonly converged: number;
   /** Highest smoothed cold share in the first half of the phase (after a shift). */
   readonly peak: number;
-  /** Steps from the phase start until the smoothed cold share first falls to converged + 10% of (peak - converged); null if never. */
+  /**
+   * Steps from the phase start until the smoothed cold share first falls to converged + 10% of (peak -
+   * converged); null if never, and for the first phase (no shift precedes it).
+   */
   readonly t90Steps: number | null;
   readonly coldShareByLayer: readonly number[];
   readonly swaps: number;
@@ -87,7 +90,7 @@ export function phaseMetrics(r: ReplayResult, o: MetricOptions = DEFAULT_METRICS
     for (let s = 0; s < half; s++) if (smooth[s]! > peak) { peak = smooth[s]!; peakAt = s; }
     const threshold = converged + 0.1 * (peak - converged);
     let t90: number | null = null;
-    for (let s = peakAt; s < smooth.length; s++) if (smooth[s]! <= threshold) { t90 = s; break; }
+    if (phase > 0) for (let s = peakAt; s < smooth.length; s++) if (smooth[s]! <= threshold) { t90 = s; break; }
     const byLayer: number[] = [];
     for (let l = 0; l < r.layers; l++) {
       let c = 0;

@@ -40,8 +40,8 @@ export function coldShareSvg(reports: readonly PolicyReport[], title: string): s
   ];
   for (let k = 0; k <= 5; k++) {
     const v = (ymax * k) / 5;
-    out.push(`<text x="${L - 6}" y="${y(v) + 4}" text-anchor="end">${(v * 100).toFixed(1)}%</text>`);
-    out.push(`<line x1="${L}" y1="${y(v)}" x2="${W - R}" y2="${y(v)}" stroke="#eee"/>`);
+    out.push(`<text x="${L - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${(v * 100).toFixed(1)}%</text>`);
+    out.push(`<line x1="${L}" y1="${y(v).toFixed(1)}" x2="${W - R}" y2="${y(v).toFixed(1)}" stroke="#eee"/>`);
   }
   const first = reports[0];
   if (first) {
