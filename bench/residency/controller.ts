@@ -103,6 +103,7 @@ function costAtScale(layers: number, experts: number, hot: number, topK: number,
   };
 }
 
+fixtureShift(); // warm-up: the first run pays for JIT compilation
 const fixture = fixtureShift();
 const scale = costAtScale(40, 384, 295, 6, 64);
 const result = { bench: 'controller', node: process.version, date: new Date().toISOString(), fixture, scale };

@@ -1,0 +1,26 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync, utimesSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ControlFileWatcher } from './control-watcher.ts';
+
+test('the GO file fires once; a control file is applied when it changes; a bad one is rejected and logged', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'control-'));
+  const logs: string[] = [];
+  const w = new ControlFileWatcher({ controlPath: join(dir, 'control.json'), goPath: join(dir, 'GO'), log: (m) => logs.push(m) });
+  assert.deepEqual(w.poll(), []);
+  writeFileSync(join(dir, 'GO'), '');
+  assert.deepEqual(w.poll().map((e) => 'command' in e && e.command), [{ freeze: false, baseline: true }]);
+  assert.deepEqual(w.poll(), [], 'GO fires once');
+
+  writeFileSync(join(dir, 'control.json'), '{"freeze": true}');
+  assert.deepEqual(w.poll().map((e) => 'command' in e && e.command), [{ freeze: true }]);
+  assert.deepEqual(w.poll(), [], 'unchanged: not applied again');
+
+  writeFileSync(join(dir, 'control.json'), '{"budgets": {"swaps_per_step": -1}}');
+  utimesSync(join(dir, 'control.json'), new Date(), new Date(Date.now() + 5000));
+  const [e] = w.poll();
+  assert.ok(e && 'error' in e && /budgets\.swaps_per_step/.test(e.error));
+  assert.match(logs.at(-1)!, /rejected, nothing changed: budgets\.swaps_per_step/);
+});
