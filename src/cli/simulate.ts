@@ -29,7 +29,8 @@ export const SIM_FLAGS = {
 } as const;
 
 export const SIM_HELP = `  --traces DIR|FILE     fixture trace dir (index.json + .bin), a dir of .jsonl traces, or one .jsonl (default: the fixture)
-  --phases SPEC         "en+code_js:3000,de+ja:3000": domains joined by +, steps per phase ("code" = code_*)
+  --phases SPEC         "en+code_js:3000,de+ja:3000": domains joined by +, steps per phase ("code" = code_*);
+                        "recorded" replays engine-recorded .jsonl traces step for step (one phase per file)
   --hot N               hot experts per layer (default 49)
   --users N             concurrent users, one token each per step (default 1)
   --seed N              document-order seed (default 1)

@@ -11,7 +11,7 @@ import type { PolicyOptions } from './policies/registry.ts';
 import type { RunInput } from './run.ts';
 import { loadTraces } from './traces/load.ts';
 import type { TraceSet } from './traces/trace.ts';
-import { buildTraffic, parsePhases } from './traffic.ts';
+import { buildTraffic, parsePhases, recordedSteps, type Phase, type SimStep } from './traffic.ts';
 
 export interface SimOptions {
   readonly traces: string;
@@ -54,7 +54,10 @@ export function prepare(o: SimOptions): Prepared {
   }
   const g: Geometry = { layers: set.layers, experts: set.experts, topK: set.topK, hotPerLayer: o.hot };
   const model = o.model ?? 'sim';
-  const phases = parsePhases(o.phases, set);
+  const recorded = o.phases === 'recorded';
+  const phases: Phase[] = recorded
+    ? [...set.traces.values()].map((t) => ({ domains: [t.name], steps: 0 }))
+    : parsePhases(o.phases, set);
   let bootMap: RowMap;
   if (o.map) {
     let json: unknown;
@@ -75,7 +78,17 @@ export function prepare(o: SimOptions): Prepared {
   const seedDomains = o.seedFrom ? domainsOf(o.seedFrom, set) : [...new Set(phases.flatMap((p) => p.domains))];
   const seedMap = fitOn(set, g, seedDomains, model);
   const countTmax = o.budgets?.count_tmax ?? DEFAULT_COUNT_TMAX;
-  const steps = buildTraffic(set, { phases, users: o.users, seed: o.seed, countTmax });
+  let steps: SimStep[];
+  if (recorded) {
+    // Engine-recorded traces replayed step for step, one phase per trace file.
+    steps = [];
+    [...set.traces.values()].forEach((t, p) => {
+      for (const s of recordedSteps(t, countTmax)) steps.push({ ...s, index: steps.length, phase: p });
+      phases[p] = { domains: [t.name], steps: steps.filter((s) => s.phase === p).length };
+    });
+  } else {
+    steps = buildTraffic(set, { phases, users: o.users, seed: o.seed, countTmax });
+  }
   const profiles = o.profile ? [profileByName(o.profile)] : allProfiles.slice();
   return {
     set,
