@@ -112,6 +112,21 @@ test('the residency hook decides counting and sees every step in order', async (
   assert.ok(reports.every((r) => r.durationNs > 0));
 });
 
+test('a failing hook ends the requests with an error and the engine carries on', async () => {
+  const errors: string[] = [];
+  let fail = true;
+  const hook = { countStep: () => true, afterStep: () => { if (fail) throw new Error('drain exploded'); } };
+  const engine = createEngine(backend(), { hook, onError: (e) => void errors.push(e.message) });
+  const first = await runToCompletion(engine, [{ id: 'a', promptIds: [1, 2], sampling: greedy(5) }]);
+  assert.equal(first.get('a')!.reason, 'error');
+  assert.equal(first.get('a')!.error, 'drain exploded');
+  assert.deepEqual(errors, ['drain exploded']);
+  fail = false;
+  const second = await runToCompletion(engine, [{ id: 'b', promptIds: [1, 2], sampling: greedy(5) }]);
+  assert.equal(second.get('b')!.reason, 'length');
+  assert.equal(second.get('b')!.tokens.length, 5);
+});
+
 test('the loop yields to the event loop between steps', async () => {
   let steps = 0;
   let firedAtStep = -1;

@@ -18,6 +18,8 @@ export interface EngineOptions {
   readonly hook?: ResidencyHook;
   /** Called after every step, after the hook (telemetry, benchmarks). */
   readonly onStep?: (report: StepReport) => void;
+  /** Told when a step fails outside the model (e.g. the hook threw); default: a line on stderr. */
+  readonly onError?: (err: Error) => void;
 }
 
 const nextTick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
@@ -74,7 +76,11 @@ export class Engine implements GenerationEngine {
       try {
         await nextTick(); // never step inside submit(): the caller gets its handle before any event
         while (!this.scheduler.idle) {
-          this.step();
+          try {
+            this.step();
+          } catch (err) {
+            this.failAll(err as Error);
+          }
           await nextTick();
         }
       } finally {
@@ -104,6 +110,15 @@ export class Engine implements GenerationEngine {
     const report: StepReport = { step: this.stepIndex++, tokens: step.tokens, counted, durationNs };
     this.options.hook?.afterStep(report); // the residency seam: drain, decide, apply swaps between steps
     this.options.onStep?.(report);
+  }
+
+  /**
+   * Something outside the model step failed (the residency hook, a scheduler invariant): end every request
+   * with 'error' rather than leave callers waiting, and keep the engine usable for new requests.
+   */
+  private failAll(err: Error): void {
+    (this.options.onError ?? ((e: Error) => console.error(`engine: ${e.message}`)))(err);
+    for (const req of [...this.scheduler.running, ...this.scheduler.waiting.splice(0)]) this.finish(req, 'error', err.message);
   }
 
   private execute(step: ScheduledStep, counted: boolean): Int32Array | null {
