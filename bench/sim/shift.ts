@@ -28,11 +28,11 @@ for (const users of [1, 4]) {
   const rows = reports.flatMap((r) => r.phases.map((p) => [
     r.policy, `${p.phase + 1}: ${p.domains.join('+')}`, pct(p.coldShare), pct(p.converged), pct(r.tail[p.phase]!), pct(p.peak),
     p.t90Steps ?? '-', p.byProfile['h200-pcie']!.t90Seconds?.toFixed(2) ?? '-', p.byProfile['gb300-c2c']!.t90Seconds?.toFixed(2) ?? '-',
-    p.swaps, p.copies, p.refused,
+    p.swaps, p.copies, p.refused, (p.byProfile['h200-pcie']!.swapsPerMinute + p.byProfile['h200-pcie']!.copiesPerMinute).toFixed(0),
     p.byProfile['h200-pcie']!.tokPerSec.toFixed(1), p.byProfile['gb300-c2c']!.tokPerSec.toFixed(1), p.byProfile['sidecar']!.tokPerSec.toFixed(1),
   ]));
   sections.push(`## ${users} user(s)`, '', table(['policy', 'phase', 'cold share', 'converged', 'last500', 'peak', 'T90 steps', 'T90 s h200', 'T90 s gb300',
-    'swaps', 'copies', 'refused', 'tok/s h200-pcie', 'tok/s gb300-c2c', 'tok/s sidecar'], rows), '');
+    'swaps', 'copies', 'refused', 'moves/min h200', 'tok/s h200-pcie', 'tok/s gb300-c2c', 'tok/s sidecar'], rows), '');
   writeFileSync(join(OUT, `shift-users${users}.svg`), coldShareSvg(reports.filter((r) => r.policy !== 'oracle-phase'), `cold share per 64 steps, ${PHASES}, ${users} user(s)`));
   sections.push(`![cold share](shift-users${users}.svg)`, '');
 }
