@@ -96,7 +96,8 @@ export class Controller {
   private readonly slots: Int32Array;
   private readonly decayed: Float64Array;
   private readonly cumulative: Float64Array;
-  private prev: CountSnapshot;
+  private readonly prev: CountSnapshot;
+  private readonly delta: Uint32Array;
   private queue: Swap[] = [];
   /** Queued swaps naming each expert: the policy leaves those experts alone so queued swaps never conflict. */
   private readonly queued: Uint32Array;
@@ -132,6 +133,7 @@ export class Controller {
     this.cumulative = new Float64Array(n);
     this.queued = new Uint32Array(n);
     this.prev = opts.initialSnapshot ? opts.initialSnapshot.slice() : new Uint32Array(n);
+    this.delta = new Uint32Array(n);
     if (this.prev.length !== n) throw new ResidencyError('BAD_COUNTS', `initial snapshot holds ${this.prev.length} counts, expected ${n}`);
   }
 
@@ -168,8 +170,9 @@ export class Controller {
 
   /** Folds the counts since the last drain into the EWMA and, unless frozen, decides and queues swaps. */
   drain(step: number, snapshot: CountSnapshot): DrainReport {
-    const delta = countDelta(this.prev, snapshot);
-    this.prev = snapshot.slice();
+    // Reused buffers: a drain allocates nothing per expert (no GC pauses on the step that drains).
+    const delta = countDelta(this.prev, snapshot, this.delta);
+    this.prev.set(snapshot);
     const w = this.window;
     let picks = 0;
     let coldPicks = 0;
@@ -285,7 +288,7 @@ export class Controller {
     }
     if (c.baseline) {
       this.decayed.fill(0);
-      if (snapshot) this.prev = snapshot.slice();
+      if (snapshot) this.prev.set(snapshot);
       else this.discardNextWindow = true;
       this.window = { ...this.window, steps: 0, tokens: 0, countedSteps: 0 };
       changes.push('baseline: EWMA and window reset');

@@ -13,11 +13,10 @@ export const DEFAULT_COUNT_TMAX = 256;
 export type CountSnapshot = Uint32Array;
 
 /** Picks between two snapshots of the same counter: unsigned subtraction, so a wrap in between is harmless. */
-export function countDelta(prev: CountSnapshot, next: CountSnapshot): Uint32Array {
-  if (prev.length !== next.length) {
+export function countDelta(prev: CountSnapshot, next: CountSnapshot, out: Uint32Array = new Uint32Array(next.length)): Uint32Array {
+  if (prev.length !== next.length || out.length !== next.length) {
     throw new ResidencyError('BAD_COUNTS', `counter snapshots differ in size: ${prev.length} vs ${next.length}`);
   }
-  const out = new Uint32Array(next.length);
   for (let i = 0; i < next.length; i++) out[i] = (next[i]! - prev[i]!) >>> 0;
   return out;
 }
