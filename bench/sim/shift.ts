@@ -17,7 +17,8 @@ const sections: string[] = [`# Three-phase shift: ${PHASES}, ${g.hotPerLayer}/${
   'seed = a map fitted on en+code+de+ja (whole traces), frozen; oracle = top-H of each 512-step window, free moves. ' +
   'converged = median of 64-step windows over the second half of the phase; last500 = the last 500 steps; T90 = steps from the phase ' +
   'start until the 256-step centred cold share falls to converged + 10% of (peak - converged). tok/s modelled for a 40 x 384 ' +
-  'DeepSeek-V4.1-Flash-like model (src/sim/cost/).', ''];
+  'DeepSeek-V4.1-Flash-like model (src/sim/cost/); moves/min counts fixture moves per modelled minute (each stands for 40/6 target-layer moves). ' +
+  'T90 of policies that do not move (static, seed) only measures the traffic\'s own settling.', ''];
 const json: Record<string, unknown> = {};
 mkdirSync(OUT, { recursive: true });
 for (const users of [1, 4]) {

@@ -106,6 +106,8 @@ export function analyzeLiveRun(run: LiveRun, marks?: readonly number[]): LiveAna
   const picks = d.reduce((n, x) => n + x.picks, 0);
   const cold = d.reduce((n, x) => n + x.cold_share * x.picks, 0);
   const starts = marks ? [...marks] : detectShifts(d);
+  const stepSpan = d[d.length - 1]!.step - d[0]!.step;
+  const secondsPerStep = stepSpan > 0 ? seconds / stepSpan : 0;
   const how = marks ? 'marked' : 'detected';
   const shifts = starts.map((s, i): ShiftFigures => {
     const end = i + 1 < starts.length ? starts[i + 1]! : Infinity;
@@ -120,7 +122,8 @@ export function analyzeLiveRun(run: LiveRun, marks?: readonly number[]): LiveAna
     const before = d.filter((x) => x.step <= s).pop();
     return {
       step: s, how, peak, converged, t90Steps: hit ? hit.step - s : null,
-      t90Seconds: hit && before ? t(hit) - t(before) : null,
+      // Timed from the last drain before the shift; a shift before the first drain uses the run's mean step time.
+      t90Seconds: !hit ? null : before ? t(hit) - t(before) : (hit.step - s) * secondsPerStep,
     };
   });
   const applied = d.reduce((n, x) => n + x.swaps_applied, 0);
