@@ -1,6 +1,6 @@
 // The MoE op of one layer, the CPU twin of the GPU route-and-split kernel: route every token, split the
 // picks into hot and cold by the slot table, count them, then compute each pick from its bank row.
-import { linear, softmax, swigluExpert, topk } from './ops.ts';
+import { linear, softmax, swigluExpert, swigluExpertPair, topk } from './ops.ts';
 import type { CpuExpertBanks } from './banks.ts';
 
 /** Scratch the MoE op needs for up to `tokens` tokens; allocated once per batch size. */
@@ -14,7 +14,7 @@ export interface MoeScratch {
   /** Picks ordered by slot: hot rows first, then cold rows (the split). */
   readonly order: Int32Array; // [T*K]
   readonly slotStart: Int32Array; // [E+1]
-  readonly act: Float32Array; // [I]
+  readonly act: Float32Array; // [2][I]
 }
 
 export function moeScratch(tokens: number, hidden: number, experts: number, topK: number, inter: number): MoeScratch {
@@ -26,7 +26,7 @@ export function moeScratch(tokens: number, hidden: number, experts: number, topK
     pickOut: new Float32Array(tokens * topK * hidden),
     order: new Int32Array(tokens * topK),
     slotStart: new Int32Array(experts + 1),
-    act: new Float32Array(inter),
+    act: new Float32Array(2 * inter),
   };
 }
 
@@ -82,9 +82,15 @@ export function moeLayer(
   for (let i = 0; i < picks; i++) {
     const p = s.order[i]!;
     const slot = slots[s.ids[p]!]!;
+    const bank = slot < hotRows ? hot : cold;
+    const rowOff = (slot < hotRows ? slot : slot - hotRows) * rowSize;
     const t = (p / K) | 0;
-    if (slot < hotRows) swigluExpert(s.pickOut, p * H, hot, slot * rowSize, x, t * H, H, I, s.act);
-    else swigluExpert(s.pickOut, p * H, cold, (slot - hotRows) * rowSize, x, t * H, H, I, s.act);
+    // Two picks of the same row (adjacent after the split) share one pass over its weights.
+    const q = i + 1 < picks ? s.order[i + 1]! : -1;
+    if (q >= 0 && slots[s.ids[q]!] === slot) {
+      swigluExpertPair(s.pickOut, p * H, q * H, bank, rowOff, x, t * H, ((q / K) | 0) * H, H, I, s.act);
+      i++;
+    } else swigluExpert(s.pickOut, p * H, bank, rowOff, x, t * H, H, I, s.act);
   }
   // Combine in router order (independent of bank placement).
   for (let t = 0; t < tokens; t++) {

@@ -13,6 +13,7 @@ import {
   ropeTables,
   softmax,
   swigluExpert,
+  swigluExpertPair,
   topk,
 } from './ops.ts';
 import { mulberry32 } from './synthetic.ts';
@@ -166,4 +167,16 @@ test('swiglu expert: down(silu(gate x) * up x) from one bank row', () => {
     ref.push(s);
   }
   close(out, ref, 1e-5, 'swiglu');
+});
+
+test('the paired expert kernel is bit-identical to two single calls', () => {
+  const H = 13, I = 7, off = 3;
+  const bank = randArray(off + 3 * H * I);
+  const x = randArray(3 * H);
+  const single = new Float32Array(2 * H);
+  swigluExpert(single, 0, bank, off, x, 2 * H, H, I, new Float32Array(I));
+  swigluExpert(single, H, bank, off, x, 0, H, I, new Float32Array(I));
+  const paired = new Float32Array(2 * H);
+  swigluExpertPair(paired, 0, H, bank, off, x, 2 * H, 0, H, I, new Float32Array(2 * I));
+  assert.deepEqual(paired, single);
 });
