@@ -80,10 +80,21 @@ class TraceBackend implements Backend {
 }
 
 /** The simulator's decisions: (step, layer, hot row, cold row) of every applied swap. */
-function simulated(g: Geometry, boot: RowMap, steps: readonly SimStep[], budgets: Partial<Budgets>): { swaps: Swapped[]; map: RowMap } {
+function simulated(g: Geometry, boot: RowMap, steps: readonly SimStep[], budgets: Partial<Budgets>) {
   const policy = adaptivePolicy(budgets)({ geometry: g, bootMap: boot, steps });
   replay(policy, steps);
-  return { swaps: policy.log.map(({ step, swap }) => [step, swap.layer, swap.hotRow, swap.coldRow]), map: policy.controller.map() };
+  const swaps: Swapped[] = policy.log.map(({ step, swap }) => [step, swap.layer, swap.hotRow, swap.coldRow]);
+  return { swaps, map: policy.controller.map(), controller: policy.controller };
+}
+
+/** Beyond the swaps: the same counts were drained (so the same picks were counted) and the same stats kept. */
+function sameState(engine: { stats: object; dumpCounts(): { cumulative: unknown; decayed: unknown; decode_steps: number } }, sim: typeof engine): void {
+  assert.deepEqual(engine.stats, sim.stats);
+  const a = engine.dumpCounts();
+  const b = sim.dumpCounts();
+  assert.equal(a.decode_steps, b.decode_steps);
+  assert.deepEqual(a.cumulative, b.cumulative);
+  assert.deepEqual(a.decayed, b.decayed);
 }
 
 describe('lockstep: engine-side driver vs simulator', () => {
@@ -101,6 +112,7 @@ describe('lockstep: engine-side driver vs simulator', () => {
     const budgets: Partial<Budgets> = { drain_every: 32, swaps_per_step: 2 };
     const sim = simulated(g, boot, steps, budgets);
     assert.ok(sim.swaps.length > 20, `the shift should cause swaps (got ${sim.swaps.length})`);
+    if (process.env.LOCKSTEP_VERBOSE) console.error(`fixture lockstep: ${steps.length} steps, ${sim.swaps.length} swaps`);
 
     const backend = new TraceBackend(g, boot);
     const driver = new ResidencyDriver({ backend, budgets, frozen: false, log: () => {} });
@@ -113,6 +125,7 @@ describe('lockstep: engine-side driver vs simulator', () => {
     }
     assert.deepEqual(backend.banks.log, sim.swaps);
     assert.deepEqual(driver.controller.map(), sim.map);
+    sameState(driver.controller, sim.controller);
     assert.equal(driver.controller.stats.refused, 0);
   });
 
@@ -152,8 +165,10 @@ describe('lockstep: engine-side driver vs simulator', () => {
     const steps = recordedSteps(trace, budgets.count_tmax ?? 256);
     assert.equal(steps.length, 40);
     const sim = simulated(g, boot, steps, budgets);
-    assert.ok(sim.swaps.length > 0, 'the recorded traffic should cause swaps');
+    assert.ok(sim.swaps.length > 0, "the recorded traffic should cause swaps");
+    if (process.env.LOCKSTEP_VERBOSE) console.error(`cpu lockstep: ${steps.length} steps, ${trace.tokens} tokens, ${sim.swaps.length} swaps`);
     assert.deepEqual(engineSwaps, sim.swaps);
     assert.deepEqual(driver.controller.map(), sim.map);
+    sameState(driver.controller, sim.controller);
   });
 });
