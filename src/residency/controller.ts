@@ -174,28 +174,27 @@ export class Controller {
     const delta = countDelta(this.prev, snapshot, this.delta);
     this.prev.set(snapshot);
     const w = this.window;
+    const { experts: E, hotPerLayer: H, slots, cumulative } = this;
+    const fold = !this.discardNextWindow;
     let picks = 0;
     let coldPicks = 0;
     const coldShareByLayer: number[] = [];
     for (let l = 0; l < this.layers; l++) {
       let lp = 0;
       let lc = 0;
-      for (let e = 0; e < this.experts; e++) {
-        const d = delta[l * this.experts + e]!;
+      for (let i = l * E; i < (l + 1) * E; i++) {
+        const d = delta[i]!;
         lp += d;
-        if (this.slots[l * this.experts + e]! >= this.hotPerLayer) lc += d;
+        if (slots[i]! >= H) lc += d;
+        if (fold) cumulative[i]! += d;
       }
       picks += lp;
       coldPicks += lc;
       coldShareByLayer.push(lp > 0 ? lc / lp : 0);
     }
-    if (this.discardNextWindow) {
-      // A baseline was asked without a counter snapshot: the window straddles it, so none of it is used.
-      this.discardNextWindow = false;
-    } else {
-      foldWindow(this.decayed, delta, Math.max(1, w.steps), this.budgetsNow.half_life_steps);
-      for (let i = 0; i < delta.length; i++) this.cumulative[i]! += delta[i]!;
-    }
+    // A baseline asked without a counter snapshot leaves a window that straddles it: none of it is used.
+    if (fold) foldWindow(this.decayed, delta, Math.max(1, w.steps), this.budgetsNow.half_life_steps);
+    this.discardNextWindow = false;
     const decided = this.frozenNow
       ? []
       : decideSwaps(this.mapView(), this.decayed, this.budgetsNow, step, this.queued);

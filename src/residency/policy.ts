@@ -127,10 +127,14 @@ export function decideSwaps(
 function pickRows(ids: readonly number[], decayed: Float64Array, queued: Uint32Array | undefined, base: number,
   k: number, sign: 1 | -1, out: number[]): void {
   out.length = 0;
+  // The score and id of the worst kept row, so most experts cost one comparison.
+  let worstScore = -Infinity;
+  let worstId = -1;
   for (let r = 0; r < ids.length; r++) {
     const e = ids[r]!;
-    if (queued && queued[base + e]! > 0) continue;
     const score = sign * decayed[base + e]!;
+    if (out.length === k && (score < worstScore || (score === worstScore && e > worstId))) continue;
+    if (queued !== undefined && queued[base + e]! > 0) continue;
     let at = out.length;
     while (at > 0) {
       const o = ids[out[at - 1]!]!;
@@ -138,8 +142,11 @@ function pickRows(ids: readonly number[], decayed: Float64Array, queued: Uint32A
       if (score > os || (score === os && e < o)) at--;
       else break;
     }
-    if (at >= k) continue;
     out.splice(at, 0, r);
     if (out.length > k) out.pop();
+    if (out.length === k) {
+      worstId = ids[out[k - 1]!]!;
+      worstScore = sign * decayed[base + worstId]!;
+    }
   }
 }
