@@ -1,0 +1,56 @@
+// The dashboard in headless Chromium: the heatmap and the charts draw live data from the server.
+// Saves a screenshot to out/dashboard.png.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { browserMissing, launchChromium } from './browser.ts';
+import { FakeEngine } from './fakes.ts';
+import { post, startTestServer } from './helpers.ts';
+
+const missing = browserMissing();
+
+test('dashboard renders the heatmap and the cold-share chart with live data', { skip: missing ?? false, timeout: 60_000 }, async () => {
+  const s = await startTestServer({ engine: new FakeEngine({ stepMs: 2 }), config: { apiKey: 'k3y', sampleSeconds: 0.1 } });
+  let chrome: Awaited<ReturnType<typeof launchChromium>> | undefined;
+  try {
+    chrome = await launchChromium();
+    // Some traffic so throughput and history have something to show.
+    await Promise.all(Array.from({ length: 4 }, (_, i) => post(`${s.url}/v1/completions`, { prompt: `p${i}`, max_tokens: 30 }, { authorization: 'Bearer k3y' })));
+    const page = await chrome.context.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(String(e)));
+    await page.goto(`${s.url}/#key=k3y`);
+    await page.waitForFunction(() => (window as any).__dashboard?.updates >= 2, undefined, { timeout: 20_000 });
+    const drawn = await page.evaluate(() => {
+      const cv = document.getElementById('heatmap') as HTMLCanvasElement;
+      const px = cv.getContext('2d')!.getImageData(0, 0, cv.width, cv.height).data;
+      const colors = new Set<number>();
+      let red = 0;
+      for (let i = 0; i < px.length; i += 4) {
+        colors.add((px[i]! << 16) | (px[i + 1]! << 8) | px[i + 2]!);
+        if (px[i] === 0xff && px[i + 1] === 0x6b && px[i + 2] === 0x6b) red++;
+      }
+      const cold = document.getElementById('coldshare')!;
+      const line = cold.querySelector('polyline');
+      return {
+        colors: colors.size, red,
+        coldPoints: line ? line.getAttribute('points')!.trim().split(/\s+/).length : 0,
+        throughputLines: document.querySelectorAll('#throughput polyline').length,
+        status: document.getElementById('status')!.textContent,
+        lastError: (window as any).__dashboard.lastError,
+      };
+    });
+    assert.deepEqual(errors, []);
+    assert.equal(drawn.lastError, null);
+    assert.ok(drawn.colors > 5, `heatmap drew ${drawn.colors} distinct colors`);
+    assert.ok(drawn.red > 0, 'cold experts are framed in red');
+    assert.ok(drawn.coldPoints >= 2, `cold-share chart has ${drawn.coldPoints} points`);
+    assert.equal(drawn.throughputLines, 1);
+    assert.match(drawn.status!, /live/);
+    mkdirSync('out', { recursive: true });
+    await page.screenshot({ path: 'out/dashboard.png', fullPage: true });
+  } finally {
+    await chrome?.close();
+    await s.close();
+  }
+});
