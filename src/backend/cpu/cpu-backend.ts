@@ -7,7 +7,8 @@ import type { ModelWeights } from '../../model/weights.ts';
 import { CpuExpertBanks, type BankPlacement } from './banks.ts';
 import { KvCaches, type SequenceCache } from './kv-cache.ts';
 import { moeLayer, moeScratch, type MoeScratch, type MoeShape } from './moe.ts';
-import { addInPlace, attention, embedding, headNorm, linear, rmsnorm, rope, ropeTables } from './ops.ts';
+import { attention, headNorm, rope, ropeTables } from './attention-ops.ts';
+import { addInPlace, embedding, linear, rmsnorm } from './linalg.ts';
 
 export interface CpuBackendOptions {
   /** Initial placement of experts in the hot and cold banks (default: all hot). */

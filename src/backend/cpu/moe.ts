@@ -1,6 +1,7 @@
 // The MoE op of one layer, the CPU twin of the GPU route-and-split kernel: route every token, split the
 // picks into hot and cold by the slot table, count them, then compute each pick from its bank row.
-import { linear, softmax, swigluExpert, swigluExpertPair, topk } from './ops.ts';
+import { softmax, swigluExpert, swigluExpertPair, topk } from './moe-ops.ts';
+import { linear } from './linalg.ts';
 import type { CpuExpertBanks } from './banks.ts';
 
 /** Scratch the MoE op needs for up to `tokens` tokens; allocated once per batch size. */

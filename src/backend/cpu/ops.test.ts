@@ -1,21 +1,9 @@
 // Each CPU op on random inputs against a naive float64 implementation written straight from the formula.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  argmax,
-  attention,
-  dot,
-  headNorm,
-  linear,
-  linearVec,
-  rmsnorm,
-  rope,
-  ropeTables,
-  softmax,
-  swigluExpert,
-  swigluExpertPair,
-  topk,
-} from './ops.ts';
+import { argmax, dot, linear, linearVec, rmsnorm } from './linalg.ts';
+import { attention, headNorm, rope, ropeTables } from './attention-ops.ts';
+import { softmax, swigluExpert, swigluExpertPair, topk } from './moe-ops.ts';
 import { mulberry32 } from './synthetic.ts';
 
 const rand = mulberry32(42);

@@ -1,0 +1,95 @@
+// The attention ops of the CPU reference: RoPE as transformers applies it for Qwen3, per-head RMSNorm
+// (q_norm / k_norm), and causal grouped-query attention over a KV cache.
+import { dot, rmsnorm } from './linalg.ts';
+
+/**
+ * RoPE tables as transformers builds them for Qwen3, in float32: inv_freq[i] = 1 / theta^(2i/d),
+ * angle = pos * inv_freq, cos/sin of the float32 angle. Returns [positions][d/2] each (the two halves
+ * of the rotate-half layout share a value, so half the table is enough).
+ */
+export function ropeTables(headDim: number, theta: number, positions: number): { cos: Float32Array; sin: Float32Array } {
+  const half = headDim / 2;
+  const invFreq = new Float32Array(half);
+  for (let i = 0; i < half; i++) {
+    const exponent = Math.fround((2 * i) / headDim);
+    invFreq[i] = Math.fround(1 / Math.fround(Math.pow(theta, exponent)));
+  }
+  const cos = new Float32Array(positions * half);
+  const sin = new Float32Array(positions * half);
+  for (let p = 0; p < positions; p++) {
+    for (let i = 0; i < half; i++) {
+      const angle = Math.fround(p * invFreq[i]!);
+      cos[p * half + i] = Math.cos(angle);
+      sin[p * half + i] = Math.sin(angle);
+    }
+  }
+  return { cos, sin };
+}
+
+/** Rotate-half RoPE on one head vector x[off..off+d) in place, at table row `pos`. */
+export function rope(x: Float32Array, off: number, d: number, cos: Float32Array, sin: Float32Array, pos: number): void {
+  const half = d >> 1;
+  const t = pos * half;
+  for (let i = 0; i < half; i++) {
+    const c = cos[t + i]!;
+    const s = sin[t + i]!;
+    const a = x[off + i]!;
+    const b = x[off + half + i]!;
+    x[off + i] = a * c - b * s;
+    x[off + half + i] = b * c + a * s;
+  }
+}
+
+/** RMSNorm over each of `heads` head vectors of size d starting at off (q_norm / k_norm), in place. */
+export function headNorm(x: Float32Array, off: number, heads: number, d: number, weight: Float32Array, eps: number): void {
+  for (let h = 0; h < heads; h++) rmsnorm(x, off + h * d, x, off + h * d, weight, d, eps);
+}
+
+/**
+ * Causal grouped-query attention of one token at position `pos` over cached keys/values 0..pos.
+ * q: [numHeads][d] at qOff; kCache/vCache: [capacity][numKvHeads*d]; out: [numHeads][d] at outOff.
+ * scores: scratch of at least pos+1 float64, acc: scratch of d float64. Softmax in float64, scale 1/sqrt(d).
+ */
+export function attention(
+  out: Float32Array,
+  outOff: number,
+  q: Float32Array,
+  qOff: number,
+  kCache: Float32Array,
+  vCache: Float32Array,
+  pos: number,
+  numHeads: number,
+  numKvHeads: number,
+  d: number,
+  scores: Float64Array,
+  acc: Float64Array,
+): void {
+  const group = numHeads / numKvHeads;
+  const kvStride = numKvHeads * d;
+  const scale = 1 / Math.sqrt(d);
+  for (let h = 0; h < numHeads; h++) {
+    const kvOff = ((h / group) | 0) * d;
+    const qh = qOff + h * d;
+    let max = -Infinity;
+    for (let p = 0; p <= pos; p++) {
+      const s = dot(q, qh, kCache, p * kvStride + kvOff, d) * scale;
+      scores[p] = s;
+      if (s > max) max = s;
+    }
+    let sum = 0;
+    for (let p = 0; p <= pos; p++) {
+      const e = Math.exp(scores[p]! - max);
+      scores[p] = e;
+      sum += e;
+    }
+    // Sum the values position by position (rows of the cache are contiguous), each output over p in order.
+    const oh = outOff + h * d;
+    acc.fill(0, 0, d);
+    for (let p = 0; p <= pos; p++) {
+      const e = scores[p]!;
+      const v = p * kvStride + kvOff;
+      for (let i = 0; i < d; i++) acc[i] = acc[i]! + e * vCache[v + i]!;
+    }
+    for (let i = 0; i < d; i++) out[oh + i] = acc[i]! / sum;
+  }
+}

@@ -1,0 +1,202 @@
+// The MoE ops of the CPU reference: router softmax and top-k, and the SwiGLU expert read from a bank row.
+import { dot, dot2 } from './linalg.ts';
+
+/** Softmax of x[off..off+n) into probs[pOff..) (float64 math). */
+export function softmax(probs: Float32Array, pOff: number, x: Float32Array, off: number, n: number): void {
+  let max = -Infinity;
+  for (let i = 0; i < n; i++) if (x[off + i]! > max) max = x[off + i]!;
+  let sum = 0;
+  for (let i = 0; i < n; i++) sum += Math.exp(x[off + i]! - max);
+  for (let i = 0; i < n; i++) probs[pOff + i] = Math.exp(x[off + i]! - max) / sum;
+}
+
+/**
+ * Top-k of probs[off..off+n): ids in descending probability, exact ties broken by lower id (as
+ * torch.topk). Writes ids[idOff..idOff+k) and their probabilities to w[wOff..); renormalizes the k
+ * weights to sum to 1 when `normalize`.
+ */
+export function topk(
+  ids: Int32Array,
+  idOff: number,
+  w: Float32Array,
+  wOff: number,
+  probs: Float32Array,
+  off: number,
+  n: number,
+  k: number,
+  normalize: boolean,
+): void {
+  let sum = 0;
+  for (let j = 0; j < k; j++) {
+    let best = -1;
+    let bestP = -Infinity;
+    for (let e = 0; e < n; e++) {
+      const p = probs[off + e]!;
+      if (p > bestP && !taken(ids, idOff, j, e)) {
+        best = e;
+        bestP = p;
+      }
+    }
+    ids[idOff + j] = best;
+    w[wOff + j] = bestP;
+    sum += w[wOff + j]!;
+  }
+  if (normalize) {
+    const s = Math.fround(sum);
+    for (let j = 0; j < k; j++) w[wOff + j] = w[wOff + j]! / s;
+  }
+}
+
+function taken(ids: Int32Array, idOff: number, count: number, e: number): boolean {
+  for (let j = 0; j < count; j++) if (ids[idOff + j] === e) return true;
+  return false;
+}
+
+/** silu(x) = x * sigmoid(x), float32 result. */
+export function silu(x: number): number {
+  return Math.fround(x / (1 + Math.exp(-x)));
+}
+
+/**
+ * One SwiGLU expert on one token: out = down(silu(gate x) * up x). The expert is one bank row:
+ * gate [I][H] | up [I][H] | down [H][I] contiguous from rowOff. act: scratch of I floats.
+ */
+export function swigluExpert(
+  out: Float32Array,
+  outOff: number,
+  bank: Float32Array,
+  rowOff: number,
+  x: Float32Array,
+  xOff: number,
+  hidden: number,
+  inter: number,
+  act: Float32Array,
+): void {
+  const upOff = rowOff + inter * hidden;
+  const downOff = upOff + inter * hidden;
+  for (let j = 0; j < inter; j++) {
+    dot2Rows(pair, bank, rowOff + j * hidden, upOff + j * hidden, x, xOff, hidden);
+    act[j] = silu(Math.fround(pair[0]!)) * Math.fround(pair[1]!);
+  }
+  for (let o = 0; o < hidden; o++) out[outOff + o] = dot(bank, downOff + o * inter, act, 0, inter);
+}
+
+/**
+ * The same expert on two tokens at once (picks of one row are adjacent after the split): each weight
+ * load serves both tokens. Bit-identical to two `swigluExpert` calls. act: scratch of 2*I floats.
+ */
+export function swigluExpertPair(
+  out: Float32Array,
+  outA: number,
+  outB: number,
+  bank: Float32Array,
+  rowOff: number,
+  x: Float32Array,
+  xA: number,
+  xB: number,
+  hidden: number,
+  inter: number,
+  act: Float32Array,
+): void {
+  const upOff = rowOff + inter * hidden;
+  const downOff = upOff + inter * hidden;
+  for (let j = 0; j < inter; j++) {
+    dot2Rows2(quad, bank, rowOff + j * hidden, upOff + j * hidden, x, xA, xB, hidden);
+    act[j] = silu(Math.fround(quad[0]!)) * Math.fround(quad[1]!);
+    act[inter + j] = silu(Math.fround(quad[2]!)) * Math.fround(quad[3]!);
+  }
+  for (let o = 0; o < hidden; o++) dot2(out, outA + o, outB + o, bank, downOff + o * inter, act, 0, inter, inter);
+}
+
+/** Gate and up sums of one intermediate unit for two tokens. */
+const quad = new Float64Array(4);
+
+/** `dot2Rows` for two inputs: r = [a0.xA, a1.xA, a0.xB, a1.xB], each in exactly `dot`'s order. */
+function dot2Rows2(r: Float64Array, a: Float32Array, a0: number, a1: number, x: Float32Array, xA: number, xB: number, n: number): void {
+  let g0 = 0, g1 = 0, g2 = 0, g3 = 0, u0 = 0, u1 = 0, u2 = 0, u3 = 0; // prettier-ignore
+  let h0 = 0, h1 = 0, h2 = 0, h3 = 0, v0 = 0, v1 = 0, v2 = 0, v3 = 0; // prettier-ignore
+  let i = 0;
+  for (; i + 3 < n; i += 4) {
+    const ga = a[a0 + i]!;
+    const gb = a[a0 + i + 1]!;
+    const gc = a[a0 + i + 2]!;
+    const gd = a[a0 + i + 3]!;
+    const ua = a[a1 + i]!;
+    const ub = a[a1 + i + 1]!;
+    const uc = a[a1 + i + 2]!;
+    const ud = a[a1 + i + 3]!;
+    let p = x[xA + i]!;
+    g0 += ga * p;
+    u0 += ua * p;
+    p = x[xA + i + 1]!;
+    g1 += gb * p;
+    u1 += ub * p;
+    p = x[xA + i + 2]!;
+    g2 += gc * p;
+    u2 += uc * p;
+    p = x[xA + i + 3]!;
+    g3 += gd * p;
+    u3 += ud * p;
+    p = x[xB + i]!;
+    h0 += ga * p;
+    v0 += ua * p;
+    p = x[xB + i + 1]!;
+    h1 += gb * p;
+    v1 += ub * p;
+    p = x[xB + i + 2]!;
+    h2 += gc * p;
+    v2 += uc * p;
+    p = x[xB + i + 3]!;
+    h3 += gd * p;
+    v3 += ud * p;
+  }
+  for (; i < n; i++) {
+    g0 += a[a0 + i]! * x[xA + i]!;
+    u0 += a[a1 + i]! * x[xA + i]!;
+    h0 += a[a0 + i]! * x[xB + i]!;
+    v0 += a[a1 + i]! * x[xB + i]!;
+  }
+  r[0] = g0 + g1 + (g2 + g3);
+  r[1] = u0 + u1 + (u2 + u3);
+  r[2] = h0 + h1 + (h2 + h3);
+  r[3] = v0 + v1 + (v2 + v3);
+}
+
+/** The gate and up sums of one intermediate unit (module scratch: the ops are single-threaded). */
+const pair = new Float64Array(2);
+
+/**
+ * Two dot products sharing the second operand (a gate row and an up row against one x):
+ * r[0] = a[a0..).x, r[1] = a[a1..).x, each in exactly `dot`'s order.
+ */
+function dot2Rows(r: Float64Array, a: Float32Array, a0: number, a1: number, x: Float32Array, xOff: number, n: number): void {
+  let s0 = 0;
+  let s1 = 0;
+  let s2 = 0;
+  let s3 = 0;
+  let t0 = 0;
+  let t1 = 0;
+  let t2 = 0;
+  let t3 = 0;
+  let i = 0;
+  for (; i + 3 < n; i += 4) {
+    const x0 = x[xOff + i]!;
+    const x1 = x[xOff + i + 1]!;
+    const x2 = x[xOff + i + 2]!;
+    const x3 = x[xOff + i + 3]!;
+    s0 += a[a0 + i]! * x0;
+    s1 += a[a0 + i + 1]! * x1;
+    s2 += a[a0 + i + 2]! * x2;
+    s3 += a[a0 + i + 3]! * x3;
+    t0 += a[a1 + i]! * x0;
+    t1 += a[a1 + i + 1]! * x1;
+    t2 += a[a1 + i + 2]! * x2;
+    t3 += a[a1 + i + 3]! * x3;
+  }
+  for (; i < n; i++) {
+    s0 += a[a0 + i]! * x[xOff + i]!;
+    t0 += a[a1 + i]! * x[xOff + i]!;
+  }
+  r[0] = s0 + s1 + (s2 + s3);
+  r[1] = t0 + t1 + (t2 + t3);
+}
