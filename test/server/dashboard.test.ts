@@ -7,6 +7,11 @@ import { browserMissing, launchChromium } from './browser.ts';
 import { FakeEngine } from './fakes.ts';
 import { post, startTestServer } from './helpers.ts';
 
+// The page functions below run in the browser; node's types have no DOM, so name its globals loosely.
+declare const window: any;
+declare const document: any;
+type HTMLCanvasElement = any;
+
 const missing = browserMissing();
 
 test('dashboard renders the heatmap and the cold-share chart with live data', { skip: missing ?? false, timeout: 60_000 }, async () => {

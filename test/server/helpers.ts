@@ -6,6 +6,11 @@ import { defaultServerConfig } from '../../src/server/types.ts';
 import type { ResidencyView, ServerConfig, ServerModel } from '../../src/server/types.ts';
 import { FakeEngine, FakeResidency, fakeModel } from './fakes.ts';
 
+declare global {
+  // Tests read many JSON shapes; undici types json() as unknown, tests assert on fields directly.
+  interface Response { json(): Promise<any> }
+}
+
 export interface TestServer extends RunningServer { engine: GenerationEngine }
 
 export async function startTestServer(opts: { engine?: GenerationEngine; model?: ServerModel; residency?: ResidencyView | null; config?: Partial<ServerConfig> } = {}): Promise<TestServer> {
