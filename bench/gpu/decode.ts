@@ -1,0 +1,156 @@
+// GPU decode benchmark (`npm run bench:gpu`, or `node dist/bench-gpu.mjs` on the GPU machine): tok/s at 1, 4
+// and 16 sequences, graph replay vs eager step time, the counter's on/off cost in the same graph, and
+// per-kernel times (the expert FFN against the bytes it must read). Times are CUDA events around many
+// back-to-back steps (device time) plus host loops (end-to-end). Writes $OUT/bench-gpu.json when OUT is set.
+import { writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { loadModel } from '../../src/model/load.ts';
+import { createCudaBackend, type CudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
+import type { PlannedRow } from '../../src/backend/cuda/plan.ts';
+
+const HBM_BYTES_PER_S = 4.3e12; // device copy bandwidth measured on this H200 (design.md section 2)
+const dir = process.env['MOE_MODEL_DIR'] ?? (existsSync('models/tiny-moe') ? 'models/tiny-moe' : resolve(process.env['MOE_FIXTURE_DIR'] ?? '../shared/fixtures/tiny-moe'));
+const STEPS = Number(process.env['BENCH_STEPS'] ?? 1000);
+
+const m = await loadModel(dir, { weights: false });
+const be = await createCudaBackend(m);
+const layered = await createCudaBackend(m, { fused: false });
+const d = be.driver;
+const mainBe = be;
+const results: Record<string, unknown> = { device: d.deviceName, sms: d.smCount, steps: STEPS };
+const rows: string[][] = [];
+const median = (a: number[]): number => [...a].sort((x, y) => x - y)[a.length >> 1]!;
+
+/** Opens `n` sequences, prefills 4 tokens each; returns the rows of one decode sub-step at position `pos`. */
+let nextSeq = 0;
+function openBatch(n: number, be: CudaBackend = mainBe): { seqs: number[]; rowsAt(pos: number, toks: number[]): PlannedRow[] } {
+  const seqs = Array.from({ length: n }, () => nextSeq++);
+  for (const s of seqs) be.openSequence(s, m.spec.maxPositions);
+  be.forward({ chunks: seqs.map((s, i) => ({ seq: s, tokens: [1 + i, 2, 3, 4], startPos: 0 })), count: false });
+  return {
+    seqs,
+    rowsAt: (pos, toks) => seqs.map((s, i) => ({ chunk: i, tokenIndex: i, seq: s, token: toks[i]!, pos, last: true })),
+  };
+}
+
+/** Device time per step (µs) over `iters` back-to-back replays of one prepared step, median of 5 runs. */
+function replayUs(rowsIn: PlannedRow[], count: boolean, iters: number, graphs: boolean, be: CudaBackend = mainBe): number {
+  be.useGraphs = graphs;
+  const t0 = d.eventCreate(), t1 = d.eventCreate();
+  be.runRows(rowsIn, count); // warm-up (captures the graph on first use)
+  d.streamSync(be.stream, 'warm');
+  const runs: number[] = [];
+  for (let r = 0; r < 5; r++) {
+    d.eventRecord(t0, be.stream);
+    for (let i = 0; i < iters; i++) be.runRows(rowsIn, count);
+    d.eventRecord(t1, be.stream);
+    runs.push((d.eventElapsed(t0, t1) * 1000) / iters);
+  }
+  be.useGraphs = true;
+  return median(runs);
+}
+
+/** One kernel alone, `iters` launches between events (eager launches: includes launch overhead). */
+type K = 'decode_layers' | 'attn_route' | 'expert_ffn' | 'lm_head_argmax';
+function kernelUs(name: K, bucket: number, iters: number, be: CudaBackend = mainBe): number {
+  const t0 = d.eventCreate(), t1 = d.eventCreate();
+  be.enqueueKernel(name, bucket, 0);
+  const runs: number[] = [];
+  for (let r = 0; r < 3; r++) {
+    d.eventRecord(t0, be.stream);
+    for (let i = 0; i < iters; i++) be.enqueueKernel(name, bucket, 0);
+    d.eventRecord(t1, be.stream);
+    runs.push((d.eventElapsed(t0, t1) * 1000) / iters);
+  }
+  return median(runs);
+}
+
+/** Same kernel captured `iters` times in one graph: per-kernel time without host launch overhead. */
+function kernelGraphUs(name: K, bucket: number, iters: number, be: CudaBackend = mainBe): number {
+  const g = d.captureGraph(be.stream, () => { for (let i = 0; i < iters; i++) be.enqueueKernel(name, bucket, 0); }, `${name} x${iters}`);
+  const t0 = d.eventCreate(), t1 = d.eventCreate();
+  d.graphLaunch(g, be.stream);
+  const runs: number[] = [];
+  for (let r = 0; r < 5; r++) {
+    d.eventRecord(t0, be.stream);
+    d.graphLaunch(g, be.stream);
+    d.eventRecord(t1, be.stream);
+    runs.push((d.eventElapsed(t0, t1) * 1000) / iters);
+  }
+  d.graphDestroy(g);
+  return median(runs);
+}
+
+const perBatch: Record<string, unknown> = {};
+for (const n of [1, 4, 16]) {
+  const b = openBatch(n);
+  const bl = openBatch(n, layered);
+  const toks0 = b.seqs.map((_, i) => 100 + i);
+  const short = b.rowsAt(64, toks0); // a step at position 64 (KV cache rows 0..64 read)
+  const long = b.rowsAt(1024, toks0);
+  const graphUs = replayUs(short, true, STEPS, true);
+  const eagerUs = replayUs(short, true, Math.min(STEPS, 500), false);
+  const longUs = replayUs(long, true, STEPS, true);
+  const layeredUs = replayUs(bl.rowsAt(64, toks0), true, STEPS, true, layered);
+  const layeredEagerUs = replayUs(bl.rowsAt(64, toks0), true, Math.min(STEPS, 500), false, layered);
+  // End to end: a host greedy loop (device argmax, token fed back) and a forward() loop (logits copied
+  // back), positions 4..1003 (a 1000-token generation).
+  let toks = toks0;
+  const loop = 1000;
+  let t = performance.now();
+  for (let s = 0; s < loop; s++) {
+    const out = be.greedyStep(b.seqs.map((seq, i) => ({ seq, tokens: [toks[i]!], startPos: 4 + s })), true);
+    toks = Array.from(out);
+  }
+  const greedyMs = (performance.now() - t) / loop;
+  t = performance.now();
+  for (let s = 0; s < loop; s++) be.forward({ chunks: b.seqs.map((seq, i) => ({ seq, tokens: [toks[i]!], startPos: 4 + s })), count: true });
+  const fwdMs = (performance.now() - t) / loop;
+  const rec = {
+    graphStepUs: graphUs, eagerStepUs: eagerUs, graphTokPerS: (n * 1e6) / graphUs, graphStepUsAtPos1024: longUs,
+    layeredGraphStepUs: layeredUs, layeredEagerStepUs: layeredEagerUs,
+    greedyLoopTokPerS: (n * 1000) / greedyMs, forwardLoopTokPerS: (n * 1000) / fwdMs,
+  };
+  perBatch[n] = rec;
+  rows.push([`decode batch ${n}`, `graph ${graphUs.toFixed(1)} us/step = ${rec.graphTokPerS.toFixed(0)} tok/s (pos 64)`, `pos 1024 ${longUs.toFixed(1)} us`, `eager ${eagerUs.toFixed(1)} us`,
+    `layered graph ${layeredUs.toFixed(1)} / eager ${layeredEagerUs.toFixed(1)} us`, `host greedy loop ${rec.greedyLoopTokPerS.toFixed(0)} tok/s`, `forward() loop ${rec.forwardLoopTokPerS.toFixed(0)} tok/s`]);
+  // Counter A/B in the same graph: alternate blocks, on/off ratio of medians.
+  be.runRows(short, false);
+  d.streamSync(be.stream, 'ab');
+  {
+    const on: number[] = [], off: number[] = [];
+    for (let r = 0; r < 6; r++) { on.push(replayUs(short, true, 500, true)); off.push(replayUs(short, false, 500, true)); }
+    const ratio = median(on) / median(off);
+    results[`counterAB_batch${n}`] = { onUs: median(on), offUs: median(off), ratio, on, off };
+    rows.push([`counter A/B batch ${n}`, `on ${median(on).toFixed(2)} us`, `off ${median(off).toFixed(2)} us`, `ratio ${ratio.toFixed(4)}`]);
+  }
+  // Per-kernel time (each kernel captured 200x in one graph, at position 64); the expert FFN against the
+  // bytes it must read (each pick one expert row of 3 x I x H bf16).
+  be.runRows(short, true);
+  layered.runRows(bl.rowsAt(64, toks0), true);
+  d.streamSync(be.stream, 'k');
+  d.streamSync(layered.stream, 'k');
+  const fusedK = kernelGraphUs('decode_layers', n, 200);
+  const head = kernelGraphUs('lm_head_argmax', n, 200);
+  const ffn = kernelGraphUs('expert_ffn', n, 200, layered);
+  const attn = kernelGraphUs('attn_route', n, 200, layered);
+  const ffnEager = kernelUs('expert_ffn', n, 200, layered);
+  const picks = n * m.spec.topK;
+  const bytes = picks * be.banks.rowBytes;
+  const headBytes = m.spec.vocabSize * m.spec.hiddenSize * 2;
+  results[`kernels_batch${n}`] = {
+    decodeLayersUs: fusedK, expertFfnUs: ffn, expertFfnEagerUs: ffnEager, expertFfnBytes: bytes, expertFfnFractionOfHbm: bytes / (ffn * 1e-6) / HBM_BYTES_PER_S,
+    attnRouteUs: attn, lmHeadArgmaxUs: head, lmHeadBytes: headBytes, lmHeadFractionOfHbm: headBytes / (head * 1e-6) / HBM_BYTES_PER_S,
+  };
+  rows.push([`kernels batch ${n}`, `decode_layers (6 layers) ${fusedK.toFixed(2)} us`, `expert_ffn ${ffn.toFixed(2)} us (${(bytes / 1024).toFixed(0)} KiB: ${((100 * bytes) / (ffn * 1e-6) / HBM_BYTES_PER_S).toFixed(2)}% of 4.3 TB/s)`,
+    `attn_route ${attn.toFixed(2)} us`, `lm_head_argmax ${head.toFixed(2)} us (${((100 * headBytes) / (head * 1e-6) / HBM_BYTES_PER_S).toFixed(1)}% of HBM)`]);
+  for (const s of b.seqs) be.closeSequence(s);
+  for (const s of bl.seqs) layered.closeSequence(s);
+}
+results['perBatch'] = perBatch;
+be.dispose();
+layered.dispose();
+if (process.env['OUT']) writeFileSync(join(process.env['OUT'], 'bench-gpu.json'), JSON.stringify(results, null, 2));
+console.log(`\nGPU decode benchmark: ${d.deviceName}, tiny-moe (${m.spec.numLayers} layers, ${m.spec.numExperts} experts top-${m.spec.topK}), ${STEPS} replays`);
+for (const r of rows) console.log(r.join(' | '));

@@ -1,0 +1,158 @@
+// Decode-step kernels. Two ways to run a step, same math:
+//  - fused (default): decode_layers runs every layer of one row in one block (attention, route-and-split
+//    with counting, the row's top-k experts from the banks, combine in router order), then lm_head_argmax.
+//    Two launches per step: a 6-layer model is launch-bound, so this is the fast path.
+//  - layered: per layer attn_route (one block per row) then expert_ffn (one block per pick), the shape that
+//    scales to wide models and big batches; kept as the op-level reference of the fused kernel.
+#include "common.cuh"
+#include "route.cuh"
+#include "attention.cuh"
+
+// x[i] = hidden + sum_k w_k * partial_k (k in router order), the residual after layer `prev_layer`'s MoE.
+__device__ __forceinline__ void combine_row(const ModelDev& m, const WorkDev& w, int b, int prev_layer, float* x) {
+  const int H = m.H, K = m.K;
+  const float* wk = w.pick_weight + ((size_t)b * m.L + prev_layer) * K;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    float acc = 0.f;
+    for (int k = 0; k < K; k++) acc += wk[k] * w.partial[((size_t)b * K + k) * H + i];
+    x[i] = w.hidden[(size_t)b * H + i] + acc;
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ void embed_row(const ModelDev& m, const RowDev& r, float* x) {
+  for (int i = threadIdx.x; i < m.H; i += blockDim.x) x[i] = bf2f(m.embed[(size_t)r.token * m.H + i]);
+  __syncthreads();
+}
+
+__device__ __forceinline__ const bf16_t* bank_row(const ModelDev& m, const LayerDev& L, int slot) {
+  const size_t rowElems = (size_t)3 * m.I * m.H;
+  return slot < m.hot_rows ? L.hot + (size_t)slot * rowElems : L.cold + (size_t)(slot - m.hot_rows) * rowElems;
+}
+
+extern "C" __global__ void __launch_bounds__(1024) attn_route(const ModelDev* __restrict__ mp, int layer,
+                                                              const StepDev* __restrict__ st, WorkDev w) {
+  extern __shared__ __align__(16) float sm[];
+  const ModelDev& m = *mp;
+  const int b = blockIdx.x, tid = threadIdx.x;
+  const int K = m.K;
+  const RowDev r = st->row[b];
+  const size_t pk = ((size_t)b * m.L + layer) * K;
+  if (!r.valid) { // padding row of a bucket: leave harmless picks for the expert kernel
+    if (tid < K) { w.pick_slot[b * K + tid] = 0; w.pick_weight[pk + tid] = 0.f; w.pick_expert[pk + tid] = 0; }
+    return;
+  }
+  const LayerDev& L = m.layers[layer];
+  RowSmem s;
+  row_smem(sm, m, s);
+  if (layer == 0) {
+    if (tid == 0) w.amax[b] = 0ull;
+    embed_row(m, r, s.x);
+  } else {
+    combine_row(m, w, b, layer - 1, s.x);
+  }
+  row_attention(m, L, layer, r, s);
+  for (int i = tid; i < m.H; i += blockDim.x) w.hidden[(size_t)b * m.H + i] = s.x[i];
+  block_rmsnorm(s.x, L.post_norm, s.xn, m.H, m.eps, s.red);
+  for (int i = tid; i < m.H; i += blockDim.x) w.xn[(size_t)b * m.H + i] = s.xn[i];
+  block_gemv(L.router, s.xn, s.rl, m.E, m.H);
+  __syncthreads();
+  if ((tid >> 5) == 0)
+    warp_route(s.rl, m.E, K, m.norm_topk, L.slots, w.pick_expert + pk, w.pick_weight + pk, w.pick_slot + b * K,
+               st->count ? m.counter + (size_t)layer * m.E : nullptr);
+}
+
+// Every layer of one row in one block. Ends with the final residual in w.hidden (lm_head_argmax with
+// combine_last = 0 reads it).
+extern "C" __global__ void __launch_bounds__(1024) decode_layers(const ModelDev* __restrict__ mp,
+                                                                 const StepDev* __restrict__ st, WorkDev w) {
+  extern __shared__ __align__(16) float sm[];
+  const ModelDev& m = *mp;
+  const int b = blockIdx.x, tid = threadIdx.x;
+  const RowDev r = st->row[b];
+  if (!r.valid) return;
+  const int H = m.H, K = m.K, I = m.I;
+  RowSmem s;
+  float* p = row_smem(sm, m, s);
+  float* act = p; p += align4(K * 2 * I); // gate | up per pick
+  float* actv = p; p += align4(K * I);    // silu(gate) * up per pick
+  float* part = p; p += align4(K * H);    // each pick's expert output
+  float* pw = p; p += align4(K);
+  int32_t* pe = reinterpret_cast<int32_t*>(p); p += align4(K);
+  int32_t* ps = reinterpret_cast<int32_t*>(p);
+  if (tid == 0) w.amax[b] = 0ull;
+  embed_row(m, r, s.x);
+  for (int layer = 0; layer < m.L; layer++) {
+    const LayerDev& L = m.layers[layer];
+    row_attention(m, L, layer, r, s);
+    block_rmsnorm(s.x, L.post_norm, s.xn, H, m.eps, s.red);
+    block_gemv(L.router, s.xn, s.rl, m.E, H);
+    __syncthreads();
+    if ((tid >> 5) == 0) {
+      warp_route(s.rl, m.E, K, m.norm_topk, L.slots, pe, pw, ps, st->count ? m.counter + (size_t)layer * m.E : nullptr);
+      const size_t pk = ((size_t)b * m.L + layer) * K;
+      if (tid < K) { w.pick_expert[pk + tid] = pe[tid]; w.pick_weight[pk + tid] = pw[tid]; }
+    }
+    __syncthreads();
+    // The row's K experts: gate/up rows, then silu * up, then down rows; a thread per output row.
+    {
+      const float* xn = s.xn;
+      block_gemv_rows(K * 2 * I, H,
+        [&](int t) { const int k = t / (2 * I); return bank_row(m, L, ps[k]) + (size_t)(t - k * 2 * I) * H; },
+        [=](int) { return xn; }, [=](int t, float v) { act[t] = v; });
+    }
+    __syncthreads();
+    for (int t = tid; t < K * I; t += blockDim.x) {
+      const int k = t / I, j = t - k * I;
+      actv[t] = silu(act[k * 2 * I + j]) * act[k * 2 * I + I + j];
+    }
+    __syncthreads();
+    block_gemv_rows(K * H, I,
+      [&](int t) { const int k = t / H; return bank_row(m, L, ps[k]) + (size_t)2 * I * H + (size_t)(t - k * H) * I; },
+      [=](int t) { return actv + (t / H) * I; }, [=](int t, float v) { part[t] = v; });
+    __syncthreads();
+    for (int i = tid; i < H; i += blockDim.x) {
+      float acc = 0.f;
+      for (int k = 0; k < K; k++) acc += pw[k] * part[k * H + i]; // router order, fp32
+      s.x[i] += acc;
+    }
+    __syncthreads();
+  }
+  for (int i = tid; i < H; i += blockDim.x) w.hidden[(size_t)b * H + i] = s.x[i];
+}
+
+// Final norm + LM head + argmax: grid (ceil(V / rows_per_block), B), grouped-lane GEMV rows. With
+// combine_last, each block first recombines the last layer's expert outputs (layered path; cheap: H
+// values). One 64-bit atomicMax per warp finds the greedy token.
+extern "C" __global__ void lm_head_argmax(const ModelDev* __restrict__ mp, const StepDev* __restrict__ st, WorkDev w,
+                                          int combine_last, int rows_per_block) {
+  extern __shared__ __align__(16) float sm[];
+  const ModelDev& m = *mp;
+  const int b = blockIdx.y, lane = threadIdx.x & 31;
+  if (!st->row[b].valid) return;
+  float* x = sm;
+  float* red = x + align4(m.H);
+  if (combine_last) {
+    combine_row(m, w, b, m.L - 1, x);
+  } else {
+    for (int i = threadIdx.x; i < m.H; i += blockDim.x) x[i] = w.hidden[(size_t)b * m.H + i];
+    __syncthreads();
+  }
+  block_rmsnorm(x, m.final_norm, x, m.H, m.eps, red);
+  const int o0 = blockIdx.x * rows_per_block, rows = min(rows_per_block, m.V - o0);
+  float* logits = w.logits + (size_t)b * m.V + o0;
+  unsigned long long* keys = reinterpret_cast<unsigned long long*>(red + 32); // [rows_per_block]
+  const bf16_t* W = m.lm_head + (size_t)o0 * m.H;
+  const int H = m.H;
+  block_gemv_rows(rows, H, [=](int o) { return W + (size_t)o * H; }, [=](int) { return (const float*)x; },
+    [=](int o, float v) { logits[o] = v; keys[o] = argmax_key(v, o0 + o); });
+  __syncthreads();
+  unsigned long long key = 0ull;
+  for (int o = threadIdx.x; o < rows; o += blockDim.x) key = keys[o] > key ? keys[o] : key;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const unsigned long long other = __shfl_xor_sync(0xffffffffu, key, off);
+    key = other > key ? other : key;
+  }
+  if (lane == 0 && key) atomicMax(w.amax + b, key);
+}

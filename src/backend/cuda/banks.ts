@@ -1,0 +1,144 @@
+// The CUDA expert banks: per layer a hot bank in device memory and a cold bank in mapped pinned host
+// memory (read in place by the expert kernel), rows of bf16 gate [I][H] | up [I][H] | down [H][I] exactly
+// as stored in the checkpoint. The slot tables live on the device so a swap never invalidates a graph.
+import { createHash } from 'node:crypto';
+import { ResidencyError } from '../../errors.ts';
+import type { ExpertBanks } from '../backend.ts';
+import type { ModelSpec } from '../../model/spec.ts';
+import type { RawTensor } from '../../model/weights.ts';
+import { layerTensorNames } from '../../model/architecture.ts';
+import { placementRows, type BankPlacement } from '../cpu/banks.ts';
+import type { CudaDriver } from './driver.ts';
+
+export class CudaExpertBanks implements ExpertBanks {
+  readonly layers: number;
+  readonly experts: number;
+  readonly hotPerLayer: number;
+  /** Bytes of one expert row. */
+  readonly rowBytes: number;
+  readonly hotDev: bigint[] = [];
+  readonly coldDev: bigint[] = [];
+  /** Device slot tables, [layers][experts] int32 contiguous. */
+  readonly slotTableDev: bigint;
+  private readonly coldHost: { host: Uint8Array; hostPtr: bigint }[] = [];
+  private readonly slots: Int32Array[] = [];
+  private readonly holders: Int32Array[] = [];
+  private readonly scratchRow: bigint;
+
+  constructor(private readonly d: CudaDriver, spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, placement?: BankPlacement) {
+    this.layers = spec.numLayers;
+    this.experts = spec.numExperts;
+    const rows = placementRows(spec, placement);
+    this.hotPerLayer = rows[0]?.hot.length ?? spec.numExperts;
+    const part = spec.expertIntermediate * spec.hiddenSize * 2;
+    this.rowBytes = 3 * part;
+    const E = this.experts;
+    this.slotTableDev = d.alloc(4 * this.layers * E, 'slot tables');
+    this.scratchRow = d.alloc(this.rowBytes, 'swap scratch row');
+    const coldRows = E - this.hotPerLayer;
+    for (let l = 0; l < this.layers; l++) {
+      const names = layerTensorNames(l);
+      const { hot, cold } = rows[l]!;
+      const rowOf = (e: number): Uint8Array => {
+        const n = names.expert(e);
+        const row = new Uint8Array(this.rowBytes);
+        [n.gate, n.up, n.down].forEach((name, i) => row.set(bf16(raw, name, part), i * part));
+        return row;
+      };
+      const hotHost = new Uint8Array(this.hotPerLayer * this.rowBytes);
+      hot.forEach((e, r) => hotHost.set(rowOf(e), r * this.rowBytes));
+      const hotDev = d.alloc(hotHost.byteLength, `hot bank layer ${l} (${this.hotPerLayer} rows)`);
+      d.htod(hotDev, hotHost);
+      this.hotDev.push(hotDev);
+      if (coldRows > 0) {
+        const m = d.allocMappedHost(coldRows * this.rowBytes, `cold bank layer ${l} (${coldRows} rows)`);
+        cold.forEach((e, r) => m.host.set(rowOf(e), r * this.rowBytes));
+        this.coldHost.push(m);
+        this.coldDev.push(m.dev);
+      } else {
+        this.coldHost.push({ host: new Uint8Array(0), hostPtr: 0n });
+        this.coldDev.push(0n);
+      }
+      const slots = new Int32Array(E);
+      const holders = new Int32Array(E);
+      hot.forEach((e, r) => { slots[e] = r; holders[r] = e; });
+      cold.forEach((e, r) => { slots[e] = this.hotPerLayer + r; holders[this.hotPerLayer + r] = e; });
+      this.slots.push(slots);
+      this.holders.push(holders);
+      d.htod(this.slotTableDev + BigInt(4 * l * E), slots);
+    }
+  }
+
+  slotOf(layer: number, expert: number): number {
+    this.check(layer, 'layer', this.layers);
+    this.check(expert, 'expert', this.experts);
+    return this.slots[layer]![expert]!;
+  }
+
+  expertAt(layer: number, bank: 'hot' | 'cold', row: number): number {
+    this.check(layer, 'layer', this.layers);
+    this.check(row, `${bank} row`, bank === 'hot' ? this.hotPerLayer : this.experts - this.hotPerLayer);
+    return this.holders[layer]![bank === 'hot' ? row : this.hotPerLayer + row]!;
+  }
+
+  /** Device row copies (hot <-> cold through a scratch row), then the two slots; between steps only. */
+  swapRows(layer: number, hotRow: number, coldRow: number): void {
+    this.check(layer, 'layer', this.layers);
+    this.check(hotRow, 'hot row', this.hotPerLayer);
+    this.check(coldRow, 'cold row', this.experts - this.hotPerLayer);
+    const n = this.rowBytes;
+    const hotAt = this.hotDev[layer]! + BigInt(hotRow * n);
+    const coldAt = this.coldDev[layer]! + BigInt(coldRow * n);
+    this.d.dtod(this.scratchRow, hotAt, n);
+    this.d.dtod(hotAt, coldAt, n);
+    this.d.dtod(coldAt, this.scratchRow, n);
+    const slots = this.slots[layer]!;
+    const holders = this.holders[layer]!;
+    const hotSlot = hotRow;
+    const coldSlot = this.hotPerLayer + coldRow;
+    const wasHot = holders[hotSlot]!;
+    const wasCold = holders[coldSlot]!;
+    holders[hotSlot] = wasCold;
+    holders[coldSlot] = wasHot;
+    slots[wasCold] = hotSlot;
+    slots[wasHot] = coldSlot;
+    this.d.htod(this.slotTableDev + BigInt(4 * layer * this.experts), slots);
+  }
+
+  digest(): string {
+    const h = createHash('sha256');
+    for (let l = 0; l < this.layers; l++) {
+      const hot = new Uint8Array(this.hotPerLayer * this.rowBytes);
+      this.d.dtoh(hot, this.hotDev[l]!);
+      h.update(hot);
+      h.update(this.coldHost[l]!.host);
+    }
+    return h.digest('hex');
+  }
+
+  dispose(): void {
+    for (const p of this.hotDev) this.d.free(p);
+    for (const c of this.coldHost) if (c.hostPtr !== 0n) this.d.freeHost(c.hostPtr);
+    this.d.free(this.slotTableDev);
+    this.d.free(this.scratchRow);
+  }
+
+  private check(v: number, what: string, bound: number): void {
+    if (!Number.isInteger(v) || v < 0 || v >= bound) {
+      throw new ResidencyError('BAD_ARGUMENT', `${what} ${v} is out of range: expected an integer in [0, ${bound})`);
+    }
+  }
+}
+
+/** A tensor's bf16 bytes, checked: the device keeps weights exactly as stored. */
+export function bf16(raw: ReadonlyMap<string, RawTensor>, name: string, bytes?: number): Uint8Array {
+  const t = raw.get(name);
+  if (!t) throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} is missing`);
+  if (t.dtype !== 'BF16') {
+    throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend keeps weights as bf16: tensor ${name} is ${t.dtype}; use --backend cpu`);
+  }
+  if (bytes !== undefined && t.bytes.byteLength !== bytes) {
+    throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} has ${t.bytes.byteLength} bytes: expected ${bytes}`);
+  }
+  return t.bytes;
+}

@@ -1,0 +1,311 @@
+// The CUDA backend: the whole Qwen3-MoE forward on one GPU, bf16 weights as stored, fp32 compute. A decode
+// step is 2 kernels per layer + 1 (LM head + argmax), captured once per batch-size bucket into a CUDA graph
+// and replayed; every per-step input (tokens, positions, KV pointers, the count flag) and every table a
+// swap touches (slots, counter) lives in device memory, so graphs stay valid for the backend's lifetime.
+import { ResidencyError } from '../../errors.ts';
+import type { Backend, SequenceChunk, StepInput, StepOutput } from '../backend.ts';
+import type { ModelSpec } from '../../model/spec.ts';
+import type { RawTensor } from '../../model/weights.ts';
+import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/architecture.ts';
+import type { BankPlacement } from '../cpu/banks.ts';
+import { CudaExpertBanks, bf16 } from './banks.ts';
+import { loadDriver, type CudaDriver, type KernelArg } from './driver.ts';
+import { loadKernels, type KernelName } from './kernels.ts';
+import {
+  ROW_DEV_BYTES, STEP_HEADER_BYTES, decodeLayersSmemBytes, encodeLayers, expertFfnSmemBytes, lmHeadSmemBytes, rowSmemBytes, encodeModel, encodeStep, encodeWork,
+  type ModelDims, type RowInput, type WorkPointers,
+} from './layout.ts';
+import { DEFAULT_BUCKETS, bucketFor, planSubsteps, type PlannedRow } from './plan.ts';
+
+export interface CudaBackendOptions {
+  /** Initial hot/cold placement (default: every expert hot). */
+  readonly placement?: BankPlacement;
+  /** Batch-size buckets to capture graphs for (ascending); a step's rows are split to the largest. */
+  readonly buckets?: readonly number[];
+  /** Replay captured graphs (default) or launch each kernel eagerly (for A/B timing and debugging). */
+  readonly graphs?: boolean;
+  /**
+   * One fused kernel for all layers of a row (default), or the layered path: attn_route + expert_ffn per
+   * layer (an expert block per pick). Same math, same results.
+   */
+  readonly fused?: boolean;
+  /** Directory of the compiled fatbins (default: found next to the bundle or in dist/kernels). */
+  readonly kernelDir?: string;
+}
+
+const ROW_THREADS = 1024; // decode_layers / attn_route: one block per row
+const FFN_THREADS = 128; // expert_ffn: a thread per output row (>= expert intermediate)
+const LM_THREADS = 256; // lm_head_argmax: 16 row groups x 4 rows in flight
+const LM_ROWS_PER_BLOCK = 128;
+
+export async function createCudaBackend(
+  model: { spec: ModelSpec; raw: ReadonlyMap<string, RawTensor> },
+  opts: CudaBackendOptions = {},
+): Promise<CudaBackend> {
+  const d = await loadDriver();
+  return new CudaBackend(d, model.spec, model.raw, opts);
+}
+
+export class CudaBackend implements Backend {
+  readonly name = 'cuda';
+  readonly banks: CudaExpertBanks;
+  readonly dims: ModelDims;
+  readonly stream: bigint;
+  readonly buckets: readonly number[];
+  useGraphs: boolean;
+  readonly fused: boolean;
+  private readonly fns: Map<KernelName, bigint>;
+  private readonly owned: bigint[] = [];
+  private readonly modelDev: bigint;
+  private readonly counterDev: bigint;
+  private readonly stepDev: bigint;
+  private readonly stepHost: { host: Uint8Array; hostPtr: bigint };
+  private readonly logitsHost: { host: Uint8Array; hostPtr: bigint };
+  private readonly picksHost: { host: Uint8Array; hostPtr: bigint };
+  private readonly amaxHost: { host: Uint8Array; hostPtr: bigint };
+  readonly work: WorkPointers;
+  private readonly workBytes: Uint8Array;
+  private readonly graphs = new Map<number, bigint>();
+  private readonly seqs = new Map<number, { kv: bigint; cap: number }>();
+  private readonly rowSmem: number;
+  private readonly decodeSmem: number;
+  private disposed = false;
+
+  constructor(readonly driver: CudaDriver, readonly spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, opts: CudaBackendOptions = {}) {
+    const d = driver;
+    const s = spec;
+    this.buckets = opts.buckets ?? DEFAULT_BUCKETS;
+    this.useGraphs = opts.graphs ?? true;
+    this.fused = opts.fused ?? true;
+    if (s.hiddenSize % 4 !== 0 || s.expertIntermediate % 4 !== 0 || s.headDim % 4 !== 0 || s.numHeads % s.numKvHeads !== 0 || s.numExperts > 1024) {
+      throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend needs hidden, intermediate and head_dim divisible by 4, heads divisible by kv heads and <= 1024 experts`);
+    }
+    this.fns = loadKernels(d, opts.kernelDir);
+    this.stream = d.streamCreate();
+    this.banks = new CudaExpertBanks(d, s, raw, opts.placement);
+    const up = (name: string): bigint => {
+      const bytes = bf16(raw, name);
+      const p = this.alloc(bytes.byteLength, name);
+      d.htod(p, bytes);
+      return p;
+    };
+    const E = s.numExperts;
+    const layers = Array.from({ length: s.numLayers }, (_, l) => {
+      const n = layerTensorNames(l);
+      return {
+        inNorm: up(n.inputNorm), qProj: up(n.qProj), kProj: up(n.kProj), vProj: up(n.vProj), oProj: up(n.oProj),
+        qNorm: up(n.qNorm), kNorm: up(n.kNorm), postNorm: up(n.postAttnNorm), router: up(n.router),
+        hot: this.banks.hotDev[l]!, cold: this.banks.coldDev[l]!, slots: this.banks.slotTableDev + BigInt(4 * l * E),
+      };
+    });
+    const layersBytes = encodeLayers(layers);
+    const layersDev = this.alloc(layersBytes.byteLength, 'layer descriptors');
+    d.htod(layersDev, layersBytes);
+    const embed = up(EMBED);
+    const lmHead = s.tieWordEmbeddings ? embed : up(LM_HEAD);
+    this.counterDev = this.alloc(4 * s.numLayers * E, 'counter table');
+    d.memsetD8(this.counterDev, 0, 4 * s.numLayers * E);
+    this.dims = {
+      H: s.hiddenSize, nh: s.numHeads, nkv: s.numKvHeads, hd: s.headDim, E, K: s.topK, I: s.expertIntermediate,
+      V: s.vocabSize, L: s.numLayers, normTopk: s.normTopkProb, hotRows: this.banks.hotPerLayer, maxPos: s.maxPositions,
+      eps: s.rmsNormEps, theta: s.ropeTheta,
+    };
+    const modelBytes = encodeModel(this.dims, { embed, finalNorm: up(FINAL_NORM), lmHead, counter: this.counterDev, layers: layersDev });
+    this.modelDev = this.alloc(modelBytes.byteLength, 'model descriptor');
+    d.htod(this.modelDev, modelBytes);
+
+    const B = this.buckets[this.buckets.length - 1]!;
+    const { H, K, L, V } = this.dims;
+    this.work = {
+      hidden: this.alloc(4 * B * H, 'hidden'), xn: this.alloc(4 * B * H, 'xn'),
+      pickExpert: this.alloc(4 * B * L * K, 'picks'), pickWeight: this.alloc(4 * B * L * K, 'pick weights'),
+      pickSlot: this.alloc(4 * B * K, 'pick slots'), partial: this.alloc(4 * B * K * H, 'expert outputs'),
+      logits: this.alloc(4 * B * V, 'logits'), amax: this.alloc(8 * B, 'argmax'),
+    };
+    this.workBytes = encodeWork(this.work);
+    const stepBytes = STEP_HEADER_BYTES + B * ROW_DEV_BYTES;
+    this.stepDev = this.alloc(stepBytes, 'step input');
+    this.stepHost = d.allocPinned(stepBytes, 'step input');
+    this.logitsHost = d.allocPinned(4 * B * V, 'logits');
+    this.picksHost = d.allocPinned(8 * B * L * K, 'routing record');
+    this.amaxHost = d.allocPinned(8 * B, 'argmax');
+    if (s.expertIntermediate > FFN_THREADS || s.expertIntermediate % 8 !== 0 || s.hiddenSize % 8 !== 0 || s.headDim % 8 !== 0) {
+      throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend kernels need expert intermediate <= ${FFN_THREADS} and hidden, intermediate, head_dim divisible by 8`);
+    }
+    this.rowSmem = rowSmemBytes(this.dims, ROW_THREADS);
+    this.decodeSmem = decodeLayersSmemBytes(this.dims, ROW_THREADS);
+    if (this.rowSmem > 48 * 1024) d.setMaxDynamicSmem(this.fns.get('attn_route')!, this.rowSmem, 'attn_route');
+    if (this.decodeSmem > 48 * 1024) d.setMaxDynamicSmem(this.fns.get('decode_layers')!, this.decodeSmem, 'decode_layers');
+  }
+
+  openSequence(seq: number, capacity: number): void {
+    if (this.seqs.has(seq)) throw new ResidencyError('BAD_ARGUMENT', `openSequence: seq ${seq} is already open`);
+    if (!Number.isInteger(capacity) || capacity < 1 || capacity > this.spec.maxPositions) {
+      throw new ResidencyError('BAD_ARGUMENT', `openSequence: capacity ${capacity} must be an integer in [1, ${this.spec.maxPositions}]`);
+    }
+    const bytes = this.spec.numLayers * capacity * 2 * this.dims.nkv * this.dims.hd * 4;
+    this.seqs.set(seq, { kv: this.driver.alloc(bytes, `KV cache of seq ${seq} (${capacity} positions)`), cap: capacity });
+  }
+
+  closeSequence(seq: number): void {
+    const c = this.seqs.get(seq);
+    if (!c) return;
+    this.driver.streamSync(this.stream, 'closeSequence');
+    this.driver.free(c.kv);
+    this.seqs.delete(seq);
+  }
+
+  forward(input: StepInput): StepOutput {
+    const { V, L, K } = this.dims;
+    const chunks = input.chunks;
+    const T = this.validate(chunks);
+    const record = input.recordRouting === true;
+    const logits = new Float32Array(chunks.length * V);
+    const routing = record ? new Int32Array(T * L * K) : undefined;
+    const routingWeights = record ? new Float32Array(T * L * K) : undefined;
+    for (const rows of planSubsteps(chunks, this.buckets[this.buckets.length - 1]!)) {
+      this.runRows(rows, input.count);
+      const lastRows = rows.map((r, i) => (r.last ? i : -1)).filter((i) => i >= 0);
+      const n = rows.length;
+      if (lastRows.length > 0) this.driver.dtohAsync(this.logitsHost.hostPtr, this.work.logits, 4 * n * V, this.stream);
+      if (record) {
+        this.driver.dtohAsync(this.picksHost.hostPtr, this.work.pickExpert, 4 * n * L * K, this.stream);
+        this.driver.dtohAsync(this.picksHost.hostPtr + BigInt(4 * n * L * K), this.work.pickWeight, 4 * n * L * K, this.stream);
+      }
+      this.driver.streamSync(this.stream, 'forward');
+      const lh = new Float32Array(this.logitsHost.host.buffer, this.logitsHost.host.byteOffset, n * V);
+      for (const i of lastRows) logits.set(lh.subarray(i * V, (i + 1) * V), rows[i]!.chunk * V);
+      if (routing && routingWeights) {
+        const ph = this.picksHost.host;
+        const ids = new Int32Array(ph.buffer, ph.byteOffset, n * L * K);
+        const ws = new Float32Array(ph.buffer, ph.byteOffset + 4 * n * L * K, n * L * K);
+        rows.forEach((r, i) => {
+          routing.set(ids.subarray(i * L * K, (i + 1) * L * K), r.tokenIndex * L * K);
+          routingWeights.set(ws.subarray(i * L * K, (i + 1) * L * K), r.tokenIndex * L * K);
+        });
+      }
+    }
+    const out: StepOutput = { logits };
+    return record ? { ...out, routing, routingWeights } : out;
+  }
+
+  /** A decode step that returns each chunk's greedy token from the device argmax (no logits copy). */
+  greedyStep(chunks: readonly SequenceChunk[], count: boolean): Int32Array {
+    this.validate(chunks);
+    const out = new Int32Array(chunks.length);
+    for (const rows of planSubsteps(chunks, this.buckets[this.buckets.length - 1]!)) {
+      this.runRows(rows, count);
+      this.driver.dtohAsync(this.amaxHost.hostPtr, this.work.amax, 8 * rows.length, this.stream);
+      this.driver.streamSync(this.stream, 'greedyStep');
+      const keys = new BigUint64Array(this.amaxHost.host.buffer, this.amaxHost.host.byteOffset, rows.length);
+      rows.forEach((r, i) => { if (r.last) out[r.chunk] = 0xffffffff - Number(keys[i]! & 0xffffffffn); });
+    }
+    return out;
+  }
+
+  readCounter(): Uint32Array {
+    const out = new Uint32Array(this.dims.L * this.dims.E);
+    this.driver.streamSync(this.stream, 'readCounter');
+    this.driver.dtoh(out, this.counterDev);
+    return out;
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    const d = this.driver;
+    d.streamSync(this.stream, 'dispose');
+    for (const g of this.graphs.values()) d.graphDestroy(g);
+    for (const s of this.seqs.values()) d.free(s.kv);
+    for (const p of this.owned) d.free(p);
+    for (const h of [this.stepHost, this.logitsHost, this.picksHost, this.amaxHost]) d.freeHost(h.hostPtr);
+    this.banks.dispose();
+  }
+
+  /** Uploads one sub-step's rows (padded to its bucket) and runs it: graph replay or eager launches. */
+  runRows(rows: readonly PlannedRow[], count: boolean): number {
+    const bucket = bucketFor(rows.length, this.buckets);
+    const inputs: RowInput[] = rows.map((r) => {
+      const c = this.seqs.get(r.seq)!;
+      return { token: r.token, pos: r.pos, valid: true, cap: c.cap, kv: c.kv };
+    });
+    const n = encodeStep(this.stepHost.host, count, inputs, bucket);
+    this.driver.htodAsync(this.stepDev, this.stepHost.hostPtr, n, this.stream);
+    if (this.useGraphs) this.driver.graphLaunch(this.graphFor(bucket), this.stream);
+    else this.enqueueStep(bucket);
+    return bucket;
+  }
+
+  /** The captured graph of one bucket (captured on first use). */
+  graphFor(bucket: number): bigint {
+    let g = this.graphs.get(bucket);
+    if (g === undefined) {
+      g = this.driver.captureGraph(this.stream, () => this.enqueueStep(bucket), `decode graph, bucket ${bucket}`);
+      this.graphs.set(bucket, g);
+    }
+    return g;
+  }
+
+  /** The kernels of one step over `bucket` rows, in stream order. */
+  enqueueStep(bucket: number): void {
+    if (this.fused) {
+      this.enqueueKernel('decode_layers', bucket, 0);
+    } else {
+      for (let l = 0; l < this.dims.L; l++) {
+        this.enqueueKernel('attn_route', bucket, l);
+        this.enqueueKernel('expert_ffn', bucket, l);
+      }
+    }
+    this.enqueueKernel('lm_head_argmax', bucket, 0);
+  }
+
+  /** One kernel of the step (also used alone by the benchmark's per-kernel timing). */
+  enqueueKernel(name: 'decode_layers' | 'attn_route' | 'expert_ffn' | 'lm_head_argmax', bucket: number, layer: number): void {
+    const m: KernelArg = { u64: this.modelDev };
+    const st: KernelArg = { u64: this.stepDev };
+    const w: KernelArg = { bytes: this.workBytes };
+    const fn = this.fns.get(name)!;
+    const d = this.driver;
+    if (name === 'decode_layers') {
+      d.launch(fn, name, [bucket, 1, 1], ROW_THREADS, this.decodeSmem, this.stream, [m, st, w]);
+    } else if (name === 'attn_route') {
+      d.launch(fn, name, [bucket, 1, 1], ROW_THREADS, this.rowSmem, this.stream, [m, { i32: layer }, st, w]);
+    } else if (name === 'expert_ffn') {
+      d.launch(fn, name, [this.dims.K, bucket, 1], FFN_THREADS, expertFfnSmemBytes(this.dims), this.stream, [m, { i32: layer }, st, w]);
+    } else {
+      const blocks = Math.ceil(this.dims.V / LM_ROWS_PER_BLOCK);
+      d.launch(fn, name, [blocks, bucket, 1], LM_THREADS, lmHeadSmemBytes(this.dims, LM_ROWS_PER_BLOCK), this.stream,
+        [m, st, w, { i32: this.fused ? 0 : 1 }, { i32: LM_ROWS_PER_BLOCK }]);
+    }
+  }
+
+  private validate(chunks: readonly SequenceChunk[]): number {
+    if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend used after dispose()');
+    if (chunks.length === 0) throw new ResidencyError('BAD_ARGUMENT', 'forward: a step needs at least one chunk');
+    const seen = new Set<number>();
+    let T = 0;
+    for (const c of chunks) {
+      const s = this.seqs.get(c.seq);
+      if (!s) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} is not open (call openSequence first)`);
+      if (seen.has(c.seq)) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} appears twice in one step`);
+      seen.add(c.seq);
+      if (c.tokens.length === 0) throw new ResidencyError('BAD_ARGUMENT', `forward: chunk for seq ${c.seq} has no tokens`);
+      if (!Number.isInteger(c.startPos) || c.startPos < 0 || c.startPos + c.tokens.length > s.cap) {
+        throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} positions ${c.startPos}..${c.startPos + c.tokens.length - 1} exceed its capacity ${s.cap}`);
+      }
+      for (const t of c.tokens) {
+        if (!Number.isInteger(t) || t < 0 || t >= this.dims.V) {
+          throw new ResidencyError('BAD_ARGUMENT', `forward: token ${t} of seq ${c.seq} is not in [0, ${this.dims.V})`);
+        }
+      }
+      T += c.tokens.length;
+    }
+    return T;
+  }
+
+  private alloc(bytes: number, what: string): bigint {
+    const p = this.driver.alloc(bytes, what);
+    this.owned.push(p);
+    return p;
+  }
+}

@@ -1,0 +1,53 @@
+// Host-side step planning for the graph path (pure, tested without a GPU): a step's chunks become
+// sub-steps of one token per sequence, each padded to a captured batch-size bucket.
+import { ResidencyError } from '../../errors.ts';
+import type { SequenceChunk } from '../backend.ts';
+
+export const DEFAULT_BUCKETS: readonly number[] = [1, 2, 4, 8, 16];
+
+/** The smallest bucket holding n rows (buckets ascending). */
+export function bucketFor(n: number, buckets: readonly number[]): number {
+  for (const b of buckets) if (b >= n) return b;
+  throw new ResidencyError('INTERNAL', `no graph bucket holds ${n} rows (largest ${buckets[buckets.length - 1]})`);
+}
+
+export interface PlannedRow {
+  readonly chunk: number;
+  /** Token index within the whole step, in chunk order (the routing record's row). */
+  readonly tokenIndex: number;
+  readonly seq: number;
+  readonly token: number;
+  readonly pos: number;
+  /** This row is its chunk's last token: its logits are the chunk's output. */
+  readonly last: boolean;
+}
+
+/**
+ * Sub-steps: sub-step t feeds token t of every chunk still running (one row per sequence, so the rows of a
+ * sub-step never depend on each other), split into groups of at most `maxRows`. Causality within a chunk
+ * holds because sub-steps run in order.
+ */
+export function planSubsteps(chunks: readonly SequenceChunk[], maxRows: number): PlannedRow[][] {
+  const starts: number[] = [];
+  let total = 0;
+  let longest = 0;
+  for (const c of chunks) {
+    starts.push(total);
+    total += c.tokens.length;
+    longest = Math.max(longest, c.tokens.length);
+  }
+  const out: PlannedRow[][] = [];
+  for (let t = 0; t < longest; t++) {
+    let cur: PlannedRow[] = [];
+    chunks.forEach((c, ci) => {
+      if (t >= c.tokens.length) return;
+      cur.push({ chunk: ci, tokenIndex: starts[ci]! + t, seq: c.seq, token: c.tokens[t]!, pos: c.startPos + t, last: t === c.tokens.length - 1 });
+      if (cur.length === maxRows) {
+        out.push(cur);
+        cur = [];
+      }
+    });
+    if (cur.length > 0) out.push(cur);
+  }
+  return out;
+}
