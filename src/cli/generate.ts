@@ -5,7 +5,9 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ResidencyError } from '../errors.ts';
-import { createCpuBackend, type CpuBackend } from '../backend/cpu/cpu-backend.ts';
+import { createCpuBackend } from '../backend/cpu/cpu-backend.ts';
+import type { Backend } from '../backend/backend.ts';
+import { createBackend, parseBackendName, type BackendName } from '../backend/registry.ts';
 import type { BankPlacement } from '../backend/cpu/banks.ts';
 import { createEngine } from '../engine/engine.ts';
 import type { ResidencyHook } from '../engine/residency-hook.ts';
@@ -30,6 +32,7 @@ export const GENERATE_HELP = `usage: residency generate [--model DIR] (--prompt 
   --map MAP.json       start the banks from this map (a rowmap; overrides --hot)
   --residency-dir DIR  run the residency controller live: telemetry.jsonl, swaps.jsonl, steps.json go to DIR;
                        it boots frozen (counting only): create DIR/GO or write DIR/control.json to adapt
+  --backend NAME       cpu (default) or cuda (an NVIDIA GPU, kernels built by npm run build:kernels)
   --json               print exactly one JSON object {"prompt_ids","tokens","text"} on stdout`;
 
 /** The flags of `generate`; commands that extend it (e.g. with --map) spread these into their own. */
@@ -45,6 +48,7 @@ export const GENERATE_OPTIONS = {
   hot: { type: 'string' },
   map: { type: 'string' },
   'residency-dir': { type: 'string' },
+  backend: { type: 'string', default: 'cpu' },
   json: { type: 'boolean', default: false },
   help: { type: 'boolean', short: 'h', default: false },
 } as const satisfies NonNullable<ParseArgsConfig['options']>;
@@ -60,6 +64,7 @@ export interface GenerateOptions {
   readonly ignoreEos: boolean;
   readonly hot?: number;
   readonly json: boolean;
+  readonly backend?: BackendName;
 }
 
 /** What an extending command may add: a placement for the banks and a residency hook for the engine. */
@@ -67,7 +72,7 @@ export interface GenerateExtensions {
   /** Initial bank placement (e.g. from --map); overrides --hot. */
   placement?: (model: LoadedModel) => BankPlacement | undefined;
   /** Builds the residency hook once the backend exists (counting, drains, swaps between steps). */
-  hookFactory?: (backend: CpuBackend, model: LoadedModel) => ResidencyHook | undefined;
+  hookFactory?: (backend: Backend, model: LoadedModel) => ResidencyHook | undefined;
 }
 
 export interface GenerateResult {
@@ -122,6 +127,7 @@ export function generateOptionsFrom(values: { [K in keyof typeof GENERATE_OPTION
     ignoreEos: values['ignore-eos'] === true,
     hot: int('hot', 0),
     json: values.json === true,
+    backend: parseBackendName(str('backend') ?? 'cpu'),
   };
 }
 
@@ -137,7 +143,8 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
   const promptIds = opts.promptIds ? [...opts.promptIds] : model.tokenizer.encode(opts.prompt!);
   if (promptIds.length === 0) throw new ResidencyError('BAD_ARGUMENT', '--prompt encodes to no tokens: give a longer prompt');
   const placement = ext.placement?.(model) ?? (opts.hot !== undefined ? { hotPerLayer: opts.hot } : undefined);
-  const backend = createCpuBackend(model.spec, model.weights, { placement });
+  const backend: Backend =
+    (opts.backend ?? 'cpu') === 'cpu' ? createCpuBackend(model.spec, model.weights, { placement }) : await createBackend(opts.backend!, model, { placement });
   const hook = ext.hookFactory?.(backend, model);
 
   // Steps up to the one that emits the first token are prefill; the rest are decode.
