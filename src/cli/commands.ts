@@ -5,5 +5,6 @@ import { compareCommand } from './compare.ts';
 import { analyzeCommand } from './analyze.ts';
 import { fitMapCommand } from './fit-map.ts';
 import { generateCommand } from './generate.ts';
+import { serveCommand } from './serve.ts';
 
-export const commands: CliCommand[] = [simulateCommand, compareCommand, analyzeCommand, fitMapCommand, generateCommand];
+export const commands: CliCommand[] = [simulateCommand, compareCommand, analyzeCommand, fitMapCommand, generateCommand, serveCommand];

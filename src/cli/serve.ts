@@ -1,0 +1,97 @@
+// `residency serve`: the OpenAI-compatible server with live residency control, /metrics and a dashboard.
+import { resolve, join } from 'node:path';
+import { ResidencyError } from '../errors.ts';
+import { loadRowMap } from '../residency/files.ts';
+import { startServing } from '../server/boot.ts';
+import { defaultServerConfig } from '../server/types.ts';
+import type { CliCommand } from './command.ts';
+import { packageRoot, parseFlags } from './generate.ts';
+
+export const SERVE_HELP = `usage: residency serve [--model DIR] [options]
+
+  --model DIR          checkpoint folder (default: models/tiny-moe in the package)
+  --backend cpu|cuda   where the model runs (default cpu)
+  --hot H              experts per layer in the hot bank (default: 295/384 of them, the reference ratio);
+                       H = all experts serves without a residency controller
+  --map MAP.json       start the banks from this map (a rowmap; overrides --hot)
+  --residency-dir DIR  telemetry.jsonl, swaps.jsonl, steps.json go to DIR; DIR/control.json and DIR/GO
+                       control the live controller (as POST /v1/residency/control does)
+  --adapt              adapt from the start (default: boot frozen, counting only, until GO or {"freeze": false})
+  --port N             TCP port (default 8000; 0 = any free port)
+  --host ADDR          address to listen on (default 127.0.0.1)
+  --api-key KEY        require "Authorization: Bearer KEY" on /v1/* (default: env RESIDENCY_API_KEY, else none)
+  --max-queue N        requests waiting to join the batch before new ones get 429 (default ${defaultServerConfig.maxQueue})
+  --max-running N      sequences in the running batch at most (default 8)
+  --max-body BYTES     request body limit (default ${defaultServerConfig.maxBodyBytes})
+
+Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
+GET /v1/residency, POST /v1/residency/control, GET /v1/residency/stats, GET /metrics, dashboard at /.`;
+
+const OPTIONS = {
+  model: { type: 'string' },
+  backend: { type: 'string', default: 'cpu' },
+  hot: { type: 'string' },
+  map: { type: 'string' },
+  'residency-dir': { type: 'string' },
+  adapt: { type: 'boolean', default: false },
+  port: { type: 'string', default: '8000' },
+  host: { type: 'string', default: '127.0.0.1' },
+  'api-key': { type: 'string' },
+  'max-queue': { type: 'string' },
+  'max-running': { type: 'string' },
+  'max-body': { type: 'string' },
+  help: { type: 'boolean', short: 'h', default: false },
+} as const;
+
+function int(flag: string, text: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
+  if (text === undefined) return undefined;
+  const n = Number(text);
+  if (text.trim() === '' || !Number.isInteger(n) || n < min || n > max) {
+    throw new ResidencyError('BAD_ARGUMENT', `--${flag} '${text}': expected an integer in ${min}..${max}`);
+  }
+  return n;
+}
+
+export const serveCommand: CliCommand = {
+  name: 'serve',
+  summary: 'serve an OpenAI-compatible API with live residency control, /metrics and a dashboard',
+  async run(argv) {
+    const v = parseFlags(argv, OPTIONS, SERVE_HELP);
+    if (v.help) {
+      console.log(SERVE_HELP);
+      return 0;
+    }
+    if (v.backend !== 'cpu' && v.backend !== 'cuda') throw new ResidencyError('BAD_ARGUMENT', `--backend '${v.backend}': expected cpu or cuda`);
+    if (v.hot !== undefined && v.map !== undefined) throw new ResidencyError('BAD_ARGUMENT', 'give --hot H or --map MAP.json, not both');
+    const maxQueue = int('max-queue', v['max-queue'], 1);
+    const maxRunning = int('max-running', v['max-running'], 1);
+    const maxBody = int('max-body', v['max-body'], 1024);
+    const apiKey = v['api-key'] ?? process.env['RESIDENCY_API_KEY'];
+    const serving = await startServing({
+      modelDir: resolve(v.model ?? join(packageRoot(), 'models/tiny-moe')),
+      backend: v.backend,
+      hot: int('hot', v.hot, 1),
+      map: v.map ? loadRowMap(v.map) : undefined,
+      residencyDir: v['residency-dir'],
+      adapt: v.adapt,
+      port: int('port', v.port, 0, 65535)!,
+      host: v.host,
+      config: { ...(apiKey ? { apiKey } : {}), ...(maxQueue ? { maxQueue } : {}), ...(maxBody ? { maxBodyBytes: maxBody } : {}) },
+      scheduler: maxRunning ? { maxRunning } : undefined,
+    });
+    const { spec } = serving.model;
+    const banks = serving.backend.banks;
+    console.error(`serving ${spec.name} on ${serving.server.url} (${v.backend}; ${banks.hotPerLayer}/${banks.experts} experts hot per layer; ` +
+      `residency ${serving.driver ? (v.adapt ? 'adapting' : 'frozen until GO or {"freeze": false}') : 'off'}${apiKey ? '; API key required' : ''})`);
+    console.error(`dashboard: ${serving.server.url}/   metrics: ${serving.server.url}/metrics`);
+    await new Promise<void>((done) => {
+      const stop = (sig: string) => {
+        console.error(`${sig}: finishing in-flight requests and stopping`);
+        void serving.close().then(done);
+      };
+      process.once('SIGINT', () => stop('SIGINT'));
+      process.once('SIGTERM', () => stop('SIGTERM'));
+    });
+    return 0;
+  },
+};

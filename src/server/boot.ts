@@ -1,0 +1,110 @@
+// Builds everything `residency serve` runs: model, backend, residency driver, engine, HTTP server.
+// Tests call it too, so the served stack and the tested stack are the same code.
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Backend } from '../backend/backend.ts';
+import { createCpuBackend } from '../backend/cpu/cpu-backend.ts';
+import type { BankPlacement } from '../backend/cpu/banks.ts';
+import { createEngine, type Engine } from '../engine/engine.ts';
+import { ResidencyDriver } from '../engine/residency-driver.ts';
+import type { SchedulerConfig } from '../engine/scheduler.ts';
+import { ResidencyError } from '../errors.ts';
+import { loadModel, type LoadedModel } from '../model/load.ts';
+import type { Budgets } from '../residency/policy.ts';
+import type { RowMap } from '../residency/rowmap.ts';
+import { DriverView } from './driver-view.ts';
+import { startServer, type RunningServer } from './server.ts';
+import { defaultServerConfig, type ServerConfig, type ServerModel } from './types.ts';
+
+export interface ServeOptions {
+  readonly modelDir: string;
+  readonly backend: 'cpu' | 'cuda';
+  /** Hot experts per layer; equal to the expert count means all hot and no residency controller. */
+  readonly hot?: number;
+  readonly map?: RowMap;
+  readonly residencyDir?: string;
+  /** Start adapting at once instead of booting frozen (counting only). */
+  readonly adapt?: boolean;
+  readonly budgets?: Partial<Budgets>;
+  readonly port: number;
+  readonly host: string;
+  readonly config?: Partial<ServerConfig>;
+  readonly scheduler?: Partial<SchedulerConfig>;
+  readonly log?: (message: string) => void;
+  readonly model?: LoadedModel;
+}
+
+export interface Serving {
+  readonly server: RunningServer;
+  readonly engine: Engine;
+  readonly backend: Backend;
+  readonly driver?: ResidencyDriver;
+  readonly model: LoadedModel;
+  close(): Promise<void>;
+}
+
+/** The hot share of the reference deployment (295 of 384 experts per layer; design.md section 2). */
+export const DEFAULT_HOT_SHARE = 295 / 384;
+
+/** Reads tokenizer_config.json's chat template and special tokens (absent: the plain template). */
+async function chatInfo(dir: string): Promise<Pick<ServerModel, 'chatTemplate' | 'bosToken' | 'eosToken'>> {
+  let cfg: Record<string, unknown>;
+  try {
+    cfg = JSON.parse(await readFile(join(dir, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>;
+  } catch {
+    return {};
+  }
+  const tok = (v: unknown) => (typeof v === 'string' ? v : typeof v === 'object' && v && typeof (v as { content?: unknown }).content === 'string' ? (v as { content: string }).content : undefined);
+  let template = cfg['chat_template'];
+  // Some checkpoints ship several named templates; the one named "default" is the chat template.
+  if (Array.isArray(template)) template = (template.find((t) => t?.name === 'default') ?? template[0])?.template;
+  return {
+    ...(typeof template === 'string' ? { chatTemplate: template } : {}),
+    ...(tok(cfg['bos_token']) ? { bosToken: tok(cfg['bos_token']) } : {}),
+    ...(tok(cfg['eos_token']) ? { eosToken: tok(cfg['eos_token']) } : {}),
+  };
+}
+
+export async function startServing(opts: ServeOptions): Promise<Serving> {
+  const log = opts.log ?? ((m: string) => console.error(m));
+  const model = opts.model ?? (await loadModel(opts.modelDir));
+  const { spec } = model;
+  const hot = opts.hot ?? Math.round(spec.numExperts * DEFAULT_HOT_SHARE);
+  if (!opts.map && (hot < 1 || hot > spec.numExperts)) {
+    throw new ResidencyError('BAD_ARGUMENT', `--hot ${hot}: expected 1..${spec.numExperts} experts per layer`);
+  }
+  const placement: BankPlacement = opts.map ?? { hotPerLayer: hot };
+  let backend: Backend;
+  if (opts.backend === 'cuda') {
+    const { createCudaBackend } = await import('../backend/cuda/cuda-backend.ts');
+    backend = await createCudaBackend(model, { placement });
+  } else {
+    backend = createCpuBackend(spec, model.weights, { placement });
+  }
+  const withResidency = backend.banks.hotPerLayer < backend.banks.experts;
+  // Built directly (not through residencyHookFactory, which writes steps.json at process exit): close()
+  // below writes it, so a server that is stopped and started again in one process leaves nothing behind.
+  const driver = withResidency
+    ? new ResidencyDriver({ backend, map: opts.map, dir: opts.residencyDir, frozen: !opts.adapt, budgets: opts.budgets, log: (m) => log(`residency: ${m}`) })
+    : undefined;
+  const view = driver ? new DriverView(driver) : undefined;
+  const config: ServerConfig = { ...defaultServerConfig, ...opts.config };
+  const engine = createEngine(backend, {
+    hook: driver,
+    onStep: view ? (r) => view.onStep(r) : undefined,
+    // The server answers 429 at maxQueue; the engine's own limit sits above it so it never refuses first.
+    scheduler: { ...opts.scheduler, maxWaiting: Math.max(config.maxQueue + 1, opts.scheduler?.maxWaiting ?? 0) },
+    onError: (e) => log(`engine: ${e.message}`),
+  });
+  const serverModel: ServerModel = { name: spec.name, maxPositions: spec.maxPositions, tokenizer: model.tokenizer, ...(await chatInfo(model.dir)) };
+  const server = await startServer({ engine, model: serverModel, ...(view ? { residency: view } : {}), config }, { port: opts.port, host: opts.host });
+  return {
+    server, engine, backend, driver, model,
+    async close() {
+      await server.close();
+      await engine.close();
+      driver?.close();
+      backend.dispose();
+    },
+  };
+}
