@@ -4,8 +4,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { browserMissing, launchChromium } from './browser.ts';
-import { FakeEngine } from './fakes.ts';
-import { post, startTestServer } from './helpers.ts';
+import { resolve } from 'node:path';
+import { startServing } from '../../src/server/boot.ts';
+import { post } from './helpers.ts';
 
 // The page functions below run in the browser; node's types have no DOM, so name its globals loosely.
 declare const window: any;
@@ -15,17 +16,29 @@ type HTMLCanvasElement = any;
 const missing = browserMissing();
 
 test('dashboard renders the heatmap and the cold-share chart with live data', { skip: missing ?? false, timeout: 60_000 }, async () => {
-  const s = await startTestServer({ engine: new FakeEngine({ stepMs: 2 }), config: { apiKey: 'k3y', sampleSeconds: 0.1 } });
+  // The real engine on tiny-moe, adapting, draining often so a short test sees drains and swaps.
+  const serving = await startServing({
+    modelDir: resolve(process.cwd(), 'models/tiny-moe'), backend: 'cpu', hot: 49, adapt: true, budgets: { drain_every: 8 },
+    port: 0, host: '127.0.0.1', log: () => {}, config: { apiKey: 'k3y', sampleSeconds: 0.1 },
+  });
+  const s = serving.server;
   let chrome: Awaited<ReturnType<typeof launchChromium>> | undefined;
   try {
     chrome = await launchChromium();
-    // Some traffic so throughput and history have something to show.
-    await Promise.all(Array.from({ length: 4 }, (_, i) => post(`${s.url}/v1/completions`, { prompt: `p${i}`, max_tokens: 30 }, { authorization: 'Bearer k3y' })));
+    // Traffic in two languages, so the heatmap, cold share and throughput have something to show.
+    const prompts = ['The ls command lists', 'Die Datei wird gelesen', 'ファイルを開く', 'def main(argv):'];
+    await Promise.all(prompts.map((prompt) => post(`${s.url}/v1/completions`, { prompt, max_tokens: 48, temperature: 0, ignore_eos: true }, { authorization: 'Bearer k3y' })));
     const page = await chrome.context.newPage();
     const errors: string[] = [];
     page.on('pageerror', (e) => errors.push(String(e)));
     await page.goto(`${s.url}/#key=k3y`);
-    await page.waitForFunction(() => (window as any).__dashboard?.updates >= 2, undefined, { timeout: 20_000 });
+    // Keep some traffic flowing while the page polls.
+    const more = Promise.all(prompts.map((prompt) => post(`${s.url}/v1/completions`, { prompt, max_tokens: 64, ignore_eos: true, seed: 1 }, { authorization: 'Bearer k3y' })));
+    await page.waitForFunction(() => {
+      const d = (window as any).__dashboard;
+      return d?.updates >= 3 && d.last?.cold_share.window !== null && d.last?.history.length >= 3;
+    }, undefined, { timeout: 30_000 });
+    await more;
     const drawn = await page.evaluate(() => {
       const cv = document.getElementById('heatmap') as HTMLCanvasElement;
       const px = cv.getContext('2d')!.getImageData(0, 0, cv.width, cv.height).data;
@@ -56,6 +69,6 @@ test('dashboard renders the heatmap and the cold-share chart with live data', { 
     await page.screenshot({ path: 'out/dashboard.png', fullPage: true });
   } finally {
     await chrome?.close();
-    await s.close();
+    await serving.close();
   }
 });
