@@ -1,6 +1,7 @@
 // `residency serve`: the OpenAI-compatible server with live residency control, /metrics and a dashboard.
 import { resolve, join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
+import { parseBackendName } from '../backend/registry.ts';
 import { loadRowMap } from '../residency/files.ts';
 import { startServing } from '../server/boot.ts';
 import { defaultServerConfig } from '../server/types.ts';
@@ -61,7 +62,7 @@ export const serveCommand: CliCommand = {
       console.log(SERVE_HELP);
       return 0;
     }
-    if (v.backend !== 'cpu' && v.backend !== 'cuda') throw new ResidencyError('BAD_ARGUMENT', `--backend '${v.backend}': expected cpu or cuda`);
+    const backend = parseBackendName(v.backend);
     if (v.hot !== undefined && v.map !== undefined) throw new ResidencyError('BAD_ARGUMENT', 'give --hot H or --map MAP.json, not both');
     const maxQueue = int('max-queue', v['max-queue'], 1);
     const maxRunning = int('max-running', v['max-running'], 1);
@@ -69,7 +70,7 @@ export const serveCommand: CliCommand = {
     const apiKey = v['api-key'] ?? process.env['RESIDENCY_API_KEY'];
     const serving = await startServing({
       modelDir: resolve(v.model ?? join(packageRoot(), 'models/tiny-moe')),
-      backend: v.backend,
+      backend,
       hot: int('hot', v.hot, 1),
       map: v.map ? loadRowMap(v.map) : undefined,
       residencyDir: v['residency-dir'],

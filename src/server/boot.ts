@@ -3,7 +3,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Backend } from '../backend/backend.ts';
-import { createCpuBackend } from '../backend/cpu/cpu-backend.ts';
+import { createBackend, type BackendName } from '../backend/registry.ts';
 import type { BankPlacement } from '../backend/cpu/banks.ts';
 import { createEngine, type Engine } from '../engine/engine.ts';
 import { ResidencyDriver } from '../engine/residency-driver.ts';
@@ -18,7 +18,7 @@ import { defaultServerConfig, type ServerConfig, type ServerModel } from './type
 
 export interface ServeOptions {
   readonly modelDir: string;
-  readonly backend: 'cpu' | 'cuda';
+  readonly backend: BackendName;
   /** Hot experts per layer; equal to the expert count means all hot and no residency controller. */
   readonly hot?: number;
   readonly map?: RowMap;
@@ -74,13 +74,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
     throw new ResidencyError('BAD_ARGUMENT', `--hot ${hot}: expected 1..${spec.numExperts} experts per layer`);
   }
   const placement: BankPlacement = opts.map ?? { hotPerLayer: hot };
-  let backend: Backend;
-  if (opts.backend === 'cuda') {
-    const { createCudaBackend } = await import('../backend/cuda/cuda-backend.ts');
-    backend = await createCudaBackend(model, { placement });
-  } else {
-    backend = createCpuBackend(spec, model.weights, { placement });
-  }
+  const backend: Backend = await createBackend(opts.backend, model, { placement });
   const withResidency = backend.banks.hotPerLayer < backend.banks.experts;
   // Built directly (not through residencyHookFactory, which writes steps.json at process exit): close()
   // below writes it, so a server that is stopped and started again in one process leaves nothing behind.

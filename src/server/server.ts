@@ -1,6 +1,7 @@
 // Starts the app on a port (node's http via @hono/node-server) and stops it cleanly.
 import { serve } from '@hono/node-server';
 import type { AddressInfo } from 'node:net';
+import { ResidencyError } from '../errors.ts';
 import { createApp } from './app.ts';
 import type { ServerApp } from './app.ts';
 import type { ServerDeps } from './types.ts';
@@ -16,7 +17,11 @@ export async function startServer(deps: ServerDeps, listen: { port: number; host
   built.history.start(deps.config.sampleSeconds);
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     const s = serve({ fetch: built.app.fetch, port: listen.port, hostname: listen.host }, () => resolve(s));
-    s.once('error', reject);
+    s.once('error', (err: NodeJS.ErrnoException) => {
+      built.history.stop();
+      const why = err.code === 'EADDRINUSE' ? `${listen.host}:${listen.port} is already in use: pick another --port (0 = any free one)` : err.message;
+      reject(new ResidencyError('BAD_ARGUMENT', `cannot listen: ${why}`, { cause: err }));
+    });
   });
   const addr = server.address() as AddressInfo;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;

@@ -16,14 +16,15 @@ export function sseResponse(chunks: AsyncIterator<unknown>, cancel: AbortControl
         }
         controller.enqueue(encoder.encode(`data: ${JSON.stringify(value)}\n\n`));
       } catch (err) {
+        if (cancel.signal.aborted) return; // the client is gone; nobody reads an error event
         // Headers are gone already: the error travels as one last event, as OpenAI's API does.
-        if (!cancel.signal.aborted) controller.enqueue(encoder.encode(`data: ${JSON.stringify(toApiError(err).body())}\n\n`));
+        controller.enqueue(encoder.encode(`data: ${JSON.stringify(toApiError(err).body())}\n\n`));
         controller.close();
       }
     },
     cancel() {
       cancel.abort();
-      void chunks.return?.(undefined);
+      chunks.return?.(undefined)?.catch(() => {});
     },
   });
   return new Response(body, {
