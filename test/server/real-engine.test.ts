@@ -63,6 +63,20 @@ describe('greedy completions on the real engine', () => {
     const got = await Promise.all(prompts.map(async (p) => (await (await post(`${s.server.url}/v1/completions`, { prompt: p, max_tokens: 10, temperature: 0, ignore_eos: true })).json()).choices[0].text));
     prompts.forEach((p, i) => assert.equal(got[i], referenceText(model.tokenizer.encode(p), 10), p));
   });
+
+  test('a client closing its stream frees its place in the running batch', async () => {
+    const ac = new AbortController();
+    const r = await fetch(`${s.server.url}/v1/completions`, { method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: 'The ls command', max_tokens: 1500, stream: true, ignore_eos: true }) });
+    const reader = r.body!.getReader();
+    await reader.read();
+    assert.equal(s.engine.running, 1);
+    ac.abort();
+    // Wait (bounded by steps, not by a clock) for the engine to drop the sequence: without the cancel it
+    // would run for 1500 more steps.
+    for (let i = 0; i < 500 && s.engine.running > 0; i++) await new Promise((res) => setTimeout(res, 5));
+    assert.equal(s.engine.running, 0);
+    assert.ok(s.engine.steps < 1000, `engine ran ${s.engine.steps} steps`);
+  });
 });
 
 /** Everything control can change, read straight from the live controller. */
