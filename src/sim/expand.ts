@@ -22,8 +22,13 @@ export interface ExpandOptions {
   readonly seed?: number;
 }
 
-/** The default skew for groups of 6: a favourite at ~37%, then a long-ish tail (same for every domain). */
-export const DEFAULT_SKEW_6 = Object.freeze([0.37, 0.23, 0.16, 0.11, 0.08, 0.05]);
+/**
+ * The default skew for groups of 6: mild (favourite 25%, last 10%), the same for every domain. A steeper
+ * skew concentrates picks on each group's favourite and flattens the shift: at 295 hot of 384, a map fitted
+ * on en+code leaves de+ja 7.2% cold with this skew, 4.6% with (37, 23, 16, 11, 8, 5)%, against 9.4% on
+ * the fixture itself at 49 hot of 64.
+ */
+export const DEFAULT_SKEW_6 = Object.freeze([0.25, 0.2, 0.17, 0.15, 0.13, 0.1]);
 
 /** 32-bit integer mix (a murmur3 finalizer): the in-group draw must be reproducible everywhere. */
 export function mix32(x: number): number {

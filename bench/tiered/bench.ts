@@ -1,0 +1,74 @@
+// The tiered benchmark's protocols and policies on any executor: expanded fixture traffic (src/sim/expand.ts),
+// the simulator's policies (adaptive = the real Controller), the row exchanges of rows.ts.
+import type { Budgets } from '../../src/residency/policy.ts';
+import { expandTraceSet } from '../../src/sim/expand.ts';
+import { policyFactory } from '../../src/sim/policies/registry.ts';
+import { staticPolicy } from '../../src/sim/policies/static.ts';
+import { domainsOf, fitOn } from '../../src/sim/setup.ts';
+import { readFixtureTraces } from '../../src/sim/traces/fixture.ts';
+import type { TraceSet } from '../../src/sim/traces/trace.ts';
+import { buildTraffic, parsePhases } from '../../src/sim/traffic.ts';
+import type { TieredExecutor } from './executor.ts';
+import { figures } from './figures.ts';
+import type { TieredGeometry } from './geometry.ts';
+import { runTiered, type PlacementMode } from './harness.ts';
+import type { ProtocolResult } from './report.ts';
+
+export interface Protocol {
+  readonly name: string;
+  /** Phases as the simulator's --phases ("en+code:600,de+ja:600,en+code:600"). */
+  readonly phases: string;
+  readonly users: number;
+}
+
+export const POLICIES = ['all-hot', 'fixed', 'seed', 'adaptive', 'lru', 'oracle'] as const;
+
+export interface BenchConfig {
+  readonly geometry: TieredGeometry;
+  readonly protocols: readonly Protocol[];
+  readonly policies: readonly string[];
+  /** Adaptive budgets (shortened for short phases; the report says which). */
+  readonly budgets: Partial<Budgets>;
+  readonly insertsPerStep: number;
+  readonly oracleWindow: number;
+  readonly fit: string;
+  readonly seed: number;
+}
+
+export function loadExpanded(dir: string, g: TieredGeometry): TraceSet {
+  return expandTraceSet(readFixtureTraces(dir), { layers: g.layers, experts: g.experts });
+}
+
+export function runProtocol(set: TraceSet, p: Protocol, cfg: BenchConfig, exec: TieredExecutor, log: (s: string) => void = () => {}): ProtocolResult {
+  const g = cfg.geometry;
+  const sg = { layers: g.layers, experts: g.experts, hotPerLayer: g.hotPerLayer, topK: g.topK };
+  const phases = parsePhases(p.phases, set);
+  const steps = buildTraffic(set, { phases, users: p.users, seed: cfg.seed, countTmax: 256 });
+  const bootMap = fitOn(set, sg, domainsOf(cfg.fit, set), 'tiered');
+  const seedMap = fitOn(set, sg, [...new Set(phases.flatMap((ph) => ph.domains))], 'tiered');
+  const runs = [];
+  for (const name of cfg.policies) {
+    const t0 = Date.now();
+    let mode: PlacementMode = 'exchange';
+    let factory;
+    switch (name) {
+      case 'all-hot': factory = staticPolicy; mode = 'all-hot'; break;
+      case 'fixed': factory = staticPolicy; break;
+      case 'seed': factory = policyFactory('seed', { seedMap }); break;
+      case 'adaptive': factory = policyFactory('adaptive', { budgets: cfg.budgets }); break;
+      case 'lru': factory = policyFactory('lru', { insertsPerStep: cfg.insertsPerStep }); break;
+      case 'oracle': factory = policyFactory('oracle', { oracleWindow: cfg.oracleWindow }); mode = 'free'; break;
+      default: throw new Error(`tiered: unknown policy '${name}' (have: ${POLICIES.join(', ')})`);
+    }
+    // The seed policy's rows are laid out from its own map at load (as a server booting with it would).
+    runs.push(runTiered(name, factory, exec, { geometry: g, bootMap: name === 'seed' ? seedMap : bootMap, steps, users: p.users, count: name === 'adaptive', mode }));
+    log(`  ${p.name} ${name}: ${steps.length} steps in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  }
+  const hot = runs.find((r) => r.policy === 'all-hot') ?? null;
+  return {
+    protocol: `${p.name} (${p.users} user${p.users > 1 ? 's' : ''}): ${p.phases}`,
+    phases: phases.map((ph) => ph.domains.join('+')),
+    runs,
+    figures: runs.map((r) => figures(r, hot)),
+  };
+}

@@ -1,0 +1,86 @@
+// `npm run bench:tiered` entry: the big-geometry tiered benchmark (issue 6, item 3).
+//   --executor cuda|cpu   real kernels on the GPU (default when a GPU is there) or the CPU cost model
+//   --steps N             steps per phase at 1 user (default 600); --steps4 N at 4 users (default 400)
+//   --smoke               small geometry + correctness checks of the kernels and the exchanges, short runs
+//   --out DIR             results (default $OUT when set, else out/tiered)
+//   --traces DIR          fixture traces (default $MOE_FIXTURE_DIR/traces, else ../shared/fixtures/tiny-moe/traces)
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
+import { loadExpanded, runProtocol, POLICIES, type BenchConfig, type Protocol } from './bench.ts';
+import { CpuCostExecutor, type TieredExecutor } from './executor.ts';
+import { BIG, SMALL, rowBytes } from './geometry.ts';
+import { protocolTable, shiftSvg, targetsTable, type ProtocolResult } from './report.ts';
+
+const argv = process.argv.slice(2);
+const opt = (name: string, dflt: string) => { const i = argv.indexOf(`--${name}`); return i >= 0 ? argv[i + 1]! : dflt; };
+const flag = (name: string) => argv.includes(`--${name}`);
+
+const smoke = flag('smoke');
+const outDir = opt('out', process.env['OUT'] ?? 'out/tiered');
+const tracesDir = opt('traces', process.env['MOE_FIXTURE_DIR'] ? join(process.env['MOE_FIXTURE_DIR'], 'traces') : FIXTURE_TRACES);
+const geometry = smoke ? SMALL : BIG;
+const n1 = Number(opt('steps', smoke ? '60' : '600'));
+const n4 = Number(opt('steps4', smoke ? '40' : '400'));
+const nMixed = Number(opt('mixed', smoke ? '40' : '400'));
+const only = opt('protocols', 'shift-1u,shift-4u,mixed-1u,mixed-4u').split(',');
+
+// Shortened controller clock for phases of a few hundred steps (defaults: drain 64, half-life 500).
+const budgets = { drain_every: 16, half_life_steps: Number(opt('half-life', '150')), swaps_per_layer_per_drain: 4, swaps_per_step: 8, min_average: 2 };
+const cfg: BenchConfig = {
+  geometry, policies: opt('policies', POLICIES.join(',')).split(','), budgets, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed: 1,
+  protocols: ([
+    { name: 'shift-1u', phases: `en+code:${n1},de+ja:${n1},en+code:${n1}`, users: 1 },
+    { name: 'shift-4u', phases: `en+code:${n4},de+ja:${n4},en+code:${n4}`, users: 4 },
+    { name: 'mixed-1u', phases: `en+code+de+ja+fr+zh_CN:${nMixed}`, users: 1 },
+    { name: 'mixed-4u', phases: `en+code+de+ja+fr+zh_CN:${nMixed}`, users: 4 },
+  ] satisfies Protocol[]).filter((p) => only.includes(p.name)),
+};
+
+const t0 = Date.now();
+const log = (s: string) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)} s] ${s}`);
+
+async function executor(): Promise<TieredExecutor> {
+  if (opt('executor', 'cuda') === 'cpu') return new CpuCostExecutor(geometry);
+  const { CudaTieredExecutor } = await import('./cuda-executor.ts');
+  const ex = await CudaTieredExecutor.create(geometry, { log, check: smoke });
+  if (smoke) {
+    const { checkKernels, checkExchanges } = await import('./check.ts');
+    checkKernels(ex, log);
+    checkExchanges(ex, log);
+  }
+  return ex;
+}
+
+const set = loadExpanded(tracesDir, geometry);
+log(`traces expanded to ${geometry.layers} layers x ${geometry.experts} experts; row ${(rowBytes(geometry) / 2 ** 20).toFixed(2)} MiB, hot ${geometry.hotPerLayer}/layer`);
+const exec = await executor();
+log(`executor ${exec.name}`);
+const results: ProtocolResult[] = [];
+try {
+  for (const p of cfg.protocols) {
+    results.push(runProtocol(set, p, cfg, exec, log));
+  }
+} finally {
+  exec.close();
+}
+mkdirSync(outDir, { recursive: true });
+const budgetNote = `adaptive budgets: ${JSON.stringify(budgets)}; lru inserts/step ${cfg.insertsPerStep}; oracle window ${cfg.oracleWindow} steps (moves free: relabelled, not copied)`;
+const md = [
+  `# tiered benchmark (${exec.name})`, '',
+  `geometry: ${JSON.stringify(geometry)}; row ${(rowBytes(geometry) / 2 ** 20).toFixed(2)} MiB`, budgetNote, '',
+  ...results.flatMap((r) => [protocolTable(r), '']),
+  ...results.filter((r) => r.phases.length > 1).flatMap((r) => [targetsTable(r), '']),
+].join('\n');
+writeFileSync(join(outDir, 'tiered.md'), md);
+for (const r of results) if (r.phases.length > 1) writeFileSync(join(outDir, `${r.protocol.split(' ')[0]}.svg`), shiftSvg(r));
+writeFileSync(join(outDir, 'tiered.json'), JSON.stringify({ geometry, budgets, executor: exec.name, results: results.map((r) => ({ protocol: r.protocol, phases: r.phases, figures: r.figures })) }, null, 1));
+// Per-step series (rounded) for later analysis: step ms, counter ms, cold picks, picks, cold rows, copying.
+const r4 = (x: number) => Math.round(x * 1e4) / 1e4;
+writeFileSync(join(outDir, 'steps.json'), JSON.stringify(results.map((r) => ({
+  protocol: r.protocol,
+  runs: r.runs.map((x) => ({ policy: x.policy, phase: Array.from(x.phase), stepMs: Array.from(x.stepMs, r4), countMs: Array.from(x.countMs, r4),
+    coldPicks: Array.from(x.coldPicks), picks: Array.from(x.picks), coldRows: Array.from(x.coldRows), copying: Array.from(x.copying), moves: Array.from(x.moves) })),
+}))));
+log(`wrote ${outDir}/tiered.md, tiered.json, steps.json, *.svg`);
+console.log(`\n${md}`);
