@@ -148,8 +148,10 @@ export class CudaTieredExecutor implements TieredExecutor {
     d.htodAsync(this.dSlots, this.pinned.hostPtr + BigInt(this.off.slots), slots.byteLength, this.compute);
     d.htodAsync(this.dItems, this.pinned.hostPtr + BigInt(this.off.items), plan.items.byteLength, this.compute);
     if (picks) {
-      d.eventRecord(this.ev.c0, this.compute);
+      // The picks upload stands in for the router's output, already on the device in the engine: the
+      // counter's own cost is the kernel between c0 and c1.
       d.htodAsync(this.dPicks, this.pinned.hostPtr + BigInt(this.off.picks), picks.byteLength, this.compute);
+      d.eventRecord(this.ev.c0, this.compute);
       d.launch(this.fns.count, 'count_picks', [Math.ceil(picks.length / 256), 1, 1], 256, 0, this.compute,
         [{ u64: this.dPicks }, { i32: picks.length }, { i32: g.layers }, { i32: g.topK }, { i32: g.experts }, { u64: this.dCounts }]);
       d.eventRecord(this.ev.c1, this.compute);
