@@ -29,10 +29,16 @@ __device__ __forceinline__ float* row_smem(float* sm, const ModelDev& m, RowSmem
 }
 
 // x (residual, in s.x) -> x + o_proj(attention(norm(x))) for row r at layer `layer`.
-__device__ __forceinline__ void row_attention(const ModelDev& m, const LayerDev& L, int layer, const RowDev& r, RowSmem& s) {
+// Phase timestamps for profiling (one SM's clock; thread 0 after the barrier that ends a phase).
+#define ROW_MARK(i) do { if (prof && threadIdx.x == 0) prof[i] = clock64(); } while (0)
+
+__device__ __forceinline__ void row_attention(const ModelDev& m, const LayerDev& L, int layer, const RowDev& r, RowSmem& s,
+                                              long long* prof = nullptr) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int H = m.H, hd = m.hd, nh = m.nh, nkv = m.nkv, QD = nh * hd, KD = nkv * hd;
+  ROW_MARK(0);
   block_rmsnorm(s.x, L.in_norm, s.xn, H, m.eps, s.red);
+  ROW_MARK(1);
   {
     const bf16_t *qw = L.q_proj, *kw = L.k_proj, *vw = L.v_proj;
     const float* xn = s.xn;
@@ -42,12 +48,14 @@ __device__ __forceinline__ void row_attention(const ModelDev& m, const LayerDev&
       [=](int) { return xn; }, [=](int o, float v) { qkv[o] = v; });
   }
   __syncthreads();
+  ROW_MARK(2);
   for (int hh = warp; hh < nh + nkv; hh += blockDim.x >> 5) {
     float* v = s.qkv + hh * hd;
     warp_rmsnorm(v, hh < nh ? L.q_norm : L.k_norm, hd, m.eps);
     warp_rope(v, hd, r.pos, m.theta);
   }
   __syncthreads();
+  ROW_MARK(3);
   const size_t kvStride = 2 * (size_t)KD; // one position: k[KD] then v[KD]
   float* kvLayer = r.kv + (size_t)layer * r.cap * kvStride;
   for (int i = tid; i < 2 * KD; i += blockDim.x) kvLayer[r.pos * kvStride + i] = s.qkv[QD + i];
@@ -60,23 +68,33 @@ __device__ __forceinline__ void row_attention(const ModelDev& m, const LayerDev&
     int G = 1;
     while (G < chunks && G < 32) G <<= 1;
     const int gl = lane & (G - 1), gid = tid / G, ng = blockDim.x / G;
-    for (int base = 0; base < nh * n; base += ng) {
-      const int idx = base + gid;
-      float acc = 0.f;
-      if (idx < nh * n) {
-        const int h = idx / n, p = idx - h * n;
-        const float4* kp = reinterpret_cast<const float4*>(kvLayer + p * kvStride + (h / group) * hd);
-        const float4* qp = reinterpret_cast<const float4*>(s.qkv + h * hd);
-        for (int c = gl; c < chunks; c += G) {
-          const float4 k4 = kp[c], q4 = qp[c];
-          acc += k4.x * q4.x + k4.y * q4.y + k4.z * q4.z + k4.w * q4.w;
+    constexpr int R = 4; // positions per group in flight
+    for (int base = 0; base < nh * n; base += ng * R) {
+      float acc[R];
+#pragma unroll
+      for (int q = 0; q < R; q++) {
+        const int idx = base + q * ng + gid;
+        acc[q] = 0.f;
+        if (idx < nh * n) {
+          const int h = idx / n, p = idx - h * n;
+          const float4* kp = reinterpret_cast<const float4*>(kvLayer + p * kvStride + (h / group) * hd);
+          const float4* qp = reinterpret_cast<const float4*>(s.qkv + h * hd);
+          for (int c = gl; c < chunks; c += G) {
+            const float4 k4 = kp[c], q4 = qp[c];
+            acc[q] += k4.x * q4.x + k4.y * q4.y + k4.z * q4.z + k4.w * q4.w;
+          }
         }
       }
-      for (int off = G >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-      if (gl == 0 && idx < nh * n) { const int h = idx / n; s.scores[h * m.max_pos + (idx - h * n)] = acc * scale; }
+#pragma unroll
+      for (int q = 0; q < R; q++) {
+        const int idx = base + q * ng + gid;
+        for (int off = G >> 1; off > 0; off >>= 1) acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], off);
+        if (gl == 0 && idx < nh * n) { const int h = idx / n; s.scores[h * m.max_pos + (idx - h * n)] = acc[q] * scale; }
+      }
     }
   }
   __syncthreads();
+  ROW_MARK(4);
   // Softmax: a warp per head.
   if (warp < nh) {
     float* sc = s.scores + warp * m.max_pos;
@@ -96,6 +114,7 @@ __device__ __forceinline__ void row_attention(const ModelDev& m, const LayerDev&
     const float* vp = kvLayer + KD + (h / group) * hd + i;
     const float* sc = s.scores + h * m.max_pos;
     float acc = 0.f;
+#pragma unroll 8
     for (int p = g; p < n; p += groups) acc += sc[p] * vp[p * kvStride];
     s.accv[t] = acc;
   }
@@ -106,8 +125,10 @@ __device__ __forceinline__ void row_attention(const ModelDev& m, const LayerDev&
     s.att[o] = acc / s.hsum[o / hd];
   }
   __syncthreads();
+  ROW_MARK(5);
   block_gemv(L.o_proj, s.att, s.xn, H, QD);
   __syncthreads();
   for (int i = tid; i < H; i += blockDim.x) s.x[i] += s.xn[i];
   __syncthreads();
+  ROW_MARK(6);
 }

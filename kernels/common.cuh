@@ -35,6 +35,12 @@ struct ModelDev {
   const LayerDev* layers;   // [L]
 };
 
+// The model descriptor in constant memory (set once per module at load by the host: cuModuleGetGlobal):
+// every field read is a uniform constant-cache hit instead of a dependent global load.
+#define MAX_LAYERS 128
+__constant__ ModelDev c_model;
+__constant__ LayerDev c_layers[MAX_LAYERS];
+
 // One row of a step: a token of one sequence at `pos`; its KV cache is [L][cap][2][nkv*hd] fp32.
 struct RowDev {
   int32_t token, pos, valid, cap;
@@ -79,9 +85,7 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   __syncthreads();
   if (lane == 0) red[warp] = v;
   __syncthreads();
-  float t = 0.f;
-  for (int i = 0; i < nw; i++) t += red[i];
-  return t;
+  return warp_sum(lane < nw ? red[lane] : 0.f); // every warp reduces the partials by shuffles
 }
 
 __device__ __forceinline__ float block_max(float v, float* red) {
@@ -90,9 +94,7 @@ __device__ __forceinline__ float block_max(float v, float* red) {
   __syncthreads();
   if (lane == 0) red[warp] = v;
   __syncthreads();
-  float t = -INFINITY;
-  for (int i = 0; i < nw; i++) t = fmaxf(t, red[i]);
-  return t;
+  return warp_max(lane < nw ? red[lane] : -INFINITY);
 }
 
 // Dot of one bf16 weight row (K values, K % 4 == 0, 8-byte aligned) with x, by one warp; lane 0's

@@ -33,7 +33,7 @@ __device__ __forceinline__ const bf16_t* bank_row(const ModelDev& m, const Layer
 extern "C" __global__ void __launch_bounds__(1024) attn_route(const ModelDev* __restrict__ mp, int layer,
                                                               const StepDev* __restrict__ st, WorkDev w) {
   extern __shared__ __align__(16) float sm[];
-  const ModelDev& m = *mp;
+  const ModelDev& m = c_model; // mp (same contents) is kept in the signature for the host's ABI
   const int b = blockIdx.x, tid = threadIdx.x;
   const int K = m.K;
   const RowDev r = st->row[b];
@@ -42,7 +42,7 @@ extern "C" __global__ void __launch_bounds__(1024) attn_route(const ModelDev* __
     if (tid < K) { w.pick_slot[b * K + tid] = 0; w.pick_weight[pk + tid] = 0.f; w.pick_expert[pk + tid] = 0; }
     return;
   }
-  const LayerDev& L = m.layers[layer];
+  const LayerDev& L = c_layers[layer];
   RowSmem s;
   row_smem(sm, m, s);
   if (layer == 0) {
@@ -64,10 +64,12 @@ extern "C" __global__ void __launch_bounds__(1024) attn_route(const ModelDev* __
 
 // Every layer of one row in one block. Ends with the final residual in w.hidden (lm_head_argmax with
 // combine_last = 0 reads it).
+// `profile` (null in production): per layer 16 clock64 phase marks of row 0, for the benchmark's breakdown.
 extern "C" __global__ void __launch_bounds__(1024) decode_layers(const ModelDev* __restrict__ mp,
-                                                                 const StepDev* __restrict__ st, WorkDev w) {
+                                                                 const StepDev* __restrict__ st, WorkDev w,
+                                                                 long long* profile) {
   extern __shared__ __align__(16) float sm[];
-  const ModelDev& m = *mp;
+  const ModelDev& m = c_model; // mp (same contents) is kept in the signature for the host's ABI
   const int b = blockIdx.x, tid = threadIdx.x;
   const RowDev r = st->row[b];
   if (!r.valid) return;
@@ -83,17 +85,21 @@ extern "C" __global__ void __launch_bounds__(1024) decode_layers(const ModelDev*
   if (tid == 0) w.amax[b] = 0ull;
   embed_row(m, r, s.x);
   for (int layer = 0; layer < m.L; layer++) {
-    const LayerDev& L = m.layers[layer];
-    row_attention(m, L, layer, r, s);
+    const LayerDev& L = c_layers[layer];
+    long long* prof = profile && b == 0 ? profile + layer * 16 : nullptr;
+    row_attention(m, L, layer, r, s, prof);
     block_rmsnorm(s.x, L.post_norm, s.xn, H, m.eps, s.red);
     block_gemv(L.router, s.xn, s.rl, m.E, H);
     __syncthreads();
+    ROW_MARK(7);
+    if (tid < K) pe[tid] = tid; // valid ids even if the router produced NaN (never read otherwise)
     if ((tid >> 5) == 0) {
       warp_route(s.rl, m.E, K, m.norm_topk, L.slots, pe, pw, ps, st->count ? m.counter + (size_t)layer * m.E : nullptr);
       const size_t pk = ((size_t)b * m.L + layer) * K;
       if (tid < K) { w.pick_expert[pk + tid] = pe[tid]; w.pick_weight[pk + tid] = pw[tid]; }
     }
     __syncthreads();
+    ROW_MARK(8);
     // The row's K experts: gate/up rows, then silu * up, then down rows; a thread per output row.
     {
       const float* xn = s.xn;
@@ -102,6 +108,7 @@ extern "C" __global__ void __launch_bounds__(1024) decode_layers(const ModelDev*
         [=](int) { return xn; }, [=](int t, float v) { act[t] = v; });
     }
     __syncthreads();
+    ROW_MARK(9);
     for (int t = tid; t < K * I; t += blockDim.x) {
       const int k = t / I, j = t - k * I;
       actv[t] = silu(act[k * 2 * I + j]) * act[k * 2 * I + I + j];
@@ -111,12 +118,14 @@ extern "C" __global__ void __launch_bounds__(1024) decode_layers(const ModelDev*
       [&](int t) { const int k = t / H; return bank_row(m, L, ps[k]) + (size_t)2 * I * H + (size_t)(t - k * H) * I; },
       [=](int t) { return actv + (t / H) * I; }, [=](int t, float v) { part[t] = v; });
     __syncthreads();
+    ROW_MARK(10);
     for (int i = tid; i < H; i += blockDim.x) {
       float acc = 0.f;
       for (int k = 0; k < K; k++) acc += pw[k] * part[k * H + i]; // router order, fp32
       s.x[i] += acc;
     }
     __syncthreads();
+    ROW_MARK(11);
   }
   for (int i = tid; i < H; i += blockDim.x) w.hidden[(size_t)b * H + i] = s.x[i];
 }
@@ -127,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(1024) decode_layers(const ModelDev*
 extern "C" __global__ void lm_head_argmax(const ModelDev* __restrict__ mp, const StepDev* __restrict__ st, WorkDev w,
                                           int combine_last, int rows_per_block) {
   extern __shared__ __align__(16) float sm[];
-  const ModelDev& m = *mp;
+  const ModelDev& m = c_model; // mp (same contents) is kept in the signature for the host's ABI
   const int b = blockIdx.y, lane = threadIdx.x & 31;
   if (!st->row[b].valid) return;
   float* x = sm;

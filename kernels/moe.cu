@@ -7,11 +7,11 @@
 extern "C" __global__ void expert_ffn(const ModelDev* __restrict__ mp, int layer, const StepDev* __restrict__ st,
                                       WorkDev w) {
   extern __shared__ __align__(16) float sm[];
-  const ModelDev& m = *mp;
+  const ModelDev& m = c_model; // mp (same contents) is kept in the signature for the host's ABI
   const int k = blockIdx.x, b = blockIdx.y;
   if (!st->row[b].valid) return;
   const int H = m.H, I = m.I;
-  const LayerDev& L = m.layers[layer];
+  const LayerDev& L = c_layers[layer];
   float* x = sm;
   float* act = x + ((H + 3) & ~3); // [2I]: gate then up, then silu(gate) * up in the first I
   const int slot = w.pick_slot[b * m.K + k];

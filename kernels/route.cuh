@@ -20,8 +20,9 @@ __device__ __forceinline__ void warp_route(float* logits, int E, int K, int norm
   for (int e = lane; e < E; e += 32) {
     const float p = logits[e];
     int rank = 0;
+#pragma unroll 16
     for (int j = 0; j < E; j++) {
-      const float q = logits[j];
+      const float q = logits[j]; // same address across the warp: a broadcast
       rank += (q > p || (q == p && j < e)) ? 1 : 0;
     }
     if (rank < K) { out_e[rank] = e; out_w[rank] = p; }

@@ -14,7 +14,8 @@ const dir = process.env['MOE_MODEL_DIR'] ?? (existsSync('models/tiny-moe') ? 'mo
 const STEPS = Number(process.env['BENCH_STEPS'] ?? 1000);
 
 const m = await loadModel(dir, { weights: false });
-const be = await createCudaBackend(m);
+// `be`: the fused path (decode_layers; its phase clocks and the fused column); `layered`: the default.
+const be = await createCudaBackend(m, { fused: true });
 const layered = await createCudaBackend(m, { fused: false });
 const d = be.driver;
 const mainBe = be;
@@ -82,53 +83,82 @@ function kernelGraphUs(name: K, bucket: number, iters: number, be: CudaBackend =
   return median(runs);
 }
 
+// Where decode_layers spends its cycles: phase boundaries of row 0 (clock64), averaged over layers.
+{
+  const b = openBatch(1);
+  const rowsP = b.rowsAt(64, [100]);
+  be.runRows(rowsP, false);
+  const marks = be.profileStep(rowsP);
+  const names = ['in-norm', 'qkv gemv', 'q/k norm+rope', 'kv write+scores', 'softmax+values', 'o_proj+residual', 'post-norm+router', 'route+count', 'expert gate/up', 'silu+down', 'combine'];
+  const phase = names.map((_, i) => marks.reduce((a, mk) => a + (mk[i + 1]! - mk[i]!), 0) / marks.length);
+  const layerCycles = marks.reduce((a, mk) => a + (mk[11]! - mk[0]!), 0) / marks.length;
+  results['decodeLayersPhaseCycles'] = Object.fromEntries(names.map((n, i) => [n, phase[i]]));
+  rows.push(['decode_layers phases (cycles/layer, pos 64)', ...names.map((n, i) => `${n} ${phase[i]!.toFixed(0)}`), `layer total ${layerCycles.toFixed(0)}`]);
+  for (const s of b.seqs) be.closeSequence(s);
+}
+// Threads per row block: A/B of the fused and layered paths at batch 1 (graph replay, position 64).
+{
+  const tuning: Record<string, number> = {};
+  const cells: string[] = [];
+  for (const fused of [true, false]) {
+    for (const rowThreads of [256, 512, 1024]) {
+      const alt = await createCudaBackend(m, { fused, rowThreads });
+      const b = openBatch(1, alt);
+      const us = replayUs(b.rowsAt(64, [100]), true, STEPS, true, alt);
+      tuning[`${fused ? 'fused' : 'layered'}_${rowThreads}`] = us;
+      cells.push(`${fused ? 'fused' : 'layered'}/${rowThreads} ${us.toFixed(1)} us`);
+      alt.dispose();
+    }
+  }
+  results['rowThreadsBatch1'] = tuning;
+  rows.push(['row threads (batch 1 graph step)', ...cells]);
+}
 const perBatch: Record<string, unknown> = {};
 for (const n of [1, 4, 16]) {
-  const b = openBatch(n);
-  const bl = openBatch(n, layered);
+  const b = openBatch(n); // fused backend
+  const bl = openBatch(n, layered); // the default (layered) backend
   const toks0 = b.seqs.map((_, i) => 100 + i);
-  const short = b.rowsAt(64, toks0); // a step at position 64 (KV cache rows 0..64 read)
-  const long = b.rowsAt(1024, toks0);
-  const graphUs = replayUs(short, true, STEPS, true);
-  const eagerUs = replayUs(short, true, Math.min(STEPS, 500), false);
-  const longUs = replayUs(long, true, STEPS, true);
-  const layeredUs = replayUs(bl.rowsAt(64, toks0), true, STEPS, true, layered);
-  const layeredEagerUs = replayUs(bl.rowsAt(64, toks0), true, Math.min(STEPS, 500), false, layered);
-  // End to end: a host greedy loop (device argmax, token fed back) and a forward() loop (logits copied
-  // back), positions 4..1003 (a 1000-token generation).
+  const short = bl.rowsAt(64, toks0); // a step at position 64 (KV cache rows 0..64 read)
+  const graphUs = replayUs(short, true, STEPS, true, layered);
+  const eagerUs = replayUs(short, true, Math.min(STEPS, 500), false, layered);
+  const longUs = replayUs(bl.rowsAt(1024, toks0), true, STEPS, true, layered);
+  const fusedUs = replayUs(b.rowsAt(64, toks0), true, STEPS, true);
+  const fusedEagerUs = replayUs(b.rowsAt(64, toks0), true, Math.min(STEPS, 500), false);
+  // End to end on the default backend: a host greedy loop (device argmax, token fed back) and a forward()
+  // loop (logits copied back), positions 4..1003 (a 1000-token generation).
   let toks = toks0;
   const loop = 1000;
   let t = performance.now();
   for (let s = 0; s < loop; s++) {
-    const out = be.greedyStep(b.seqs.map((seq, i) => ({ seq, tokens: [toks[i]!], startPos: 4 + s })), true);
+    const out = layered.greedyStep(bl.seqs.map((seq, i) => ({ seq, tokens: [toks[i]!], startPos: 4 + s })), true);
     toks = Array.from(out);
   }
   const greedyMs = (performance.now() - t) / loop;
   t = performance.now();
-  for (let s = 0; s < loop; s++) be.forward({ chunks: b.seqs.map((seq, i) => ({ seq, tokens: [toks[i]!], startPos: 4 + s })), count: true });
+  for (let s = 0; s < loop; s++) layered.forward({ chunks: bl.seqs.map((seq, i) => ({ seq, tokens: [toks[i]!], startPos: 4 + s })), count: true });
   const fwdMs = (performance.now() - t) / loop;
   const rec = {
     graphStepUs: graphUs, eagerStepUs: eagerUs, graphTokPerS: (n * 1e6) / graphUs, graphStepUsAtPos1024: longUs,
-    layeredGraphStepUs: layeredUs, layeredEagerStepUs: layeredEagerUs,
+    fusedGraphStepUs: fusedUs, fusedEagerStepUs: fusedEagerUs,
     greedyLoopTokPerS: (n * 1000) / greedyMs, forwardLoopTokPerS: (n * 1000) / fwdMs,
   };
   perBatch[n] = rec;
   rows.push([`decode batch ${n}`, `graph ${graphUs.toFixed(1)} us/step = ${rec.graphTokPerS.toFixed(0)} tok/s (pos 64)`, `pos 1024 ${longUs.toFixed(1)} us`, `eager ${eagerUs.toFixed(1)} us`,
-    `layered graph ${layeredUs.toFixed(1)} / eager ${layeredEagerUs.toFixed(1)} us`, `host greedy loop ${rec.greedyLoopTokPerS.toFixed(0)} tok/s`, `forward() loop ${rec.forwardLoopTokPerS.toFixed(0)} tok/s`]);
-  // Counter A/B in the same graph: alternate blocks, on/off ratio of medians.
-  be.runRows(short, false);
-  d.streamSync(be.stream, 'ab');
+    `fused graph ${fusedUs.toFixed(1)} / eager ${fusedEagerUs.toFixed(1)} us`, `host greedy loop ${rec.greedyLoopTokPerS.toFixed(0)} tok/s`, `forward() loop ${rec.forwardLoopTokPerS.toFixed(0)} tok/s`]);
+  // Counter A/B in the same graph (default backend): alternating blocks of 500 replays, ratio of medians.
+  layered.runRows(short, false);
+  d.streamSync(layered.stream, 'ab');
   {
     const on: number[] = [], off: number[] = [];
-    for (let r = 0; r < 6; r++) { on.push(replayUs(short, true, 500, true)); off.push(replayUs(short, false, 500, true)); }
+    for (let r = 0; r < 6; r++) { on.push(replayUs(short, true, 500, true, layered)); off.push(replayUs(short, false, 500, true, layered)); }
     const ratio = median(on) / median(off);
     results[`counterAB_batch${n}`] = { onUs: median(on), offUs: median(off), ratio, on, off };
     rows.push([`counter A/B batch ${n}`, `on ${median(on).toFixed(2)} us`, `off ${median(off).toFixed(2)} us`, `ratio ${ratio.toFixed(4)}`]);
   }
+  be.runRows(b.rowsAt(64, toks0), true);
   // Per-kernel time (each kernel captured 200x in one graph, at position 64); the expert FFN against the
   // bytes it must read (each pick one expert row of 3 x I x H bf16).
-  be.runRows(short, true);
-  layered.runRows(bl.rowsAt(64, toks0), true);
+  layered.runRows(short, true);
   d.streamSync(be.stream, 'k');
   d.streamSync(layered.stream, 'k');
   const fusedK = kernelGraphUs('decode_layers', n, 200);

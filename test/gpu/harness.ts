@@ -20,9 +20,14 @@ export async function getGpu(): Promise<Gpu> {
   return gpu;
 }
 
-/** The fixture folder: $MOE_FIXTURE_DIR (GPU machine) or ../shared/fixtures/tiny-moe beside the repo. */
+/**
+ * The folder holding parity.json: $MOE_FIXTURE_DIR (set by .gpu/boot.sh), .gpu-cuda/ (a carried copy, for
+ * GPU runs where .gpu holds no fixture), or ../shared/fixtures/tiny-moe beside the repo.
+ */
 export function fixtureDir(): string {
-  return process.env['MOE_FIXTURE_DIR'] ?? resolve(process.cwd(), '../shared/fixtures/tiny-moe');
+  const candidates = [process.env['MOE_FIXTURE_DIR'], resolve(process.cwd(), '.gpu-cuda'), resolve(process.cwd(), '../shared/fixtures/tiny-moe')];
+  for (const c of candidates) if (c && existsSync(resolve(c, 'parity.json'))) return c;
+  return resolve(process.cwd(), '../shared/fixtures/tiny-moe');
 }
 
 /** The model folder: the repo's tracked copy of tiny-moe. */

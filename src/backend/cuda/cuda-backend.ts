@@ -1,5 +1,5 @@
 // The CUDA backend: the whole Qwen3-MoE forward on one GPU, bf16 weights as stored, fp32 compute. A decode
-// step is 2 kernels per layer + 1 (LM head + argmax), captured once per batch-size bucket into a CUDA graph
+// step is 2 kernels per layer + 1 (LM head + argmax) (or, fused, 1 + 1), captured once per batch-size bucket into a CUDA graph
 // and replayed; every per-step input (tokens, positions, KV pointers, the count flag) and every table a
 // swap touches (slots, counter) lives in device memory, so graphs stay valid for the backend's lifetime.
 import { ResidencyError } from '../../errors.ts';
@@ -10,7 +10,7 @@ import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/archit
 import type { BankPlacement } from '../cpu/banks.ts';
 import { CudaExpertBanks, bf16 } from './banks.ts';
 import { loadDriver, type CudaDriver, type KernelArg } from './driver.ts';
-import { loadKernels, type KernelName } from './kernels.ts';
+import { loadKernelModules, setModelConstants, type KernelName, type LoadedKernels } from './kernels.ts';
 import {
   ROW_DEV_BYTES, STEP_HEADER_BYTES, decodeLayersSmemBytes, encodeLayers, expertFfnSmemBytes, lmHeadSmemBytes, rowSmemBytes, encodeModel, encodeStep, encodeWork,
   type ModelDims, type RowInput, type WorkPointers,
@@ -25,15 +25,18 @@ export interface CudaBackendOptions {
   /** Replay captured graphs (default) or launch each kernel eagerly (for A/B timing and debugging). */
   readonly graphs?: boolean;
   /**
-   * One fused kernel for all layers of a row (default), or the layered path: attn_route + expert_ffn per
-   * layer (an expert block per pick). Same math, same results.
+   * One fused kernel for all layers of a row, or the layered path (default): attn_route + expert_ffn per
+   * layer (an expert block per pick), 13 kernels in one graph. Same math, same results; the layered graph
+   * measured faster on the H200 at batch 1, 4 and 16 (bench/gpu/NOTES.md), so it is the default.
    */
   readonly fused?: boolean;
+  /** Threads per row block of decode_layers / attn_route (default 1024; 256 and 512 for tuning). */
+  readonly rowThreads?: number;
   /** Directory of the compiled fatbins (default: found next to the bundle or in dist/kernels). */
   readonly kernelDir?: string;
 }
 
-const ROW_THREADS = 1024; // decode_layers / attn_route: one block per row
+const ROW_THREADS = 1024; // decode_layers / attn_route: one block per row (default)
 const FFN_THREADS = 128; // expert_ffn: a thread per output row (>= expert intermediate)
 const LM_THREADS = 256; // lm_head_argmax: 16 row groups x 4 rows in flight
 const LM_ROWS_PER_BLOCK = 128;
@@ -54,6 +57,7 @@ export class CudaBackend implements Backend {
   readonly buckets: readonly number[];
   useGraphs: boolean;
   readonly fused: boolean;
+  readonly rowThreads: number;
   private readonly fns: Map<KernelName, bigint>;
   private readonly owned: bigint[] = [];
   private readonly modelDev: bigint;
@@ -70,17 +74,22 @@ export class CudaBackend implements Backend {
   private readonly rowSmem: number;
   private readonly decodeSmem: number;
   private disposed = false;
+  /** Device buffer for decode_layers' phase clocks (0: off). */
+  private profileDev = 0n;
 
   constructor(readonly driver: CudaDriver, readonly spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, opts: CudaBackendOptions = {}) {
     const d = driver;
     const s = spec;
     this.buckets = opts.buckets ?? DEFAULT_BUCKETS;
     this.useGraphs = opts.graphs ?? true;
-    this.fused = opts.fused ?? true;
+    this.fused = opts.fused ?? false;
+    this.rowThreads = opts.rowThreads ?? ROW_THREADS;
+    if (![128, 256, 512, 1024].includes(this.rowThreads)) throw new ResidencyError('BAD_ARGUMENT', `rowThreads ${this.rowThreads}: expected 128, 256, 512 or 1024`);
     if (s.hiddenSize % 4 !== 0 || s.expertIntermediate % 4 !== 0 || s.headDim % 4 !== 0 || s.numHeads % s.numKvHeads !== 0 || s.numExperts > 1024) {
       throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend needs hidden, intermediate and head_dim divisible by 4, heads divisible by kv heads and <= 1024 experts`);
     }
-    this.fns = loadKernels(d, opts.kernelDir);
+    const kernels: LoadedKernels = loadKernelModules(d, opts.kernelDir);
+    this.fns = kernels.fns;
     this.stream = d.streamCreate();
     this.banks = new CudaExpertBanks(d, s, raw, opts.placement);
     const up = (name: string): bigint => {
@@ -113,6 +122,7 @@ export class CudaBackend implements Backend {
     const modelBytes = encodeModel(this.dims, { embed, finalNorm: up(FINAL_NORM), lmHead, counter: this.counterDev, layers: layersDev });
     this.modelDev = this.alloc(modelBytes.byteLength, 'model descriptor');
     d.htod(this.modelDev, modelBytes);
+    for (const group of ['layer', 'moe'] as const) setModelConstants(d, kernels.modules.get(group)!, modelBytes, layersBytes);
 
     const B = this.buckets[this.buckets.length - 1]!;
     const { H, K, L, V } = this.dims;
@@ -132,8 +142,8 @@ export class CudaBackend implements Backend {
     if (s.expertIntermediate > FFN_THREADS || s.expertIntermediate % 8 !== 0 || s.hiddenSize % 8 !== 0 || s.headDim % 8 !== 0) {
       throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend kernels need expert intermediate <= ${FFN_THREADS} and hidden, intermediate, head_dim divisible by 8`);
     }
-    this.rowSmem = rowSmemBytes(this.dims, ROW_THREADS);
-    this.decodeSmem = decodeLayersSmemBytes(this.dims, ROW_THREADS);
+    this.rowSmem = rowSmemBytes(this.dims, this.rowThreads);
+    this.decodeSmem = decodeLayersSmemBytes(this.dims, this.rowThreads);
     if (this.rowSmem > 48 * 1024) d.setMaxDynamicSmem(this.fns.get('attn_route')!, this.rowSmem, 'attn_route');
     if (this.decodeSmem > 48 * 1024) d.setMaxDynamicSmem(this.fns.get('decode_layers')!, this.decodeSmem, 'decode_layers');
   }
@@ -246,6 +256,29 @@ export class CudaBackend implements Backend {
     return g;
   }
 
+  /**
+   * Runs one eager fused step over `rows` with decode_layers' phase clocks on; returns per layer the 12
+   * phase boundaries (SM cycles of row 0) for the benchmark's breakdown.
+   */
+  profileStep(rows: readonly PlannedRow[]): number[][] {
+    const L = this.dims.L;
+    const bytes = 8 * 16 * L;
+    this.profileDev = this.driver.alloc(bytes, 'phase clocks');
+    const graphs = this.useGraphs;
+    try {
+      this.useGraphs = false;
+      this.runRows(rows, false);
+      this.driver.streamSync(this.stream, 'profileStep');
+      const out = new BigInt64Array(16 * L);
+      this.driver.dtoh(out, this.profileDev);
+      return Array.from({ length: L }, (_, l) => Array.from(out.subarray(16 * l, 16 * l + 12), (v) => Number(v)));
+    } finally {
+      this.useGraphs = graphs;
+      this.driver.free(this.profileDev);
+      this.profileDev = 0n;
+    }
+  }
+
   /** The kernels of one step over `bucket` rows, in stream order. */
   enqueueStep(bucket: number): void {
     if (this.fused) {
@@ -267,9 +300,9 @@ export class CudaBackend implements Backend {
     const fn = this.fns.get(name)!;
     const d = this.driver;
     if (name === 'decode_layers') {
-      d.launch(fn, name, [bucket, 1, 1], ROW_THREADS, this.decodeSmem, this.stream, [m, st, w]);
+      d.launch(fn, name, [bucket, 1, 1], this.rowThreads, this.decodeSmem, this.stream, [m, st, w, { u64: this.profileDev }]);
     } else if (name === 'attn_route') {
-      d.launch(fn, name, [bucket, 1, 1], ROW_THREADS, this.rowSmem, this.stream, [m, { i32: layer }, st, w]);
+      d.launch(fn, name, [bucket, 1, 1], this.rowThreads, this.rowSmem, this.stream, [m, { i32: layer }, st, w]);
     } else if (name === 'expert_ffn') {
       d.launch(fn, name, [this.dims.K, bucket, 1], FFN_THREADS, expertFfnSmemBytes(this.dims), this.stream, [m, { i32: layer }, st, w]);
     } else {

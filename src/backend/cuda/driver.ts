@@ -33,6 +33,8 @@ export interface CudaDriver {
   memsetD8(dst: bigint, value: number, bytes: number): void;
   loadModule(image: Uint8Array, what: string): bigint;
   getFunction(module: bigint, name: string): bigint;
+  /** A module-scope __constant__ / __device__ variable: its device address and size. */
+  getGlobal(module: bigint, name: string): { ptr: bigint; bytes: number };
   setMaxDynamicSmem(fn: bigint, bytes: number, name: string): void;
   launch(fn: bigint, name: string, grid: [number, number, number], block: number, smem: number, stream: bigint, args: KernelArg[]): void;
   streamCreate(): bigint;
@@ -76,6 +78,7 @@ const PROTOTYPES: Record<string, string> = {
   cuMemsetD8: 'int cuMemsetD8_v2(uint64_t dst, uint8_t value, size_t n)',
   cuModuleLoadData: 'int cuModuleLoadData(void *module, void *image)',
   cuModuleGetFunction: 'int cuModuleGetFunction(void *fn, uint64_t module, const char *name)',
+  cuModuleGetGlobal: 'int cuModuleGetGlobal_v2(void *dptr, void *bytes, uint64_t module, const char *name)',
   cuFuncSetAttribute: 'int cuFuncSetAttribute(uint64_t fn, int attrib, int value)',
   cuLaunchKernel:
     'int cuLaunchKernel(uint64_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t smem, uint64_t stream, void *params, uint64_t extra)',
@@ -198,6 +201,12 @@ function makeDriver(koffi: Koffi, f: Record<string, Fn>): CudaDriver {
       const fn = out8();
       call('cuModuleGetFunction', name, fn, module, name);
       return fn.readBigUInt64LE(0);
+    },
+    getGlobal(module, name) {
+      const p = out8();
+      const n = out8();
+      call('cuModuleGetGlobal', name, p, n, module, name);
+      return { ptr: p.readBigUInt64LE(0), bytes: Number(n.readBigUInt64LE(0)) };
     },
     setMaxDynamicSmem(fn, bytes, name) {
       call('cuFuncSetAttribute', `${name}: dynamic shared memory ${formatBytes(bytes)}`, fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);

@@ -31,12 +31,38 @@ export function findKernelDir(): string {
   throw new ResidencyError('NOT_AVAILABLE', `cuda backend: compiled kernels not found (looked in ${dirs.join(', ')}); run \`npm run build:kernels\` (needs nvcc)`);
 }
 
-export function loadKernels(d: CudaDriver, dir = findKernelDir()): Map<KernelName, bigint> {
+export interface LoadedKernels {
+  readonly fns: Map<KernelName, bigint>;
+  readonly modules: Map<keyof typeof KERNEL_GROUPS, bigint>;
+}
+
+/** Loads each group's fatbin as its own module (its own __constant__ model descriptor). */
+export function loadKernelModules(d: CudaDriver, dir = findKernelDir()): LoadedKernels {
   const fns = new Map<KernelName, bigint>();
-  for (const [group, names] of Object.entries(KERNEL_GROUPS)) {
+  const modules = new Map<keyof typeof KERNEL_GROUPS, bigint>();
+  for (const [group, names] of Object.entries(KERNEL_GROUPS) as [keyof typeof KERNEL_GROUPS, readonly KernelName[]][]) {
     const image = readFileSync(join(dir, `${group}.fatbin`));
     const mod = d.loadModule(image, `${group}.fatbin`);
+    modules.set(group, mod);
     for (const n of names) fns.set(n, d.getFunction(mod, n));
   }
-  return fns;
+  return { fns, modules };
+}
+
+export function loadKernels(d: CudaDriver, dir = findKernelDir()): Map<KernelName, bigint> {
+  return loadKernelModules(d, dir).fns;
+}
+
+/** Writes the model descriptor into a module's constant memory (c_model, c_layers in common.cuh). */
+export function setModelConstants(d: CudaDriver, module: bigint, model: Uint8Array, layers: Uint8Array): void {
+  const cm = d.getGlobal(module, 'c_model');
+  const cl = d.getGlobal(module, 'c_layers');
+  if (cm.bytes !== model.byteLength) {
+    throw new ResidencyError('INTERNAL', `c_model is ${cm.bytes} bytes on the device but ${model.byteLength} on the host: kernels/common.cuh and layout.ts disagree`);
+  }
+  if (layers.byteLength > cl.bytes) {
+    throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: ${layers.byteLength} bytes of layer descriptors exceed c_layers (${cl.bytes}); raise MAX_LAYERS`);
+  }
+  d.htod(cm.ptr, model);
+  d.htod(cl.ptr, layers);
 }
