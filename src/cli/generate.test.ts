@@ -46,3 +46,22 @@ test('--json prints exactly one JSON object on stdout', () => {
   assert.ok(out.prompt_ids.length > 0 && out.tokens.length >= 1 && out.tokens.length <= 4);
   assert.match(r.stderr, /prefill: \d+ tokens .* decode: \d+ tokens/);
 });
+
+test('--record-trace writes the routing the engine saw, one row per fed token, readable by the simulator', async () => {
+  const { mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { readJsonlTrace } = await import('../sim/traces/jsonl.ts');
+  const dir = mkdtempSync(join(tmpdir(), 'trace-'));
+  try {
+    const file = join(dir, 'run.jsonl');
+    const r = await runGenerate({ ...opts(['--prompt', 'The ls command', '--max-tokens', '6', '--record-trace', file]), ignoreEos: true }, {});
+    const trace = readJsonlTrace(file);
+    // Every token fed to the model: the prompt, then each generated token but the last.
+    assert.equal(trace.tokens, r.promptIds.length + r.tokens.length - 1);
+    assert.equal(trace.ids.length, trace.tokens * 6 * 6);
+    for (const id of trace.ids) assert.ok(id >= 0 && id < 64);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

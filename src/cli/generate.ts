@@ -17,6 +17,7 @@ import { progressLine } from '../model/progress.ts';
 import type { CliCommand } from './command.ts';
 import { loadRowMap } from '../residency/files.ts';
 import { residencyHookFactory } from '../engine/residency-driver.ts';
+import { openTraceFile } from '../sim/traces/recorder.ts';
 
 export const GENERATE_HELP = `usage: residency generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [options]
 
@@ -32,6 +33,7 @@ export const GENERATE_HELP = `usage: residency generate [--model DIR] (--prompt 
   --map MAP.json       start the banks from this map (a rowmap; overrides --hot)
   --residency-dir DIR  run the residency controller live: telemetry.jsonl, swaps.jsonl, steps.json go to DIR;
                        it boots frozen (counting only): create DIR/GO or write DIR/control.json to adapt
+  --record-trace FILE  write every step's routing as a JSONL trace (residency simulate --traces FILE --phases recorded)
   --backend NAME       cpu (default) or cuda (an NVIDIA GPU, kernels built by npm run build:kernels)
   --json               print exactly one JSON object {"prompt_ids","tokens","text"} on stdout`;
 
@@ -48,6 +50,7 @@ export const GENERATE_OPTIONS = {
   hot: { type: 'string' },
   map: { type: 'string' },
   'residency-dir': { type: 'string' },
+  'record-trace': { type: 'string' },
   backend: { type: 'string', default: 'cpu' },
   json: { type: 'boolean', default: false },
   help: { type: 'boolean', short: 'h', default: false },
@@ -65,6 +68,8 @@ export interface GenerateOptions {
   readonly hot?: number;
   readonly json: boolean;
   readonly backend?: BackendName;
+  /** Write every step's routing here as a JSONL routing trace. */
+  readonly recordTrace?: string;
 }
 
 /** What an extending command may add: a placement for the banks and a residency hook for the engine. */
@@ -128,6 +133,7 @@ export function generateOptionsFrom(values: { [K in keyof typeof GENERATE_OPTION
     hot: int('hot', 0),
     json: values.json === true,
     backend: parseBackendName(str('backend') ?? 'cpu'),
+    recordTrace: str('record-trace'),
   };
 }
 
@@ -146,6 +152,10 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
   const backend: Backend =
     (opts.backend ?? 'cpu') === 'cpu' ? createCpuBackend(model.spec, model.weights, { placement }) : await createBackend(opts.backend!, model, { placement });
   const hook = ext.hookFactory?.(backend, model);
+  const { spec } = model;
+  const trace = opts.recordTrace
+    ? openTraceFile(opts.recordTrace, { layers: spec.numLayers, experts: spec.numExperts, topK: spec.topK }, `generate ${spec.name}`)
+    : undefined;
 
   // Steps up to the one that emits the first token are prefill; the rest are decode.
   let firstToken = false;
@@ -154,6 +164,7 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
   const decode = { tokens: 0, seconds: 0 };
   const engine = createEngine(backend, {
     hook,
+    onRouting: trace ? (chunks, routing) => trace.recorder.recordStep(chunks.map((c) => ({ seq: c.seq, startPos: c.startPos, tokens: c.tokens.length })), routing) : undefined,
     onStep: (r) => {
       if (prefillDone) decode.seconds += r.durationNs / 1e9;
       else {
@@ -174,6 +185,7 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
     });
   });
   await engine.close();
+  trace?.close();
   backend.dispose();
   decode.tokens = Math.max(0, tokens.length - 1);
   return { promptIds, tokens, text: model.tokenizer.decode(tokens), reason, prefill, decode };

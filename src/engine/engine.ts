@@ -5,7 +5,7 @@ import type { Backend } from '../backend/backend.ts';
 import type { ResidencyHook, StepReport } from './residency-hook.ts';
 import type { FinishReason, GenerationEngine, GenerationEvent, GenerationRequest, RequestHandle } from './types.ts';
 import { RequestState } from './request.ts';
-import { ModelRunner } from './runner.ts';
+import { ModelRunner, type RoutingListener } from './runner.ts';
 import { DEFAULT_SCHEDULER, Scheduler, type ScheduledStep, type SchedulerConfig } from './scheduler.ts';
 import { validateRequest } from './validate.ts';
 
@@ -18,6 +18,8 @@ export interface EngineOptions {
   readonly hook?: ResidencyHook;
   /** Called after every step, after the hook (telemetry, benchmarks). */
   readonly onStep?: (report: StepReport) => void;
+  /** Receives every step's routing (trace recording); the backend is asked to record it only when set. */
+  readonly onRouting?: RoutingListener;
   /** Told when a step fails outside the model (e.g. the hook threw); default: a line on stderr. */
   readonly onError?: (err: Error) => void;
 }
@@ -36,7 +38,7 @@ export class Engine implements GenerationEngine {
     private readonly options: EngineOptions = {},
   ) {
     this.scheduler = new Scheduler({ ...DEFAULT_SCHEDULER, ...options.scheduler });
-    this.runner = new ModelRunner(backend);
+    this.runner = new ModelRunner(backend, options.onRouting);
   }
 
   get queueDepth(): number {

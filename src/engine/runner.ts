@@ -1,6 +1,9 @@
 // Turns a scheduled step into a backend StepInput, runs it, and samples the next token of each sequence
 // whose chunk reached its last known token.
 import type { Backend, SequenceChunk } from '../backend/backend.ts';
+
+/** Receives each step's routing: the step's chunks and [tokens][layers][topK] expert ids in chunk order. */
+export type RoutingListener = (chunks: readonly SequenceChunk[], routing: Int32Array) => void;
 import type { RequestState } from './request.ts';
 import type { ScheduledStep } from './scheduler.ts';
 import { SamplerScratch } from './sampler.ts';
@@ -9,7 +12,10 @@ export class ModelRunner {
   private readonly scratch: SamplerScratch;
   private nextSeq = 0;
 
-  constructor(readonly backend: Backend) {
+  constructor(
+    readonly backend: Backend,
+    private readonly onRouting?: RoutingListener,
+  ) {
     this.scratch = new SamplerScratch(backend.spec.vocabSize);
   }
 
@@ -29,7 +35,9 @@ export class ModelRunner {
       tokens: c.req.tokens.slice(c.startPos, c.startPos + c.count),
       startPos: c.startPos,
     }));
-    const { logits } = this.backend.forward({ chunks, count });
+    const out = this.backend.forward({ chunks, count, recordRouting: this.onRouting !== undefined });
+    if (this.onRouting && out.routing) this.onRouting(chunks, out.routing);
+    const logits = out.logits;
     const V = this.backend.spec.vocabSize;
     const next = new Int32Array(step.chunks.length).fill(-1);
     step.chunks.forEach((c, i) => {
