@@ -8,6 +8,7 @@ import { parseConfig } from './config.ts';
 import { encodeSafetensors, float32Bytes, float32ToBF16Bytes } from './safetensors-writer.ts';
 import type { TensorToWrite } from './safetensors-writer.ts';
 import type { DType } from './weights.ts';
+import { mulberry32 } from '../util/rng.ts';
 
 /** A config.json for a tiny model: 2 layers, 4 experts of width 6, hidden 8, vocab 260 (256 bytes + 4). */
 export function syntheticConfig(overrides: Record<string, unknown> = {}): Record<string, unknown> {
@@ -65,14 +66,8 @@ export function syntheticTokenizerJson(): Record<string, unknown> {
 
 /** Deterministic uniform values in [-0.5, 0.5) (mulberry32), so fixtures are reproducible. */
 export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296 - 0.5;
-  };
+  const u = mulberry32(seed);
+  return () => u() - 0.5;
 }
 
 export interface SyntheticOptions {

@@ -2,17 +2,9 @@
 import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertWeights, LayerWeights, ModelWeights } from '../../model/weights.ts';
 
-/** mulberry32: a tiny deterministic PRNG returning floats in [0, 1). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from '../../util/rng.ts';
+
+export { mulberry32 };
 
 export interface SyntheticOptions extends Partial<Omit<ModelSpec, 'architecture'>> {
   readonly seed?: number;
