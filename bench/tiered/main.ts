@@ -1,6 +1,6 @@
 // `npm run bench:tiered` entry: the big-geometry tiered benchmark (issue 6, item 3).
 //   --executor cuda|cpu   real kernels on the GPU (default when a GPU is there) or the CPU cost model
-//   --steps N             steps per phase at 1 user (default 600); --steps4 N at 4 users (default 400)
+//   --steps N             steps per phase at 1 user (default 1000); --steps4 N at 4 users (default 800); --mixed N (400)
 //   --smoke               small geometry + correctness checks of the kernels and the exchanges, short runs
 //   --out DIR             results (default $OUT when set, else out/tiered)
 //   --traces DIR          fixture traces (default $MOE_FIXTURE_DIR/traces, else ../shared/fixtures/tiny-moe/traces)
@@ -20,8 +20,8 @@ const smoke = flag('smoke');
 const outDir = opt('out', process.env['OUT'] ?? 'out/tiered');
 const tracesDir = opt('traces', process.env['MOE_FIXTURE_DIR'] ? join(process.env['MOE_FIXTURE_DIR'], 'traces') : FIXTURE_TRACES);
 const geometry = smoke ? SMALL : BIG;
-const n1 = Number(opt('steps', smoke ? '60' : '600'));
-const n4 = Number(opt('steps4', smoke ? '40' : '400'));
+const n1 = Number(opt('steps', smoke ? '60' : '1000'));
+const n4 = Number(opt('steps4', smoke ? '40' : '800'));
 const nMixed = Number(opt('mixed', smoke ? '40' : '400'));
 const only = opt('protocols', 'shift-1u,shift-4u,mixed-1u,mixed-4u').split(',');
 
