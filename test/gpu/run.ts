@@ -3,5 +3,7 @@
 import { after } from 'node:test';
 import './conformance.gpu.ts';
 import { writeReport } from './model.gpu.ts';
+import './swaps.gpu.ts';
+import './serve.gpu.ts';
 
 after(() => writeReport(process.env['OUT']));
