@@ -12,6 +12,7 @@ import type { TieredExecutor } from './executor.ts';
 import { figures } from './figures.ts';
 import type { TieredGeometry } from './geometry.ts';
 import { runTiered, type PlacementMode } from './harness.ts';
+import { phaseOraclePolicy } from './phase-oracle.ts';
 import type { ProtocolResult } from './report.ts';
 
 export interface Protocol {
@@ -21,7 +22,7 @@ export interface Protocol {
   readonly users: number;
 }
 
-export const POLICIES = ['all-hot', 'fixed', 'seed', 'adaptive', 'lru', 'oracle'] as const;
+export const POLICIES = ['all-hot', 'fixed', 'seed', 'adaptive', 'lru', 'oracle', 'oracle-phase'] as const;
 
 export interface BenchConfig {
   readonly geometry: TieredGeometry;
@@ -58,6 +59,7 @@ export function runProtocol(set: TraceSet, p: Protocol, cfg: BenchConfig, exec: 
       case 'adaptive': factory = policyFactory('adaptive', { budgets: cfg.budgets }); break;
       case 'lru': factory = policyFactory('lru', { insertsPerStep: cfg.insertsPerStep }); break;
       case 'oracle': factory = policyFactory('oracle', { oracleWindow: cfg.oracleWindow }); mode = 'free'; break;
+      case 'oracle-phase': factory = phaseOraclePolicy; mode = 'free'; break;
       default: throw new Error(`tiered: unknown policy '${name}' (have: ${POLICIES.join(', ')})`);
     }
     // The seed policy's rows are laid out from its own map at load (as a server booting with it would).

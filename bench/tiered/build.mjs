@@ -9,11 +9,14 @@ import { resolve } from 'node:path';
 const root = resolve(new URL('../..', import.meta.url).pathname);
 const out = resolve(root, 'dist-tiered');
 mkdirSync(out, { recursive: true });
-await build({
-  absWorkingDir: root, entryPoints: ['bench/tiered/main.ts'], outfile: resolve(out, 'bench-tiered.mjs'),
-  bundle: true, platform: 'node', format: 'esm', target: 'node20', external: ['koffi'], logLevel: 'warning',
-  banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
-});
+// bench-tiered.mjs: the benchmark; tune-tiered.mjs: the budget pick on the CPU cost model (tune.ts).
+for (const [src, file] of [['bench/tiered/main.ts', 'bench-tiered.mjs'], ['bench/tiered/tune.ts', 'tune-tiered.mjs']]) {
+  await build({
+    absWorkingDir: root, entryPoints: [src], outfile: resolve(out, file),
+    bundle: true, platform: 'node', format: 'esm', target: 'node20', external: ['koffi'], logLevel: 'warning',
+    banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+  });
+}
 const nvcc = process.env.NVCC ?? 'nvcc';
 const r = spawnSync(nvcc, ['-fatbin', '-O3', '-std=c++17', '-gencode', 'arch=compute_90,code=sm_90', '-gencode', 'arch=compute_90,code=compute_90',
   '-o', resolve(out, 'tiered.fatbin'), resolve(root, 'bench/tiered/kernels/tiered.cu')], { stdio: 'inherit' });

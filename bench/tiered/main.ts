@@ -3,6 +3,7 @@
 //   --steps N             steps per phase at 1 user (default 1000); --steps4 N at 4 users (default 800); --mixed N (400)
 //   --smoke               small geometry + correctness checks of the kernels and the exchanges, short runs
 //   --out DIR             results (default $OUT when set, else out/tiered)
+//   --budgets JSON        adaptive budgets over the tuned ones (tune.ts)
 //   --traces DIR          fixture traces (default $MOE_FIXTURE_DIR/traces, else ../shared/fixtures/tiny-moe/traces)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -25,8 +26,11 @@ const n4 = Number(opt('steps4', smoke ? '40' : '800'));
 const nMixed = Number(opt('mixed', smoke ? '40' : '400'));
 const only = opt('protocols', 'shift-1u,shift-4u,mixed-1u,mixed-4u').split(',');
 
-// Shortened controller clock for phases of a few hundred steps (defaults: drain 64, half-life 500).
-const budgets = { drain_every: 16, half_life_steps: Number(opt('half-life', '150')), swaps_per_layer_per_drain: 4, swaps_per_step: 8, min_average: 2 };
+// Adaptive budgets picked on the CPU cost model by tune.ts (out/tiered-tune/tune.md; tuned on traffic seed 2,
+// checked on seed 1); --budgets '{"drain_every":16,...}' overrides (the previous hand-set clock was drain 16,
+// half-life 150, 4 swaps per layer per drain, min_average 2, hysteresis 1.5).
+const TUNED = { drain_every: 4, half_life_steps: 100, swaps_per_layer_per_drain: 8, swaps_per_step: 8, min_average: 1, hysteresis: 1.1 };
+const budgets = { ...TUNED, ...(JSON.parse(opt('budgets', '{}')) as Record<string, number>) };
 const cfg: BenchConfig = {
   geometry, policies: opt('policies', POLICIES.join(',')).split(','), budgets, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed: 1,
   protocols: ([
@@ -65,7 +69,7 @@ try {
   exec.close();
 }
 mkdirSync(outDir, { recursive: true });
-const budgetNote = `adaptive budgets: ${JSON.stringify(budgets)}; lru inserts/step ${cfg.insertsPerStep}; oracle window ${cfg.oracleWindow} steps (moves free: relabelled, not copied)`;
+const budgetNote = `adaptive budgets: ${JSON.stringify(budgets)}; lru inserts/step ${cfg.insertsPerStep}; oracle window ${cfg.oracleWindow} steps, oracle-phase = top-H of each whole phase (both: moves free, relabelled, not copied)`;
 const md = [
   `# tiered benchmark (${exec.name})`, '',
   `geometry: ${JSON.stringify(geometry)}; row ${(rowBytes(geometry) / 2 ** 20).toFixed(2)} MiB`, budgetNote, '',
