@@ -5,6 +5,7 @@ import type { ExpertBanks } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { LayerWeights } from '../../model/weights.ts';
 import type { RowMap } from '../../residency/rowmap.ts';
+import { heapAlloc, type Alloc } from './alloc.ts';
 
 /**
  * Where experts start: every expert hot (the default), the first `hotPerLayer` experts of each layer hot
@@ -32,7 +33,11 @@ export class CpuExpertBanks implements ExpertBanks {
   private readonly holders: Int32Array[];
   private readonly swapRow: Float32Array;
 
-  constructor(spec: ModelSpec, layerWeights: readonly LayerWeights[], placement?: BankPlacement) {
+  /**
+   * `alloc` places the banks (shared memory when worker threads read them: swaps then move bytes in
+   * place, and every thread sees them at the next step).
+   */
+  constructor(spec: ModelSpec, layerWeights: readonly LayerWeights[], placement?: BankPlacement, alloc: Alloc = heapAlloc) {
     this.layers = spec.numLayers;
     this.experts = spec.numExperts;
     this.rowSize = expertRowSize(spec);
@@ -46,8 +51,8 @@ export class CpuExpertBanks implements ExpertBanks {
     const gateSize = spec.expertIntermediate * spec.hiddenSize;
     for (let l = 0; l < this.layers; l++) {
       const { hot, cold } = rows[l]!;
-      const hotBank = new Float32Array(hot.length * this.rowSize);
-      const coldBank = new Float32Array(cold.length * this.rowSize);
+      const hotBank = alloc.f32(hot.length * this.rowSize);
+      const coldBank = alloc.f32(cold.length * this.rowSize);
       const slots = new Int32Array(this.experts);
       const holders = new Int32Array(this.experts);
       const place = (bank: Float32Array, row: number, expert: number, slot: number): void => {
@@ -66,6 +71,13 @@ export class CpuExpertBanks implements ExpertBanks {
       this.slots.push(slots);
       this.holders.push(holders);
     }
+  }
+
+  /** Every bank in one list: layer l's hot bank at 2l, its cold bank at 2l+1 (the expert units' bank index). */
+  get bankList(): Float32Array[] {
+    const list: Float32Array[] = [];
+    for (let l = 0; l < this.layers; l++) list.push(this.hot[l]!, this.cold[l]!);
+    return list;
   }
 
   slotOf(layer: number, expert: number): number {

@@ -9,6 +9,10 @@ import { KvCaches, type SequenceCache } from './kv-cache.ts';
 import { moeLayer, moeScratch, type MoeScratch, type MoeShape } from './moe.ts';
 import { attention, headNorm, rope, ropeTables } from './attention-ops.ts';
 import { addInPlace, embedding, linear, rmsnorm } from './linalg.ts';
+import { heapAlloc, sharedAlloc, sharedCopy, type Alloc } from './alloc.ts';
+import { serialCompute, type RowCompute } from './row-compute.ts';
+import { CpuThreadPool } from './parallel/pool.ts';
+import { resolveThreads } from './parallel/threads.ts';
 
 export interface CpuBackendOptions {
   /** Initial placement of experts in the hot and cold banks (default: all hot). */
@@ -18,6 +22,12 @@ export interface CpuBackendOptions {
    * for near-tie diagnostics in parity tests.
    */
   readonly keepRouterProbs?: boolean;
+  /**
+   * Threads computing each step, the main thread included: 1 is the single-threaded reference; more
+   * share the lm head, routers and experts out by rows to worker threads, bit-identical to 1. Default:
+   * RESIDENCY_CPU_THREADS, else the measured default (see parallel/threads.ts).
+   */
+  readonly threads?: number;
 }
 
 /** Per-step buffers for up to `tokens` tokens and `chunks` chunks; reallocated only when a step is bigger. */
@@ -53,6 +63,13 @@ export class CpuBackend implements Backend {
   private readonly attnAcc: Float64Array;
   private readonly moeShape: MoeShape;
   private scratch: Scratch | null = null;
+  /** Threads in use (1: the serial reference). */
+  readonly threads: number;
+  private readonly alloc: Alloc;
+  private readonly compute: RowCompute;
+  /** The lm head and routers where every thread can read them (shared copies when threads > 1). */
+  private readonly lmHead: Float32Array;
+  private readonly routers: Float32Array[];
 
   constructor(
     readonly spec: ModelSpec,
@@ -60,7 +77,16 @@ export class CpuBackend implements Backend {
     private readonly options: CpuBackendOptions = {},
   ) {
     checkWeights(spec, weights);
-    this.banks = new CpuExpertBanks(spec, weights.layers, options.placement);
+    this.threads = resolveThreads(options.threads);
+    this.alloc = this.threads > 1 ? sharedAlloc : heapAlloc;
+    this.banks = new CpuExpertBanks(spec, weights.layers, options.placement, this.alloc);
+    const share = (a: Float32Array): Float32Array => (this.threads > 1 ? sharedCopy(a) : a);
+    this.lmHead = share(weights.lmHead);
+    this.routers = weights.layers.map((w) => share(w.router));
+    this.compute =
+      this.threads > 1
+        ? new CpuThreadPool({ threads: this.threads, banks: this.banks.bankList })
+        : serialCompute(this.banks.bankList, spec.expertIntermediate);
     this.counter = new Uint32Array(spec.numLayers * spec.numExperts);
     this.caches = new KvCaches(spec.numLayers, spec.numKvHeads * spec.headDim, spec.maxPositions);
     ({ cos: this.cos, sin: this.sin } = ropeTables(spec.headDim, spec.ropeTheta, spec.maxPositions));
@@ -89,6 +115,7 @@ export class CpuBackend implements Backend {
 
   dispose(): void {
     this.scratch = null;
+    this.compute.dispose();
   }
 
   forward(input: StepInput): StepOutput {
@@ -153,7 +180,7 @@ export class CpuBackend implements Backend {
       addInPlace(s.x, 0, s.proj, 0, T * H);
       // MoE block: out = h + moe(post_attention_layernorm(h)).
       for (let i = 0; i < T; i++) rmsnorm(s.xn, i * H, s.x, i * H, w.postAttnNorm, H, spec.rmsNormEps);
-      coldPicks += moeLayer(s.proj, s.xn, T, l, w.router, this.banks, this.moeShape, s.moe, counter);
+      coldPicks += moeLayer(s.proj, s.xn, T, l, this.routers[l]!, this.banks, this.moeShape, s.moe, counter, this.compute);
       addInPlace(s.x, 0, s.proj, 0, T * H);
       if (routing && routingWeights) {
         for (let i = 0; i < T; i++) {
@@ -177,7 +204,7 @@ export class CpuBackend implements Backend {
       end += chunks[ci]!.tokens.length;
       rmsnorm(s.last, ci * H, s.x, (end - 1) * H, this.weights.finalNorm, H, spec.rmsNormEps);
     }
-    linear(s.logits, this.weights.lmHead, 0, s.last, chunks.length, spec.vocabSize, H);
+    this.compute.linear(s.logits, this.lmHead, 0, s.last, chunks.length, spec.vocabSize, H);
     this.lastColdPicks = coldPicks;
     if (record) this.lastRouterProbs = probs;
     const out: StepOutput = { logits: s.logits.slice(0, chunks.length * spec.vocabSize) };
@@ -198,7 +225,7 @@ export class CpuBackend implements Backend {
       tokens: T,
       chunks: C,
       x: new Float32Array(T * H),
-      xn: new Float32Array(T * H),
+      xn: this.alloc.f32(T * H),
       q: new Float32Array(T * qW),
       k: new Float32Array(T * kvW),
       v: new Float32Array(T * kvW),
@@ -206,9 +233,9 @@ export class CpuBackend implements Backend {
       proj: new Float32Array(T * H),
       pos: new Int32Array(T),
       cacheOf: new Array<SequenceCache | null>(T).fill(null),
-      last: new Float32Array(C * H),
-      logits: new Float32Array(C * spec.vocabSize),
-      moe: moeScratch(T, H, spec.numExperts, spec.topK, spec.expertIntermediate),
+      last: this.alloc.f32(C * H),
+      logits: this.alloc.f32(C * spec.vocabSize),
+      moe: moeScratch(T, H, spec.numExperts, spec.topK, this.alloc),
     };
     return this.scratch;
   }

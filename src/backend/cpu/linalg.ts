@@ -63,7 +63,25 @@ export function linear(
   outDim: number,
   inDim: number,
 ): void {
-  for (let o = 0; o < outDim; o++) {
+  linearRows(y, w, wOff, x, rows, outDim, inDim, 0, outDim);
+}
+
+/**
+ * The output rows [o0, o1) of `linear` (every input, those weight rows): the unit a thread computes when
+ * a linear layer is split by output rows. Each output is computed exactly as `linear` computes it.
+ */
+export function linearRows(
+  y: Float32Array,
+  w: Float32Array,
+  wOff: number,
+  x: Float32Array,
+  rows: number,
+  outDim: number,
+  inDim: number,
+  o0: number,
+  o1: number,
+): void {
+  for (let o = o0; o < o1; o++) {
     const wRow = wOff + o * inDim;
     let r = 0;
     for (; r + 1 < rows; r += 2) dot2(y, r * outDim + o, (r + 1) * outDim + o, w, wRow, x, r * inDim, (r + 1) * inDim, inDim);

@@ -1,8 +1,10 @@
 // The MoE op of one layer, the CPU twin of the GPU route-and-split kernel: route every token, split the
 // picks into hot and cold by the slot table, count them, then compute each pick from its bank row.
-import { softmax, swigluExpert, swigluExpertPair, topk } from './moe-ops.ts';
-import { linear } from './linalg.ts';
+import { softmax, topk } from './moe-ops.ts';
+import { UNIT, expertUnits } from './expert-units.ts';
+import { heapAlloc, type Alloc } from './alloc.ts';
 import type { CpuExpertBanks } from './banks.ts';
+import type { RowCompute } from './row-compute.ts';
 
 /** Scratch the MoE op needs for up to `tokens` tokens; allocated once per batch size. */
 export interface MoeScratch {
@@ -15,19 +17,21 @@ export interface MoeScratch {
   /** Picks ordered by slot: hot rows first, then cold rows (the split). */
   readonly order: Int32Array; // [T*K]
   readonly slotStart: Int32Array; // [E+1]
-  readonly act: Float32Array; // [2][I]
+  /** The expert compute as units (see expert-units.ts). */
+  readonly units: Int32Array; // [T*K][UNIT]
 }
 
-export function moeScratch(tokens: number, hidden: number, experts: number, topK: number, inter: number): MoeScratch {
+/** Arrays other threads read or write (router logits, the normed input, pick outputs, units) come from `alloc`. */
+export function moeScratch(tokens: number, hidden: number, experts: number, topK: number, alloc: Alloc = heapAlloc): MoeScratch {
   return {
-    routerLogits: new Float32Array(tokens * experts),
+    routerLogits: alloc.f32(tokens * experts),
     routerProbs: new Float32Array(tokens * experts),
     ids: new Int32Array(tokens * topK),
     weights: new Float32Array(tokens * topK),
-    pickOut: new Float32Array(tokens * topK * hidden),
+    pickOut: alloc.f32(tokens * topK * hidden),
     order: new Int32Array(tokens * topK),
     slotStart: new Int32Array(experts + 1),
-    act: new Float32Array(2 * inter),
+    units: alloc.i32(tokens * topK * UNIT),
   };
 }
 
@@ -53,10 +57,11 @@ export function moeLayer(
   shape: MoeShape,
   s: MoeScratch,
   counter: Uint32Array | null,
+  compute: RowCompute,
 ): number {
   const { hidden: H, experts: E, topK: K, inter: I } = shape;
   // Route: logits = gate W x, softmax over all experts, top-k, renormalize.
-  linear(s.routerLogits, router, 0, x, tokens, E, H);
+  compute.linear(s.routerLogits, router, 0, x, tokens, E, H);
   for (let t = 0; t < tokens; t++) {
     softmax(s.routerProbs, t * E, s.routerLogits, t * E, E);
     topk(s.ids, t * K, s.weights, t * K, s.routerProbs, t * E, E, K, shape.normTopkProb);
@@ -75,24 +80,10 @@ export function moeLayer(
     const base = layer * E;
     for (let p = 0; p < picks; p++) counter[base + s.ids[p]!]!++;
   }
-  // Compute: hot picks from the hot bank, cold picks read in place from the cold bank.
-  const hot = banks.hot[layer]!;
-  const cold = banks.cold[layer]!;
-  const hotRows = banks.hotPerLayer;
-  const rowSize = banks.rowSize;
-  for (let i = 0; i < picks; i++) {
-    const p = s.order[i]!;
-    const slot = slots[s.ids[p]!]!;
-    const bank = slot < hotRows ? hot : cold;
-    const rowOff = (slot < hotRows ? slot : slot - hotRows) * rowSize;
-    const t = (p / K) | 0;
-    // Two picks of the same row (adjacent after the split) share one pass over its weights.
-    const q = i + 1 < picks ? s.order[i + 1]! : -1;
-    if (q >= 0 && slots[s.ids[q]!] === slot) {
-      swigluExpertPair(s.pickOut, p * H, q * H, bank, rowOff, x, t * H, ((q / K) | 0) * H, H, I, s.act);
-      i++;
-    } else swigluExpert(s.pickOut, p * H, bank, rowOff, x, t * H, H, I, s.act);
-  }
+  // Compute: hot picks from the hot bank, cold picks read in place from the cold bank, as units (a row
+  // and its one or two picks) that the compute may share out between threads.
+  const units = expertUnits(s.units, s.order, s.ids, slots, picks, layer, banks.hotPerLayer, banks.rowSize, K, H);
+  compute.experts(s.pickOut, s.units, units, x, H, I);
   // Combine in router order (independent of bank placement).
   for (let t = 0; t < tokens; t++) {
     for (let o = 0; o < H; o++) {

@@ -1,0 +1,24 @@
+// The two ops the CPU backend may share out between threads, behind one interface: a linear layer
+// (split by output rows) and a layer's expert units (split by units). The serial compute here is the
+// reference; the thread pool (parallel/pool.ts) runs the same code on parts of the rows.
+import { linear } from './linalg.ts';
+import { computeExpertUnits } from './expert-units.ts';
+
+export interface RowCompute {
+  /** y = W x for `rows` inputs (see linalg.ts `linear`). */
+  linear(y: Float32Array, w: Float32Array, wOff: number, x: Float32Array, rows: number, outDim: number, inDim: number): void;
+  /** Expert units [0, count) into `out` (see expert-units.ts). */
+  experts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void;
+  /** Frees threads (the serial compute has none). */
+  dispose(): void;
+}
+
+/** One thread: every row on the calling thread. `banks` in CpuExpertBanks.bankList order. */
+export function serialCompute(banks: readonly Float32Array[], inter: number): RowCompute {
+  const act = new Float32Array(2 * inter);
+  return {
+    linear,
+    experts: (out, units, count, x, hidden, i) => computeExpertUnits(out, units, 0, count, banks, x, hidden, i, act),
+    dispose: () => {},
+  };
+}
