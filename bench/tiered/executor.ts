@@ -20,11 +20,26 @@ export interface TieredExecutor extends RowMover {
   close(): void;
 }
 
-/** Figures of the CPU model, from the h200-pcie profile (src/sim/cost/h200-pcie.ts). */
-export const MODEL = Object.freeze({
-  hbmBytesPerMs: 4.3e9,
+export interface CostModel {
+  readonly hbmBytesPerMs: number;
+  readonly inPlaceBytesPerMs: number;
+  /** Host<->device row copies on the copy stream, as they progress while steps run. */
+  readonly copyBytesPerMs: number;
+  readonly launchMs: number;
+  readonly countMs: number;
+}
+
+/**
+ * Figures of the CPU model: the h200-pcie profile (src/sim/cost/h200-pcie.ts), with two rates calibrated on
+ * the H200 runs of 2026-11-30 (calibrate.ts): expert rows read from HBM at 2.6 TB/s (the all-hot step, 96
+ * rows in 0.70 ms; the profile's 4.3 TB/s is the copy rate), and exchange copies at 28 GB/s while steps
+ * run (the profile's 55 GB/s made a budget set that saturates the exchange pipeline look 1.2 pp of cold
+ * share better than the GPU measured; unsaturated runs match at any rate).
+ */
+export const MODEL: CostModel = Object.freeze({
+  hbmBytesPerMs: 2.6e9,
   inPlaceBytesPerMs: 51e6,
-  copyBytesPerMs: 55e6,
+  copyBytesPerMs: 28e6,
   launchMs: 0.004,
   countMs: 0.003,
 });
@@ -42,7 +57,7 @@ export class CpuCostExecutor implements TieredExecutor {
   private readonly row: number;
   private readonly C: number;
 
-  constructor(readonly geometry: TieredGeometry) {
+  constructor(readonly geometry: TieredGeometry, private readonly model: CostModel = MODEL) {
     this.row = rowBytes(geometry);
     this.C = geometry.experts - geometry.hotPerLayer;
   }
@@ -53,14 +68,14 @@ export class CpuCostExecutor implements TieredExecutor {
 
   step(slots: Int32Array, plan: StepPlan, picks: Uint16Array | null): StepTimes {
     const g = this.geometry;
-    let ms = 2 * g.layers * MODEL.launchMs;
+    let ms = 2 * g.layers * this.model.launchMs;
     for (let l = 0; l < g.layers; l++) {
       for (let j = 0; j < plan.counts[l]!; j++) {
         const e = plan.items[(l * plan.maxItems + j) * 8]!;
-        ms += this.row / (this.isHost(slots[l * g.experts + e]!) ? MODEL.inPlaceBytesPerMs : MODEL.hbmBytesPerMs);
+        ms += this.row / (this.isHost(slots[l * g.experts + e]!) ? this.model.inPlaceBytesPerMs : this.model.hbmBytesPerMs);
       }
     }
-    const countMs = picks ? MODEL.countMs : 0;
+    const countMs = picks ? this.model.countMs : 0;
     ms += countMs;
     this.now += ms;
     return { stepMs: ms, countMs };
@@ -68,7 +83,7 @@ export class CpuCostExecutor implements TieredExecutor {
 
   copy(copies: readonly RowCopy[]): number {
     let ms = 0;
-    for (const c of copies) ms += this.row / (this.isHost(c.src) || this.isHost(c.dst) ? MODEL.copyBytesPerMs : MODEL.hbmBytesPerMs / 2);
+    for (const c of copies) ms += this.row / (this.isHost(c.src) || this.isHost(c.dst) ? this.model.copyBytesPerMs : this.model.hbmBytesPerMs / 2);
     this.copyFreeAt = Math.max(this.copyFreeAt, this.now) + ms;
     this.tickets.push(this.copyFreeAt);
     return this.tickets.length - 1;
