@@ -1,6 +1,8 @@
 // CPU backend speed on a checkpoint: prefill tok/s, and decode tok/s at batch 1 and 4, on the backend
-// directly and through the engine. Prints a table and writes out/bench-cpu-decode.json.
-// Run: npm run bench:cpu [-- --model DIR --steps N --prompt-tokens N]
+// directly and through the engine, with one thread (the reference) and with N threads (rows shared out
+// to worker threads, bit-identical), and the N-thread / 1-thread ratio. Prints tables and writes
+// out/bench-cpu-decode.json.
+// Run: npm run bench:cpu [-- --model DIR --steps N --prompt-tokens N --threads N]
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -18,6 +20,7 @@ const { values } = parseArgs({
     steps: { type: 'string', default: '256' },
     'prompt-tokens': { type: 'string', default: '128' },
     hot: { type: 'string' },
+    threads: { type: 'string', default: String(Math.min(availableParallelism(), 4)) },
   },
 });
 const STEPS = Number(values.steps);
@@ -47,7 +50,8 @@ const ids = model.tokenizer.encode(TEXT);
 while (ids.length < PROMPT) ids.push(...ids);
 const prompt = ids.slice(0, PROMPT);
 const placement = values.hot !== undefined ? { hotPerLayer: Number(values.hot) } : undefined;
-const newBackend = (): CpuBackend => createCpuBackend(model.spec, model.weights, { placement });
+const THREADS = Number(values.threads);
+const newBackend = (threads: number): CpuBackend => createCpuBackend(model.spec, model.weights, { placement, threads });
 const V = model.spec.vocabSize;
 
 /** Wall and CPU seconds of a piece of work (CPU time stays honest when other processes share the cores). */
@@ -78,8 +82,10 @@ function runBackend(b: CpuBackend, batch: number, steps: number): { prefill: Tim
   return { prefill, decode };
 }
 
-async function runEngine(batch: number, steps: number): Promise<{ tokens: number; t: Timing }> {
-  const engine = createEngine(newBackend());
+async function runEngine(threads: number, batch: number, steps: number): Promise<{ tokens: number; t: Timing }> {
+  const backend = newBackend(threads);
+  await backend.ready();
+  const engine = createEngine(backend);
   const reqs = Array.from({ length: batch }, (_, s) => ({
     id: `r${s}`,
     promptIds: prompt.slice(0, 16).map((t) => (t + s) % V),
@@ -93,6 +99,7 @@ async function runEngine(batch: number, steps: number): Promise<{ tokens: number
   let tokens = 0;
   for (const r of out.values()) tokens += r.tokens.length;
   await engine.close();
+  backend.dispose();
   return { tokens, t };
 }
 
@@ -101,40 +108,78 @@ const load = loadavg()[0]!;
 console.log(`machine: ${cores} cores (${cpus()[0]?.model ?? 'unknown cpu'}), node ${process.version}, load average ${load.toFixed(2)}${load > cores * 0.5 ? ' (busy: figures understate a quiet machine)' : ''}`);
 console.log(`model: ${model.spec.name} (${values.model}), prompt ${prompt.length} tokens, ${STEPS} decode steps, hot per layer ${placement?.hotPerLayer ?? model.spec.numExperts}`);
 
-// Warm the JIT before measuring.
-runBackend(newBackend(), 4, 32);
-runBackend(newBackend(), 1, 32);
-
-const rows: { what: string; batch: number; tokens: number; wallTokPerS: number; cpuTokPerS: number }[] = [];
-const row = (what: string, batch: number, tokens: number, t: Timing): void => {
-  rows.push({ what, batch, tokens, wallTokPerS: tokens / t.wall, cpuTokPerS: tokens / t.cpu });
-};
-for (const batch of [1, 4]) {
-  const r = runBackend(newBackend(), batch, STEPS);
-  row('prefill (backend)', batch, batch * prompt.length, r.prefill);
-  row('decode (backend)', batch, batch * STEPS, r.decode);
+/** Runs the backend once to warm the JIT (and, with threads, the workers), then disposes it. */
+async function warm(threads: number): Promise<void> {
+  for (const batch of [4, 1]) {
+    const b = newBackend(threads);
+    await b.ready();
+    runBackend(b, batch, 32);
+    b.dispose();
+  }
 }
-for (const batch of [1, 4]) {
-  const r = await runEngine(batch, STEPS);
-  row('decode (engine)', batch, r.tokens, r.t);
+await warm(1);
+if (THREADS > 1) await warm(THREADS);
+
+interface Row {
+  what: string;
+  threads: number;
+  batch: number;
+  tokens: number;
+  wallTokPerS: number;
+  cpuTokPerS: number;
+  /** CPU seconds per wall second: how many cores the run kept busy. */
+  cores: number;
+}
+const rows: Row[] = [];
+const row = (what: string, threads: number, batch: number, tokens: number, t: Timing): void => {
+  rows.push({ what, threads, batch, tokens, wallTokPerS: tokens / t.wall, cpuTokPerS: tokens / t.cpu, cores: t.cpu / t.wall });
+};
+const threadCounts = THREADS > 1 ? [1, THREADS] : [1];
+for (const threads of threadCounts) {
+  for (const batch of [1, 4]) {
+    const b = newBackend(threads);
+    await b.ready(); // workers started (a fresh backend's first steps would otherwise run on one thread)
+    const r = runBackend(b, batch, STEPS);
+    b.dispose();
+    row('prefill (backend)', threads, batch, batch * prompt.length, r.prefill);
+    row('decode (backend)', threads, batch, batch * STEPS, r.decode);
+  }
+  for (const batch of [1, 4]) {
+    const r = await runEngine(threads, batch, STEPS);
+    row('decode (engine)', threads, batch, r.tokens, r.t);
+  }
 }
 
 const LLAMA_CPP_DECODE = 1135; // llama.cpp on this checkpoint, 2-core machine, batch 1 (the lead's figure)
 console.log('');
-console.log('tok/s by wall clock, and by this process\'s CPU time (equal on a quiet machine; CPU time is the');
-console.log('fairer figure when other processes share the cores). The backend runs on one thread.');
+console.log('tok/s by wall clock, and by this process\'s CPU time; "cores" is CPU time / wall time (how many');
+console.log('cores the run kept busy). With one thread, tok/s cpu is the fairer figure when other processes');
+console.log('share the cores; with N threads, wall clock is the point (CPU time includes the workers\' spin).');
 console.log('');
-console.log('| measure            | batch | tokens | tok/s wall | tok/s cpu | cpu vs llama.cpp b1 |');
-console.log('|--------------------|-------|--------|------------|-----------|---------------------|');
+console.log('| measure            | threads | batch | tokens | tok/s wall | tok/s cpu | cores | wall vs llama.cpp b1 |');
+console.log('|--------------------|---------|-------|--------|------------|-----------|-------|----------------------|');
 for (const r of rows) {
-  const ratio = r.what.startsWith('decode') ? `${(r.cpuTokPerS / LLAMA_CPP_DECODE).toFixed(2)}x` : '';
+  const ratio = r.what.startsWith('decode') ? `${(r.wallTokPerS / LLAMA_CPP_DECODE).toFixed(2)}x` : '';
   console.log(
-    `| ${r.what.padEnd(18)} | ${String(r.batch).padStart(5)} | ${String(r.tokens).padStart(6)} | ${r.wallTokPerS.toFixed(1).padStart(10)} | ${r.cpuTokPerS.toFixed(1).padStart(9)} | ${ratio.padStart(19)} |`,
+    `| ${r.what.padEnd(18)} | ${String(r.threads).padStart(7)} | ${String(r.batch).padStart(5)} | ${String(r.tokens).padStart(6)} | ${r.wallTokPerS.toFixed(1).padStart(10)} | ${r.cpuTokPerS.toFixed(1).padStart(9)} | ${r.cores.toFixed(2).padStart(5)} | ${ratio.padStart(20)} |`,
   );
+}
+if (THREADS > 1) {
+  console.log('');
+  console.log(`${THREADS} threads vs 1 thread, tok/s by wall clock:`);
+  console.log('');
+  console.log('| measure            | batch | 1 thread | N threads | ratio |');
+  console.log('|--------------------|-------|----------|-----------|-------|');
+  for (const r of rows.filter((x) => x.threads === THREADS)) {
+    const base = rows.find((x) => x.threads === 1 && x.what === r.what && x.batch === r.batch)!;
+    console.log(
+      `| ${r.what.padEnd(18)} | ${String(r.batch).padStart(5)} | ${base.wallTokPerS.toFixed(1).padStart(8)} | ${r.wallTokPerS.toFixed(1).padStart(9)} | ${(r.wallTokPerS / base.wallTokPerS).toFixed(2).padStart(4)}x |`,
+    );
+  }
 }
 
 const outDir = join(packageRoot(), 'out');
 mkdirSync(outDir, { recursive: true });
 const file = join(outDir, 'bench-cpu-decode.json');
-writeFileSync(file, `${JSON.stringify({ version: 1, bench: 'cpu-decode', date: new Date().toISOString(), cores, cpu: cpus()[0]?.model, node: process.version, loadAverage: load, model: model.spec.name, promptTokens: prompt.length, decodeSteps: STEPS, hotPerLayer: placement?.hotPerLayer ?? model.spec.numExperts, llamaCppDecodeB1: LLAMA_CPP_DECODE, results: rows }, null, 2)}\n`);
+writeFileSync(file, `${JSON.stringify({ version: 1, bench: 'cpu-decode', date: new Date().toISOString(), cores, cpu: cpus()[0]?.model, node: process.version, loadAverage: load, model: model.spec.name, promptTokens: prompt.length, decodeSteps: STEPS, hotPerLayer: placement?.hotPerLayer ?? model.spec.numExperts, threads: THREADS, llamaCppDecodeB1: LLAMA_CPP_DECODE, results: rows }, null, 2)}\n`);
 console.log(`\nwrote ${file}`);

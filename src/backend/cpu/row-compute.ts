@@ -9,6 +9,10 @@ export interface RowCompute {
   linear(y: Float32Array, w: Float32Array, wOff: number, x: Float32Array, rows: number, outDim: number, inDim: number): void;
   /** Expert units [0, count) into `out` (see expert-units.ts). */
   experts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void;
+  /** Resolves when every worker thread has started. */
+  ready(): Promise<void>;
+  /** Chunks run by worker threads so far (0 with one thread). */
+  workerChunks(): number;
   /** Frees threads (the serial compute has none). */
   dispose(): void;
 }
@@ -19,6 +23,8 @@ export function serialCompute(banks: readonly Float32Array[], inter: number): Ro
   return {
     linear,
     experts: (out, units, count, x, hidden, i) => computeExpertUnits(out, units, 0, count, banks, x, hidden, i, act),
+    ready: async () => {},
+    workerChunks: () => 0,
     dispose: () => {},
   };
 }

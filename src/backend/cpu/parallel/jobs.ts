@@ -1,8 +1,8 @@
-// Runs one job's share (its row range) on whichever thread holds it: the same kernels as the serial
+// Runs chunks of the current job on whichever thread claims them: the same kernels as the serial
 // compute, so a row's result never depends on which thread computed it.
 import { linearRows } from '../linalg.ts';
 import { computeExpertUnits } from '../expert-units.ts';
-import { OP_EXPERTS, OP_LINEAR } from './layout.ts';
+import { ARGS, BOUNDS, CHUNKS, CLAIM, OP, OP_EXPERTS, OP_LINEAR } from './layout.ts';
 import { ResidencyError } from '../../../errors.ts';
 
 export type Table = (Float32Array | Int32Array | undefined)[];
@@ -24,15 +24,25 @@ function i32(t: Table, id: number): Int32Array {
   return a;
 }
 
-/** Runs op with the arguments at a[at..]. */
-export function runJob(op: number, a: Int32Array, at: number, table: Table, banks: readonly Float32Array[], s: JobScratch): void {
-  if (op === OP_LINEAR) {
-    linearRows(f32(table, a[at]!), f32(table, a[at + 1]!), a[at + 2]!, f32(table, a[at + 3]!), a[at + 4]!, a[at + 5]!, a[at + 6]!, a[at + 7]!, a[at + 8]!);
-  } else if (op === OP_EXPERTS) {
-    const inter = a[at + 4]!;
-    if (s.act.length < 2 * inter) s.act = new Float32Array(2 * inter);
-    computeExpertUnits(f32(table, a[at]!), i32(table, a[at + 1]!), a[at + 5]!, a[at + 6]!, banks, f32(table, a[at + 2]!), a[at + 3]!, inter, s.act);
-  } else {
-    throw new ResidencyError('INTERNAL', `cpu threads: unknown op ${op}`);
+/** Claims and runs chunks of the job in the control block until none are left; returns how many it ran. */
+export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float32Array[], s: JobScratch): number {
+  const op = ctl[OP]!;
+  const n = ctl[CHUNKS]!;
+  const a = ARGS;
+  let ran = 0;
+  for (let c = Atomics.add(ctl, CLAIM, 1); c < n; c = Atomics.add(ctl, CLAIM, 1)) {
+    const lo = ctl[BOUNDS + c]!;
+    const hi = ctl[BOUNDS + c + 1]!;
+    if (op === OP_LINEAR) {
+      linearRows(f32(table, ctl[a]!), f32(table, ctl[a + 1]!), ctl[a + 2]!, f32(table, ctl[a + 3]!), ctl[a + 4]!, ctl[a + 5]!, ctl[a + 6]!, lo, hi);
+    } else if (op === OP_EXPERTS) {
+      const inter = ctl[a + 4]!;
+      if (s.act.length < 2 * inter) s.act = new Float32Array(2 * inter);
+      computeExpertUnits(f32(table, ctl[a]!), i32(table, ctl[a + 1]!), lo, hi, banks, f32(table, ctl[a + 2]!), ctl[a + 3]!, inter, s.act);
+    } else {
+      throw new ResidencyError('INTERNAL', `cpu threads: unknown op ${op}`);
+    }
+    ran++;
   }
+  return ran;
 }

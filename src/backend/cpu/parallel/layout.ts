@@ -1,26 +1,57 @@
-// The shared control block between the main thread and the CPU workers: one 32-int block per worker
-// (128 bytes, so two workers' flags never share a cache line), and the ops a job can run.
+// The shared control block between the main thread and the CPU workers, and the ops a job can run.
+//
+// One job at a time: the main thread writes the op, its arguments and its chunk bounds, then bumps SEQ.
+// Every thread (main included) claims chunks by Atomics.add on CLAIM until none are left, so a worker
+// that is asleep, descheduled or still starting costs nothing: the others take its chunks. A worker
+// enters job s by moving its STATE from s-1 to -s (compareExchange) and leaves it by storing s; after its
+// own claims the main thread closes the job for every worker that has not entered (s-1 -> s) and waits
+// only for those that have. A worker therefore never reads a job's arguments after the job is over.
 import type { MessagePort } from 'node:worker_threads';
 
-/** Ints per worker block. */
+/** Ints per block (128 bytes: flags written by different threads never share a cache line). */
 export const BLOCK = 32;
-/** Job sequence number: the main thread bumps it to hand the worker a job. */
+
+// Block 0, written by the main thread.
+/** Job sequence number (1, 2, ...). */
 export const SEQ = 0;
-/** The sequence number of the last job the worker finished. */
-export const DONE = 1;
-/** Array-table generation the job needs (the worker first applies that many registrations). */
-export const GEN = 2;
+/** Array-table generation the job needs (a worker first applies that many registrations). */
+export const GEN = 1;
 /** The op of the job (OP_*). */
-export const OP = 3;
-/** Set by a worker whose job threw (1) or that failed to start (2); its message waits on the error port. */
-export const ERR = 4;
+export const OP = 2;
+/** Chunks in the job. */
+export const CHUNKS = 3;
+/** Set to 1 when the pool is disposed: workers return. */
+export const STOP = 4;
+/** How many times an idle worker polls SEQ before sleeping (set by the pool from poolTuning). */
+export const WORKER_SPIN = 5;
 /** First argument of the job. */
 export const ARGS = 8;
 
-export const OP_STOP = 0;
-/** args: y, w, wOff, x, rows, outDim, inDim, o0, o1 (array-table ids for y, w, x). */
+/** Block 1: the chunk claim counter (the one contended word, alone on its line). */
+export const CLAIM = BLOCK;
+
+/** Chunk c covers [bounds[c], bounds[c+1]) (rows of a linear layer, or expert units). */
+export const BOUNDS = 2 * BLOCK;
+/** Most chunks in one job. */
+export const MAX_CHUNKS = 256;
+
+/** Worker i's block starts here + i * BLOCK. */
+export const WORKERS = BOUNDS + 10 * BLOCK;
+/** In a worker block: s-1 before job s, -s inside it, s after it (or after the main thread closed it). */
+export const STATE = 0;
+/** Set by a worker whose job threw (1) or that failed to start (2); its message waits on the error port. */
+export const ERR = 1;
+/** Chunks this worker has run since it started (a statistic: tests check that workers took part). */
+export const RAN = 2;
+
+/** Ints in the control block for `workers` workers. */
+export function controlSize(workers: number): number {
+  return WORKERS + workers * BLOCK;
+}
+
+/** args: y, w, wOff, x, rows, outDim, inDim (array-table ids for y, w, x); chunks are output rows. */
 export const OP_LINEAR = 1;
-/** args: out, units, x, hidden, inter, u0, u1 (array-table ids for out, units, x). */
+/** args: out, units, x, hidden, inter (array-table ids for out, units, x); chunks are expert units. */
 export const OP_EXPERTS = 2;
 
 /** What a worker starts with (workerData). */
@@ -37,9 +68,9 @@ export interface WorkerInit {
   readonly errorPort: MessagePort;
 }
 
-/** One array-table registration: table id `id` now names this shared array. */
+/** One array-table registration: table id `id` now names this shared array (undefined: forgotten). */
 export interface Registration {
   readonly gen: number;
   readonly id: number;
-  readonly array: Float32Array | Int32Array;
+  readonly array: Float32Array | Int32Array | undefined;
 }

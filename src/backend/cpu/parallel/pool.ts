@@ -1,29 +1,39 @@
-// The CPU thread pool: the main thread plus `threads - 1` workers share each op out by output rows (a
-// linear layer) or by expert units, through shared memory. The main thread computes the first share
-// itself, then waits for the workers (a short spin, then Atomics.wait with a deadline). Rows are
-// computed by the same code whichever thread runs them, so results are bit-identical to one thread.
+// The CPU thread pool: the main thread and `threads - 1` workers share each op out by chunks of output
+// rows (a linear layer) or of expert units, through shared memory (protocol: layout.ts). Chunks are
+// claimed dynamically, so a busy core or a sleeping worker only means others take more chunks. Every
+// chunk is computed by the same code whichever thread claims it: results are bit-identical to one thread.
+import { once } from 'node:events';
 import { MessageChannel, Worker, receiveMessageOnPort, type MessagePort } from 'node:worker_threads';
 import { ResidencyError } from '../../../errors.ts';
 import type { RowCompute } from '../row-compute.ts';
 import { linear } from '../linalg.ts';
-import { UNIT } from '../expert-units.ts';
-import { ARGS, BLOCK, DONE, ERR, GEN, OP, OP_EXPERTS, OP_LINEAR, OP_STOP, SEQ, type WorkerInit } from './layout.ts';
-import { runJob, type JobScratch, type Table } from './jobs.ts';
+import { UNIT, computeExpertUnits } from '../expert-units.ts';
+import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_EXPERTS, OP_LINEAR, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, type WorkerInit } from './layout.ts';
+import { claimChunks, type JobScratch, type Table } from './jobs.ts';
 import { workerEntry } from './entry.ts';
 
 export interface PoolOptions {
-  /** Threads in all, the main thread included (>= 2). */
+  /** Threads in all, the main thread included (2..64). */
   readonly threads: number;
   /** The expert banks (shared memory) in CpuExpertBanks.bankList order. */
   readonly banks: Float32Array[];
-  /** Longest wait for a worker's share before giving up with an error (default 30 s). */
+  /** Longest wait for a worker inside a job before giving up with an error (default 30 s). */
   readonly timeoutMs?: number;
-  /** Ops with fewer multiply-adds than this run on the main thread alone (the sync would cost more). */
-  readonly minSplitMacs?: number;
 }
 
-/** Polls of a worker's done flag before sleeping. */
-const SPIN = 200000;
+/** How jobs are cut (read at each op; benchmarks may change them to compare). */
+export const poolTuning = {
+  /** Chunks per thread in a job: enough for dynamic balancing, few enough that claims stay cheap. */
+  chunksPerThread: 4,
+  /** Ops with fewer multiply-adds run on the main thread alone (a hand-off costs a few microseconds). */
+  minSplitMacs: 4096,
+  /** Smallest chunk worth a claim, in multiply-adds. */
+  minChunkMacs: 4096,
+  /** Polls of a worker's state before the main thread sleeps on it. */
+  mainSpin: 100000,
+  /** Polls of the job number before an idle worker sleeps (the next op usually follows within microseconds). */
+  workerSpin: 20000,
+};
 
 export class CpuThreadPool implements RowCompute {
   readonly threads: number;
@@ -35,14 +45,12 @@ export class CpuThreadPool implements RowCompute {
   private readonly table: Table = [];
   private readonly banks: Float32Array[];
   private readonly scratch: JobScratch = { act: new Float32Array(0) };
+  private readonly serialAct: Float32Array[] = [new Float32Array(0)];
   private readonly timeoutMs: number;
-  private readonly minSplitMacs: number;
   private gen = 0;
-  /** Per worker: the number of the last job posted to it. */
-  private readonly seqs: number[] = [];
-  /** Workers given the current job. */
-  private readonly busy: number[] = [];
+  private seq = 0;
   private disposed = false;
+  private readonly started: Promise<unknown>[] = [];
 
   constructor(opts: PoolOptions) {
     const { threads } = opts;
@@ -52,84 +60,165 @@ export class CpuThreadPool implements RowCompute {
     this.threads = threads;
     this.banks = opts.banks;
     this.timeoutMs = opts.timeoutMs ?? 30_000;
-    this.minSplitMacs = opts.minSplitMacs ?? 0;
-    this.ctl = new Int32Array(new SharedArrayBuffer((threads - 1) * BLOCK * 4));
+    this.ctl = new Int32Array(new SharedArrayBuffer(controlSize(threads - 1) * 4));
     const { url, entry } = workerEntry();
     for (let i = 0; i < threads - 1; i++) {
       const table = new MessageChannel();
       const errors = new MessageChannel();
       const init: WorkerInit = { control: this.ctl, index: i, entry, banks: this.banks, tablePort: table.port2, errorPort: errors.port2 };
       const w = new Worker(url, { workerData: init, transferList: [table.port2, errors.port2], name: `residency-cpu-${i + 1}` });
-      // A worker never keeps the process alive; a crashed one is reported by the next wait's deadline.
+      // A worker never keeps the process alive; its failures surface through the control block.
       w.unref();
       w.on('error', () => {});
+      this.started.push(once(w, 'message'));
       table.port1.unref();
       errors.port1.unref();
       this.workers.push(w);
-      this.seqs.push(0);
       this.tablePorts.push(table.port1);
       this.errorPorts.push(errors.port1);
     }
   }
 
   linear(y: Float32Array, w: Float32Array, wOff: number, x: Float32Array, rows: number, outDim: number, inDim: number): void {
-    const parts = Math.min(this.threads, outDim);
-    if (this.disposed || parts < 2 || rows * outDim * inDim < this.minSplitMacs) {
+    const t = poolTuning;
+    const macs = rows * outDim * inDim;
+    const chunks = Math.min(this.threads * t.chunksPerThread, outDim, Math.ceil(macs / t.minChunkMacs), MAX_CHUNKS);
+    if (this.disposed || chunks < 2 || macs < t.minSplitMacs) {
       linear(y, w, wOff, x, rows, outDim, inDim);
       return;
     }
-    const yi = this.id(y);
-    const wi = this.id(w);
-    const xi = this.id(x);
-    // Equal contiguous row ranges; the main thread takes the first.
-    const bound = (k: number): number => Math.round((k * outDim) / parts);
-    for (let k = 1; k < parts; k++) this.post(k - 1, OP_LINEAR, [yi, wi, wOff, xi, rows, outDim, inDim, bound(k), bound(k + 1)]);
-    runJob(OP_LINEAR, Int32Array.of(yi, wi, wOff, xi, rows, outDim, inDim, 0, bound(1)), 0, this.table, this.banks, this.scratch);
-    this.waitAll();
+    const c = this.ctl;
+    for (let k = 0; k <= chunks; k++) c[BOUNDS + k] = Math.round((k * outDim) / chunks);
+    this.run(OP_LINEAR, chunks, [this.id(y), this.id(w), wOff, this.id(x), rows, outDim, inDim]);
   }
 
   experts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void {
-    const parts = Math.min(this.threads, count);
-    if (this.disposed || parts < 2 || count * 3 * hidden * inter < this.minSplitMacs) {
-      runJob(OP_EXPERTS, Int32Array.of(0, 0, 0, hidden, inter, 0, count), 0, this.tableWith(out, units, x), this.banks, this.scratch);
+    const t = poolTuning;
+    const chunks = Math.min(this.threads * t.chunksPerThread, count, MAX_CHUNKS);
+    if (this.disposed || chunks < 2 || count * 3 * hidden * inter < t.minSplitMacs) {
+      if (this.serialAct[0]!.length < 2 * inter) this.serialAct[0] = new Float32Array(2 * inter);
+      computeExpertUnits(out, units, 0, count, this.banks, x, hidden, inter, this.serialAct[0]!);
       return;
     }
-    const oi = this.id(out);
-    const ui = this.id(units);
-    const xi = this.id(x);
-    // Contiguous unit ranges holding about equal numbers of picks (a pair unit is two picks' work): a unit
-    // goes to the earlier share when its midpoint falls before the share's goal.
+    // Contiguous unit ranges of about equal picks (a pair unit is two picks' work): a unit goes to the
+    // earlier chunk when its midpoint falls before that chunk's goal.
     const weight = (u: number): number => (units[u * UNIT + 3]! >= 0 ? 2 : 1);
     let total = 0;
     for (let u = 0; u < count; u++) total += weight(u);
-    const ends: number[] = [];
+    const c = this.ctl;
+    c[BOUNDS] = 0;
     let acc = 0;
     let n = 0;
-    for (let k = 1; k < parts; k++) {
-      const goal = (k * total) / parts;
+    for (let k = 1; k < chunks; k++) {
+      const goal = (k * total) / chunks;
       while (n < count && acc + weight(n) / 2 <= goal) acc += weight(n++);
-      ends.push(n);
+      c[BOUNDS + k] = n;
     }
-    ends.push(count);
-    for (let k = 1; k < parts; k++) {
-      if (ends[k]! > ends[k - 1]!) this.post(k - 1, OP_EXPERTS, [oi, ui, xi, hidden, inter, ends[k - 1]!, ends[k]!]);
+    c[BOUNDS + chunks] = count;
+    this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(x), hidden, inter]);
+  }
+
+  /**
+   * Resolves when every worker has started (ops never wait for this: until then the main thread takes
+   * every chunk; benchmarks and tests await it so workers take part from the first step).
+   */
+  async ready(): Promise<void> {
+    // Hold the process open while waiting: the workers alone would not.
+    for (const w of this.workers) w.ref();
+    try {
+      await Promise.race([
+        Promise.all(this.started),
+        ...this.workers.map(async (w) => {
+          const [code] = (await once(w, 'exit')) as [number];
+          throw new ResidencyError('INTERNAL', `cpu thread pool: a worker exited with code ${code} before it started`);
+        }),
+      ]);
+      for (let i = 0; i < this.workers.length; i++) {
+        if (this.ctl[WORKERS + i * BLOCK + ERR] !== 0) {
+          const m = receiveMessageOnPort(this.errorPorts[i]!);
+          throw new ResidencyError('INTERNAL', `cpu thread pool: worker ${i + 1} failed: ${m ? String(m.message) : 'unknown error'}`);
+        }
+      }
+    } finally {
+      for (const w of this.workers) w.unref();
     }
-    runJob(OP_EXPERTS, Int32Array.of(oi, ui, xi, hidden, inter, 0, ends[0]!), 0, this.table, this.banks, this.scratch);
-    this.waitAll();
+  }
+
+  /** Chunks the workers have run (the main thread's are not counted). */
+  workerChunks(): number {
+    let n = 0;
+    for (let i = 0; i < this.workers.length; i++) n += this.ctl[WORKERS + i * BLOCK + RAN]!;
+    return n;
+  }
+
+  /** Drops an array from every worker's table (an array about to be freed, e.g. a closed KV cache). */
+  forget(a: Float32Array | Int32Array): void {
+    const id = this.ids.get(a);
+    if (id === undefined) return;
+    this.ids.delete(a);
+    this.table[id] = undefined;
+    this.gen++;
+    for (const p of this.tablePorts) p.postMessage({ gen: this.gen, id, array: undefined });
   }
 
   /** Stops and terminates the workers; later ops run on the main thread alone. */
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
+    Atomics.store(this.ctl, STOP, 1);
+    Atomics.notify(this.ctl, SEQ);
     for (let i = 0; i < this.workers.length; i++) {
-      const b = i * BLOCK;
-      this.ctl[b + OP] = OP_STOP;
-      Atomics.store(this.ctl, b + SEQ, ++this.seqs[i]!);
-      Atomics.notify(this.ctl, b + SEQ);
       void this.workers[i]!.terminate();
       this.tablePorts[i]!.close();
       this.errorPorts[i]!.close();
+    }
+  }
+
+  /** Publishes the job (bounds already written), claims chunks with the workers, and ends it. */
+  private run(op: number, chunks: number, args: number[]): void {
+    const c = this.ctl;
+    c[OP] = op;
+    c[CHUNKS] = chunks;
+    c[GEN] = this.gen;
+    c[WORKER_SPIN] = poolTuning.workerSpin;
+    for (let i = 0; i < args.length; i++) c[ARGS + i] = args[i]!;
+    Atomics.store(c, CLAIM, 0);
+    const s = ++this.seq;
+    Atomics.store(c, SEQ, s);
+    Atomics.notify(c, SEQ);
+    claimChunks(c, this.table, this.banks, this.scratch);
+    this.end(s);
+  }
+
+  /** Closes job `s` for workers that never entered it and waits for those inside it; then reports failures. */
+  private end(s: number): void {
+    const c = this.ctl;
+    let deadline = 0;
+    for (let i = 0; i < this.workers.length; i++) {
+      const at = WORKERS + i * BLOCK + STATE;
+      if (Atomics.compareExchange(c, at, s - 1, s) === s - 1) continue;
+      let st = Atomics.load(c, at);
+      for (let k = 0, n = poolTuning.mainSpin; st !== s && k < n; k++) st = Atomics.load(c, at);
+      while (st !== s) {
+        if (deadline === 0) deadline = performance.now() + this.timeoutMs;
+        const left = deadline - performance.now();
+        if (left <= 0) {
+          this.dispose();
+          throw new ResidencyError(
+            'INTERNAL',
+            `cpu thread pool: worker ${i + 1} did not finish its chunks within ${this.timeoutMs} ms (crashed or starved); threads stopped`,
+          );
+        }
+        Atomics.wait(c, at, st, Math.min(left, 1000));
+        st = Atomics.load(c, at);
+      }
+    }
+    for (let i = 0; i < this.workers.length; i++) {
+      if (c[WORKERS + i * BLOCK + ERR] !== 0) {
+        const m = receiveMessageOnPort(this.errorPorts[i]!);
+        this.dispose();
+        throw new ResidencyError('INTERNAL', `cpu thread pool: worker ${i + 1} failed: ${m ? String(m.message) : 'unknown error'}`);
+      }
     }
   }
 
@@ -140,58 +229,12 @@ export class CpuThreadPool implements RowCompute {
     if (!(a.buffer instanceof SharedArrayBuffer)) {
       throw new ResidencyError('INTERNAL', 'cpu thread pool: an array shared with workers must live in a SharedArrayBuffer');
     }
-    id = this.table.length;
-    this.table.push(a);
+    id = this.table.indexOf(undefined);
+    if (id < 0) id = this.table.length;
+    this.table[id] = a;
     this.ids.set(a, id);
     this.gen++;
     for (const p of this.tablePorts) p.postMessage({ gen: this.gen, id, array: a });
     return id;
-  }
-
-  /** A throwaway table for the main thread alone (ids 0, 1, 2), so unshared arrays work too. */
-  private tableWith(out: Float32Array, units: Int32Array, x: Float32Array): Table {
-    return [out, units, x];
-  }
-
-  private post(worker: number, op: number, args: number[]): void {
-    const b = worker * BLOCK;
-    const c = this.ctl;
-    c[b + OP] = op;
-    c[b + GEN] = this.gen;
-    for (let i = 0; i < args.length; i++) c[b + ARGS + i] = args[i]!;
-    Atomics.store(c, b + SEQ, ++this.seqs[worker]!);
-    Atomics.notify(c, b + SEQ);
-    this.busy.push(worker);
-  }
-
-  /** Waits for the workers given the current job; throws a worker's error, or at the deadline. */
-  private waitAll(): void {
-    const deadline = performance.now() + this.timeoutMs;
-    for (const i of this.busy) {
-      const want = this.seqs[i]!;
-      const at = i * BLOCK + DONE;
-      let done = Atomics.load(this.ctl, at);
-      for (let s = 0; done !== want && s < SPIN; s++) done = Atomics.load(this.ctl, at);
-      while (done !== want && this.ctl[i * BLOCK + ERR] === 0) {
-        const left = deadline - performance.now();
-        if (left <= 0) {
-          this.busy.length = 0;
-          this.dispose();
-          throw new ResidencyError(
-            'INTERNAL',
-            `cpu thread pool: worker ${i + 1} did not finish its share within ${this.timeoutMs} ms (crashed or starved); threads stopped`,
-          );
-        }
-        Atomics.wait(this.ctl, at, done, Math.min(left, 1000));
-        done = Atomics.load(this.ctl, at);
-      }
-      if (this.ctl[i * BLOCK + ERR] !== 0) {
-        const m = receiveMessageOnPort(this.errorPorts[i]!);
-        this.busy.length = 0;
-        this.dispose();
-        throw new ResidencyError('INTERNAL', `cpu thread pool: worker ${i + 1} failed: ${m ? String(m.message) : 'unknown error'}`);
-      }
-    }
-    this.busy.length = 0;
   }
 }

@@ -1,18 +1,16 @@
 // Starts the CPU worker from TypeScript sources: registers tsx in this worker thread, then imports the
-// worker (workerData.entry). A worker that fails to load reports it through its control block, so the
-// main thread's wait ends at once with the reason instead of at its deadline.
+// worker (workerData.entry). A worker that fails to load reports it through its control block; the main
+// thread checks the flag after each job and throws the reason.
 import { workerData } from 'node:worker_threads';
 
 const BLOCK = 32; // layout.ts BLOCK
-const ERR = 4; // layout.ts ERR
-const DONE = 1; // layout.ts DONE
+const WORKERS = 2 * BLOCK + 10 * BLOCK; // layout.ts WORKERS
+const ERR = 1; // layout.ts ERR (in the worker's block)
 try {
   const { register } = await import('tsx/esm/api');
   register();
   await import(workerData.entry);
 } catch (e) {
   workerData.errorPort.postMessage(`worker failed to start: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
-  const base = workerData.index * BLOCK;
-  Atomics.store(workerData.control, base + ERR, 2);
-  Atomics.notify(workerData.control, base + DONE);
+  Atomics.store(workerData.control, WORKERS + workerData.index * BLOCK + ERR, 2);
 }

@@ -1,34 +1,35 @@
-// A CPU worker thread: waits for a job in its control block, applies any new array registrations,
-// runs its share of the rows, and marks the job done. It spins briefly after each job (the next op of
-// the step usually follows within microseconds) and then sleeps on Atomics.wait.
+// A CPU worker thread: waits for a job, enters it (unless the main thread already closed it), applies
+// any new array registrations, claims chunks until none are left, and leaves. It spins briefly after
+// each job (the next op of the step usually follows within microseconds), then sleeps on Atomics.wait.
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
-import { ARGS, BLOCK, DONE, ERR, GEN, OP, OP_STOP, SEQ, type Registration, type WorkerInit } from './layout.ts';
-import { runJob, type JobScratch, type Table } from './jobs.ts';
+import { ERR, GEN, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, BLOCK, type Registration, type WorkerInit } from './layout.ts';
+import { claimChunks, type JobScratch, type Table } from './jobs.ts';
 
-/** Polls of the job flag before sleeping (~tens of microseconds). */
-const SPIN = 20000;
-/** A sleeping worker re-checks its flag this often (a missed wake-up costs at most this long). */
-const SLEEP_MS = 500;
+/** A sleeping worker re-checks this often (a missed wake-up costs at most this long). */
+const SLEEP_MS = 200;
 
 function main(init: WorkerInit): void {
   const ctl = init.control;
-  const base = init.index * BLOCK;
+  const state = WORKERS + init.index * BLOCK + STATE;
   const table: Table = [];
   const scratch: JobScratch = { act: new Float32Array(0) };
   let gen = 0;
-  let last = Atomics.load(ctl, base + DONE);
+  let last = 0;
+  parentPort!.postMessage('ready');
   for (;;) {
-    let seq = Atomics.load(ctl, base + SEQ);
-    for (let i = 0; seq === last && i < SPIN; i++) seq = Atomics.load(ctl, base + SEQ);
+    let seq = Atomics.load(ctl, SEQ);
+    const spin = ctl[WORKER_SPIN]!;
+    for (let i = 0; seq === last && i < spin; i++) seq = Atomics.load(ctl, SEQ);
+    if (Atomics.load(ctl, STOP) !== 0) return;
     if (seq === last) {
-      Atomics.wait(ctl, base + SEQ, last, SLEEP_MS);
+      Atomics.wait(ctl, SEQ, last, SLEEP_MS);
       continue;
     }
     last = seq;
-    const op = ctl[base + OP]!;
-    if (op === OP_STOP) return;
+    // Enter job `seq`, unless the main thread finished it without us.
+    if (Atomics.compareExchange(ctl, state, seq - 1, -seq) !== seq - 1) continue;
     try {
-      const want = ctl[base + GEN]!;
+      const want = ctl[GEN]!;
       while (gen < want) {
         const m = receiveMessageOnPort(init.tablePort);
         if (m === undefined) throw new Error(`array table generation ${want} announced, only ${gen} received`);
@@ -36,13 +37,13 @@ function main(init: WorkerInit): void {
         table[r.id] = r.array;
         gen = r.gen;
       }
-      runJob(op, ctl, base + ARGS, table, init.banks, scratch);
+      ctl[state - STATE + RAN] += claimChunks(ctl, table, init.banks, scratch);
     } catch (e) {
       init.errorPort.postMessage(e instanceof Error ? (e.stack ?? e.message) : String(e));
-      Atomics.store(ctl, base + ERR, 1);
+      Atomics.store(ctl, state + ERR - STATE, 1);
     }
-    Atomics.store(ctl, base + DONE, seq);
-    Atomics.notify(ctl, base + DONE);
+    Atomics.store(ctl, state, seq);
+    Atomics.notify(ctl, state);
   }
 }
 
