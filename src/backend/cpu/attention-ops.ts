@@ -64,32 +64,52 @@ export function attention(
   scores: Float64Array,
   acc: Float64Array,
 ): void {
+  for (let h = 0; h < numHeads; h++) attentionHead(out, outOff, q, qOff, kCache, vCache, pos, h, numHeads, numKvHeads, d, scores, acc);
+}
+
+/**
+ * Head `h` of `attention` (heads are independent, so threads may split a token's heads between them;
+ * each head is computed by this same code either way).
+ */
+export function attentionHead(
+  out: Float32Array,
+  outOff: number,
+  q: Float32Array,
+  qOff: number,
+  kCache: Float32Array,
+  vCache: Float32Array,
+  pos: number,
+  h: number,
+  numHeads: number,
+  numKvHeads: number,
+  d: number,
+  scores: Float64Array,
+  acc: Float64Array,
+): void {
   const group = numHeads / numKvHeads;
   const kvStride = numKvHeads * d;
   const scale = 1 / Math.sqrt(d);
-  for (let h = 0; h < numHeads; h++) {
-    const kvOff = ((h / group) | 0) * d;
-    const qh = qOff + h * d;
-    let max = -Infinity;
-    for (let p = 0; p <= pos; p++) {
-      const s = dot(q, qh, kCache, p * kvStride + kvOff, d) * scale;
-      scores[p] = s;
-      if (s > max) max = s;
-    }
-    let sum = 0;
-    for (let p = 0; p <= pos; p++) {
-      const e = Math.exp(scores[p]! - max);
-      scores[p] = e;
-      sum += e;
-    }
-    // Sum the values position by position (rows of the cache are contiguous), each output over p in order.
-    const oh = outOff + h * d;
-    acc.fill(0, 0, d);
-    for (let p = 0; p <= pos; p++) {
-      const e = scores[p]!;
-      const v = p * kvStride + kvOff;
-      for (let i = 0; i < d; i++) acc[i] = acc[i]! + e * vCache[v + i]!;
-    }
-    for (let i = 0; i < d; i++) out[oh + i] = acc[i]! / sum;
+  const kvOff = ((h / group) | 0) * d;
+  const qh = qOff + h * d;
+  let max = -Infinity;
+  for (let p = 0; p <= pos; p++) {
+    const s = dot(q, qh, kCache, p * kvStride + kvOff, d) * scale;
+    scores[p] = s;
+    if (s > max) max = s;
   }
+  let sum = 0;
+  for (let p = 0; p <= pos; p++) {
+    const e = Math.exp(scores[p]! - max);
+    scores[p] = e;
+    sum += e;
+  }
+  // Sum the values position by position (rows of the cache are contiguous), each output over p in order.
+  const oh = outOff + h * d;
+  acc.fill(0, 0, d);
+  for (let p = 0; p <= pos; p++) {
+    const e = scores[p]!;
+    const v = p * kvStride + kvOff;
+    for (let i = 0; i < d; i++) acc[i] = acc[i]! + e * vCache[v + i]!;
+  }
+  for (let i = 0; i < d; i++) out[oh + i] = acc[i]! / sum;
 }

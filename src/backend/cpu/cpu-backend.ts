@@ -44,6 +44,8 @@ interface Scratch {
   readonly proj: Float32Array; // [T][H]
   readonly pos: Int32Array; // [T]
   readonly cacheOf: (SequenceCache | null)[]; // [T]
+  readonly keys: Float32Array[]; // [T] the layer's key cache of each token's sequence
+  readonly values: Float32Array[]; // [T]
   readonly last: Float32Array; // [C][H] final-normed last token of each chunk
   readonly logits: Float32Array; // [C][V]
   readonly moe: MoeScratch;
@@ -94,7 +96,7 @@ export class CpuBackend implements Backend {
         ? new CpuThreadPool({ threads: this.threads, banks: this.banks.bankList })
         : serialCompute(this.banks.bankList, spec.expertIntermediate);
     this.counter = new Uint32Array(spec.numLayers * spec.numExperts);
-    this.caches = new KvCaches(spec.numLayers, spec.numKvHeads * spec.headDim, spec.maxPositions);
+    this.caches = new KvCaches(spec.numLayers, spec.numKvHeads * spec.headDim, spec.maxPositions, this.alloc);
     ({ cos: this.cos, sin: this.sin } = ropeTables(spec.headDim, spec.ropeTheta, spec.maxPositions));
     this.scores = new Float64Array(spec.maxPositions);
     this.attnAcc = new Float64Array(spec.headDim);
@@ -112,6 +114,8 @@ export class CpuBackend implements Backend {
   }
 
   closeSequence(seq: number): void {
+    const c = this.caches.peek(seq);
+    if (c) for (const a of [...c.keys, ...c.values]) this.compute.forget(a);
     this.caches.close(seq);
   }
 
@@ -205,9 +209,10 @@ export class CpuBackend implements Backend {
         cache.values[l]!.set(s.v.subarray(i * kvW, i * kvW + kvW), p * kvW);
       }
       for (let i = 0; i < T; i++) {
-        const cache = s.cacheOf[i]!;
-        attention(s.attn, i * qW, s.q, i * qW, cache.keys[l]!, cache.values[l]!, s.pos[i]!, nH, nKv, d, this.scores, this.attnAcc);
+        s.keys[i] = s.cacheOf[i]!.keys[l]!;
+        s.values[i] = s.cacheOf[i]!.values[l]!;
       }
+      this.compute.attention(s.attn, s.q, T, s.keys, s.values, s.pos, nH, nKv, d, this.scores, this.attnAcc);
       this.compute.linear(s.proj, this.oProjs[l]!, 0, s.attn, T, H, qW);
       addInPlace(s.x, 0, s.proj, 0, T * H);
       // MoE block: out = h + moe(post_attention_layernorm(h)).
@@ -258,7 +263,7 @@ export class CpuBackend implements Backend {
       chunks: C,
       x: new Float32Array(T * H),
       xn: this.alloc.f32(T * H),
-      q: new Float32Array(T * qW),
+      q: this.alloc.f32(T * qW),
       k: new Float32Array(T * kvW),
       v: new Float32Array(T * kvW),
       qkv: this.alloc.f32(this.threads > 1 ? T * (qW + 2 * kvW) : 0),
@@ -266,6 +271,8 @@ export class CpuBackend implements Backend {
       proj: this.alloc.f32(T * H),
       pos: new Int32Array(T),
       cacheOf: new Array<SequenceCache | null>(T).fill(null),
+      keys: new Array<Float32Array>(T),
+      values: new Array<Float32Array>(T),
       last: this.alloc.f32(C * H),
       logits: this.alloc.f32(C * spec.vocabSize),
       moe: moeScratch(T, H, spec.numExperts, spec.topK, this.alloc),

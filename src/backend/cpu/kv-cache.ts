@@ -1,5 +1,6 @@
 // Per-sequence KV caches of the CPU backend: one key and one value array per layer, filled in position order.
 import { ResidencyError } from '../../errors.ts';
+import { heapAlloc, type Alloc } from './alloc.ts';
 
 export interface SequenceCache {
   readonly capacity: number;
@@ -17,6 +18,8 @@ export class KvCaches {
     private readonly layers: number,
     private readonly kvWidth: number,
     private readonly maxPositions: number,
+    /** Where caches live (shared memory when worker threads read them). */
+    private readonly alloc: Alloc = heapAlloc,
   ) {}
 
   open(seq: number, capacity: number): void {
@@ -31,10 +34,15 @@ export class KvCaches {
     const keys: Float32Array[] = [];
     const values: Float32Array[] = [];
     for (let l = 0; l < this.layers; l++) {
-      keys.push(new Float32Array(capacity * this.kvWidth));
-      values.push(new Float32Array(capacity * this.kvWidth));
+      keys.push(this.alloc.f32(capacity * this.kvWidth));
+      values.push(this.alloc.f32(capacity * this.kvWidth));
     }
     this.seqs.set(seq, { capacity, keys, values, filled: 0 });
+  }
+
+  /** The cache of an open sequence, if any. */
+  peek(seq: number): SequenceCache | undefined {
+    return this.seqs.get(seq);
   }
 
   close(seq: number): void {

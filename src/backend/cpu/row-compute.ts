@@ -3,12 +3,33 @@
 // reference; the thread pool (parallel/pool.ts) runs the same code on parts of the rows.
 import { linear } from './linalg.ts';
 import { computeExpertUnits } from './expert-units.ts';
+import { attention } from './attention-ops.ts';
 
 export interface RowCompute {
   /** y = W x for `rows` inputs (see linalg.ts `linear`). */
   linear(y: Float32Array, w: Float32Array, wOff: number, x: Float32Array, rows: number, outDim: number, inDim: number): void;
   /** Expert units [0, count) into `out` (see expert-units.ts). */
   experts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void;
+  /**
+   * Attention of `tokens` tokens (see attention-ops.ts): token i's query at q[i*H*d..), its layer's KV
+   * cache keys[i] / values[i], its position pos[i]; output at out[i*H*d..). scores / acc: the calling
+   * thread's scratch (maxPositions and d float64s).
+   */
+  attention(
+    out: Float32Array,
+    q: Float32Array,
+    tokens: number,
+    keys: readonly Float32Array[],
+    values: readonly Float32Array[],
+    pos: Int32Array,
+    heads: number,
+    kvHeads: number,
+    d: number,
+    scores: Float64Array,
+    acc: Float64Array,
+  ): void;
+  /** Forgets an array that other threads may hold (a closed sequence's KV cache). */
+  forget(a: Float32Array): void;
   /** Resolves when every worker thread has started. */
   ready(): Promise<void>;
   /** Chunks run by worker threads so far (0 with one thread). */
@@ -23,6 +44,11 @@ export function serialCompute(banks: readonly Float32Array[], inter: number): Ro
   return {
     linear,
     experts: (out, units, count, x, hidden, i) => computeExpertUnits(out, units, 0, count, banks, x, hidden, i, act),
+    attention: (out, q, tokens, keys, values, pos, heads, kvHeads, d, scores, acc) => {
+      const w = heads * d;
+      for (let i = 0; i < tokens; i++) attention(out, i * w, q, i * w, keys[i]!, values[i]!, pos[i]!, heads, kvHeads, d, scores, acc);
+    },
+    forget: () => {},
     ready: async () => {},
     workerChunks: () => 0,
     dispose: () => {},

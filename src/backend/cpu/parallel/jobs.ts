@@ -2,14 +2,21 @@
 // compute, so a row's result never depends on which thread computed it.
 import { linearRows } from '../linalg.ts';
 import { computeExpertUnits } from '../expert-units.ts';
-import { ARGS, BOUNDS, CHUNKS, CLAIM, OP, OP_EXPERTS, OP_LINEAR } from './layout.ts';
+import { attentionHead } from '../attention-ops.ts';
+import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR } from './layout.ts';
 import { ResidencyError } from '../../../errors.ts';
 
 export type Table = (Float32Array | Int32Array | undefined)[];
 
-/** Thread-local scratch: the SwiGLU activation buffer (2*I floats), grown on demand. */
+/** Thread-local scratch, grown on demand: the SwiGLU activations (2*I), attention scores and sums. */
 export interface JobScratch {
   act: Float32Array;
+  scores: Float64Array;
+  acc: Float64Array;
+}
+
+export function jobScratch(): JobScratch {
+  return { act: new Float32Array(0), scores: new Float64Array(0), acc: new Float64Array(0) };
 }
 
 function f32(t: Table, id: number): Float32Array {
@@ -39,6 +46,21 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
       const inter = ctl[a + 4]!;
       if (s.act.length < 2 * inter) s.act = new Float32Array(2 * inter);
       computeExpertUnits(f32(table, ctl[a]!), i32(table, ctl[a + 1]!), lo, hi, banks, f32(table, ctl[a + 2]!), ctl[a + 3]!, inter, s.act);
+    } else if (op === OP_ATTENTION) {
+      const out = f32(table, ctl[a]!);
+      const q = f32(table, ctl[a + 1]!);
+      const units = i32(table, ctl[a + 2]!);
+      const heads = ctl[a + 3]!;
+      const kvHeads = ctl[a + 4]!;
+      const d = ctl[a + 5]!;
+      if (s.acc.length < d) s.acc = new Float64Array(d);
+      for (let n = lo; n < hi; n++) {
+        const u = n * ATTN_UNIT;
+        const pos = units[u + 2]!;
+        if (s.scores.length <= pos) s.scores = new Float64Array(Math.max(pos + 1, 2 * s.scores.length));
+        const off = units[u + 3]!;
+        attentionHead(out, off, q, off, f32(table, units[u]!), f32(table, units[u + 1]!), pos, units[u + 4]!, heads, kvHeads, d, s.scores, s.acc);
+      }
     } else {
       throw new ResidencyError('INTERNAL', `cpu threads: unknown op ${op}`);
     }

@@ -54,6 +54,11 @@ export const OP_LINEAR = 1;
 /** args: out, units, x, hidden, inter (array-table ids for out, units, x); chunks are expert units. */
 export const OP_EXPERTS = 2;
 
+/** args: out, q, units, heads, kvHeads, d (array-table ids for out, q, units); chunks are (token, head) units. */
+export const OP_ATTENTION = 3;
+/** Ints per attention unit: key cache id, value cache id, position, q/out offset, head. */
+export const ATTN_UNIT = 5;
+
 /** What a worker starts with (workerData). */
 export interface WorkerInit {
   readonly control: Int32Array;

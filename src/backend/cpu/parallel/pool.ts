@@ -8,8 +8,9 @@ import { ResidencyError } from '../../../errors.ts';
 import type { RowCompute } from '../row-compute.ts';
 import { linear } from '../linalg.ts';
 import { UNIT, computeExpertUnits } from '../expert-units.ts';
-import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_EXPERTS, OP_LINEAR, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, type WorkerInit } from './layout.ts';
-import { claimChunks, type JobScratch, type Table } from './jobs.ts';
+import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, type WorkerInit } from './layout.ts';
+import { claimChunks, jobScratch, type Table } from './jobs.ts';
+import { attention } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
 
 export interface PoolOptions {
@@ -44,7 +45,9 @@ export class CpuThreadPool implements RowCompute {
   private readonly ids = new Map<Float32Array | Int32Array, number>();
   private readonly table: Table = [];
   private readonly banks: Float32Array[];
-  private readonly scratch: JobScratch = { act: new Float32Array(0) };
+  private readonly scratch = jobScratch();
+  /** The attention units of the current op (grown on demand). */
+  private attnUnits: Int32Array = new Int32Array(new SharedArrayBuffer(0));
   private readonly serialAct: Float32Array[] = [new Float32Array(0)];
   private readonly timeoutMs: number;
   private gen = 0;
@@ -100,21 +103,8 @@ export class CpuThreadPool implements RowCompute {
       computeExpertUnits(out, units, 0, count, this.banks, x, hidden, inter, this.serialAct[0]!);
       return;
     }
-    // Contiguous unit ranges of about equal picks (a pair unit is two picks' work): a unit goes to the
-    // earlier chunk when its midpoint falls before that chunk's goal.
-    const weight = (u: number): number => (units[u * UNIT + 3]! >= 0 ? 2 : 1);
-    let total = 0;
-    for (let u = 0; u < count; u++) total += weight(u);
-    const c = this.ctl;
-    c[BOUNDS] = 0;
-    let acc = 0;
-    let n = 0;
-    for (let k = 1; k < chunks; k++) {
-      const goal = (k * total) / chunks;
-      while (n < count && acc + weight(n) / 2 <= goal) acc += weight(n++);
-      c[BOUNDS + k] = n;
-    }
-    c[BOUNDS + chunks] = count;
+    // A pair unit is two picks' work: chunks balance picks, not units.
+    writeBounds(this.ctl, count, chunks, (u) => (units[u * UNIT + 3]! >= 0 ? 2 : 1));
     this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(x), hidden, inter]);
   }
 
@@ -149,6 +139,50 @@ export class CpuThreadPool implements RowCompute {
     let n = 0;
     for (let i = 0; i < this.workers.length; i++) n += this.ctl[WORKERS + i * BLOCK + RAN]!;
     return n;
+  }
+
+  attention(
+    out: Float32Array,
+    q: Float32Array,
+    tokens: number,
+    keys: readonly Float32Array[],
+    values: readonly Float32Array[],
+    pos: Int32Array,
+    heads: number,
+    kvHeads: number,
+    d: number,
+    scores: Float64Array,
+    acc: Float64Array,
+  ): void {
+    const count = tokens * heads;
+    // A unit's cost grows with its position: chunks balance positions, not units.
+    let total = 0;
+    for (let i = 0; i < tokens; i++) total += (pos[i]! + 1) * heads;
+    const chunks = Math.min(this.threads * poolTuning.chunksPerThread, count, MAX_CHUNKS);
+    if (this.disposed || chunks < 2 || total * 2 * d < poolTuning.minSplitMacs) {
+      const w = heads * d;
+      for (let i = 0; i < tokens; i++) attention(out, i * w, q, i * w, keys[i]!, values[i]!, pos[i]!, heads, kvHeads, d, scores, acc);
+      return;
+    }
+    if (this.attnUnits.length < count * ATTN_UNIT) {
+      this.forget(this.attnUnits);
+      this.attnUnits = new Int32Array(new SharedArrayBuffer(4 * ATTN_UNIT * Math.max(count, 2 * (this.attnUnits.length / ATTN_UNIT))));
+    }
+    const units = this.attnUnits;
+    for (let i = 0; i < tokens; i++) {
+      const k = this.id(keys[i]!);
+      const v = this.id(values[i]!);
+      for (let h = 0; h < heads; h++) {
+        const u = (i * heads + h) * ATTN_UNIT;
+        units[u] = k;
+        units[u + 1] = v;
+        units[u + 2] = pos[i]!;
+        units[u + 3] = i * heads * d;
+        units[u + 4] = h;
+      }
+    }
+    writeBounds(this.ctl, count, chunks, (u) => units[u * ATTN_UNIT + 2]! + 1);
+    this.run(OP_ATTENTION, chunks, [this.id(out), this.id(q), this.id(units), heads, kvHeads, d]);
   }
 
   /** Drops an array from every worker's table (an array about to be freed, e.g. a closed KV cache). */
@@ -237,4 +271,22 @@ export class CpuThreadPool implements RowCompute {
     for (const p of this.tablePorts) p.postMessage({ gen: this.gen, id, array: a });
     return id;
   }
+}
+
+/**
+ * Chunk bounds over `count` units of cost weight(u): contiguous ranges of about equal cost, a unit going
+ * to the earlier chunk when its midpoint falls before that chunk's share.
+ */
+function writeBounds(c: Int32Array, count: number, chunks: number, weight: (u: number) => number): void {
+  let total = 0;
+  for (let u = 0; u < count; u++) total += weight(u);
+  c[BOUNDS] = 0;
+  let acc = 0;
+  let n = 0;
+  for (let k = 1; k < chunks; k++) {
+    const goal = (k * total) / chunks;
+    while (n < count && acc + weight(n) / 2 <= goal) acc += weight(n++);
+    c[BOUNDS + k] = n;
+  }
+  c[BOUNDS + chunks] = count;
 }

@@ -102,7 +102,7 @@ async function compareThreads(spec: ModelSpec, weights: ModelWeights, placements
 }
 
 test('synthetic model: threads 2 and 3 are bit-identical to 1 thread (batch 1 and 4, maps, swaps)', async () => {
-  const { spec, weights } = syntheticModel({ seed: 11, numExperts: 16, topK: 4, vocabSize: 1024, hiddenSize: 64, expertIntermediate: 24, numLayers: 3 });
+  const { spec, weights } = syntheticModel({ seed: 11, numExperts: 16, topK: 4, vocabSize: 1024, hiddenSize: 64, headDim: 16, expertIntermediate: 24, numLayers: 3 });
   const placements: [string, BankPlacement | undefined][] = [
     ['all hot', undefined],
     ['5 hot', { hotPerLayer: 5 }],

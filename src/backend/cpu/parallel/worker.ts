@@ -3,7 +3,7 @@
 // each job (the next op of the step usually follows within microseconds), then sleeps on Atomics.wait.
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import { ERR, GEN, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, BLOCK, type Registration, type WorkerInit } from './layout.ts';
-import { claimChunks, type JobScratch, type Table } from './jobs.ts';
+import { claimChunks, jobScratch, type Table } from './jobs.ts';
 
 /** A sleeping worker re-checks this often (a missed wake-up costs at most this long). */
 const SLEEP_MS = 200;
@@ -12,7 +12,7 @@ function main(init: WorkerInit): void {
   const ctl = init.control;
   const state = WORKERS + init.index * BLOCK + STATE;
   const table: Table = [];
-  const scratch: JobScratch = { act: new Float32Array(0) };
+  const scratch = jobScratch();
   let gen = 0;
   let last = 0;
   parentPort!.postMessage('ready');
