@@ -24,8 +24,9 @@ export interface CpuBackendOptions {
   readonly keepRouterProbs?: boolean;
   /**
    * Threads computing each step, the main thread included: 1 is the single-threaded reference; more
-   * share the lm head, routers and experts out by rows to worker threads, bit-identical to 1. Default:
-   * RESIDENCY_CPU_THREADS, else the measured default (see parallel/threads.ts).
+   * share the lm head, q/k/v/o, routers, attention and experts out by rows to worker threads,
+   * bit-identical to 1. Default: RESIDENCY_CPU_THREADS (a count or `auto`), else 1 (parallel/threads.ts
+   * says why). Call dispose() when done (an undisposed backend's workers stop when it is collected).
    */
   readonly threads?: number;
 }

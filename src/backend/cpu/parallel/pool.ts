@@ -30,11 +30,23 @@ export const poolTuning = {
   minSplitMacs: 4096,
   /** Smallest chunk worth a claim, in multiply-adds. */
   minChunkMacs: 4096,
-  /** Polls of a worker's state before the main thread sleeps on it. */
-  mainSpin: 100000,
-  /** Polls of the job number before an idle worker sleeps (the next op usually follows within microseconds). */
-  workerSpin: 20000,
+  /**
+   * Polls of a worker's state before the main thread sleeps on it, and of the job number before an idle
+   * worker sleeps. Short: on a loaded machine a spinning thread steals the core the others need
+   * (measured on 2 cores with one busy: long spins lost 20-30%, these lose little; quiet: the same).
+   */
+  mainSpin: 5000,
+  workerSpin: 2000,
 };
+
+/** Workers of a pool that was dropped without dispose(): stopped when the pool is collected. */
+const dropped = new FinalizationRegistry<{ ctl: Int32Array; workers: Worker[] }>(({ ctl, workers }) => stopWorkers(ctl, workers));
+
+function stopWorkers(ctl: Int32Array, workers: Worker[]): void {
+  Atomics.store(ctl, STOP, 1);
+  Atomics.notify(ctl, SEQ);
+  for (const w of workers) void w.terminate();
+}
 
 export class CpuThreadPool implements RowCompute {
   readonly threads: number;
@@ -80,6 +92,7 @@ export class CpuThreadPool implements RowCompute {
       this.tablePorts.push(table.port1);
       this.errorPorts.push(errors.port1);
     }
+    dropped.register(this, { ctl: this.ctl, workers: this.workers }, this);
   }
 
   linear(y: Float32Array, w: Float32Array, wOff: number, x: Float32Array, rows: number, outDim: number, inDim: number): void {
@@ -199,10 +212,9 @@ export class CpuThreadPool implements RowCompute {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    Atomics.store(this.ctl, STOP, 1);
-    Atomics.notify(this.ctl, SEQ);
+    dropped.unregister(this);
+    stopWorkers(this.ctl, this.workers);
     for (let i = 0; i < this.workers.length; i++) {
-      void this.workers[i]!.terminate();
       this.tablePorts[i]!.close();
       this.errorPorts[i]!.close();
     }

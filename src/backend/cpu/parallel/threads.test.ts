@@ -181,6 +181,8 @@ test('bad thread counts get a clear error', () => {
   try {
     process.env.RESIDENCY_CPU_THREADS = 'many';
     assert.throws(() => createCpuBackend(spec, weights), /RESIDENCY_CPU_THREADS many: expected an integer in \[1, 64\]/);
+    process.env.RESIDENCY_CPU_THREADS = '';
+    assert.equal(createCpuBackend(spec, weights).threads, 1);
     process.env.RESIDENCY_CPU_THREADS = '2';
     const b = createCpuBackend(spec, weights);
     assert.equal(b.threads, 2);

@@ -1,18 +1,33 @@
-// How many threads the CPU backend uses when not told: RESIDENCY_CPU_THREADS, else the measured default.
+// How many threads the CPU backend uses when not told: RESIDENCY_CPU_THREADS (a count, or `auto`), else 1.
+//
+// Why 1 by default: threads win on a quiet machine (bench:cpu on the 2-core dev machine: 1.6-1.9x decode;
+// 16 cores: 2 threads ~2x, 8 threads 3.6-5.9x), but each worker costs ~0.3-0.5 s of CPU and ~30 MB to
+// start from sources, and a machine whose other cores are busy loses (2 cores with one busy: 0.8-1.1x).
+// Short-lived backends (tests build hundreds) should not pay that; long-lived ones (serve, generate,
+// benchmarks) opt in with the option or the variable.
 import { availableParallelism } from 'node:os';
 import { ResidencyError } from '../../../errors.ts';
 import { workersAvailable } from './entry.ts';
 
-/** The most threads the default picks (measured on the 2-core CI machine; see bench/cpu). */
-const DEFAULT_MAX = 1;
+/** Most threads `auto` picks (measured up to 8 on a 16-core machine). */
+const AUTO_MAX = 8;
+
+/** `auto`: one thread per core up to AUTO_MAX, where workers can start (sources, or a bundle with its worker). */
+export function autoThreads(): number {
+  return workersAvailable() ? Math.max(1, Math.min(availableParallelism(), AUTO_MAX)) : 1;
+}
 
 export function resolveThreads(requested: number | undefined): number {
+  if (requested !== undefined) return check(requested, 'threads', requested);
   const env = process.env.RESIDENCY_CPU_THREADS;
-  const n = requested ?? (env !== undefined && env !== '' ? Number(env) : undefined);
-  if (n === undefined) return workersAvailable() ? Math.max(1, Math.min(availableParallelism(), DEFAULT_MAX)) : 1;
+  if (env === undefined || env.trim() === '') return 1;
+  if (env.trim() === 'auto') return autoThreads();
+  return check(Number(env), 'RESIDENCY_CPU_THREADS', env);
+}
+
+function check(n: number, from: string, raw: unknown): number {
   if (!Number.isInteger(n) || n < 1 || n > 64) {
-    const from = requested !== undefined ? 'threads' : 'RESIDENCY_CPU_THREADS';
-    throw new ResidencyError('BAD_ARGUMENT', `${from} ${String(requested ?? env)}: expected an integer in [1, 64]`);
+    throw new ResidencyError('BAD_ARGUMENT', `${from} ${String(raw)}: expected an integer in [1, 64] (or RESIDENCY_CPU_THREADS=auto)`);
   }
   return n;
 }
