@@ -7,7 +7,7 @@ import type { ModelWeights } from '../../model/weights.ts';
 import { CpuExpertBanks, type BankPlacement } from './banks.ts';
 import { KvCaches, type SequenceCache } from './kv-cache.ts';
 import { moeLayer, moeScratch, type MoeScratch, type MoeShape } from './moe.ts';
-import { attention, headNorm, rope, ropeTables } from './attention-ops.ts';
+import { headNorm, rope, ropeTables } from './attention-ops.ts';
 import { addInPlace, embedding, linear, rmsnorm } from './linalg.ts';
 import { heapAlloc, sharedAlloc, sharedCopy, type Alloc } from './alloc.ts';
 import { serialCompute, type RowCompute } from './row-compute.ts';

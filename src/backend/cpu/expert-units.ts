@@ -68,9 +68,3 @@ export function computeExpertUnits(
   }
 }
 
-/** Picks in units [0, n): a pair unit counts two (the split balances picks, not units). */
-export function unitPicks(units: Int32Array, n: number): number {
-  let c = 0;
-  for (let i = 0; i < n; i++) c += units[i * UNIT + 3]! >= 0 ? 2 : 1;
-  return c;
-}

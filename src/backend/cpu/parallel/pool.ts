@@ -129,13 +129,17 @@ export class CpuThreadPool implements RowCompute {
     // Hold the process open while waiting: the workers alone would not.
     for (const w of this.workers) w.ref();
     try {
+      let timer: NodeJS.Timeout | undefined;
       await Promise.race([
         Promise.all(this.started),
+        new Promise((_, reject) => {
+          timer = setTimeout(() => reject(new ResidencyError('INTERNAL', `cpu thread pool: the workers did not start within ${this.timeoutMs} ms`)), this.timeoutMs);
+        }),
         ...this.workers.map(async (w) => {
           const [code] = (await once(w, 'exit')) as [number];
           throw new ResidencyError('INTERNAL', `cpu thread pool: a worker exited with code ${code} before it started`);
         }),
-      ]);
+      ]).finally(() => clearTimeout(timer));
       for (let i = 0; i < this.workers.length; i++) {
         if (this.ctl[WORKERS + i * BLOCK + ERR] !== 0) {
           const m = receiveMessageOnPort(this.errorPorts[i]!);
