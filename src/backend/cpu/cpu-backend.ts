@@ -256,6 +256,11 @@ export class CpuBackend implements Backend {
     // Grow to the next power of two so a slowly growing batch does not reallocate every step.
     const T = Math.max(nextPow2(tokens), cur?.tokens ?? 0);
     const C = Math.max(nextPow2(chunks), cur?.chunks ?? 0);
+    if (cur) {
+      // The workers may hold the old buffers: let them go.
+      const m = cur.moe;
+      for (const a of [cur.xn, cur.q, cur.qkv, cur.attn, cur.proj, cur.last, cur.logits, m.routerLogits, m.pickOut, m.units]) this.compute.forget(a);
+    }
     const H = spec.hiddenSize;
     const qW = spec.numHeads * spec.headDim;
     const kvW = spec.numKvHeads * spec.headDim;

@@ -29,7 +29,7 @@ export interface RowCompute {
     acc: Float64Array,
   ): void;
   /** Forgets an array that other threads may hold (a closed sequence's KV cache). */
-  forget(a: Float32Array): void;
+  forget(a: Float32Array | Int32Array): void;
   /** Resolves when every worker thread has started. */
   ready(): Promise<void>;
   /** Chunks run by worker threads so far (0 with one thread). */

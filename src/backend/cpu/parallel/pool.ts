@@ -236,8 +236,13 @@ export class CpuThreadPool implements RowCompute {
     const s = ++this.seq;
     Atomics.store(c, SEQ, s);
     Atomics.notify(c, SEQ);
-    claimChunks(c, this.table, this.banks, this.scratch);
-    this.end(s);
+    try {
+      claimChunks(c, this.table, this.banks, this.scratch);
+    } finally {
+      // Even when the main thread's share throws, workers inside the job are waited for, so none is
+      // still writing when the caller sees the error.
+      this.end(s);
+    }
   }
 
   /** Closes job `s` for workers that never entered it and waits for those inside it; then reports failures. */
