@@ -10,6 +10,7 @@ import { resolve } from 'node:path';
 const root = resolve(new URL('..', import.meta.url).pathname);
 const entries = [
   ['src/cli/main.ts', 'dist/residency.mjs'],
+  ['src/backend/cpu/parallel/worker.ts', 'dist/cpu-worker.mjs'],
   ['test/gpu/run.ts', 'dist/gpu-tests.mjs'],
   ['bench/gpu/decode.ts', 'dist/bench-gpu.mjs'],
   ['bench/gpu/profile.ts', 'dist/profile-gpu.mjs'],

@@ -19,6 +19,18 @@ export interface CreateBackendOptions {
   readonly placement?: BankPlacement;
   /** cuda: replay CUDA graphs (default true). */
   readonly graphs?: boolean;
+  /** cpu: worker threads sharing each step by rows (bit-identical to 1); 'auto' = one per core (max 8). */
+  readonly threads?: number | 'auto';
+}
+
+/** Parses a `--threads` value: a count in 1..64 or `auto`. */
+export function parseThreads(text: string): number | 'auto' {
+  if (text.trim() === 'auto') return 'auto';
+  const n = Number(text);
+  if (text.trim() === '' || !Number.isInteger(n) || n < 1 || n > 64) {
+    throw new ResidencyError('BAD_ARGUMENT', `--threads '${text}': expected an integer in 1..64 or 'auto'`);
+  }
+  return n;
 }
 
 export function parseBackendName(v: string): BackendName {
@@ -30,7 +42,14 @@ export async function createBackend(name: string, model: BackendModel, opts: Cre
   const which = parseBackendName(name);
   if (which === 'cpu') {
     const { CpuBackend } = await import('./cpu/cpu-backend.ts');
-    return new CpuBackend(model.spec, model.weights, opts.placement ? { placement: opts.placement } : {});
+    const { autoThreads } = await import('./cpu/parallel/threads.ts');
+    const threads = opts.threads === 'auto' ? autoThreads() : opts.threads;
+    const backend = new CpuBackend(model.spec, model.weights, {
+      ...(opts.placement ? { placement: opts.placement } : {}),
+      ...(threads !== undefined ? { threads } : {}),
+    });
+    await backend.ready(); // the first steps should not run on one thread while workers start
+    return backend;
   }
   const { createCudaBackend } = await import('./cuda/cuda-backend.ts');
   return createCudaBackend(model, { ...(opts.placement ? { placement: opts.placement } : {}), ...(opts.graphs !== undefined ? { graphs: opts.graphs } : {}) });

@@ -5,9 +5,8 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ResidencyError } from '../errors.ts';
-import { createCpuBackend } from '../backend/cpu/cpu-backend.ts';
 import type { Backend } from '../backend/backend.ts';
-import { createBackend, parseBackendName, type BackendName } from '../backend/registry.ts';
+import { createBackend, parseBackendName, parseThreads, type BackendName } from '../backend/registry.ts';
 import type { BankPlacement } from '../backend/cpu/banks.ts';
 import { createEngine } from '../engine/engine.ts';
 import type { ResidencyHook } from '../engine/residency-hook.ts';
@@ -34,6 +33,7 @@ export const GENERATE_HELP = `usage: residency generate [--model DIR] (--prompt 
   --residency-dir DIR  run the residency controller live: telemetry.jsonl, swaps.jsonl, steps.json go to DIR;
                        it boots frozen (counting only): create DIR/GO or write DIR/control.json to adapt
   --record-trace FILE  write every step's routing as a JSONL trace (residency simulate --traces FILE --phases recorded)
+  --threads N|auto     cpu: worker threads sharing each step (bit-identical; default RESIDENCY_CPU_THREADS, else 1)
   --backend NAME       cpu (default) or cuda (an NVIDIA GPU, kernels built by npm run build:kernels)
   --json               print exactly one JSON object {"prompt_ids","tokens","text"} on stdout`;
 
@@ -51,6 +51,7 @@ export const GENERATE_OPTIONS = {
   map: { type: 'string' },
   'residency-dir': { type: 'string' },
   'record-trace': { type: 'string' },
+  threads: { type: 'string' },
   backend: { type: 'string', default: 'cpu' },
   json: { type: 'boolean', default: false },
   help: { type: 'boolean', short: 'h', default: false },
@@ -70,6 +71,8 @@ export interface GenerateOptions {
   readonly backend?: BackendName;
   /** Write every step's routing here as a JSONL routing trace. */
   readonly recordTrace?: string;
+  /** cpu: worker threads (a count or 'auto'); default RESIDENCY_CPU_THREADS, else 1. */
+  readonly threads?: number | 'auto';
 }
 
 /** What an extending command may add: a placement for the banks and a residency hook for the engine. */
@@ -134,6 +137,7 @@ export function generateOptionsFrom(values: { [K in keyof typeof GENERATE_OPTION
     json: values.json === true,
     backend: parseBackendName(str('backend') ?? 'cpu'),
     recordTrace: str('record-trace'),
+    threads: str('threads') === undefined ? undefined : parseThreads(str('threads')!),
   };
 }
 
@@ -149,8 +153,10 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
   const promptIds = opts.promptIds ? [...opts.promptIds] : model.tokenizer.encode(opts.prompt!);
   if (promptIds.length === 0) throw new ResidencyError('BAD_ARGUMENT', '--prompt encodes to no tokens: give a longer prompt');
   const placement = ext.placement?.(model) ?? (opts.hot !== undefined ? { hotPerLayer: opts.hot } : undefined);
-  const backend: Backend =
-    (opts.backend ?? 'cpu') === 'cpu' ? createCpuBackend(model.spec, model.weights, { placement }) : await createBackend(opts.backend!, model, { placement });
+  const backend: Backend = await createBackend(opts.backend ?? 'cpu', model, {
+    ...(placement ? { placement } : {}),
+    ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
+  });
   const hook = ext.hookFactory?.(backend, model);
   const { spec } = model;
   const trace = opts.recordTrace

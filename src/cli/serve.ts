@@ -1,7 +1,7 @@
 // `residency serve`: the OpenAI-compatible server with live residency control, /metrics and a dashboard.
 import { resolve, join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
-import { parseBackendName } from '../backend/registry.ts';
+import { parseBackendName, parseThreads } from '../backend/registry.ts';
 import { loadRowMap } from '../residency/files.ts';
 import { startServing } from '../server/boot.ts';
 import { defaultServerConfig } from '../server/types.ts';
@@ -23,6 +23,7 @@ export const SERVE_HELP = `usage: residency serve [--model DIR] [options]
   --api-key KEY        require "Authorization: Bearer KEY" on /v1/* (default: env RESIDENCY_API_KEY, else none)
   --max-queue N        requests waiting to join the batch before new ones get 429 (default ${defaultServerConfig.maxQueue})
   --max-running N      sequences in the running batch at most (default 8)
+  --threads N|auto     cpu: worker threads sharing each step (bit-identical; default RESIDENCY_CPU_THREADS, else 1)
   --max-body BYTES     request body limit (default ${defaultServerConfig.maxBodyBytes})
 
 Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
@@ -41,6 +42,7 @@ const OPTIONS = {
   'max-queue': { type: 'string' },
   'max-running': { type: 'string' },
   'max-body': { type: 'string' },
+  threads: { type: 'string' },
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
 
@@ -79,6 +81,7 @@ export const serveCommand: CliCommand = {
       host: v.host,
       config: { ...(apiKey ? { apiKey } : {}), ...(maxQueue ? { maxQueue } : {}), ...(maxBody ? { maxBodyBytes: maxBody } : {}) },
       scheduler: maxRunning ? { maxRunning } : undefined,
+      ...(v.threads !== undefined ? { threads: parseThreads(v.threads) } : {}),
     });
     const { spec } = serving.model;
     const banks = serving.backend.banks;

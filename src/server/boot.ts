@@ -19,6 +19,8 @@ import { defaultServerConfig, type ServerConfig, type ServerModel } from './type
 export interface ServeOptions {
   readonly modelDir: string;
   readonly backend: BackendName;
+  /** cpu: worker threads (a count or 'auto'); default RESIDENCY_CPU_THREADS, else 1. */
+  readonly threads?: number | 'auto';
   /** Hot experts per layer; equal to the expert count means all hot and no residency controller. */
   readonly hot?: number;
   readonly map?: RowMap;
@@ -74,7 +76,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
     throw new ResidencyError('BAD_ARGUMENT', `--hot ${hot}: expected 1..${spec.numExperts} experts per layer`);
   }
   const placement: BankPlacement = opts.map ?? { hotPerLayer: hot };
-  const backend: Backend = await createBackend(opts.backend, model, { placement });
+  const backend: Backend = await createBackend(opts.backend, model, { placement, ...(opts.threads !== undefined ? { threads: opts.threads } : {}) });
   const withResidency = backend.banks.hotPerLayer < backend.banks.experts;
   // Built directly (not through residencyHookFactory, which writes steps.json at process exit): close()
   // below writes it, so a server that is stopped and started again in one process leaves nothing behind.
