@@ -2,7 +2,7 @@
 // package runs where koffi, libcuda or the compiled kernels are absent.
 import { ResidencyError } from '../errors.ts';
 import type { Backend } from './backend.ts';
-import type { BankPlacement } from './cpu/banks.ts';
+import type { BankPlacement } from './slot-tables.ts';
 import type { ModelSpec } from '../model/spec.ts';
 import type { ModelWeights, RawTensor } from '../model/weights.ts';
 

@@ -7,7 +7,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ResidencyError } from '../errors.ts';
 import type { Backend } from '../backend/backend.ts';
 import { createBackend, parseBackendName, parseThreads, type BackendName } from '../backend/registry.ts';
-import type { BankPlacement } from '../backend/cpu/banks.ts';
+import type { BankPlacement } from '../backend/slot-tables.ts';
 import { createEngine } from '../engine/engine.ts';
 import type { ResidencyHook } from '../engine/residency-hook.ts';
 import type { FinishReason } from '../engine/types.ts';

@@ -4,7 +4,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Backend } from '../backend/backend.ts';
 import { createBackend, type BackendName } from '../backend/registry.ts';
-import type { BankPlacement } from '../backend/cpu/banks.ts';
+import type { BankPlacement } from '../backend/slot-tables.ts';
 import { createEngine, type Engine } from '../engine/engine.ts';
 import { ResidencyDriver } from '../engine/residency-driver.ts';
 import type { SchedulerConfig } from '../engine/scheduler.ts';

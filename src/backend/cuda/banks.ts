@@ -7,7 +7,7 @@ import type { ExpertBanks } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { RawTensor } from '../../model/weights.ts';
 import { layerTensorNames } from '../../model/architecture.ts';
-import { placementRows, type BankPlacement } from '../cpu/banks.ts';
+import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
 import type { CudaDriver } from './driver.ts';
 
 export class CudaExpertBanks implements ExpertBanks {
@@ -21,15 +21,15 @@ export class CudaExpertBanks implements ExpertBanks {
   /** Device slot tables, [layers][experts] int32 contiguous. */
   readonly slotTableDev: bigint;
   private readonly coldHost: { host: Uint8Array; hostPtr: bigint }[] = [];
-  private readonly slots: Int32Array[] = [];
-  private readonly holders: Int32Array[] = [];
+  private readonly tables: SlotTables;
   private readonly scratchRow: bigint;
 
   constructor(private readonly d: CudaDriver, spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, placement?: BankPlacement) {
     this.layers = spec.numLayers;
     this.experts = spec.numExperts;
     const rows = placementRows(spec, placement);
-    this.hotPerLayer = rows[0]?.hot.length ?? spec.numExperts;
+    this.tables = new SlotTables(rows, spec.numExperts);
+    this.hotPerLayer = this.tables.hotPerLayer;
     const part = spec.expertIntermediate * spec.hiddenSize * 2;
     this.rowBytes = 3 * part;
     const E = this.experts;
@@ -59,50 +59,29 @@ export class CudaExpertBanks implements ExpertBanks {
         this.coldHost.push({ host: new Uint8Array(0), hostPtr: 0n });
         this.coldDev.push(0n);
       }
-      const slots = new Int32Array(E);
-      const holders = new Int32Array(E);
-      hot.forEach((e, r) => { slots[e] = r; holders[r] = e; });
-      cold.forEach((e, r) => { slots[e] = this.hotPerLayer + r; holders[this.hotPerLayer + r] = e; });
-      this.slots.push(slots);
-      this.holders.push(holders);
-      d.htod(this.slotTableDev + BigInt(4 * l * E), slots);
+      d.htod(this.slotTableDev + BigInt(4 * l * E), this.tables.slots[l]!);
     }
   }
 
   slotOf(layer: number, expert: number): number {
-    this.check(layer, 'layer', this.layers);
-    this.check(expert, 'expert', this.experts);
-    return this.slots[layer]![expert]!;
+    return this.tables.slotOf(layer, expert);
   }
 
   expertAt(layer: number, bank: 'hot' | 'cold', row: number): number {
-    this.check(layer, 'layer', this.layers);
-    this.check(row, `${bank} row`, bank === 'hot' ? this.hotPerLayer : this.experts - this.hotPerLayer);
-    return this.holders[layer]![bank === 'hot' ? row : this.hotPerLayer + row]!;
+    return this.tables.expertAt(layer, bank, row);
   }
 
   /** Device row copies (hot <-> cold through a scratch row), then the two slots; between steps only. */
   swapRows(layer: number, hotRow: number, coldRow: number): void {
-    this.check(layer, 'layer', this.layers);
-    this.check(hotRow, 'hot row', this.hotPerLayer);
-    this.check(coldRow, 'cold row', this.experts - this.hotPerLayer);
+    this.tables.checkSwap(layer, hotRow, coldRow);
     const n = this.rowBytes;
     const hotAt = this.hotDev[layer]! + BigInt(hotRow * n);
     const coldAt = this.coldDev[layer]! + BigInt(coldRow * n);
     this.d.dtod(this.scratchRow, hotAt, n);
     this.d.dtod(hotAt, coldAt, n);
     this.d.dtod(coldAt, this.scratchRow, n);
-    const slots = this.slots[layer]!;
-    const holders = this.holders[layer]!;
-    const hotSlot = hotRow;
-    const coldSlot = this.hotPerLayer + coldRow;
-    const wasHot = holders[hotSlot]!;
-    const wasCold = holders[coldSlot]!;
-    holders[hotSlot] = wasCold;
-    holders[coldSlot] = wasHot;
-    slots[wasCold] = hotSlot;
-    slots[wasHot] = coldSlot;
-    this.d.htod(this.slotTableDev + BigInt(4 * layer * this.experts), slots);
+    this.tables.exchange(layer, hotRow, coldRow);
+    this.d.htod(this.slotTableDev + BigInt(4 * layer * this.experts), this.tables.slots[layer]!);
   }
 
   digest(): string {
@@ -121,12 +100,6 @@ export class CudaExpertBanks implements ExpertBanks {
     for (const c of this.coldHost) if (c.hostPtr !== 0n) this.d.freeHost(c.hostPtr);
     this.d.free(this.slotTableDev);
     this.d.free(this.scratchRow);
-  }
-
-  private check(v: number, what: string, bound: number): void {
-    if (!Number.isInteger(v) || v < 0 || v >= bound) {
-      throw new ResidencyError('BAD_ARGUMENT', `${what} ${v} is out of range: expected an integer in [0, ${bound})`);
-    }
   }
 }
 

@@ -7,7 +7,7 @@ import type { Backend, SequenceChunk, StepInput, StepOutput } from '../backend.t
 import type { ModelSpec } from '../../model/spec.ts';
 import type { RawTensor } from '../../model/weights.ts';
 import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/architecture.ts';
-import type { BankPlacement } from '../cpu/banks.ts';
+import type { BankPlacement } from '../slot-tables.ts';
 import { CudaExpertBanks, bf16 } from './banks.ts';
 import { loadDriver, type CudaDriver, type KernelArg } from './driver.ts';
 import { loadKernelModules, setModelConstants, type KernelName, type LoadedKernels } from './kernels.ts';

@@ -14,7 +14,7 @@ import { loadModel } from '../../../model/load.ts';
 import type { ModelSpec } from '../../../model/spec.ts';
 import type { ModelWeights } from '../../../model/weights.ts';
 import type { RowMap } from '../../../residency/rowmap.ts';
-import type { BankPlacement } from '../banks.ts';
+import type { BankPlacement } from '../../slot-tables.ts';
 import { ResidencyError } from '../../../errors.ts';
 
 const MODEL = resolve(process.cwd(), 'models/tiny-moe');
