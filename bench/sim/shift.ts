@@ -24,7 +24,7 @@ mkdirSync(OUT, { recursive: true });
 for (const users of [1, 4]) {
   const inp = input(set, g, boot, PHASES, users);
   const reports = POLICIES.map((p) => run(policyFactory(p, { seedMap, oracleWindow: 512 }), inp));
-  reports.push(run(policyFactory('oracle', { oracleWindow: 3000 }), inp, 'oracle-phase'));
+  reports.push(run(policyFactory('oracle-phase'), inp));
   json[`users${users}`] = reports.map(({ timeline, ...r }) => ({ ...r, timeline }));
   const rows = reports.flatMap((r) => r.phases.map((p) => [
     r.policy, `${p.phase + 1}: ${p.domains.join('+')}`, pct(p.coldShare), pct(p.converged), pct(r.tail[p.phase]!), pct(p.peak),

@@ -12,7 +12,6 @@ import type { TieredExecutor } from './executor.ts';
 import { figures } from './figures.ts';
 import type { TieredGeometry } from './geometry.ts';
 import { runTiered, type PlacementMode } from './harness.ts';
-import { phaseOraclePolicy } from './phase-oracle.ts';
 import type { ProtocolResult } from './report.ts';
 
 export interface Protocol {
@@ -59,7 +58,7 @@ export function runProtocol(set: TraceSet, p: Protocol, cfg: BenchConfig, exec: 
       case 'adaptive': factory = policyFactory('adaptive', { budgets: cfg.budgets }); break;
       case 'lru': factory = policyFactory('lru', { insertsPerStep: cfg.insertsPerStep }); break;
       case 'oracle': factory = policyFactory('oracle', { oracleWindow: cfg.oracleWindow }); mode = 'free'; break;
-      case 'oracle-phase': factory = phaseOraclePolicy; mode = 'free'; break;
+      case 'oracle-phase': factory = policyFactory('oracle-phase'); mode = 'free'; break;
       default: throw new Error(`tiered: unknown policy '${name}' (have: ${POLICIES.join(', ')})`);
     }
     // The seed policy's rows are laid out from its own map at load (as a server booting with it would).

@@ -1,14 +1,25 @@
-// Hindsight oracle: each window's hot set is the top-H of that window's true counts, moved for free and
-// without budget. Not a policy anyone can run; it is the limit the others are measured against.
+// Hindsight oracles: each window's hot set is the top-H of that window's true counts, moved for free and
+// without budget. Not policies anyone can run; they are the limits the others are measured against.
+// - window N steps ('oracle'): also follows the traffic inside a phase, fitting each window's noise;
+// - window 'phase' ('oracle-phase'): the map fitted in hindsight on each whole phase, which an adaptive
+//   policy should converge to.
 import { streamCounts } from '../fit.ts';
 import type { Moves, PolicyFactory } from './policy.ts';
 
-export function oraclePolicy(windowSteps = 64): PolicyFactory {
+export function oraclePolicy(window: number | 'phase' = 64): PolicyFactory {
   return (ctx) => {
     const g = ctx.geometry;
     const hot = new Uint8Array(g.layers * g.experts);
+    const windowEnd = (from: number): number => {
+      if (window !== 'phase') return Math.min(from + window, ctx.steps.length);
+      let s = from;
+      while (s < ctx.steps.length && ctx.steps[s]!.phase === ctx.steps[from]!.phase) s++;
+      return s;
+    };
+    const startsWindow = (next: number): boolean =>
+      window === 'phase' ? ctx.steps[next]!.phase !== ctx.steps[next - 1]!.phase : next % window === 0;
     const place = (from: number): number => {
-      const counts = streamCounts(ctx.steps, g, from, Math.min(from + windowSteps, ctx.steps.length));
+      const counts = streamCounts(ctx.steps, g, from, windowEnd(from));
       let entered = 0;
       for (let l = 0; l < g.layers; l++) {
         const ids = Array.from({ length: g.experts }, (_, e) => l * g.experts + e);
@@ -22,15 +33,15 @@ export function oraclePolicy(windowSteps = 64): PolicyFactory {
       }
       return entered;
     };
-    place(0);
+    if (ctx.steps.length > 0) place(0);
     return {
-      name: 'oracle',
+      name: window === 'phase' ? 'oracle-phase' : 'oracle',
       geometry: g,
       hot,
       movesPerStep: Infinity,
       afterStep(step): Moves {
         const next = step.index + 1;
-        if (next % windowSteps !== 0 || next >= ctx.steps.length) return { swaps: 0, copies: 0, refused: 0 };
+        if (next >= ctx.steps.length || !startsWindow(next)) return { swaps: 0, copies: 0, refused: 0 };
         return { swaps: place(next), copies: 0, refused: 0 };
       },
     };

@@ -10,7 +10,7 @@ import type { PolicyFactory } from './policy.ts';
 import { seedPolicy } from './seed.ts';
 import { staticPolicy } from './static.ts';
 
-export const POLICY_NAMES = ['adaptive', 'static', 'seed', 'lru', 'lfu', 'lfru', 'oracle'] as const;
+export const POLICY_NAMES = ['adaptive', 'static', 'seed', 'lru', 'lfu', 'lfru', 'oracle', 'oracle-phase'] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 
 export interface PolicyOptions {
@@ -21,7 +21,7 @@ export interface PolicyOptions {
   readonly insertsPerStep?: number;
   /** LFRU decay half-life, steps. */
   readonly lfruHalfLife?: number;
-  /** Oracle window, steps. */
+  /** Window of the 'oracle' policy, steps ('oracle-phase' fits each whole phase). */
   readonly oracleWindow?: number;
 }
 
@@ -35,6 +35,7 @@ export function policyFactory(name: string, o: PolicyOptions = {}): PolicyFactor
     case 'lfu': return lfruPolicy({ insertsPerStep: inserts, halfLifeSteps: Infinity }, 'lfu');
     case 'lfru': return lfruPolicy({ insertsPerStep: inserts, halfLifeSteps: o.lfruHalfLife ?? 500 });
     case 'oracle': return oraclePolicy(o.oracleWindow ?? 64);
+    case 'oracle-phase': return oraclePolicy('phase');
     default:
       throw new ResidencyError('BAD_ARGUMENT', `--policy: unknown '${name}' (have: ${POLICY_NAMES.join(', ')})`);
   }

@@ -2,9 +2,10 @@
 // moves only at phase boundaries, and every layer always holds exactly H hot experts.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { streamCounts } from '../../src/sim/fit.ts';
-import type { SimStep } from '../../src/sim/traffic.ts';
-import { phaseOraclePolicy } from '../../bench/tiered/phase-oracle.ts';
+import { streamCounts } from '../fit.ts';
+import type { SimStep } from '../traffic.ts';
+import { oraclePolicy } from './oracle.ts';
+import { runPolicyConformance } from './policy.case.test.ts';
 
 test('oracle-phase: top-H of each phase, moved only at phase starts', () => {
   const g = { layers: 2, experts: 8, hotPerLayer: 3, topK: 2 };
@@ -17,7 +18,7 @@ test('oracle-phase: top-H of each phase, moved only at phase starts', () => {
     const c = b + (s % 2 === 0 ? 1 : 3);
     steps.push({ index: s, phase, tokens: 1, counted: true, picks: Uint16Array.from([a, c, a, c]) });
   }
-  const p = phaseOraclePolicy({ geometry: g, bootMap: { version: 1, model: 't', layers: 2, experts: 8, hot_per_layer: 3, layers_map: [] }, steps });
+  const p = oraclePolicy('phase')({ geometry: g, bootMap: { version: 1, model: 't', layers: 2, experts: 8, hot_per_layer: 3, layers_map: [] }, steps });
   const topH = (from: number, to: number) => {
     const counts = streamCounts(steps, g, from, to);
     return [0, 1].map((l) => Array.from({ length: 8 }, (_, e) => e).sort((x, y) => counts[l * 8 + y]! - counts[l * 8 + x]! || x - y).slice(0, 3).sort());
@@ -34,3 +35,5 @@ test('oracle-phase: top-H of each phase, moved only at phase starts', () => {
   }
   assert.ok(moved > 0);
 });
+
+runPolicyConformance('oracle-phase', oraclePolicy('phase'), { startsAtBoot: false, moves: true });
