@@ -135,3 +135,23 @@ test('--map places the banks before the first step and becomes the restore targe
   assert.ok(rowMapsEqual(driver.controller.boot, map));
   assert.throws(() => new ResidencyDriver({ backend: fakeBackend(), map: identityRowMap('x', L, E, 8), log: () => {} }), /geometry is fixed/);
 });
+
+test('a dump_counts that cannot be written rejects the whole command: nothing else changes', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'residency-driver-'));
+  writeFileSync(join(dir, 'a-file'), 'x'); // a folder path through a file fails for every user, root included
+  const backend = fakeBackend();
+  const driver = new ResidencyDriver({ backend, dir, log: () => {}, frozen: true });
+  const state = () => JSON.stringify([driver.controller.budgets, driver.controller.frozen, driver.controller.counting, driver.controller.pending()]);
+  const before = state();
+  for (const path of [join(dir, 'a-file', 'counts.json'), 'a-file/sub/counts.json', dir]) {
+    const r = driver.control({ freeze: false, counting: false, budgets: { swaps_per_step: 1 }, dump_counts: path });
+    assert.equal(r.ok, false, path);
+    assert.match(!r.ok ? r.error : '', /dump_counts/);
+    assert.equal(state(), before, `nothing changed after a failed dump to ${path}`);
+  }
+  const ok = driver.control({ freeze: false, dump_counts: 'counts.json' });
+  assert.equal(ok.ok, true);
+  assert.ok(existsSync(join(dir, 'counts.json')));
+  assert.equal(driver.controller.frozen, false);
+  assert.deepEqual(ok.ok && ok.changes[0], 'dump_counts -> counts.json');
+});

@@ -3,7 +3,8 @@ import { isAbsolute, join } from 'node:path';
 import type { Backend, ExpertBanks } from '../backend/backend.ts';
 import { ResidencyError } from '../errors.ts';
 import { Controller, type DrainReport } from '../residency/controller.ts';
-import type { ControlCommand, ControlResult } from '../residency/control.ts';
+import { parseControl, type ControlCommand, type ControlResult } from '../residency/control.ts';
+import type { CountsDump } from '../residency/counts.ts';
 import { ControlFileWatcher } from '../residency/control-watcher.ts';
 import { saveCountsDump } from '../residency/files.ts';
 import type { Budgets, Swap } from '../residency/policy.ts';
@@ -100,16 +101,24 @@ export class ResidencyDriver implements ResidencyHook {
 
   /** The control API (the server exposes it): the same operations as the control file. */
   control(cmd: ControlCommand): ControlResult {
-    const result = this.controller.control(cmd, this.backend.readCounter());
-    if (result.ok && result.dump) {
-      const path = this.opts.dir && !isAbsolute(result.dump.path) ? join(this.opts.dir, result.dump.path) : result.dump.path;
+    // A command is all or nothing: the dump (the state before the command) is written before anything
+    // is applied, so a dump path that cannot be written leaves the controller exactly as it was.
+    const parsed = parseControl(cmd);
+    if (!parsed.ok) return parsed;
+    const { dump_counts: dumpPath, ...rest } = parsed.command;
+    let dump: { path: string; counts: CountsDump } | undefined;
+    if (dumpPath !== undefined) {
+      const path = this.opts.dir && !isAbsolute(dumpPath) ? join(this.opts.dir, dumpPath) : dumpPath;
+      dump = { path: dumpPath, counts: this.controller.dumpCounts() };
       try {
-        saveCountsDump(path, result.dump.counts);
+        saveCountsDump(path, dump.counts);
       } catch (err) {
         return { ok: false, error: `dump_counts: cannot write ${path}: ${(err as Error).message}` };
       }
     }
-    return result;
+    const result = this.controller.control(rest, this.backend.readCounter());
+    if (!result.ok || !dump) return result;
+    return { ok: true, changes: [`dump_counts -> ${dump.path}`, ...result.changes], dump };
   }
 
   /** Reads the control and GO files now (afterStep does this every pollEvery steps). */
