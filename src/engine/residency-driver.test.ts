@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Backend, ExpertBanks } from '../backend/backend.ts';
@@ -154,4 +154,27 @@ test('a dump_counts that cannot be written rejects the whole command: nothing el
   assert.ok(existsSync(join(dir, 'counts.json')));
   assert.equal(driver.controller.frozen, false);
   assert.deepEqual(ok.ok && ok.changes[0], 'dump_counts -> counts.json');
+});
+
+test('a telemetry folder that vanishes or turns unwritable mid-run is logged, not thrown into the step loop', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'residency-driver-'));
+  const backend = fakeBackend();
+  const logs: string[] = [];
+  const driver = new ResidencyDriver({ backend, dir, log: (m) => logs.push(m), frozen: false, budgets: { drain_every: 4 } });
+  const r = rng(5);
+  const domain = domainOf(r);
+  run(driver, backend, 0, 8, domain, r);
+  rmSync(dir, { recursive: true });
+  run(driver, backend, 8, 8, domain, r); // the folder is made again
+  assert.ok(existsSync(join(dir, 'telemetry.jsonl')));
+  rmSync(dir, { recursive: true });
+  writeFileSync(dir, 'now a file'); // cannot be made again
+  const swapsBefore = backend.banks.swaps;
+  assert.doesNotThrow(() => run(driver, backend, 16, 400, domainOf(r), r));
+  assert.ok(backend.banks.swaps > swapsBefore, 'swaps still applied');
+  assert.ok(driver.ring.dump().recorded >= 416);
+  assert.doesNotThrow(() => driver.close());
+  const complaints = logs.filter((m) => /telemetry/.test(m));
+  assert.ok(complaints.length >= 1 && complaints.length <= 3, `logged once per file, not per line: ${complaints.join(' | ')}`);
+  rmSync(dir);
 });

@@ -76,7 +76,7 @@ export class ResidencyDriver implements ResidencyHook {
     this.controller = new Controller({
       boot, budgets: opts.budgets, frozen: opts.frozen ?? true, initialSnapshot: opts.backend.readCounter(),
     });
-    this.writer = opts.dir ? new TelemetryWriter(opts.dir) : null;
+    this.writer = opts.dir ? new TelemetryWriter(opts.dir, this.log) : null;
     const controlPath = opts.controlPath ?? (opts.dir ? join(opts.dir, 'control.json') : undefined);
     const goPath = opts.goPath ?? (opts.dir ? join(opts.dir, 'GO') : undefined);
     this.watcher = controlPath || goPath ? new ControlFileWatcher({ controlPath, goPath, log: this.log }) : null;

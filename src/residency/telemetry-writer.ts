@@ -6,13 +6,21 @@ import type { DrainLine, StepRingDump, SwapLine } from './telemetry.ts';
 /**
  * Synchronous appends: a drain happens every 64 steps and a swap a few times per drain, so a blocking
  * write of one line is cheap next to a step, and nothing is lost if the process dies.
+ *
+ * Telemetry is a record, not part of serving: a folder that vanishes mid-run is made again, and a write
+ * that still fails is reported once per file (through `onError`) and dropped, never thrown into the
+ * engine's step loop, where it would end every request in the batch.
  */
 export class TelemetryWriter {
   readonly telemetryPath: string;
   readonly swapsPath: string;
   readonly stepsPath: string;
+  private readonly failing = new Set<string>();
 
-  constructor(readonly dir: string) {
+  constructor(
+    readonly dir: string,
+    private readonly onError: (message: string) => void = (m) => console.error(`residency: ${m}`),
+  ) {
     mkdirSync(dir, { recursive: true });
     this.telemetryPath = join(dir, 'telemetry.jsonl');
     this.swapsPath = join(dir, 'swaps.jsonl');
@@ -20,14 +28,32 @@ export class TelemetryWriter {
   }
 
   drain(line: DrainLine): void {
-    appendFileSync(this.telemetryPath, `${JSON.stringify(line)}\n`);
+    this.write(this.telemetryPath, `${JSON.stringify(line)}\n`, true);
   }
 
   swaps(lines: readonly SwapLine[]): void {
-    if (lines.length > 0) appendFileSync(this.swapsPath, lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
+    if (lines.length > 0) this.write(this.swapsPath, lines.map((l) => `${JSON.stringify(l)}\n`).join(''), true);
   }
 
   steps(dump: StepRingDump): void {
-    writeFileSync(this.stepsPath, `${JSON.stringify(dump)}\n`);
+    this.write(this.stepsPath, `${JSON.stringify(dump)}\n`, false);
+  }
+
+  private write(path: string, text: string, append: boolean): void {
+    const once = () => (append ? appendFileSync(path, text) : writeFileSync(path, text));
+    try {
+      try {
+        once();
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+        mkdirSync(this.dir, { recursive: true }); // the folder was removed under us: make it again
+        once();
+      }
+      if (this.failing.delete(path)) this.onError(`telemetry: writing ${path} works again`);
+    } catch (err) {
+      if (this.failing.has(path)) return;
+      this.failing.add(path);
+      this.onError(`telemetry: cannot write ${path}, dropping its lines until it works again: ${(err as Error).message}`);
+    }
   }
 }
