@@ -1,6 +1,7 @@
 // Telemetry files: appends telemetry.jsonl and swaps.jsonl lines and writes the step ring, under one folder.
 import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { ResidencyError } from '../errors.ts';
 import type { DrainLine, StepRingDump, SwapLine } from './telemetry.ts';
 
 /**
@@ -21,7 +22,11 @@ export class TelemetryWriter {
     readonly dir: string,
     private readonly onError: (message: string) => void = (m) => console.error(`residency: ${m}`),
   ) {
-    mkdirSync(dir, { recursive: true });
+    try {
+      mkdirSync(dir, { recursive: true });
+    } catch (err) {
+      throw new ResidencyError('BAD_ARGUMENT', `residency folder ${dir}: cannot make it: ${(err as Error).message}`, { cause: err });
+    }
     this.telemetryPath = join(dir, 'telemetry.jsonl');
     this.swapsPath = join(dir, 'swaps.jsonl');
     this.stepsPath = join(dir, 'steps.json');

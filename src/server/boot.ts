@@ -77,30 +77,41 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
   }
   const placement: BankPlacement = opts.map ?? { hotPerLayer: hot };
   const backend: Backend = await createBackend(opts.backend, model, { placement, ...(opts.threads !== undefined ? { threads: opts.threads } : {}) });
-  const withResidency = backend.banks.hotPerLayer < backend.banks.experts;
-  // Built directly (not through residencyHookFactory, which writes steps.json at process exit): close()
-  // below writes it, so a server that is stopped and started again in one process leaves nothing behind.
-  const driver = withResidency
-    ? new ResidencyDriver({ backend, map: opts.map, dir: opts.residencyDir, frozen: !opts.adapt, budgets: opts.budgets, log: (m) => log(`residency: ${m}`) })
-    : undefined;
-  const view = driver ? new DriverView(driver) : undefined;
-  const config: ServerConfig = { ...defaultServerConfig, ...opts.config };
-  const engine = createEngine(backend, {
-    hook: driver,
-    onStep: view ? (r) => view.onStep(r) : undefined,
-    // The server answers 429 at maxQueue; the engine's own limit sits above it so it never refuses first.
-    scheduler: { ...opts.scheduler, maxWaiting: Math.max(config.maxQueue + 1, opts.scheduler?.maxWaiting ?? 0) },
-    onError: (e) => log(`engine: ${e.message}`),
-  });
-  const serverModel: ServerModel = { name: spec.name, maxPositions: spec.maxPositions, tokenizer: model.tokenizer, ...(await chatInfo(model.dir)) };
-  const server = await startServer({ engine, model: serverModel, ...(view ? { residency: view } : {}), config }, { port: opts.port, host: opts.host });
-  return {
-    server, engine, backend, driver, model,
-    async close() {
-      await server.close();
-      await engine.close();
-      driver?.close();
-      backend.dispose();
-    },
-  };
+  try {
+    return await serveOn(backend);
+  } catch (err) {
+    // Nothing is served (a busy port, an unwritable residency folder): let go of the backend (worker
+    // threads, its memory) before reporting, so a caller that carries on does not leak it.
+    backend.dispose();
+    throw err;
+  }
+
+  async function serveOn(backend: Backend): Promise<Serving> {
+    const withResidency = backend.banks.hotPerLayer < backend.banks.experts;
+    // Built directly (not through residencyHookFactory, which writes steps.json at process exit): close()
+    // below writes it, so a server that is stopped and started again in one process leaves nothing behind.
+    const driver = withResidency
+      ? new ResidencyDriver({ backend, map: opts.map, dir: opts.residencyDir, frozen: !opts.adapt, budgets: opts.budgets, log: (m) => log(`residency: ${m}`) })
+      : undefined;
+    const view = driver ? new DriverView(driver) : undefined;
+    const config: ServerConfig = { ...defaultServerConfig, ...opts.config };
+    const engine = createEngine(backend, {
+      hook: driver,
+      onStep: view ? (r) => view.onStep(r) : undefined,
+      // The server answers 429 at maxQueue; the engine's own limit sits above it so it never refuses first.
+      scheduler: { ...opts.scheduler, maxWaiting: Math.max(config.maxQueue + 1, opts.scheduler?.maxWaiting ?? 0) },
+      onError: (e) => log(`engine: ${e.message}`),
+    });
+    const serverModel: ServerModel = { name: spec.name, maxPositions: spec.maxPositions, tokenizer: model.tokenizer, ...(await chatInfo(model.dir)) };
+    const server = await startServer({ engine, model: serverModel, ...(view ? { residency: view } : {}), config }, { port: opts.port, host: opts.host });
+    return {
+      server, engine, backend, driver, model,
+      async close() {
+        await server.close();
+        await engine.close();
+        driver?.close();
+        backend.dispose();
+      },
+    };
+  }
 }
