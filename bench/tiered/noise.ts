@@ -15,11 +15,12 @@
 // within N drains. Variants are tuned on traffic seed 2, reported on seed 1 (as tune.ts) and on seeds 3-6.
 // The significance variants (zN: cold - hot >= N standard deviations of the difference of two Poisson
 // decayed counts, Var(D) ~= D / (1 + 2^(-1/h))) need a `min_z` budget that policy.ts does not have: the
-// 2026-11-30 measurement (with that budget patched in) found no gain over the current rule, so it was not
-// kept; without the budget only the other variants run. Finding: at 1 user on the tiered geometry ~70% of the
-// gap is noise (a), which no causal rule recovers, and the rule never binds there (the least busy hot experts
-// have ~0 decayed picks, so min_average decides); hysteresis 1 (an existing knob) narrows the gap elsewhere at
-// ~2x the swaps.
+// 2026-11-30 measurement (with that budget patched in) found it never beat the same hysteresis without it,
+// so it was not kept; without the budget only the other variants run. Findings (seeds 1, 3-6): at 1 user on
+// the tiered geometry ~70% of the gap is noise (a) (oracle-phase is fitted on the picks it is scored on; a map
+// fitted on the domain's every document, domain-fit, sits ~1 pp above it), and no ratio/evidence/budget knob
+// moves it (hysteresis never binds there: the least busy hot experts have ~0 decayed picks); elsewhere
+// hysteresis 1 (an existing knob) narrows the gap at ~2x the swaps and ~40% of them reverted within 8 drains.
 //   node --import tsx bench/tiered/noise.ts [--traces DIR] [--out out/tiered-noise] [--quick]   (~20 s)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -103,6 +104,24 @@ function estimatorPolicy(kind: 'ewma' | 'cum', every: number, halfLife: number):
   };
 }
 
+/** Per phase, the top-H map of the phase's domains fitted on their whole traces (all documents), placed free at the phase start. */
+function domainFitPolicy(set: TraceSet, phases: string): PolicyFactory {
+  return (ctx) => {
+    const maps = parsePhases(phases, set).map((ph) => hotMaskOf(fitOn(set, ctx.geometry, ph.domains, 'noise')));
+    const hot = Uint8Array.from(maps[0]!);
+    return {
+      name: 'domain-fit', geometry: ctx.geometry, hot, movesPerStep: Infinity,
+      afterStep(step: SimStep): Moves {
+        const next = ctx.steps[step.index + 1];
+        if (!next || next.phase === step.phase) return { swaps: 0, copies: 0, refused: 0 };
+        let entered = 0;
+        maps[next.phase]!.forEach((v, i) => { if (v && !hot[i]) entered++; hot[i] = v; });
+        return { swaps: entered, copies: 0, refused: 0 };
+      },
+    };
+  };
+}
+
 interface Churn { swaps: number; outAgain: number; backAgain: number }
 /** Swaps whose incoming expert leaves again / whose evicted expert returns within `window` steps. */
 function churnOf(log: ReadonlyArray<{ step: number; swap: Swap }>, window: number, from: number): Churn {
@@ -130,6 +149,8 @@ interface Result {
   halfMs: number[] | null;
   wholeMs: number[] | null;
   churn: Churn | null;
+  /** Exchanges waiting for a staging row, summed over steps of the phases after the first (tiered only). */
+  deferred: number | null;
 }
 const trafficCache = new Map<string, { steps: SimStep[]; boot: RowMap }>();
 function traffic(s: Setup, seed: number) {
@@ -149,11 +170,13 @@ function runOne(s: Setup, seed: number, factory: PolicyFactory, mode: PlacementM
   let r: ReplayResult;
   let halfMs: number[] | null = null;
   let wholeMs: number[] | null = null;
+  let deferred: number | null = null;
   if (s.tiered) {
     const run = runTiered('x', wrapped, exec, { geometry: BIG, bootMap: boot, steps, users: s.users, count, mode });
     r = run.replay;
-    halfMs = []; wholeMs = [];
+    halfMs = []; wholeMs = []; deferred = 0;
     const m = phaseMetrics(r);
+    for (let i = m[1]!.firstStep; i < run.steps; i++) deferred += run.deferred[i]!;
     for (const p of m.slice(1)) {
       let a = 0; let b = 0;
       for (let i = p.firstStep; i < p.firstStep + p.steps; i++) a += run.stepMs[i]!;
@@ -168,7 +191,7 @@ function runOne(s: Setup, seed: number, factory: PolicyFactory, mode: PlacementM
   const cap = captured as ReturnType<ReturnType<typeof adaptivePolicy>> | null;
   const drain = cap?.controller.budgets.drain_every ?? 1;
   const churn = cap ? churnOf(cap.log, CHURN_DRAINS * drain, metrics[1]!.firstStep) : null;
-  return { metrics, halfMs, wholeMs, churn };
+  return { metrics, halfMs, wholeMs, churn, deferred };
 }
 
 /** Mean over the phases after a shift. */
@@ -190,11 +213,21 @@ for (const min_z of !HAS_MIN_Z ? [] : quick ? [1, 2] : [0.5, 1, 1.5, 2, 3]) {
 for (const mem of [2]) variants.push({ name: `current hl x${mem}`, patch: { half_life_steps: -mem } });
 // The same hysteresis without the test, so a min_z gain is not a hysteresis gain in disguise.
 for (const hysteresis of [1, 1.1, 1.25]) variants.push({ name: `z0 h${hysteresis}`, patch: { hysteresis } });
-/** A negative half-life in a patch means "times the setup's base half-life". */
+// Which other gate binds where the ratio does not (tiered, 1 user): less evidence, or more swaps per drain.
+variants.push({ name: 'min_average x0.5', patch: { min_average: -0.5 } });
+variants.push({ name: 'min_average x0.25', patch: { min_average: -0.25 } });
+variants.push({ name: 'per-drain swaps x2', patch: { swaps_per_layer_per_drain: -2 } });
+variants.push({ name: 'h1 min_average x0.5', patch: { hysteresis: 1, min_average: -0.5 } });
+variants.push({ name: 'swap budgets x2', patch: { swaps_per_layer_per_drain: -2, swaps_per_step: 16 } });
+/** A negative half-life, min_average or per-drain swaps in a patch means "times the setup's base value". */
 function budgetsOf(s: Setup, v: Variant): Partial<Budgets> {
-  const b: Partial<Budgets> = { ...s.base, ...v.patch };
-  const mem = v.patch.half_life_steps ?? 0;
-  return mem < 0 ? { ...b, half_life_steps: -mem * (s.base.half_life_steps ?? 500) } : b;
+  const b: Record<string, number> = { ...s.base, ...v.patch };
+  const full: Record<string, number> = { ...DEFAULT_BUDGETS, ...s.base };
+  for (const k of ['half_life_steps', 'min_average', 'swaps_per_layer_per_drain']) {
+    const x = b[k];
+    if (x !== undefined && x < 0) b[k] = k === 'swaps_per_layer_per_drain' ? Math.max(1, Math.round(-x * full[k]!)) : -x * full[k]!;
+  }
+  return b as Partial<Budgets>;
 }
 const baseOf = (s: Setup) => ({ drain: s.base.drain_every ?? 64, hl: s.base.half_life_steps ?? 500 });
 
@@ -206,8 +239,8 @@ const json: Record<string, unknown> = {};
 
 // --- Part 1: the gap decomposition on the report seed (1) and the tuning seed (2).
 md.push('## Where the gap comes from (current rule)', '',
-  '| geometry | users | seed | oracle-phase | cum-free | ewma-free | adaptive | gap | noise (a) | memory | rule/clock (b) | adaptive T90 | ewma-free T90 | swaps | out again | back again |',
-  '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+  '| geometry | users | seed | oracle-phase | domain-fit | cum-free | ewma-free | adaptive-free | adaptive | gap | noise (a) | memory | rule/clock (b) | exchange latency | adaptive T90 | ewma-free T90 | swaps | out again | back again |',
+  '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
 const oracles = new Map<string, Result>();
 const fixedRuns = new Map<string, Result>();
 const pct = (x: number) => `${(x * 100).toFixed(2)}%`;
@@ -223,15 +256,20 @@ for (const seed of [1, 2]) {
     const cum = runOne(s, seed, estimatorPolicy('cum', drain, hl), 'free');
     const ewma = runOne(s, seed, estimatorPolicy('ewma', drain, hl), 'free');
     const ad = runOne(s, seed, adaptivePolicy(s.base), 'exchange', true);
+    // The same controller with its moves taking effect at once (tiered: no copy latency, no staging limit).
+    const adFree = s.tiered ? runOne(s, seed, adaptivePolicy(s.base), 'free', true) : ad;
+    const dom = runOne(s, seed, domainFitPolicy(s.set, s.phases), 'free');
     const conv = (r: Result) => after(r, (p) => p.converged);
-    md.push(`| ${s.geometry} | ${s.users} | ${seed} | ${pct(conv(o))} | ${pct(conv(cum))} | ${pct(conv(ewma))} | ${pct(conv(ad))} | ${pp(conv(ad) - conv(o))} | ` +
-      `${pp(conv(cum) - conv(o))} | ${pp(conv(ewma) - conv(cum))} | ${pp(conv(ad) - conv(ewma))} | ${t90(ad)} | ${t90(ewma)} | ` +
+    md.push(`| ${s.geometry} | ${s.users} | ${seed} | ${pct(conv(o))} | ${pct(conv(dom))} | ${pct(conv(cum))} | ${pct(conv(ewma))} | ${pct(conv(adFree))} | ${pct(conv(ad))} | ${pp(conv(ad) - conv(o))} | ` +
+      `${pp(conv(cum) - conv(o))} | ${pp(conv(ewma) - conv(cum))} | ${pp(conv(adFree) - conv(ewma))} | ${pp(conv(ad) - conv(adFree))} | ${t90(ad)} | ${t90(ewma)} | ` +
       `${after(ad, (p) => p.swaps).toFixed(0)} | ${ad.churn!.outAgain} (${pct(ad.churn!.outAgain / Math.max(1, ad.churn!.swaps))}) | ${ad.churn!.backAgain} (${pct(ad.churn!.backAgain / Math.max(1, ad.churn!.swaps))}) |`);
     json[`decompose/${key}`] = { oracle: o.metrics, cum: cum.metrics, ewma: ewma.metrics, adaptive: ad.metrics, churn: ad.churn };
     console.log(`decompose ${key}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   }
 }
-md.push('', 'swaps: per phase after a shift; out again / back again: of the swaps applied from the first shift on, how many ' +
+md.push('', 'domain-fit: the map fitted on the phase\'s domains\' whole traces (every document), placed free at the phase start; ' +
+  'adaptive-free: the same controller, its swaps taking effect at once (exchange latency = adaptive - adaptive-free; 0 on the fixture replay). ' +
+  'swaps: per phase after a shift; out again / back again: of the swaps applied from the first shift on, how many ' +
   `had their incoming expert swapped out again / their evicted expert swapped back in within ${CHURN_DRAINS} drains.`, '');
 
 // --- Part 2: variants, tuned on seed 2 per geometry (mean gap over both user counts), reported on seed 1.
@@ -266,8 +304,8 @@ md.push(`Pick over both geometries (seed 2): **${pick.v.name}**; per geometry: $
 // --- Part 3: the report table on held-out seed 1.
 md.push('## Held-out seed 1: converged cold share (phases 2-3 mean), gap, T90, swaps, modelled step time', '',
   'time ratios (tiered only, CPU cost model): second-half mean step time of the shifted phase (de+ja) and of phase 3, adaptive / fixed and adaptive / oracle-phase.', '',
-  '| variant | geometry | users | converged | oracle-phase | gap | T90 (p2/p3) | swaps/phase | out again | vs fixed (p2, p3) | vs oracle-phase (p2, p3) | whole-phase vs oracle-phase (p2, p3) |',
-  '|---|---|---|---|---|---|---|---|---|---|---|---|');
+  '| variant | geometry | users | converged | oracle-phase | gap | T90 (p2/p3) | swaps/phase | out again | deferred | vs fixed (p2, p3) | vs oracle-phase (p2, p3) | whole-phase vs oracle-phase (p2, p3) |',
+  '|---|---|---|---|---|---|---|---|---|---|---|---|---|');
 for (const sc of held.values()) {
   for (const { s, r, gap } of sc.perSetup) {
     const key = `${s.geometry}/${s.users}/1`;
@@ -275,14 +313,14 @@ for (const sc of held.values()) {
     const fx = fixedRuns.get(key);
     const ratio = (a: number[] | null, b: number[] | null | undefined) => (a && b ? a.map((x, i) => (x / b[i]!).toFixed(2)).join(', ') : '-');
     md.push(`| ${sc.v.name} | ${s.geometry} | ${s.users} | ${pct(after(r, (p) => p.converged))} | ${pct(after(o, (p) => p.converged))} | ${pp(gap)} | ${t90(r)} | ` +
-      `${after(r, (p) => p.swaps).toFixed(0)} | ${r.churn ? pct(r.churn.outAgain / Math.max(1, r.churn.swaps)) : '-'} | ${ratio(r.halfMs, fx?.halfMs)} | ${ratio(r.halfMs, o.halfMs)} | ${ratio(r.wholeMs, o.wholeMs)} |`);
+      `${after(r, (p) => p.swaps).toFixed(0)} | ${r.churn ? pct(r.churn.outAgain / Math.max(1, r.churn.swaps)) : '-'} | ${r.deferred ?? '-'} | ${ratio(r.halfMs, fx?.halfMs)} | ${ratio(r.halfMs, o.halfMs)} | ${ratio(r.wholeMs, o.wholeMs)} |`);
   }
 }
 
 // --- Part 4: more held-out seeds (document orders), since one order moves the gap by more than the rules differ.
 const moreSeeds = quick ? [3] : [3, 4, 5, 6];
 for (const seed of moreSeeds) for (const s of setups) oracles.set(`${s.geometry}/${s.users}/${seed}`, runOne(s, seed, oraclePolicy('phase'), 'free'));
-const compared = [...new Set([variants[0]!.name, pick.v.name, ...pickPerGeom.map((p) => p.v.name), 'z0 h1', 'z0 h1.1', 'z1 h1', 'z0.5 h1.25', 'z1 h1.25'])]
+const compared = [...new Set([variants[0]!.name, pick.v.name, ...pickPerGeom.map((p) => p.v.name), 'z0 h1', 'z0 h1.1', 'min_average x0.5', 'per-drain swaps x2', 'h1 min_average x0.5', 'swap budgets x2', 'z1 h1', 'z0.5 h1.25', 'z1 h1.25'])]
   .map((n) => variants.find((v) => v.name === n)).filter((v): v is Variant => v !== undefined);
 const seedsAll = [1, ...moreSeeds];
 const gapsBy = new Map<string, number[][]>(); // variant -> [setup][seed]
