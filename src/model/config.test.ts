@@ -90,6 +90,9 @@ describe('config.json: wrong types name the field', () => {
     ['num_experts_per_tok', { num_experts_per_tok: 65 }, []],
     ['num_key_value_heads', { num_key_value_heads: 3 }, []],
     ['head_dim', { hidden_size: 129 }, ['head_dim']],
+    // RoPE rotates halves of each head: an odd head_dim has no halves (it used to fail later as a RangeError).
+    ['head_dim', { head_dim: 63 }, []],
+    ['head_dim', { hidden_size: 120, num_attention_heads: 8, num_key_value_heads: 4 }, ['head_dim']],
   ];
   for (const [field, over, drop] of cases) {
     it(`${field} ${JSON.stringify(over)}${drop.length ? ` without ${drop}` : ''}`, async () => {

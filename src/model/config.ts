@@ -132,6 +132,9 @@ export function parseConfig(json: unknown, name: string): ModelSpec {
     }
     headDim = c.hidden_size / c.num_attention_heads;
   }
+  if (headDim % 2 !== 0) {
+    throw badConfig(`field head_dim: ${headDim}${c.head_dim == null ? ` (hidden_size / num_attention_heads)` : ''} must be even: RoPE rotates the two halves of each head`);
+  }
   const eos = c.eos_token_id;
   const eosTokenIds = eos == null ? [] : typeof eos === 'number' ? [eos] : [...eos];
 
