@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync, utimesSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync, utimesSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ControlFileWatcher } from './control-watcher.ts';
@@ -23,4 +23,14 @@ test('the GO file fires once; a control file is applied when it changes; a bad o
   const [e] = w.poll();
   assert.ok(e && 'error' in e && /budgets\.swaps_per_step/.test(e.error));
   assert.match(logs.at(-1)!, /rejected, nothing changed: budgets\.swaps_per_step/);
+});
+
+test('a control file that cannot be read is logged too (the driver leaves the logging to the watcher)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'control-'));
+  const logs: string[] = [];
+  const w = new ControlFileWatcher({ controlPath: join(dir, 'control.json'), log: (m) => logs.push(m) });
+  mkdirSync(join(dir, 'control.json')); // statable, not readable as a file
+  const [e] = w.poll();
+  assert.ok(e && 'error' in e && /cannot read/.test(e.error));
+  assert.match(logs.at(-1) ?? '', /control\.json rejected, nothing changed: cannot read/);
 });

@@ -45,15 +45,17 @@ export class ControlFileWatcher {
       }
       if (stamp !== this.seen) {
         this.seen = stamp;
-        let text: string;
+        let text: string | null;
         try {
           text = readFileSync(controlPath, 'utf8');
         } catch (err) {
+          text = null;
           events.push({ source: controlPath, error: `cannot read: ${(err as Error).message}` });
-          return events;
         }
-        const parsed = parseControlText(text);
-        events.push(parsed.ok ? { source: controlPath, command: parsed.command } : { source: controlPath, error: parsed.error });
+        if (text !== null) {
+          const parsed = parseControlText(text);
+          events.push(parsed.ok ? { source: controlPath, command: parsed.command } : { source: controlPath, error: parsed.error });
+        }
       }
     }
     for (const e of events) if ('error' in e) this.opts.log?.(`control file ${e.source} rejected, nothing changed: ${e.error}`);
