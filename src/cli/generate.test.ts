@@ -65,3 +65,19 @@ test('--record-trace writes the routing the engine saw, one row per fed token, r
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('a run that fails (a refused hook, a failing step) still disposes its backend', async () => {
+  for (const failing of ['hook', 'step'] as const) {
+    let disposed = 0;
+    const run = runGenerate(opts(['--prompt-ids', '1,2,3', '--max-tokens', '3', '--hot', '49']), {
+      hookFactory: (backend) => {
+        const dispose = backend.dispose.bind(backend);
+        backend.dispose = () => { disposed++; dispose(); };
+        if (failing === 'hook') throw new Error('no cold bank here');
+        return { countStep: () => true, afterStep: () => { throw new Error('drain failed'); } };
+      },
+    });
+    await assert.rejects(run, failing === 'hook' ? /no cold bank here/ : /drain failed/);
+    assert.equal(disposed, 1, `${failing}: disposed once`);
+  }
+});

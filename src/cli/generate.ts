@@ -157,42 +157,50 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
     ...(placement ? { placement } : {}),
     ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
   });
-  const hook = ext.hookFactory?.(backend, model);
-  const { spec } = model;
-  const trace = opts.recordTrace
-    ? openTraceFile(opts.recordTrace, { layers: spec.numLayers, experts: spec.numExperts, topK: spec.topK }, `generate ${spec.name}`)
-    : undefined;
-
-  // Steps up to the one that emits the first token are prefill; the rest are decode.
-  let firstToken = false;
-  let prefillDone = false;
+  let engine: ReturnType<typeof createEngine> | undefined;
+  let trace: ReturnType<typeof openTraceFile> | undefined;
+  const tokens: number[] = [];
+  let reason: FinishReason;
   const prefill = { tokens: promptIds.length, seconds: 0 };
   const decode = { tokens: 0, seconds: 0 };
-  const engine = createEngine(backend, {
-    hook,
-    onRouting: trace ? (chunks, routing) => trace.recorder.recordStep(chunks.map((c) => ({ seq: c.seq, startPos: c.startPos, tokens: c.tokens.length })), routing) : undefined,
-    onStep: (r) => {
-      if (prefillDone) decode.seconds += r.durationNs / 1e9;
-      else {
-        prefill.seconds += r.durationNs / 1e9;
-        prefillDone = firstToken;
-      }
-    },
-  });
-  const tokens: number[] = [];
-  const reason = await new Promise<FinishReason>((resolveDone, reject) => {
-    const sampling = { temperature: opts.temperature, topP: opts.topP, seed: opts.seed, maxTokens: opts.maxTokens, ignoreEos: opts.ignoreEos };
-    engine.submit({ id: 'generate', promptIds, sampling }, (ev) => {
-      if (ev.type === 'token') {
-        tokens.push(ev.tokenId);
-        firstToken = true;
-      } else if (ev.reason === 'error') reject(new ResidencyError('INTERNAL', `generation failed: ${ev.error}`));
-      else resolveDone(ev.reason);
+  // Whatever ends the run (a refused hook, a failed step), the engine, trace file and backend are let go.
+  try {
+    const hook = ext.hookFactory?.(backend, model);
+    const { spec } = model;
+    const tr = opts.recordTrace
+      ? openTraceFile(opts.recordTrace, { layers: spec.numLayers, experts: spec.numExperts, topK: spec.topK }, `generate ${spec.name}`)
+      : undefined;
+    trace = tr;
+
+    // Steps up to the one that emits the first token are prefill; the rest are decode.
+    let firstToken = false;
+    let prefillDone = false;
+    engine = createEngine(backend, {
+      hook,
+      onRouting: tr ? (chunks, routing) => tr.recorder.recordStep(chunks.map((c) => ({ seq: c.seq, startPos: c.startPos, tokens: c.tokens.length })), routing) : undefined,
+      onStep: (r) => {
+        if (prefillDone) decode.seconds += r.durationNs / 1e9;
+        else {
+          prefill.seconds += r.durationNs / 1e9;
+          prefillDone = firstToken;
+        }
+      },
     });
-  });
-  await engine.close();
-  trace?.close();
-  backend.dispose();
+    reason = await new Promise<FinishReason>((resolveDone, reject) => {
+      const sampling = { temperature: opts.temperature, topP: opts.topP, seed: opts.seed, maxTokens: opts.maxTokens, ignoreEos: opts.ignoreEos };
+      engine!.submit({ id: 'generate', promptIds, sampling }, (ev) => {
+        if (ev.type === 'token') {
+          tokens.push(ev.tokenId);
+          firstToken = true;
+        } else if (ev.reason === 'error') reject(new ResidencyError('INTERNAL', `generation failed: ${ev.error}`));
+        else resolveDone(ev.reason);
+      });
+    });
+  } finally {
+    await engine?.close();
+    trace?.close();
+    backend.dispose();
+  }
   decode.tokens = Math.max(0, tokens.length - 1);
   return { promptIds, tokens, text: model.tokenizer.decode(tokens), reason, prefill, decode };
 }
