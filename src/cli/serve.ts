@@ -90,8 +90,10 @@ export const serveCommand: CliCommand = {
     console.error(`dashboard: ${serving.server.url}/   metrics: ${serving.server.url}/metrics`);
     await new Promise<void>((done) => {
       const stop = (sig: string) => {
-        console.error(`${sig}: finishing in-flight requests and stopping`);
-        void serving.close().then(done);
+        console.error(`${sig}: finishing in-flight requests and stopping (again to stop at once)`);
+        // The engine first: it refuses new requests (503) and finishes the ones in flight; only then are
+        // the connections closed (closing them first cut every streaming response short).
+        void serving.engine.close().then(() => serving.close()).then(done);
       };
       process.once('SIGINT', () => stop('SIGINT'));
       process.once('SIGTERM', () => stop('SIGTERM'));
