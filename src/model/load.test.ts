@@ -107,3 +107,23 @@ describe('loadModel options and synthetic checkpoints', () => {
     });
   });
 });
+
+describe('EOS when config.json names none', () => {
+  it("takes tokenizer_config.json's eos_token into the spec, so the engine stops where the server hides EOS", async () => {
+    await withTempDir(async (dir) => {
+      const { copyFile, readFile, readdir, symlink, writeFile } = await import('node:fs/promises');
+      const { join } = await import('node:path');
+      for (const f of await readdir(SHIPPED_MODEL)) {
+        if (f.endsWith('.safetensors')) await symlink(join(SHIPPED_MODEL, f), join(dir, f));
+        else await copyFile(join(SHIPPED_MODEL, f), join(dir, f));
+      }
+      const config = JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+      delete config['eos_token_id'];
+      await writeFile(join(dir, 'config.json'), JSON.stringify(config));
+      const m = await loadModel(dir, { weights: false });
+      assert.deepEqual([...m.tokenizer.eosTokenIds], [0]);
+      assert.deepEqual([...m.spec.eosTokenIds], [0], 'the engine stops on the EOS the tokenizer knows');
+      assert.ok(Object.isFrozen(m.spec));
+    });
+  });
+});

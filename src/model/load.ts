@@ -42,7 +42,7 @@ function emptyWeights(spec: ModelSpec): ModelWeights {
 
 export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<LoadedModel> {
   const root = resolve(dir);
-  const spec = await loadConfig(root, opts.name);
+  let spec = await loadConfig(root, opts.name);
   // Every header and the architecture are validated before a single weight byte is read.
   const layout = await openCheckpoint(root);
   checkArchitecture(spec, new Map([...layout.tensors].map(([k, v]) => [k, { shape: v.entry.shape, file: basename(v.shard.file) }])));
@@ -51,6 +51,12 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   if (tokenizer.vocabSize > spec.vocabSize) {
     throw new ResidencyError('BAD_CHECKPOINT',
       `tokenizer.json has token ids up to ${tokenizer.vocabSize - 1} but config.json vocab_size is ${spec.vocabSize}: the tokenizer does not belong to this model`);
+  }
+
+  // config.json without eos_token_id: the tokenizer's eos_token is the model's EOS. The spec must carry it
+  // too, or the engine would generate through EOS while the server hides it from the text.
+  if (spec.eosTokenIds.length === 0 && tokenizer.eosTokenIds.length > 0) {
+    spec = Object.freeze({ ...spec, eosTokenIds: tokenizer.eosTokenIds });
   }
 
   const convert = opts.weights ?? true;
