@@ -43,3 +43,13 @@ test('the same seed gives the same draws', () => {
   assert.deepEqual(draw(4), draw(4));
   assert.notDeepEqual(draw(4), draw(5));
 });
+
+test('sampling refuses non-finite logits instead of drawing an undefined token', () => {
+  const V = 8;
+  const logits = new Float32Array(V).fill(0);
+  logits[3] = Number.NaN;
+  const s = new Sampler({ temperature: 0.8, topP: 0.9, seed: 1 });
+  assert.throws(() => s.sample(logits, 0, new SamplerScratch(V)), /non-finite logits/);
+  const all = new Sampler({ temperature: 0.8, topP: 1, seed: 1 });
+  assert.throws(() => all.sample(logits, 0, new SamplerScratch(V)), /non-finite logits/);
+});

@@ -1,4 +1,5 @@
 // Picks the next token from a row of logits: greedy, or seeded temperature + top-p with a PRNG per request.
+import { ResidencyError } from '../errors.ts';
 import { randomInt } from 'node:crypto';
 import type { SamplingParams } from './types.ts';
 
@@ -61,6 +62,10 @@ export class Sampler {
       probs[i] = p;
       sum += p;
       if (p > maxP) maxP = p;
+    }
+    // NaN or infinite logits (a broken checkpoint or kernel) would draw an arbitrary or undefined token.
+    if (!Number.isFinite(sum) || sum <= 0) {
+      throw new ResidencyError('INTERNAL', 'the model produced non-finite logits: cannot sample (check the checkpoint and backend)');
     }
     if (topP >= 1) return drawInIdOrder(probs, V, this.rand() * sum);
     return this.drawNucleus(probs, V, sum, maxP, topP, s.order);

@@ -82,6 +82,9 @@ export class CudaExpertBanks implements ExpertBanks {
     this.d.dtod(coldAt, this.scratchRow, n);
     this.tables.exchange(layer, hotRow, coldRow);
     this.d.htod(this.slotTableDev + BigInt(4 * layer * this.experts), this.tables.slots[layer]!);
+    // The copies above run on the legacy default stream, which does not order the backend's non-blocking
+    // compute stream: wait for them here so the next step never reads a half-copied row or slot table.
+    this.d.streamSync(0n, 'swapRows');
   }
 
   digest(): string {
