@@ -34,6 +34,16 @@ describe('residency routes (fake residency)', () => {
     assert.equal(residency.frozen, true);
   });
 
+  test('control over HTTP may dump counts only inside the residency folder; a refused dump changes nothing', async () => {
+    for (const path of ['/etc/passwd', '../counts.json', 'a/../../b.json']) {
+      const r = await post(`${s.url}/v1/residency/control`, { freeze: false, dump_counts: path });
+      assert.equal(r.status, 400, path);
+      const err = (await r.json()).error;
+      assert.equal(err.param, 'dump_counts');
+      assert.equal(residency.frozen, true, 'the refused command changed nothing');
+    }
+  });
+
   test('stats: hot mask, expert use, history samples', async () => {
     s.history.sample();
     const j = await (await fetch(`${s.url}/v1/residency/stats`)).json();
