@@ -16,6 +16,9 @@ import { DriverView } from './driver-view.ts';
 import { startServer, type RunningServer } from './server.ts';
 import { defaultServerConfig, type ServerConfig, type ServerModel } from './types.ts';
 
+/** How often an idle server reads the control and GO files. */
+const IDLE_POLL_MS = 500;
+
 export interface ServeOptions {
   readonly modelDir: string;
   readonly backend: BackendName;
@@ -104,9 +107,14 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
     });
     const serverModel: ServerModel = { name: spec.name, maxPositions: spec.maxPositions, tokenizer: model.tokenizer, ...(await chatInfo(model.dir)) };
     const server = await startServer({ engine, model: serverModel, ...(view ? { residency: view } : {}), config }, { port: opts.port, host: opts.host });
+    // The driver polls the control and GO files between steps; an idle server takes no steps, so poll
+    // here too (between steps as well: a timer never runs inside a step).
+    const idlePoll = driver && opts.residencyDir ? setInterval(() => driver.pollControl(), IDLE_POLL_MS) : undefined;
+    idlePoll?.unref();
     return {
       server, engine, backend, driver, model,
       async close() {
+        if (idlePoll) clearInterval(idlePoll);
         await server.close();
         await engine.close();
         driver?.close();

@@ -148,3 +148,18 @@ describe('HTTP control == control file', () => {
     assert.deepEqual(controllerState(viaHttp.driver!), before);
   });
 });
+
+test('an idle server reads the GO file without waiting for traffic', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'serve-idle-'));
+  const idle = await startServing({ modelDir: MODEL_DIR, model, backend: 'cpu', hot: 49, port: 0, host: '127.0.0.1', log: quiet, residencyDir: dir });
+  try {
+    assert.equal(idle.driver!.controller.frozen, true);
+    writeFileSync(join(dir, 'GO'), '');
+    const deadline = Date.now() + 5000;
+    while (idle.driver!.controller.frozen && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    assert.equal(idle.driver!.controller.frozen, false, 'GO was read with no request in flight');
+  } finally {
+    await idle.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
