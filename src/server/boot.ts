@@ -91,6 +91,9 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
 
   async function serveOn(backend: Backend): Promise<Serving> {
     const withResidency = backend.banks.hotPerLayer < backend.banks.experts;
+    if (!withResidency && (opts.adapt || opts.residencyDir !== undefined)) {
+      throw new ResidencyError('BAD_ARGUMENT', 'every expert is hot, so there is nothing to adapt: --adapt and --residency-dir need --hot H below the expert count (or a --map)');
+    }
     // Built directly (not through residencyHookFactory, which writes steps.json at process exit): close()
     // below writes it, so a server that is stopped and started again in one process leaves nothing behind.
     const driver = withResidency

@@ -163,3 +163,10 @@ test('an idle server reads the GO file without waiting for traffic', async () =>
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('serving all-hot refuses residency flags instead of ignoring them', async () => {
+  await assert.rejects(
+    startServing({ modelDir: MODEL_DIR, model, backend: 'cpu', hot: 64, adapt: true, port: 0, host: '127.0.0.1', log: quiet }),
+    /nothing to adapt/,
+  );
+});
