@@ -3,6 +3,7 @@
 // and replayed; every per-step input (tokens, positions, KV pointers, the count flag) and every table a
 // swap touches (slots, counter) lives in device memory, so graphs stay valid for the backend's lifetime.
 import { ResidencyError } from '../../errors.ts';
+import { checkCudaSupport } from './support.ts';
 import type { Backend, SequenceChunk, StepInput, StepOutput } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { RawTensor } from '../../model/weights.ts';
@@ -84,10 +85,7 @@ export class CudaBackend implements Backend {
     this.useGraphs = opts.graphs ?? true;
     this.fused = opts.fused ?? false;
     this.rowThreads = opts.rowThreads ?? ROW_THREADS;
-    if (![128, 256, 512, 1024].includes(this.rowThreads)) throw new ResidencyError('BAD_ARGUMENT', `rowThreads ${this.rowThreads}: expected 128, 256, 512 or 1024`);
-    if (s.hiddenSize % 4 !== 0 || s.expertIntermediate % 4 !== 0 || s.headDim % 4 !== 0 || s.numHeads % s.numKvHeads !== 0 || s.numExperts > 1024) {
-      throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend needs hidden, intermediate and head_dim divisible by 4, heads divisible by kv heads and <= 1024 experts`);
-    }
+    checkCudaSupport(s, this.rowThreads, FFN_THREADS, this.fused); // before anything is allocated
     const kernels: LoadedKernels = loadKernelModules(d, opts.kernelDir);
     this.fns = kernels.fns;
     this.stream = d.streamCreate();
@@ -139,9 +137,6 @@ export class CudaBackend implements Backend {
     this.logitsHost = d.allocPinned(4 * B * V, 'logits');
     this.picksHost = d.allocPinned(8 * B * L * K, 'routing record');
     this.amaxHost = d.allocPinned(8 * B, 'argmax');
-    if (s.expertIntermediate > FFN_THREADS || s.expertIntermediate % 8 !== 0 || s.hiddenSize % 8 !== 0 || s.headDim % 8 !== 0) {
-      throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend kernels need expert intermediate <= ${FFN_THREADS} and hidden, intermediate, head_dim divisible by 8`);
-    }
     this.rowSmem = rowSmemBytes(this.dims, this.rowThreads);
     this.decodeSmem = decodeLayersSmemBytes(this.dims, this.rowThreads);
     if (this.rowSmem > 48 * 1024) d.setMaxDynamicSmem(this.fns.get('attn_route')!, this.rowSmem, 'attn_route');
