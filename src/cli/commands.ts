@@ -6,5 +6,6 @@ import { analyzeCommand } from './analyze.ts';
 import { fitMapCommand } from './fit-map.ts';
 import { generateCommand } from './generate.ts';
 import { serveCommand } from './serve.ts';
+import { traceCommand } from './trace.ts';
 
-export const commands: CliCommand[] = [simulateCommand, compareCommand, analyzeCommand, fitMapCommand, generateCommand, serveCommand];
+export const commands: CliCommand[] = [simulateCommand, compareCommand, analyzeCommand, fitMapCommand, generateCommand, serveCommand, traceCommand];
