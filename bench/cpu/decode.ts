@@ -1,8 +1,9 @@
 // CPU backend speed on a checkpoint: prefill tok/s, and decode tok/s at batch 1 and 4, on the backend
 // directly and through the engine, with one thread (the reference) and with N threads (rows shared out
-// to worker threads, bit-identical), and the N-thread / 1-thread ratio. Prints tables and writes
+// to worker threads, bit-identical), and the N-thread / 1-thread ratio; each with the JS linear loops
+// and with the wasm SIMD kernel (src/backend/cpu/wasm, bit-identical). Prints tables and writes
 // out/bench-cpu-decode.json.
-// Run: npm run bench:cpu [-- --model DIR --steps N --prompt-tokens N --threads N]
+// Run: npm run bench:cpu [-- --model DIR --steps N --prompt-tokens N --threads N --simd both|on|off]
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -21,6 +22,7 @@ const { values } = parseArgs({
     'prompt-tokens': { type: 'string', default: '128' },
     hot: { type: 'string' },
     threads: { type: 'string', default: String(Math.min(availableParallelism(), 4)) },
+    simd: { type: 'string', default: 'both' },
   },
 });
 const STEPS = Number(values.steps);
@@ -51,7 +53,9 @@ while (ids.length < PROMPT) ids.push(...ids);
 const prompt = ids.slice(0, PROMPT);
 const placement = values.hot !== undefined ? { hotPerLayer: Number(values.hot) } : undefined;
 const THREADS = Number(values.threads);
-const newBackend = (threads: number): CpuBackend => createCpuBackend(model.spec, model.weights, { placement, threads });
+const SIMD_MODES = values.simd === 'both' ? [false, true] : values.simd === 'on' ? [true] : values.simd === 'off' ? [false] : null;
+if (SIMD_MODES === null) throw new Error(`--simd ${values.simd}: expected both, on or off`);
+const newBackend = (threads: number, simd: boolean): CpuBackend => createCpuBackend(model.spec, model.weights, { placement, threads, simd });
 const V = model.spec.vocabSize;
 
 /** Wall and CPU seconds of a piece of work (CPU time stays honest when other processes share the cores). */
@@ -82,8 +86,8 @@ function runBackend(b: CpuBackend, batch: number, steps: number): { prefill: Tim
   return { prefill, decode };
 }
 
-async function runEngine(threads: number, batch: number, steps: number): Promise<{ tokens: number; t: Timing }> {
-  const backend = newBackend(threads);
+async function runEngine(threads: number, simd: boolean, batch: number, steps: number): Promise<{ tokens: number; t: Timing }> {
+  const backend = newBackend(threads, simd);
   await backend.ready();
   const engine = createEngine(backend);
   const reqs = Array.from({ length: batch }, (_, s) => ({
@@ -109,20 +113,23 @@ console.log(`machine: ${cores} cores (${cpus()[0]?.model ?? 'unknown cpu'}), nod
 console.log(`model: ${model.spec.name} (${values.model}), prompt ${prompt.length} tokens, ${STEPS} decode steps, hot per layer ${placement?.hotPerLayer ?? model.spec.numExperts}`);
 
 /** Runs the backend once to warm the JIT (and, with threads, the workers), then disposes it. */
-async function warm(threads: number): Promise<void> {
+async function warm(threads: number, simd: boolean): Promise<void> {
   for (const batch of [4, 1]) {
-    const b = newBackend(threads);
+    const b = newBackend(threads, simd);
     await b.ready();
     runBackend(b, batch, 32);
     b.dispose();
   }
 }
-await warm(1);
-if (THREADS > 1) await warm(THREADS);
+for (const simd of SIMD_MODES) {
+  await warm(1, simd);
+  if (THREADS > 1) await warm(THREADS, simd);
+}
 
 interface Row {
   what: string;
   threads: number;
+  simd: boolean;
   batch: number;
   tokens: number;
   wallTokPerS: number;
@@ -131,22 +138,22 @@ interface Row {
   cores: number;
 }
 const rows: Row[] = [];
-const row = (what: string, threads: number, batch: number, tokens: number, t: Timing): void => {
-  rows.push({ what, threads, batch, tokens, wallTokPerS: tokens / t.wall, cpuTokPerS: tokens / t.cpu, cores: t.cpu / t.wall });
+const row = (what: string, threads: number, simd: boolean, batch: number, tokens: number, t: Timing): void => {
+  rows.push({ what, threads, simd, batch, tokens, wallTokPerS: tokens / t.wall, cpuTokPerS: tokens / t.cpu, cores: t.cpu / t.wall });
 };
 const threadCounts = THREADS > 1 ? [1, THREADS] : [1];
-for (const threads of threadCounts) {
+for (const simd of SIMD_MODES) for (const threads of threadCounts) {
   for (const batch of [1, 4]) {
-    const b = newBackend(threads);
+    const b = newBackend(threads, simd);
     await b.ready(); // workers started (a fresh backend's first steps would otherwise run on one thread)
     const r = runBackend(b, batch, STEPS);
     b.dispose();
-    row('prefill (backend)', threads, batch, batch * prompt.length, r.prefill);
-    row('decode (backend)', threads, batch, batch * STEPS, r.decode);
+    row('prefill (backend)', threads, simd, batch, batch * prompt.length, r.prefill);
+    row('decode (backend)', threads, simd, batch, batch * STEPS, r.decode);
   }
   for (const batch of [1, 4]) {
-    const r = await runEngine(threads, batch, STEPS);
-    row('decode (engine)', threads, batch, r.tokens, r.t);
+    const r = await runEngine(threads, simd, batch, STEPS);
+    row('decode (engine)', threads, simd, batch, r.tokens, r.t);
   }
 }
 
@@ -156,24 +163,38 @@ console.log('tok/s by wall clock, and by this process\'s CPU time; "cores" is CP
 console.log('cores the run kept busy). With one thread, tok/s cpu is the fairer figure when other processes');
 console.log('share the cores; with N threads, wall clock is the point (CPU time includes the workers\' spin).');
 console.log('');
-console.log('| measure            | threads | batch | tokens | tok/s wall | tok/s cpu | cores | wall vs llama.cpp b1 |');
-console.log('|--------------------|---------|-------|--------|------------|-----------|-------|----------------------|');
+console.log('| measure            | threads | simd | batch | tokens | tok/s wall | tok/s cpu | cores | wall vs llama.cpp b1 |');
+console.log('|--------------------|---------|------|-------|--------|------------|-----------|-------|----------------------|');
 for (const r of rows) {
   const ratio = r.what.startsWith('decode') ? `${(r.wallTokPerS / LLAMA_CPP_DECODE).toFixed(2)}x` : '';
   console.log(
-    `| ${r.what.padEnd(18)} | ${String(r.threads).padStart(7)} | ${String(r.batch).padStart(5)} | ${String(r.tokens).padStart(6)} | ${r.wallTokPerS.toFixed(1).padStart(10)} | ${r.cpuTokPerS.toFixed(1).padStart(9)} | ${r.cores.toFixed(2).padStart(5)} | ${ratio.padStart(20)} |`,
+    `| ${r.what.padEnd(18)} | ${String(r.threads).padStart(7)} | ${(r.simd ? 'on' : 'off').padStart(4)} | ${String(r.batch).padStart(5)} | ${String(r.tokens).padStart(6)} | ${r.wallTokPerS.toFixed(1).padStart(10)} | ${r.cpuTokPerS.toFixed(1).padStart(9)} | ${r.cores.toFixed(2).padStart(5)} | ${ratio.padStart(20)} |`,
   );
 }
 if (THREADS > 1) {
   console.log('');
   console.log(`${THREADS} threads vs 1 thread, tok/s by wall clock:`);
   console.log('');
-  console.log('| measure            | batch | 1 thread | N threads | ratio |');
-  console.log('|--------------------|-------|----------|-----------|-------|');
+  console.log('| measure            | simd | batch | 1 thread | N threads | ratio |');
+  console.log('|--------------------|------|-------|----------|-----------|-------|');
   for (const r of rows.filter((x) => x.threads === THREADS)) {
-    const base = rows.find((x) => x.threads === 1 && x.what === r.what && x.batch === r.batch)!;
+    const base = rows.find((x) => x.threads === 1 && x.simd === r.simd && x.what === r.what && x.batch === r.batch)!;
     console.log(
-      `| ${r.what.padEnd(18)} | ${String(r.batch).padStart(5)} | ${base.wallTokPerS.toFixed(1).padStart(8)} | ${r.wallTokPerS.toFixed(1).padStart(9)} | ${(r.wallTokPerS / base.wallTokPerS).toFixed(2).padStart(4)}x |`,
+      `| ${r.what.padEnd(18)} | ${(r.simd ? 'on' : 'off').padStart(4)} | ${String(r.batch).padStart(5)} | ${base.wallTokPerS.toFixed(1).padStart(8)} | ${r.wallTokPerS.toFixed(1).padStart(9)} | ${(r.wallTokPerS / base.wallTokPerS).toFixed(2).padStart(4)}x |`,
+    );
+  }
+}
+
+if (SIMD_MODES.length === 2) {
+  console.log('');
+  console.log('SIMD kernel vs JS loops, tok/s by wall clock:');
+  console.log('');
+  console.log('| measure            | threads | batch | simd off | simd on | ratio |');
+  console.log('|--------------------|---------|-------|----------|---------|-------|');
+  for (const r of rows.filter((x) => x.simd)) {
+    const base = rows.find((x) => !x.simd && x.threads === r.threads && x.what === r.what && x.batch === r.batch)!;
+    console.log(
+      `| ${r.what.padEnd(18)} | ${String(r.threads).padStart(7)} | ${String(r.batch).padStart(5)} | ${base.wallTokPerS.toFixed(1).padStart(8)} | ${r.wallTokPerS.toFixed(1).padStart(7)} | ${(r.wallTokPerS / base.wallTokPerS).toFixed(2).padStart(4)}x |`,
     );
   }
 }
@@ -181,5 +202,5 @@ if (THREADS > 1) {
 const outDir = join(packageRoot(), 'out');
 mkdirSync(outDir, { recursive: true });
 const file = join(outDir, 'bench-cpu-decode.json');
-writeFileSync(file, `${JSON.stringify({ version: 1, bench: 'cpu-decode', date: new Date().toISOString(), cores, cpu: cpus()[0]?.model, node: process.version, loadAverage: load, model: model.spec.name, promptTokens: prompt.length, decodeSteps: STEPS, hotPerLayer: placement?.hotPerLayer ?? model.spec.numExperts, threads: THREADS, llamaCppDecodeB1: LLAMA_CPP_DECODE, results: rows }, null, 2)}\n`);
+writeFileSync(file, `${JSON.stringify({ version: 1, bench: 'cpu-decode', date: new Date().toISOString(), cores, cpu: cpus()[0]?.model, node: process.version, loadAverage: load, model: model.spec.name, promptTokens: prompt.length, decodeSteps: STEPS, hotPerLayer: placement?.hotPerLayer ?? model.spec.numExperts, threads: THREADS, simd: values.simd, llamaCppDecodeB1: LLAMA_CPP_DECODE, results: rows }, null, 2)}\n`);
 console.log(`\nwrote ${file}`);

@@ -14,6 +14,9 @@ import { heapAlloc, sharedAlloc, sharedCopy, type Alloc } from './alloc.ts';
 import { serialCompute, type RowCompute } from './row-compute.ts';
 import { CpuThreadPool } from './parallel/pool.ts';
 import { resolveThreads } from './parallel/threads.ts';
+import { WasmArena } from './wasm/arena.ts';
+import { resolveSimd } from './wasm/simd-option.ts';
+import { simdKernel, simdLinear } from './wasm/kernel.ts';
 
 export interface CpuBackendOptions {
   /** Initial placement of experts in the hot and cold banks (default: all hot). */
@@ -30,6 +33,11 @@ export interface CpuBackendOptions {
    * says why). Call dispose() when done (an undisposed backend's workers stop when it is collected).
    */
   readonly threads?: number;
+  /**
+   * Run the linear layers (lm head, q/k/v/o, routers) through the WebAssembly SIMD kernel (wasm/),
+   * bit-identical to the JS loops. Default: RESIDENCY_CPU_SIMD=1, else off.
+   */
+  readonly simd?: boolean;
 }
 
 /** Per-step buffers for up to `tokens` tokens and `chunks` chunks; reallocated only when a step is bigger. */
@@ -70,6 +78,8 @@ export class CpuBackend implements Backend {
   private scratch: Scratch | null = null;
   /** Threads in use (1: the serial reference). */
   readonly threads: number;
+  /** Whether the linear layers run through the wasm SIMD kernel. */
+  readonly simd: boolean;
   private readonly alloc: Alloc;
   private readonly compute: RowCompute;
   /** The lm head and routers where every thread can read them (shared copies when threads > 1). */
@@ -86,19 +96,25 @@ export class CpuBackend implements Backend {
   ) {
     checkWeights(spec, weights);
     this.threads = resolveThreads(options.threads);
-    this.alloc = this.threads > 1 ? sharedAlloc : heapAlloc;
-    this.banks = new CpuExpertBanks(spec, weights.layers, options.placement, this.alloc);
-    const share = (a: Float32Array): Float32Array => (this.threads > 1 ? sharedCopy(a) : a);
+    this.simd = resolveSimd(options.simd);
+    // SIMD: the linear layers' weights and activations live in one shared wasm memory (wasm/arena.ts);
+    // banks and KV caches stay where the JS path keeps them.
+    const arena = this.simd ? new WasmArena(linearBytes(spec)) : null;
+    const plain = this.threads > 1 ? sharedAlloc : heapAlloc;
+    this.alloc = arena ?? plain;
+    this.banks = new CpuExpertBanks(spec, weights.layers, options.placement, plain);
+    const share = (a: Float32Array): Float32Array => (arena ? arena.copy(a) : this.threads > 1 ? sharedCopy(a) : a);
     this.lmHead = share(weights.lmHead);
     this.routers = weights.layers.map((w) => share(w.router));
     this.oProjs = weights.layers.map((w) => share(w.oProj));
-    this.qkv = weights.layers.map((w) => (this.threads > 1 ? stackRows(w.qProj, w.kProj, w.vProj) : null));
+    this.qkv = weights.layers.map((w) => (this.threads > 1 || arena ? stackRows(arena ?? sharedAlloc, w.qProj, w.kProj, w.vProj) : null));
+    const simd = arena ? { arena, kernel: simdKernel(arena.memory) } : undefined;
     this.compute =
       this.threads > 1
-        ? new CpuThreadPool({ threads: this.threads, banks: this.banks.bankList })
-        : serialCompute(this.banks.bankList, spec.expertIntermediate);
+        ? new CpuThreadPool({ threads: this.threads, banks: this.banks.bankList, simd })
+        : serialCompute(this.banks.bankList, spec.expertIntermediate, simd && simdLinear(simd.arena, simd.kernel));
     this.counter = new Uint32Array(spec.numLayers * spec.numExperts);
-    this.caches = new KvCaches(spec.numLayers, spec.numKvHeads * spec.headDim, spec.maxPositions, this.alloc);
+    this.caches = new KvCaches(spec.numLayers, spec.numKvHeads * spec.headDim, spec.maxPositions, plain);
     ({ cos: this.cos, sin: this.sin } = ropeTables(spec.headDim, spec.ropeTheta, spec.maxPositions));
     this.scores = new Float64Array(spec.maxPositions);
     this.attnAcc = new Float64Array(spec.headDim);
@@ -273,7 +289,7 @@ export class CpuBackend implements Backend {
       q: this.alloc.f32(T * qW),
       k: new Float32Array(T * kvW),
       v: new Float32Array(T * kvW),
-      qkv: this.alloc.f32(this.threads > 1 ? T * (qW + 2 * kvW) : 0),
+      qkv: this.alloc.f32(this.qkv[0] ? T * (qW + 2 * kvW) : 0),
       attn: this.alloc.f32(T * qW),
       proj: this.alloc.f32(T * H),
       pos: new Int32Array(T),
@@ -288,11 +304,19 @@ export class CpuBackend implements Backend {
   }
 }
 
-/** The rows of several [rows][H] matrices stacked into one shared matrix. */
-function stackRows(...ms: Float32Array[]): Float32Array {
+/** Bytes the SIMD arena holds before the first step: lm head, routers, o and stacked q/k/v projections. */
+function linearBytes(spec: ModelSpec): number {
+  const H = spec.hiddenSize;
+  const qW = spec.numHeads * spec.headDim;
+  const kvW = spec.numKvHeads * spec.headDim;
+  return 4 * (spec.vocabSize * H + spec.numLayers * (spec.numExperts * H + 2 * qW * H + 2 * kvW * H)) + (1 << 20);
+}
+
+/** The rows of several [rows][H] matrices stacked into one matrix from `alloc` (shared or wasm memory). */
+function stackRows(alloc: Alloc, ...ms: Float32Array[]): Float32Array {
   let n = 0;
   for (const m of ms) n += m.length;
-  const out = sharedAlloc.f32(n);
+  const out = alloc.f32(n);
   let at = 0;
   for (const m of ms) {
     out.set(m, at);

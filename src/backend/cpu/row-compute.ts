@@ -38,11 +38,14 @@ export interface RowCompute {
   dispose(): void;
 }
 
-/** One thread: every row on the calling thread. `banks` in CpuExpertBanks.bankList order. */
-export function serialCompute(banks: readonly Float32Array[], inter: number): RowCompute {
+/**
+ * One thread: every row on the calling thread. `banks` in CpuExpertBanks.bankList order. `simdLinear`:
+ * a bit-identical replacement for `linear` (the wasm SIMD kernel's dispatch, wasm/kernel.ts).
+ */
+export function serialCompute(banks: readonly Float32Array[], inter: number, simdLinear?: RowCompute['linear']): RowCompute {
   const act = new Float32Array(2 * inter);
   return {
-    linear,
+    linear: simdLinear ?? linear,
     experts: (out, units, count, x, hidden, i) => computeExpertUnits(out, units, 0, count, banks, x, hidden, i, act),
     attention: (out, q, tokens, keys, values, pos, heads, kvHeads, d, scores, acc) => {
       const w = heads * d;

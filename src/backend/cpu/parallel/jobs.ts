@@ -5,18 +5,23 @@ import { computeExpertUnits } from '../expert-units.ts';
 import { attentionHead } from '../attention-ops.ts';
 import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR } from './layout.ts';
 import { ResidencyError } from '../../../errors.ts';
+import type { SimdKernel } from '../wasm/kernel.ts';
 
 export type Table = (Float32Array | Int32Array | undefined)[];
 
-/** Thread-local scratch, grown on demand: the SwiGLU activations (2*I), attention scores and sums. */
+/**
+ * Thread-local scratch, grown on demand: the SwiGLU activations (2*I), attention scores and sums; and
+ * this thread's instance of the SIMD kernel when the backend runs it.
+ */
 export interface JobScratch {
   act: Float32Array;
   scores: Float64Array;
   acc: Float64Array;
+  simd: SimdKernel | null;
 }
 
 export function jobScratch(): JobScratch {
-  return { act: new Float32Array(0), scores: new Float64Array(0), acc: new Float64Array(0) };
+  return { act: new Float32Array(0), scores: new Float64Array(0), acc: new Float64Array(0), simd: null };
 }
 
 function f32(t: Table, id: number): Float32Array {
@@ -40,7 +45,14 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
   for (let c = Atomics.add(ctl, CLAIM, 1); c < n; c = Atomics.add(ctl, CLAIM, 1)) {
     const lo = ctl[BOUNDS + c]!;
     const hi = ctl[BOUNDS + c + 1]!;
-    if (op === OP_LINEAR) {
+    if (op === OP_LINEAR && ctl[a + 7] === 1) {
+      // y, w, x live in the wasm memory: their byte offsets are the kernel's addresses.
+      if (s.simd === null) throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
+      const y = f32(table, ctl[a]!);
+      const w = f32(table, ctl[a + 1]!);
+      const x = f32(table, ctl[a + 3]!);
+      s.simd.rowsAt(y.byteOffset, w.byteOffset + 4 * ctl[a + 2]!, x.byteOffset, ctl[a + 4]!, ctl[a + 5]!, ctl[a + 6]!, lo, hi);
+    } else if (op === OP_LINEAR) {
       linearRows(f32(table, ctl[a]!), f32(table, ctl[a + 1]!), ctl[a + 2]!, f32(table, ctl[a + 3]!), ctl[a + 4]!, ctl[a + 5]!, ctl[a + 6]!, lo, hi);
     } else if (op === OP_EXPERTS) {
       const inter = ctl[a + 4]!;

@@ -7,6 +7,7 @@
 // own claims the main thread closes the job for every worker that has not entered (s-1 -> s) and waits
 // only for those that have. A worker therefore never reads a job's arguments after the job is over.
 import type { MessagePort } from 'node:worker_threads';
+import type { WasmMemory } from '../wasm/api.ts';
 
 /** Ints per block (128 bytes: flags written by different threads never share a cache line). */
 export const BLOCK = 32;
@@ -49,7 +50,10 @@ export function controlSize(workers: number): number {
   return WORKERS + workers * BLOCK;
 }
 
-/** args: y, w, wOff, x, rows, outDim, inDim (array-table ids for y, w, x); chunks are output rows. */
+/**
+ * args: y, w, wOff, x, rows, outDim, inDim (array-table ids for y, w, x), simd (1: y, w and x live in the
+ * wasm memory, run the SIMD kernel on their byte offsets); chunks are output rows.
+ */
 export const OP_LINEAR = 1;
 /** args: out, units, x, hidden, inter (array-table ids for out, units, x); chunks are expert units. */
 export const OP_EXPERTS = 2;
@@ -71,6 +75,8 @@ export interface WorkerInit {
   readonly tablePort: MessagePort;
   /** A worker's error message goes here before it sets ERR. */
   readonly errorPort: MessagePort;
+  /** The SIMD path's shared wasm memory (wasm/arena.ts), when the backend runs it. */
+  readonly wasmMemory?: WasmMemory | undefined;
 }
 
 /** One array-table registration: table id `id` now names this shared array (undefined: forgotten). */

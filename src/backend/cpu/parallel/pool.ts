@@ -12,6 +12,8 @@ import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENT
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
+import type { WasmArena } from '../wasm/arena.ts';
+import { inArena, type SimdKernel } from '../wasm/kernel.ts';
 
 export interface PoolOptions {
   /** Threads in all, the main thread included (2..64). */
@@ -20,6 +22,11 @@ export interface PoolOptions {
   readonly banks: Float32Array[];
   /** Longest wait for a worker inside a job before giving up with an error (default 30 s). */
   readonly timeoutMs?: number;
+  /**
+   * The wasm SIMD kernel and its memory: linear layers whose arrays all live in `arena` run through it
+   * on every thread (each worker instantiates the kernel over the same shared memory).
+   */
+  readonly simd?: { readonly arena: WasmArena; readonly kernel: SimdKernel };
 }
 
 /** How jobs are cut (read at each op; benchmarks may change them to compare). */
@@ -62,6 +69,7 @@ export class CpuThreadPool implements RowCompute {
   private attnUnits: Int32Array = new Int32Array(new SharedArrayBuffer(0));
   private readonly serialAct: Float32Array[] = [new Float32Array(0)];
   private readonly timeoutMs: number;
+  private readonly simd: PoolOptions['simd'];
   private gen = 0;
   private seq = 0;
   private disposed = false;
@@ -75,12 +83,22 @@ export class CpuThreadPool implements RowCompute {
     this.threads = threads;
     this.banks = opts.banks;
     this.timeoutMs = opts.timeoutMs ?? 30_000;
+    this.simd = opts.simd;
+    this.scratch.simd = opts.simd?.kernel ?? null;
     this.ctl = new Int32Array(new SharedArrayBuffer(controlSize(threads - 1) * 4));
     const { url, entry } = workerEntry();
     for (let i = 0; i < threads - 1; i++) {
       const table = new MessageChannel();
       const errors = new MessageChannel();
-      const init: WorkerInit = { control: this.ctl, index: i, entry, banks: this.banks, tablePort: table.port2, errorPort: errors.port2 };
+      const init: WorkerInit = {
+        control: this.ctl,
+        index: i,
+        entry,
+        banks: this.banks,
+        tablePort: table.port2,
+        errorPort: errors.port2,
+        wasmMemory: opts.simd?.arena.memory,
+      };
       const w = new Worker(url, { workerData: init, transferList: [table.port2, errors.port2], name: `residency-cpu-${i + 1}` });
       // A worker never keeps the process alive; its failures surface through the control block.
       w.unref();
@@ -99,13 +117,15 @@ export class CpuThreadPool implements RowCompute {
     const t = poolTuning;
     const macs = rows * outDim * inDim;
     const chunks = Math.min(this.threads * t.chunksPerThread, outDim, Math.ceil(macs / t.minChunkMacs), MAX_CHUNKS);
+    const simd = this.simd !== undefined && inArena(this.simd.arena, y, w, x);
     if (this.disposed || chunks < 2 || macs < t.minSplitMacs) {
-      linear(y, w, wOff, x, rows, outDim, inDim);
+      if (simd) this.simd!.kernel.rowsAt(y.byteOffset, w.byteOffset + 4 * wOff, x.byteOffset, rows, outDim, inDim, 0, outDim);
+      else linear(y, w, wOff, x, rows, outDim, inDim);
       return;
     }
     const c = this.ctl;
     for (let k = 0; k <= chunks; k++) c[BOUNDS + k] = Math.round((k * outDim) / chunks);
-    this.run(OP_LINEAR, chunks, [this.id(y), this.id(w), wOff, this.id(x), rows, outDim, inDim]);
+    this.run(OP_LINEAR, chunks, [this.id(y), this.id(w), wOff, this.id(x), rows, outDim, inDim, simd ? 1 : 0]);
   }
 
   experts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void {

@@ -4,6 +4,7 @@
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import { ERR, GEN, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, BLOCK, type Registration, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
+import { simdKernel } from '../wasm/kernel.ts';
 
 /** A sleeping worker re-checks this often (a missed wake-up costs at most this long). */
 const SLEEP_MS = 200;
@@ -13,6 +14,7 @@ function main(init: WorkerInit): void {
   const state = WORKERS + init.index * BLOCK + STATE;
   const table: Table = [];
   const scratch = jobScratch();
+  if (init.wasmMemory) scratch.simd = simdKernel(init.wasmMemory);
   let gen = 0;
   let last = 0;
   parentPort!.postMessage('ready');

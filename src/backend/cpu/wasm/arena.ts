@@ -1,0 +1,67 @@
+// The SIMD path's memory: one shared WebAssembly.Memory holding the arrays the wasm kernel reads and
+// writes (lm head, routers, q/k/v/o projections, the activations around them). Shared so worker threads
+// instantiate the same kernel over the same bytes, and because growing a shared memory never detaches
+// the views already handed out (a plain memory's grow would). A bump allocator: arrays live as long as
+// the backend (scratch regrowth leaks the old, smaller buffers, bounded by the power-of-two growth).
+import { ResidencyError } from '../../../errors.ts';
+import type { Alloc } from '../alloc.ts';
+import { MAX_PAGES } from './module.ts';
+import { wasmApi, type WasmMemory } from './api.ts';
+
+const PAGE = 65536;
+
+export class WasmArena implements Alloc {
+  readonly shared = true;
+  readonly memory: WasmMemory;
+  /** Next free byte (16-aligned; address 0 is left unused). */
+  private top = 16;
+  private readonly own = new WeakSet<Float32Array | Int32Array>();
+
+  constructor(initialBytes = PAGE) {
+    const pages = Math.max(1, Math.ceil(initialBytes / PAGE));
+    if (!wasmApi) throw new ResidencyError('NOT_AVAILABLE', 'cpu simd: this runtime has no WebAssembly');
+    this.memory = new wasmApi.Memory({ initial: pages, maximum: MAX_PAGES, shared: true });
+  }
+
+  f32(n: number): Float32Array {
+    const at = this.take(n * 4); // may grow the memory: read .buffer after
+    const a = new Float32Array(this.memory.buffer, at, n);
+    this.own.add(a);
+    return a;
+  }
+
+  i32(n: number): Int32Array {
+    const at = this.take(n * 4); // may grow the memory: read .buffer after
+    const a = new Int32Array(this.memory.buffer, at, n);
+    this.own.add(a);
+    return a;
+  }
+
+  /** A copy of `a` in the arena. */
+  copy(a: Float32Array): Float32Array {
+    const c = this.f32(a.length);
+    c.set(a);
+    return c;
+  }
+
+  /** Whether `a` is an array this arena handed out (the kernel may address it by byteOffset). */
+  holds(a: Float32Array | Int32Array): boolean {
+    return this.own.has(a);
+  }
+
+  private take(bytes: number): number {
+    const at = this.top;
+    const end = at + Math.ceil(bytes / 16) * 16;
+    const have = this.memory.buffer.byteLength;
+    if (end > have) {
+      const pages = Math.ceil((end - have) / PAGE);
+      if (have / PAGE + pages > MAX_PAGES) {
+        throw new ResidencyError('NOT_AVAILABLE', `cpu simd: ${end} bytes of wasm memory needed, at most ${MAX_PAGES * PAGE} possible`);
+      }
+      // Grow at least by half again: fewer grow calls as scratch regrows.
+      this.memory.grow(Math.min(MAX_PAGES - have / PAGE, Math.max(pages, Math.ceil(have / PAGE / 2))));
+    }
+    this.top = end;
+    return at;
+  }
+}

@@ -1,0 +1,58 @@
+// The SIMD linear kernel over a shared wasm memory, and the dispatch that uses it only when every array
+// of an op lives in that memory (anything else takes the JS path, with the same result bit for bit).
+import { ResidencyError } from '../../../errors.ts';
+import { linear } from '../linalg.ts';
+import type { WasmArena } from './arena.ts';
+import { linearModuleBytes } from './module.ts';
+import { wasmApi, type WasmMemory } from './api.ts';
+
+/** linalg.ts `linearRows` over byte addresses in the kernel's memory. */
+export interface SimdKernel {
+  rowsAt(y: number, w: number, x: number, rows: number, outDim: number, inDim: number, o0: number, o1: number): void;
+}
+
+let compiled: object | null = null;
+let calls = 0;
+
+/** Kernel calls on this thread so far (a probe for tests: the SIMD path really ran). */
+export function simdKernelCalls(): number {
+  return calls;
+}
+
+/** Whether this runtime runs the kernel (WebAssembly SIMD and shared memory). */
+export function simdAvailable(): boolean {
+  try {
+    return wasmApi !== undefined && wasmApi.validate(linearModuleBytes());
+  } catch {
+    return false;
+  }
+}
+
+/** An instance of the kernel over `memory` (each thread makes its own over the same shared memory). */
+export function simdKernel(memory: WasmMemory): SimdKernel {
+  if (compiled === null) {
+    if (!wasmApi || !simdAvailable()) throw new ResidencyError('NOT_AVAILABLE', 'cpu simd: this runtime lacks WebAssembly SIMD');
+    compiled = new wasmApi.Module(linearModuleBytes());
+  }
+  const inst = new wasmApi!.Instance(compiled, { env: { memory } });
+  const f = inst.exports.linear_rows as (...a: number[]) => void;
+  return {
+    rowsAt: (y, w, x, rows, outDim, inDim, o0, o1) => {
+      calls++;
+      f(y, w, x, rows, outDim, inDim, o0, o1);
+    },
+  };
+}
+
+/** Whether y, w and x all live in `arena` (the kernel can address them). */
+export function inArena(arena: WasmArena, y: Float32Array, w: Float32Array, x: Float32Array): boolean {
+  return arena.holds(y) && arena.holds(w) && arena.holds(x);
+}
+
+/** linalg.ts `linear` through the kernel when its arrays live in `arena`, else the JS loop. */
+export function simdLinear(arena: WasmArena, k: SimdKernel) {
+  return (y: Float32Array, w: Float32Array, wOff: number, x: Float32Array, rows: number, outDim: number, inDim: number): void => {
+    if (inArena(arena, y, w, x)) k.rowsAt(y.byteOffset, w.byteOffset + 4 * wOff, x.byteOffset, rows, outDim, inDim, 0, outDim);
+    else linear(y, w, wOff, x, rows, outDim, inDim);
+  };
+}

@@ -1,0 +1,189 @@
+// The bytes of the SIMD linear kernel, assembled by hand (no toolchain): one function over an imported
+// shared memory. It reproduces linalg.ts `dot` exactly with f64x2 lanes: lanes (s0, s1) and (s2, s3)
+// accumulate promote(w) * promote(x) (f32 -> f64 is exact; wasm never fuses mul+add, so each step rounds
+// like the JS `s0 += w0 * x0`), then s0 + s1 + (s2 + s3), the scalar tail on s0, and one f32 rounding on
+// store (f32.demote_f64 rounds to nearest even, as a Float32Array store does).
+//
+// export linear_rows(y, w, x, rows, outDim, inDim, o0, o1): byte addresses y, w, x; for o in [o0, o1),
+// r in [0, rows): y[r*outDim + o] = dot(w[o*inDim..), x[r*inDim..), inDim) — linalg.ts `linearRows`.
+
+/** Unsigned LEB128. */
+function u32(n: number): number[] {
+  const out: number[] = [];
+  do {
+    let b = n & 0x7f;
+    n >>>= 7;
+    if (n !== 0) b |= 0x80;
+    out.push(b);
+  } while (n !== 0);
+  return out;
+}
+
+/** A section: id, byte length, contents. */
+function section(id: number, body: number[]): number[] {
+  return [id, ...u32(body.length), ...body];
+}
+
+/** A vector: count then the items. */
+function vec(items: number[][]): number[] {
+  return [...u32(items.length), ...items.flat()];
+}
+
+const I32 = 0x7f;
+const F64 = 0x7c;
+const V128 = 0x7b;
+
+// Core opcodes used below.
+const get = (i: number): number[] => [0x20, ...u32(i)];
+const set = (i: number): number[] => [0x21, ...u32(i)];
+const tee = (i: number): number[] => [0x22, ...u32(i)];
+const i32c = (n: number): number[] => [0x41, ...sleb(n)];
+const ADD = 0x6a;
+const MUL = 0x6c;
+const LT_U = 0x49;
+const BLOCK = [0x02, 0x40];
+const LOOP = [0x03, 0x40];
+const END = 0x0b;
+const br = (d: number): number[] => [0x0c, ...u32(d)];
+const brIf = (d: number): number[] => [0x0d, ...u32(d)];
+const EQZ = 0x45;
+const f32Load = (off: number): number[] => [0x2a, 2, ...u32(off)];
+const f32Store = [0x38, 2, 0];
+const PROMOTE = 0xbb; // f64.promote_f32
+const DEMOTE = 0xb6; // f32.demote_f64
+const FADD = 0xa0;
+const FMUL = 0xa2;
+// SIMD (prefix 0xfd, LEB opcode).
+const simd = (op: number, ...imm: number[]): number[] => [0xfd, ...u32(op), ...imm];
+const load64Zero = (off: number): number[] => simd(0x5d, 3, ...u32(off)); // v128.load64_zero
+const PROMOTE_LOW = simd(0x5f); // f64x2.promote_low_f32x4
+const VADD = simd(0xf0); // f64x2.add
+const VMUL = simd(0xf2); // f64x2.mul
+const lane = (l: number): number[] => simd(0x21, l); // f64x2.extract_lane
+const F64_ZERO2 = [0x44, 0, 0, 0, 0, 0, 0, 0, 0, ...simd(0x14)]; // f64.const 0; f64x2.splat
+
+function sleb(n: number): number[] {
+  const out: number[] = [];
+  for (;;) {
+    const b = n & 0x7f;
+    n >>= 7;
+    if ((n === 0 && (b & 0x40) === 0) || (n === -1 && (b & 0x40) !== 0)) {
+      out.push(b);
+      return out;
+    }
+    out.push(b | 0x80);
+  }
+}
+
+// Parameters 0..7: y w x rows outDim inDim o0 o1. Locals after them.
+const [Y, W, X, ROWS, OUTD, IND, O, O1] = [0, 1, 2, 3, 4, 5, 6, 7];
+const R = 8; // i32: input row
+const A = 9; // i32: weight cursor
+const B = 10; // i32: input cursor
+const AEND = 11; // i32: end of the 4-wide part of the weight row
+const AROW = 12; // i32: start of the weight row
+const TEND = 13; // i32: end of the weight row
+const ACC01 = 14; // v128: (s0, s1)
+const ACC23 = 15; // v128: (s2, s3)
+const S0 = 16; // f64 scalars after the lanes
+const S1 = 17;
+const S2 = 18;
+const S3 = 19;
+
+/** acc += promote(w pair at A+off) * promote(x pair at B+off). */
+const pair = (acc: number, off: number): number[] => [
+  ...get(acc),
+  ...get(A), ...load64Zero(off), ...PROMOTE_LOW,
+  ...get(B), ...load64Zero(off), ...PROMOTE_LOW,
+  ...VMUL, ...VADD, ...set(acc),
+];
+
+/** One dot product of the weight row at AROW with the input row at B; stores to y[r*outDim + o]. */
+const dot: number[] = [
+  ...F64_ZERO2, ...set(ACC01),
+  ...F64_ZERO2, ...set(ACC23),
+  ...get(AROW), ...set(A),
+  // 4-wide part: while A < AEND.
+  ...BLOCK,
+  ...get(A), ...get(AEND), LT_U, EQZ, ...brIf(0),
+  ...LOOP,
+  ...pair(ACC01, 0),
+  ...pair(ACC23, 8),
+  ...get(A), ...i32c(16), ADD, ...set(A),
+  ...get(B), ...i32c(16), ADD, ...set(B),
+  ...get(A), ...get(AEND), LT_U, ...brIf(0),
+  END,
+  END,
+  ...get(ACC01), ...lane(0), ...set(S0),
+  ...get(ACC01), ...lane(1), ...set(S1),
+  ...get(ACC23), ...lane(0), ...set(S2),
+  ...get(ACC23), ...lane(1), ...set(S3),
+  // Scalar tail on s0: while A < TEND.
+  ...BLOCK,
+  ...get(A), ...get(TEND), LT_U, EQZ, ...brIf(0),
+  ...LOOP,
+  ...get(S0),
+  ...get(A), ...f32Load(0), PROMOTE,
+  ...get(B), ...f32Load(0), PROMOTE,
+  FMUL, FADD, ...set(S0),
+  ...get(A), ...i32c(4), ADD, ...set(A),
+  ...get(B), ...i32c(4), ADD, ...set(B),
+  ...get(A), ...get(TEND), LT_U, ...brIf(0),
+  END,
+  END,
+  // y[(r*outDim + o)] = (s0 + s1) + (s2 + s3)
+  ...get(Y), ...get(R), ...get(OUTD), MUL, ...get(O), ADD, ...i32c(4), MUL, ADD,
+  ...get(S0), ...get(S1), FADD, ...get(S2), ...get(S3), FADD, FADD, DEMOTE,
+  ...f32Store,
+];
+
+const body: number[] = [
+  // for (o = o0; o < o1; o++)
+  ...BLOCK,
+  ...get(O), ...get(O1), LT_U, EQZ, ...brIf(0),
+  ...LOOP,
+  // AROW = w + o*inDim*4; TEND = AROW + inDim*4; AEND = AROW + (inDim & ~3)*4
+  ...get(W), ...get(O), ...get(IND), MUL, ...i32c(4), MUL, ADD, ...tee(AROW),
+  ...get(IND), ...i32c(4), MUL, ADD, ...set(TEND),
+  ...get(AROW), ...get(IND), ...i32c(-4), 0x71 /* i32.and */, ...i32c(4), MUL, ADD, ...set(AEND),
+  // for (r = 0; r < rows; r++)
+  ...i32c(0), ...set(R),
+  ...BLOCK,
+  ...get(R), ...get(ROWS), LT_U, EQZ, ...brIf(0),
+  ...LOOP,
+  ...get(X), ...get(R), ...get(IND), MUL, ...i32c(4), MUL, ADD, ...set(B),
+  ...dot,
+  ...get(R), ...i32c(1), ADD, ...tee(R), ...get(ROWS), LT_U, ...brIf(0),
+  END,
+  END,
+  ...get(O), ...i32c(1), ADD, ...tee(O), ...get(O1), LT_U, ...brIf(0),
+  END,
+  END,
+  END, // function end
+];
+
+/** Most 64 KiB pages of the imported memory (4 GiB, all a 32-bit address reaches). */
+export const MAX_PAGES = 65536;
+
+/** The module's bytes (imports a shared memory of at most MAX_PAGES pages). */
+export function linearModuleBytes(): Uint8Array {
+  const maxPages = MAX_PAGES;
+  const funcType = [0x60, ...vec(Array.from({ length: 8 }, () => [I32])), 0];
+  const locals = vec([
+    [...u32(6), I32],
+    [...u32(2), V128],
+    [...u32(4), F64],
+  ]);
+  const code = [...locals, ...body];
+  const name = (s: string): number[] => [...u32(s.length), ...[...s].map((c) => c.charCodeAt(0))];
+  const bytes = [
+    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+    ...section(1, vec([funcType])),
+    // import env.memory: shared memory, min 1 page (any larger memory satisfies it), max maxPages.
+    ...section(2, vec([[...name('env'), ...name('memory'), 0x02, 0x03, ...u32(1), ...u32(maxPages)]])),
+    ...section(3, vec([u32(0)])),
+    ...section(7, vec([[...name('linear_rows'), 0x00, ...u32(0)]])),
+    ...section(10, vec([[...u32(code.length), ...code]])),
+  ];
+  return Uint8Array.from(bytes);
+}

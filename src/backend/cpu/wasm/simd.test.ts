@@ -1,0 +1,172 @@
+// The wasm SIMD linear kernel: bit-identical to the JS loops (linalg.ts) on random shapes with tails
+// (inDim not a multiple of 4), offsets, row sub-ranges and batches; the whole backend with SIMD on is
+// bit-identical to SIMD off (logits, routing, counter, banks) on the synthetic and the real model, with
+// 1 and 2 threads, batch 1 and 4, hot/cold maps and swaps; the arena grows without moving old arrays;
+// the option and RESIDENCY_CPU_SIMD are read as documented.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { WasmArena } from './arena.ts';
+import { simdKernel, simdKernelCalls, simdLinear } from './kernel.ts';
+import { linear, linearRows } from '../linalg.ts';
+import { createCpuBackend, type CpuBackend } from '../cpu-backend.ts';
+import { mulberry32, syntheticModel } from '../synthetic.ts';
+import { loadModel } from '../../../model/load.ts';
+import type { ModelSpec } from '../../../model/spec.ts';
+import type { ModelWeights } from '../../../model/weights.ts';
+import type { BankPlacement } from '../../slot-tables.ts';
+import { ResidencyError } from '../../../errors.ts';
+
+const MODEL = resolve(process.cwd(), 'models/tiny-moe');
+const bytes = (a: Float32Array | Int32Array | Uint32Array): Buffer => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+
+/** Values over many magnitudes, signs and some exact zeros (rounding differences would show). */
+function fill(a: Float32Array, rand: () => number): void {
+  for (let i = 0; i < a.length; i++) {
+    const r = rand();
+    a[i] = r < 0.05 ? 0 : (rand() * 2 - 1) * 10 ** Math.floor(rand() * 12 - 6);
+  }
+}
+
+test('kernel vs JS linear: bit-identical on random shapes, tails, offsets, row ranges and batches', () => {
+  const arena = new WasmArena();
+  const k = simdKernel(arena.memory);
+  const lin = simdLinear(arena, k);
+  const rand = mulberry32(7);
+  const calls = simdKernelCalls();
+  let compared = 0;
+  for (let t = 0; t < 300; t++) {
+    const rows = 1 + Math.floor(rand() * 5);
+    const outDim = 1 + Math.floor(rand() * 20);
+    const inDim = 1 + Math.floor(rand() * 70); // every residue mod 4, tails of 0..3
+    const wOff = Math.floor(rand() * 9);
+    const w = arena.f32(wOff + outDim * inDim);
+    const x = arena.f32(rows * inDim);
+    const y = arena.f32(rows * outDim);
+    fill(w, rand);
+    fill(x, rand);
+    const want = new Float32Array(rows * outDim);
+    linear(want, w, wOff, x, rows, outDim, inDim);
+    lin(y, w, wOff, x, rows, outDim, inDim);
+    assert.ok(bytes(y).equals(bytes(want)), `rows ${rows} out ${outDim} in ${inDim} off ${wOff}`);
+    // A row sub-range (what one thread's chunk computes) writes only its rows.
+    const o0 = Math.floor(rand() * outDim);
+    const o1 = o0 + Math.floor(rand() * (outDim - o0 + 1));
+    y.fill(-1);
+    want.fill(-1);
+    linearRows(want, w, wOff, x, rows, outDim, inDim, o0, o1);
+    k.rowsAt(y.byteOffset, w.byteOffset + 4 * wOff, x.byteOffset, rows, outDim, inDim, o0, o1);
+    assert.ok(bytes(y).equals(bytes(want)), `rows [${o0}, ${o1}) of out ${outDim} in ${inDim}`);
+    compared += 2;
+  }
+  assert.equal(simdKernelCalls() - calls, compared);
+  // Arrays outside the arena take the JS path, same result.
+  const w = new Float32Array(12);
+  const x = arena.f32(4);
+  fill(w, rand);
+  fill(x, rand);
+  const y = arena.f32(3);
+  const want = new Float32Array(3);
+  const before = simdKernelCalls();
+  lin(y, w, 0, x, 1, 3, 4);
+  linear(want, w, 0, x, 1, 3, 4);
+  assert.equal(simdKernelCalls(), before);
+  assert.ok(bytes(y).equals(bytes(want)));
+});
+
+test('the arena grows without moving or losing arrays handed out before', () => {
+  const arena = new WasmArena(1);
+  const a = arena.f32(1000);
+  a.fill(3.5);
+  const big = arena.f32(300_000); // past the first page: the memory grows
+  big.fill(1);
+  assert.ok(arena.memory.buffer.byteLength >= 1_204_000);
+  assert.ok(a.every((v) => v === 3.5));
+  const k = simdKernel(arena.memory);
+  const y = arena.f32(1);
+  k.rowsAt(y.byteOffset, a.byteOffset, big.byteOffset, 1, 1, 1000, 0, 1);
+  assert.equal(y[0], 3500);
+  assert.ok(arena.holds(a) && arena.holds(big) && !arena.holds(new Float32Array(4)));
+});
+
+/** Per step logits + routing bytes, then counter and bank digest, of a run with maps and swaps. */
+async function trace(spec: ModelSpec, weights: ModelWeights, threads: number, simd: boolean, placement: BankPlacement | undefined, batches: number[][][], decode: number): Promise<Buffer[]> {
+  const b: CpuBackend = createCpuBackend(spec, weights, { threads, simd, placement });
+  try {
+    await b.ready();
+    assert.equal(b.simd, simd);
+    const out: Buffer[] = [];
+    const keep = (o: ReturnType<CpuBackend['forward']>): void => {
+      out.push(Buffer.concat([bytes(o.logits), bytes(o.routing!), bytes(o.routingWeights!)]));
+    };
+    const rand = mulberry32(42);
+    const hot = b.banks.hotPerLayer;
+    const cold = spec.numExperts - hot;
+    for (const prompts of batches) {
+      prompts.forEach((p, s) => b.openSequence(s, p.length + decode));
+      keep(b.forward({ chunks: prompts.map((p, s) => ({ seq: s, tokens: p, startPos: 0 })), count: true, recordRouting: true }));
+      for (let i = 0; i < decode; i++) {
+        if (hot > 0 && cold > 0) {
+          for (let k = 0; k < 3; k++) b.banks.swapRows(Math.floor(rand() * spec.numLayers), Math.floor(rand() * hot), Math.floor(rand() * cold));
+        }
+        const chunks = prompts.map((p, s) => ({ seq: s, tokens: [(p[0]! * 5 + i * 17 + s) % spec.vocabSize], startPos: p.length + i }));
+        keep(b.forward({ chunks, count: true, recordRouting: true }));
+      }
+      prompts.forEach((_, s) => b.closeSequence(s));
+    }
+    out.push(bytes(b.readCounter()), Buffer.from(b.banks.digest()));
+    return out;
+  } finally {
+    b.dispose();
+  }
+}
+
+async function compareSimd(spec: ModelSpec, weights: ModelWeights, placements: [string, BankPlacement | undefined][], batches: number[][][], decode: number): Promise<void> {
+  for (const [name, placement] of placements) {
+    const want = await trace(spec, weights, 1, false, placement, batches, decode);
+    for (const threads of [1, 2]) {
+      const calls = simdKernelCalls();
+      const got = await trace(spec, weights, threads, true, placement, batches, decode);
+      assert.ok(simdKernelCalls() > calls, `${name}, ${threads} threads: the SIMD kernel never ran`);
+      assert.equal(got.length, want.length);
+      got.forEach((g, i) => assert.ok(g.equals(want[i]!), `${name}, ${threads} threads: ${i < want.length - 2 ? `step ${i}` : 'counter/digest'} differs with SIMD on`));
+    }
+  }
+}
+
+test('synthetic model: SIMD on is bit-identical to SIMD off (1 and 2 threads, batch 1 and 4, maps, swaps)', async () => {
+  // hiddenSize 66 and headDim 10: dot products with tails (n % 4 = 2).
+  const { spec, weights } = syntheticModel({ seed: 3, numExperts: 12, topK: 3, vocabSize: 700, hiddenSize: 66, headDim: 10, expertIntermediate: 20, numLayers: 2 });
+  const placements: [string, BankPlacement | undefined][] = [
+    ['all hot', undefined],
+    ['4 hot', { hotPerLayer: 4 }],
+  ];
+  await compareSimd(spec, weights, placements, [[[3, 1, 4, 1, 5, 9]], [[2, 7, 1], [8, 2, 8, 1, 8], [2], [8, 4]]], 5);
+});
+
+test('real model: SIMD on is bit-identical to SIMD off (1 and 2 threads, batch 1 and 4, 40 hot, swaps)', { skip: !existsSync(MODEL) && `no model at ${MODEL}` }, async () => {
+  const { spec, weights } = await loadModel(MODEL);
+  const prompts = [[1, 2, 3, 400, 5000, 17, 99, 1024], [7, 7, 7, 300, 8000, 12], [5, 6, 7], [42, 4242]];
+  await compareSimd(spec, weights, [['all hot', undefined], ['40 hot', { hotPerLayer: 40 }]], [prompts.slice(0, 1), prompts], 4);
+});
+
+test('simd option and RESIDENCY_CPU_SIMD', () => {
+  const { spec, weights } = syntheticModel();
+  const saved = process.env.RESIDENCY_CPU_SIMD;
+  try {
+    delete process.env.RESIDENCY_CPU_SIMD;
+    assert.equal(createCpuBackend(spec, weights).simd, false);
+    assert.equal(createCpuBackend(spec, weights, { simd: true }).simd, true);
+    process.env.RESIDENCY_CPU_SIMD = '1';
+    assert.equal(createCpuBackend(spec, weights).simd, true);
+    assert.equal(createCpuBackend(spec, weights, { simd: false }).simd, false);
+    process.env.RESIDENCY_CPU_SIMD = '0';
+    assert.equal(createCpuBackend(spec, weights).simd, false);
+    process.env.RESIDENCY_CPU_SIMD = 'fast';
+    assert.throws(() => createCpuBackend(spec, weights), (e: unknown) => e instanceof ResidencyError && e.code === 'BAD_ARGUMENT' && /RESIDENCY_CPU_SIMD fast: expected 1 or 0/.test(e.message));
+  } finally {
+    if (saved === undefined) delete process.env.RESIDENCY_CPU_SIMD;
+    else process.env.RESIDENCY_CPU_SIMD = saved;
+  }
+});
