@@ -16,7 +16,7 @@ import { CpuThreadPool } from './parallel/pool.ts';
 import { resolveThreads } from './parallel/threads.ts';
 import { WasmArena } from './wasm/arena.ts';
 import { resolveSimd } from './wasm/simd-option.ts';
-import { simdKernel, simdLinear } from './wasm/kernel.ts';
+import { simdKernel } from './wasm/kernel.ts';
 
 export interface CpuBackendOptions {
   /** Initial placement of experts in the hot and cold banks (default: all hot). */
@@ -97,22 +97,24 @@ export class CpuBackend implements Backend {
     checkWeights(spec, weights);
     this.threads = resolveThreads(options.threads);
     this.simd = resolveSimd(options.simd);
-    // SIMD: the linear layers' weights and activations live in one shared wasm memory (wasm/arena.ts);
-    // banks and KV caches stay where the JS path keeps them.
+    // SIMD: the linear layers' and experts' weights and activations live in one shared wasm memory
+    // (wasm/arena.ts); KV caches stay where the JS path keeps them.
     const arena = this.simd ? new WasmArena(linearBytes(spec)) : null;
     const plain = this.threads > 1 ? sharedAlloc : heapAlloc;
     this.alloc = arena ?? plain;
-    this.banks = new CpuExpertBanks(spec, weights.layers, options.placement, plain);
+    this.banks = new CpuExpertBanks(spec, weights.layers, options.placement, arena ?? plain);
     const share = (a: Float32Array): Float32Array => (arena ? arena.copy(a) : this.threads > 1 ? sharedCopy(a) : a);
     this.lmHead = share(weights.lmHead);
     this.routers = weights.layers.map((w) => share(w.router));
     this.oProjs = weights.layers.map((w) => share(w.oProj));
     this.qkv = weights.layers.map((w) => (this.threads > 1 || arena ? stackRows(arena ?? sharedAlloc, w.qProj, w.kProj, w.vProj) : null));
-    const simd = arena ? { arena, kernel: simdKernel(arena.memory) } : undefined;
+    // One SwiGLU scratch (2*I floats) per thread in the wasm memory.
+    const acts = arena ? Array.from({ length: this.threads }, () => arena.f32(2 * spec.expertIntermediate)) : [];
+    const simd = arena ? { arena, kernel: simdKernel(arena.memory), acts } : undefined;
     this.compute =
       this.threads > 1
         ? new CpuThreadPool({ threads: this.threads, banks: this.banks.bankList, simd })
-        : serialCompute(this.banks.bankList, spec.expertIntermediate, simd && simdLinear(simd.arena, simd.kernel));
+        : serialCompute(this.banks.bankList, spec.expertIntermediate, simd);
     this.counter = new Uint32Array(spec.numLayers * spec.numExperts);
     this.caches = new KvCaches(spec.numLayers, spec.numKvHeads * spec.headDim, spec.maxPositions, plain);
     ({ cos: this.cos, sin: this.sin } = ropeTables(spec.headDim, spec.ropeTheta, spec.maxPositions));
@@ -304,12 +306,13 @@ export class CpuBackend implements Backend {
   }
 }
 
-/** Bytes the SIMD arena holds before the first step: lm head, routers, o and stacked q/k/v projections. */
+/** Bytes the SIMD arena holds before the first step: lm head, routers, o and q/k/v projections, banks. */
 function linearBytes(spec: ModelSpec): number {
   const H = spec.hiddenSize;
   const qW = spec.numHeads * spec.headDim;
   const kvW = spec.numKvHeads * spec.headDim;
-  return 4 * (spec.vocabSize * H + spec.numLayers * (spec.numExperts * H + 2 * qW * H + 2 * kvW * H)) + (1 << 20);
+  const experts = spec.numExperts * 3 * spec.expertIntermediate * H;
+  return 4 * (spec.vocabSize * H + spec.numLayers * (spec.numExperts * H + 2 * qW * H + 2 * kvW * H + experts)) + (1 << 20);
 }
 
 /** The rows of several [rows][H] matrices stacked into one matrix from `alloc` (shared or wasm memory). */

@@ -4,6 +4,16 @@
 import { linear } from './linalg.ts';
 import { computeExpertUnits } from './expert-units.ts';
 import { attention } from './attention-ops.ts';
+import { inArena, simdLinear, type SimdKernel } from './wasm/kernel.ts';
+import { computeExpertUnitsSimd } from './wasm/experts.ts';
+import type { WasmArena } from './wasm/arena.ts';
+
+/** The SIMD kernel, its memory, and one SwiGLU scratch (2*I floats in that memory) per thread. */
+export interface SimdCompute {
+  readonly arena: WasmArena;
+  readonly kernel: SimdKernel;
+  readonly acts: readonly Float32Array[];
+}
 
 export interface RowCompute {
   /** y = W x for `rows` inputs (see linalg.ts `linear`). */
@@ -39,14 +49,17 @@ export interface RowCompute {
 }
 
 /**
- * One thread: every row on the calling thread. `banks` in CpuExpertBanks.bankList order. `simdLinear`:
- * a bit-identical replacement for `linear` (the wasm SIMD kernel's dispatch, wasm/kernel.ts).
+ * One thread: every row on the calling thread. `banks` in CpuExpertBanks.bankList order. `simd`: run
+ * ops whose arrays live in its memory through the wasm kernel (bit-identical, wasm/).
  */
-export function serialCompute(banks: readonly Float32Array[], inter: number, simdLinear?: RowCompute['linear']): RowCompute {
+export function serialCompute(banks: readonly Float32Array[], inter: number, simd?: SimdCompute): RowCompute {
   const act = new Float32Array(2 * inter);
   return {
-    linear: simdLinear ?? linear,
-    experts: (out, units, count, x, hidden, i) => computeExpertUnits(out, units, 0, count, banks, x, hidden, i, act),
+    linear: simd ? simdLinear(simd.arena, simd.kernel) : linear,
+    experts: (out, units, count, x, hidden, i) => {
+      if (simd && inArena(simd.arena, out, x, x)) computeExpertUnitsSimd(simd.kernel, simd.acts[0]!, out, units, 0, count, banks, x, hidden, i);
+      else computeExpertUnits(out, units, 0, count, banks, x, hidden, i, act);
+    },
     attention: (out, q, tokens, keys, values, pos, heads, kvHeads, d, scores, acc) => {
       const w = heads * d;
       for (let i = 0; i < tokens; i++) attention(out, i * w, q, i * w, keys[i]!, values[i]!, pos[i]!, heads, kvHeads, d, scores, acc);

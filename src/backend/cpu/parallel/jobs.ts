@@ -6,6 +6,7 @@ import { attentionHead } from '../attention-ops.ts';
 import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR } from './layout.ts';
 import { ResidencyError } from '../../../errors.ts';
 import type { SimdKernel } from '../wasm/kernel.ts';
+import { computeExpertUnitsSimd } from '../wasm/experts.ts';
 
 export type Table = (Float32Array | Int32Array | undefined)[];
 
@@ -18,10 +19,12 @@ export interface JobScratch {
   scores: Float64Array;
   acc: Float64Array;
   simd: SimdKernel | null;
+  /** This thread's SwiGLU scratch in the kernel's memory (2*I floats). */
+  simdAct: Float32Array | null;
 }
 
 export function jobScratch(): JobScratch {
-  return { act: new Float32Array(0), scores: new Float64Array(0), acc: new Float64Array(0), simd: null };
+  return { act: new Float32Array(0), scores: new Float64Array(0), acc: new Float64Array(0), simd: null, simdAct: null };
 }
 
 function f32(t: Table, id: number): Float32Array {
@@ -54,6 +57,9 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
       s.simd.rowsAt(y.byteOffset, w.byteOffset + 4 * ctl[a + 2]!, x.byteOffset, ctl[a + 4]!, ctl[a + 5]!, ctl[a + 6]!, lo, hi);
     } else if (op === OP_LINEAR) {
       linearRows(f32(table, ctl[a]!), f32(table, ctl[a + 1]!), ctl[a + 2]!, f32(table, ctl[a + 3]!), ctl[a + 4]!, ctl[a + 5]!, ctl[a + 6]!, lo, hi);
+    } else if (op === OP_EXPERTS && ctl[a + 5] === 1) {
+      if (s.simd === null || s.simdAct === null) throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
+      computeExpertUnitsSimd(s.simd, s.simdAct, f32(table, ctl[a]!), i32(table, ctl[a + 1]!), lo, hi, banks, f32(table, ctl[a + 2]!), ctl[a + 3]!, ctl[a + 4]!);
     } else if (op === OP_EXPERTS) {
       const inter = ctl[a + 4]!;
       if (s.act.length < 2 * inter) s.act = new Float32Array(2 * inter);

@@ -55,7 +55,10 @@ export function controlSize(workers: number): number {
  * wasm memory, run the SIMD kernel on their byte offsets); chunks are output rows.
  */
 export const OP_LINEAR = 1;
-/** args: out, units, x, hidden, inter (array-table ids for out, units, x); chunks are expert units. */
+/**
+ * args: out, units, x, hidden, inter (array-table ids for out, units, x), simd (1: out, x and the banks
+ * live in the wasm memory); chunks are expert units.
+ */
 export const OP_EXPERTS = 2;
 
 /** args: out, q, units, heads, kvHeads, d (array-table ids for out, q, units); chunks are (token, head) units. */
@@ -77,6 +80,8 @@ export interface WorkerInit {
   readonly errorPort: MessagePort;
   /** The SIMD path's shared wasm memory (wasm/arena.ts), when the backend runs it. */
   readonly wasmMemory?: WasmMemory | undefined;
+  /** This worker's SwiGLU scratch (2*I floats) in that memory. */
+  readonly wasmAct?: Float32Array | undefined;
 }
 
 /** One array-table registration: table id `id` now names this shared array (undefined: forgotten). */

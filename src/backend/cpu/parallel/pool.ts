@@ -12,8 +12,9 @@ import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENT
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
-import type { WasmArena } from '../wasm/arena.ts';
-import { inArena, type SimdKernel } from '../wasm/kernel.ts';
+import type { SimdCompute } from '../row-compute.ts';
+import { inArena } from '../wasm/kernel.ts';
+import { computeExpertUnitsSimd } from '../wasm/experts.ts';
 
 export interface PoolOptions {
   /** Threads in all, the main thread included (2..64). */
@@ -26,7 +27,7 @@ export interface PoolOptions {
    * The wasm SIMD kernel and its memory: linear layers whose arrays all live in `arena` run through it
    * on every thread (each worker instantiates the kernel over the same shared memory).
    */
-  readonly simd?: { readonly arena: WasmArena; readonly kernel: SimdKernel };
+  readonly simd?: SimdCompute;
 }
 
 /** How jobs are cut (read at each op; benchmarks may change them to compare). */
@@ -85,6 +86,7 @@ export class CpuThreadPool implements RowCompute {
     this.timeoutMs = opts.timeoutMs ?? 30_000;
     this.simd = opts.simd;
     this.scratch.simd = opts.simd?.kernel ?? null;
+    this.scratch.simdAct = opts.simd?.acts[0] ?? null;
     this.ctl = new Int32Array(new SharedArrayBuffer(controlSize(threads - 1) * 4));
     const { url, entry } = workerEntry();
     for (let i = 0; i < threads - 1; i++) {
@@ -98,6 +100,7 @@ export class CpuThreadPool implements RowCompute {
         tablePort: table.port2,
         errorPort: errors.port2,
         wasmMemory: opts.simd?.arena.memory,
+        wasmAct: opts.simd?.acts[i + 1],
       };
       const w = new Worker(url, { workerData: init, transferList: [table.port2, errors.port2], name: `residency-cpu-${i + 1}` });
       // A worker never keeps the process alive; its failures surface through the control block.
@@ -131,14 +134,19 @@ export class CpuThreadPool implements RowCompute {
   experts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void {
     const t = poolTuning;
     const chunks = Math.min(this.threads * t.chunksPerThread, count, MAX_CHUNKS);
+    const simd = this.simd !== undefined && inArena(this.simd.arena, out, x, x);
     if (this.disposed || chunks < 2 || count * 3 * hidden * inter < t.minSplitMacs) {
+      if (simd) {
+        computeExpertUnitsSimd(this.simd!.kernel, this.simd!.acts[0]!, out, units, 0, count, this.banks, x, hidden, inter);
+        return;
+      }
       if (this.serialAct[0]!.length < 2 * inter) this.serialAct[0] = new Float32Array(2 * inter);
       computeExpertUnits(out, units, 0, count, this.banks, x, hidden, inter, this.serialAct[0]!);
       return;
     }
     // A pair unit is two picks' work: chunks balance picks, not units.
     writeBounds(this.ctl, count, chunks, (u) => (units[u * UNIT + 3]! >= 0 ? 2 : 1));
-    this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(x), hidden, inter]);
+    this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(x), hidden, inter, simd ? 1 : 0]);
   }
 
   /**

@@ -15,6 +15,7 @@ function main(init: WorkerInit): void {
   const table: Table = [];
   const scratch = jobScratch();
   if (init.wasmMemory) scratch.simd = simdKernel(init.wasmMemory);
+  scratch.simdAct = init.wasmAct ?? null;
   let gen = 0;
   let last = 0;
   parentPort!.postMessage('ready');
