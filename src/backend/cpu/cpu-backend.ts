@@ -34,8 +34,9 @@ export interface CpuBackendOptions {
    */
   readonly threads?: number;
   /**
-   * Run the linear layers (lm head, q/k/v/o, routers) through the WebAssembly SIMD kernel (wasm/),
-   * bit-identical to the JS loops. Default: RESIDENCY_CPU_SIMD=1, else off.
+   * Run the linear layers (lm head, q/k/v/o, routers) and experts through the WebAssembly SIMD kernel
+   * (wasm/), bit-identical to the JS loops. Default: RESIDENCY_CPU_SIMD (1/0), else on where the runtime
+   * has WebAssembly SIMD and the weights fit its 4 GiB memory (else the JS loops).
    */
   readonly simd?: boolean;
 }
@@ -96,7 +97,7 @@ export class CpuBackend implements Backend {
   ) {
     checkWeights(spec, weights);
     this.threads = resolveThreads(options.threads);
-    this.simd = resolveSimd(options.simd);
+    this.simd = resolveSimd(options.simd, linearBytes(spec));
     // SIMD: the linear layers' and experts' weights and activations live in one shared wasm memory
     // (wasm/arena.ts); KV caches stay where the JS path keeps them.
     const arena = this.simd ? new WasmArena(linearBytes(spec)) : null;

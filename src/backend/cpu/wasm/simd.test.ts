@@ -10,6 +10,9 @@ import { resolve } from 'node:path';
 import { WasmArena } from './arena.ts';
 import { simdKernel, simdKernelCalls, simdLinear } from './kernel.ts';
 import { linear, linearRows } from '../linalg.ts';
+import { UNIT, computeExpertUnits } from '../expert-units.ts';
+import { computeExpertUnitsSimd } from './experts.ts';
+import { resolveSimd } from './simd-option.ts';
 import { createCpuBackend, type CpuBackend } from '../cpu-backend.ts';
 import { mulberry32, syntheticModel } from '../synthetic.ts';
 import { loadModel } from '../../../model/load.ts';
@@ -73,6 +76,34 @@ test('kernel vs JS linear: bit-identical on random shapes, tails, offsets, row r
   linear(want, w, 0, x, 1, 3, 4);
   assert.equal(simdKernelCalls(), before);
   assert.ok(bytes(y).equals(bytes(want)));
+});
+
+test('expert units through the kernel: bit-identical to computeExpertUnits (single and pair units, tails)', () => {
+  const rand = mulberry32(13);
+  for (const [hidden, inter] of [[64, 24], [66, 21], [7, 5]] as const) {
+    const arena = new WasmArena();
+    const k = simdKernel(arena.memory);
+    const rowSize = 3 * inter * hidden;
+    const banks = [arena.f32(3 * rowSize), arena.f32(2 * rowSize)];
+    for (const b of banks) fill(b, rand);
+    const picks = 6;
+    const x = arena.f32(picks * hidden);
+    for (let i = 0; i < x.length; i++) x[i] = rand() * 2 - 1;
+    // Units: bank, row offset, out A, out B (-1: single), x A, x B.
+    const list = [
+      [0, 2 * rowSize, 0, -1, 0, -1],
+      [1, 0, 1 * hidden, 4 * hidden, 1 * hidden, 3 * hidden],
+      [0, 0, 2 * hidden, -1, 5 * hidden, -1],
+      [1, rowSize, 3 * hidden, 5 * hidden, 2 * hidden, 4 * hidden],
+    ];
+    const units = new Int32Array(list.length * UNIT);
+    list.forEach((u, i) => units.set(u, i * UNIT));
+    const want = new Float32Array(picks * hidden);
+    computeExpertUnits(want, units, 0, list.length, banks, x, hidden, inter, new Float32Array(2 * inter));
+    const got = arena.f32(picks * hidden);
+    computeExpertUnitsSimd(k, arena.f32(2 * inter), got, units, 0, list.length, banks, x, hidden, inter);
+    assert.ok(bytes(got).equals(bytes(want)), `hidden ${hidden} inter ${inter}`);
+  }
 });
 
 test('the arena grows without moving or losing arrays handed out before', () => {
@@ -156,8 +187,9 @@ test('simd option and RESIDENCY_CPU_SIMD', () => {
   const saved = process.env.RESIDENCY_CPU_SIMD;
   try {
     delete process.env.RESIDENCY_CPU_SIMD;
-    assert.equal(createCpuBackend(spec, weights).simd, false);
+    assert.equal(createCpuBackend(spec, weights).simd, true); // the default where WebAssembly SIMD runs
     assert.equal(createCpuBackend(spec, weights, { simd: true }).simd, true);
+    assert.equal(createCpuBackend(spec, weights, { simd: false }).simd, false);
     process.env.RESIDENCY_CPU_SIMD = '1';
     assert.equal(createCpuBackend(spec, weights).simd, true);
     assert.equal(createCpuBackend(spec, weights, { simd: false }).simd, false);
@@ -165,6 +197,11 @@ test('simd option and RESIDENCY_CPU_SIMD', () => {
     assert.equal(createCpuBackend(spec, weights).simd, false);
     process.env.RESIDENCY_CPU_SIMD = 'fast';
     assert.throws(() => createCpuBackend(spec, weights), (e: unknown) => e instanceof ResidencyError && e.code === 'BAD_ARGUMENT' && /RESIDENCY_CPU_SIMD fast: expected 1 or 0/.test(e.message));
+    // Weights past the wasm memory: the JS path by default, a clear error when asked for.
+    delete process.env.RESIDENCY_CPU_SIMD;
+    assert.equal(resolveSimd(undefined, 4 * 2 ** 30), false);
+    assert.throws(() => resolveSimd(true, 4 * 2 ** 30), (e: unknown) => e instanceof ResidencyError && e.code === 'NOT_AVAILABLE' && /RESIDENCY_CPU_SIMD=0/.test(e.message));
+    assert.equal(resolveSimd(undefined, 1 << 20), true);
   } finally {
     if (saved === undefined) delete process.env.RESIDENCY_CPU_SIMD;
     else process.env.RESIDENCY_CPU_SIMD = saved;
