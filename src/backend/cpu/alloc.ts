@@ -5,6 +5,8 @@ export interface Alloc {
   readonly shared: boolean;
   f32(n: number): Float32Array;
   i32(n: number): Int32Array;
+  /** Takes back an array this allocator handed out (where it recycles memory: the wasm arena). */
+  free?(a: Float32Array | Int32Array): void;
 }
 
 export const heapAlloc: Alloc = {

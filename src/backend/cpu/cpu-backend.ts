@@ -110,14 +110,24 @@ export class CpuBackend implements Backend {
     this.oProjs = weights.layers.map((w) => share(w.oProj));
     this.qkv = weights.layers.map((w) => (this.threads > 1 || arena ? stackRows(arena ?? sharedAlloc, w.qProj, w.kProj, w.vProj) : null));
     // One SwiGLU scratch (2*I floats) per thread in the wasm memory.
-    const acts = arena ? Array.from({ length: this.threads }, () => arena.f32(2 * spec.expertIntermediate)) : [];
-    const simd = arena ? { arena, kernel: simdKernel(arena.memory), acts } : undefined;
+    const perThread = <T>(f: (a: WasmArena) => T): T[] => (arena ? Array.from({ length: this.threads }, () => f(arena)) : []);
+    const simd = arena
+      ? {
+          arena,
+          kernel: simdKernel(arena.memory),
+          acts: perThread((a) => a.f32(2 * spec.expertIntermediate)),
+          scores: perThread((a) => a.f64(spec.maxPositions)),
+          accs: perThread((a) => a.f64(spec.headDim)),
+        }
+      : undefined;
     this.compute =
       this.threads > 1
         ? new CpuThreadPool({ threads: this.threads, banks: this.banks.bankList, simd })
         : serialCompute(this.banks.bankList, spec.expertIntermediate, simd);
     this.counter = new Uint32Array(spec.numLayers * spec.numExperts);
-    this.caches = new KvCaches(spec.numLayers, spec.numKvHeads * spec.headDim, spec.maxPositions, plain);
+    // SIMD: KV caches in the wasm memory too, recycled as sequences close.
+    const kvAlloc: Alloc = arena ? { shared: true, f32: (n) => arena.f32Reusable(n), i32: (n) => arena.i32(n), free: (a) => arena.free(a) } : plain;
+    this.caches = new KvCaches(spec.numLayers, spec.numKvHeads * spec.headDim, spec.maxPositions, kvAlloc);
     ({ cos: this.cos, sin: this.sin } = ropeTables(spec.headDim, spec.ropeTheta, spec.maxPositions));
     this.scores = new Float64Array(spec.maxPositions);
     this.attnAcc = new Float64Array(spec.headDim);
@@ -313,6 +323,7 @@ function linearBytes(spec: ModelSpec): number {
   const qW = spec.numHeads * spec.headDim;
   const kvW = spec.numKvHeads * spec.headDim;
   const experts = spec.numExperts * 3 * spec.expertIntermediate * H;
+  // (KV caches and per-thread scratch grow the memory as sequences open.)
   return 4 * (spec.vocabSize * H + spec.numLayers * (spec.numExperts * H + 2 * qW * H + 2 * kvW * H + experts)) + (1 << 20);
 }
 

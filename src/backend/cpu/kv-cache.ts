@@ -46,6 +46,8 @@ export class KvCaches {
   }
 
   close(seq: number): void {
+    const c = this.seqs.get(seq);
+    if (c && this.alloc.free) for (const a of [...c.keys, ...c.values]) this.alloc.free(a);
     this.seqs.delete(seq);
   }
 

@@ -7,12 +7,33 @@ import { attention } from './attention-ops.ts';
 import { inArena, simdLinear, type SimdKernel } from './wasm/kernel.ts';
 import { computeExpertUnitsSimd } from './wasm/experts.ts';
 import type { WasmArena } from './wasm/arena.ts';
+import { attentionHeadSimd } from './wasm/attention.ts';
 
-/** The SIMD kernel, its memory, and one SwiGLU scratch (2*I floats in that memory) per thread. */
+/**
+ * The SIMD kernel, its memory, and per thread (main first) scratch in that memory: SwiGLU (2*I floats),
+ * attention scores (maxPositions float64) and sums (headDim float64).
+ */
 export interface SimdCompute {
   readonly arena: WasmArena;
   readonly kernel: SimdKernel;
   readonly acts: readonly Float32Array[];
+  readonly scores: readonly Float64Array[];
+  readonly accs: readonly Float64Array[];
+}
+
+/** Whether attention over these arrays can run through the kernel (all of them in its memory). */
+export function simdAttention(simd: SimdCompute | undefined, out: Float32Array, q: Float32Array, tokens: number, keys: readonly Float32Array[], values: readonly Float32Array[]): boolean {
+  if (!simd || !simd.arena.holds(out) || !simd.arena.holds(q)) return false;
+  for (let i = 0; i < tokens; i++) if (!simd.arena.holds(keys[i]!) || !simd.arena.holds(values[i]!)) return false;
+  return true;
+}
+
+/** Every head of `tokens` tokens through the kernel on the calling thread (scratch: thread 0's). */
+export function attentionSimd(simd: SimdCompute, out: Float32Array, q: Float32Array, tokens: number, keys: readonly Float32Array[], values: readonly Float32Array[], pos: Int32Array, heads: number, kvHeads: number, d: number): void {
+  const w = heads * d;
+  for (let i = 0; i < tokens; i++) {
+    for (let h = 0; h < heads; h++) attentionHeadSimd(simd.kernel, out, i * w, q, i * w, keys[i]!, values[i]!, pos[i]!, h, heads, kvHeads, d, simd.scores[0]!, simd.accs[0]!);
+  }
 }
 
 export interface RowCompute {
@@ -61,6 +82,10 @@ export function serialCompute(banks: readonly Float32Array[], inter: number, sim
       else computeExpertUnits(out, units, 0, count, banks, x, hidden, i, act);
     },
     attention: (out, q, tokens, keys, values, pos, heads, kvHeads, d, scores, acc) => {
+      if (simd && simdAttention(simd, out, q, tokens, keys, values)) {
+        attentionSimd(simd, out, q, tokens, keys, values, pos, heads, kvHeads, d);
+        return;
+      }
       const w = heads * d;
       for (let i = 0; i < tokens; i++) attention(out, i * w, q, i * w, keys[i]!, values[i]!, pos[i]!, heads, kvHeads, d, scores, acc);
     },

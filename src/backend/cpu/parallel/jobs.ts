@@ -7,6 +7,7 @@ import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, O
 import { ResidencyError } from '../../../errors.ts';
 import type { SimdKernel } from '../wasm/kernel.ts';
 import { computeExpertUnitsSimd } from '../wasm/experts.ts';
+import { attentionHeadSimd } from '../wasm/attention.ts';
 
 export type Table = (Float32Array | Int32Array | undefined)[];
 
@@ -21,10 +22,13 @@ export interface JobScratch {
   simd: SimdKernel | null;
   /** This thread's SwiGLU scratch in the kernel's memory (2*I floats). */
   simdAct: Float32Array | null;
+  /** This thread's attention scratch in the kernel's memory. */
+  simdScores: Float64Array | null;
+  simdAcc: Float64Array | null;
 }
 
 export function jobScratch(): JobScratch {
-  return { act: new Float32Array(0), scores: new Float64Array(0), acc: new Float64Array(0), simd: null, simdAct: null };
+  return { act: new Float32Array(0), scores: new Float64Array(0), acc: new Float64Array(0), simd: null, simdAct: null, simdScores: null, simdAcc: null };
 }
 
 function f32(t: Table, id: number): Float32Array {
@@ -71,12 +75,20 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
       const heads = ctl[a + 3]!;
       const kvHeads = ctl[a + 4]!;
       const d = ctl[a + 5]!;
+      const simd = ctl[a + 6] === 1;
+      if (simd && (s.simd === null || s.simdScores === null || s.simdAcc === null)) {
+        throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
+      }
       if (s.acc.length < d) s.acc = new Float64Array(d);
       for (let n = lo; n < hi; n++) {
         const u = n * ATTN_UNIT;
         const pos = units[u + 2]!;
         if (s.scores.length <= pos) s.scores = new Float64Array(Math.max(pos + 1, 2 * s.scores.length));
         const off = units[u + 3]!;
+        if (simd) {
+          attentionHeadSimd(s.simd!, out, off, q, off, f32(table, units[u]!), f32(table, units[u + 1]!), pos, units[u + 4]!, heads, kvHeads, d, s.simdScores!, s.simdAcc!);
+          continue;
+        }
         attentionHead(out, off, q, off, f32(table, units[u]!), f32(table, units[u + 1]!), pos, units[u + 4]!, heads, kvHeads, d, s.scores, s.acc);
       }
     } else {

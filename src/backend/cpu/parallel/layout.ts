@@ -61,7 +61,10 @@ export const OP_LINEAR = 1;
  */
 export const OP_EXPERTS = 2;
 
-/** args: out, q, units, heads, kvHeads, d (array-table ids for out, q, units); chunks are (token, head) units. */
+/**
+ * args: out, q, units, heads, kvHeads, d (array-table ids for out, q, units), simd (1: out, q and the KV
+ * caches live in the wasm memory); chunks are (token, head) units.
+ */
 export const OP_ATTENTION = 3;
 /** Ints per attention unit: key cache id, value cache id, position, q/out offset, head. */
 export const ATTN_UNIT = 5;
@@ -82,6 +85,9 @@ export interface WorkerInit {
   readonly wasmMemory?: WasmMemory | undefined;
   /** This worker's SwiGLU scratch (2*I floats) in that memory. */
   readonly wasmAct?: Float32Array | undefined;
+  /** This worker's attention scratch in that memory: scores (maxPositions) and sums (headDim). */
+  readonly wasmScores?: Float64Array | undefined;
+  readonly wasmAcc?: Float64Array | undefined;
 }
 
 /** One array-table registration: table id `id` now names this shared array (undefined: forgotten). */

@@ -12,7 +12,7 @@ import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENT
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
-import type { SimdCompute } from '../row-compute.ts';
+import { attentionSimd, simdAttention, type SimdCompute } from '../row-compute.ts';
 import { inArena } from '../wasm/kernel.ts';
 import { computeExpertUnitsSimd } from '../wasm/experts.ts';
 
@@ -87,6 +87,8 @@ export class CpuThreadPool implements RowCompute {
     this.simd = opts.simd;
     this.scratch.simd = opts.simd?.kernel ?? null;
     this.scratch.simdAct = opts.simd?.acts[0] ?? null;
+    this.scratch.simdScores = opts.simd?.scores[0] ?? null;
+    this.scratch.simdAcc = opts.simd?.accs[0] ?? null;
     this.ctl = new Int32Array(new SharedArrayBuffer(controlSize(threads - 1) * 4));
     const { url, entry } = workerEntry();
     for (let i = 0; i < threads - 1; i++) {
@@ -101,6 +103,8 @@ export class CpuThreadPool implements RowCompute {
         errorPort: errors.port2,
         wasmMemory: opts.simd?.arena.memory,
         wasmAct: opts.simd?.acts[i + 1],
+        wasmScores: opts.simd?.scores[i + 1],
+        wasmAcc: opts.simd?.accs[i + 1],
       };
       const w = new Worker(url, { workerData: init, transferList: [table.port2, errors.port2], name: `residency-cpu-${i + 1}` });
       // A worker never keeps the process alive; its failures surface through the control block.
@@ -204,7 +208,12 @@ export class CpuThreadPool implements RowCompute {
     let total = 0;
     for (let i = 0; i < tokens; i++) total += (pos[i]! + 1) * heads;
     const chunks = Math.min(this.threads * poolTuning.chunksPerThread, count, MAX_CHUNKS);
+    const simd = simdAttention(this.simd, out, q, tokens, keys, values);
     if (this.disposed || chunks < 2 || total * 2 * d < poolTuning.minSplitMacs) {
+      if (simd) {
+        attentionSimd(this.simd!, out, q, tokens, keys, values, pos, heads, kvHeads, d);
+        return;
+      }
       const w = heads * d;
       for (let i = 0; i < tokens; i++) attention(out, i * w, q, i * w, keys[i]!, values[i]!, pos[i]!, heads, kvHeads, d, scores, acc);
       return;
@@ -227,7 +236,7 @@ export class CpuThreadPool implements RowCompute {
       }
     }
     writeBounds(this.ctl, count, chunks, (u) => units[u * ATTN_UNIT + 2]! + 1);
-    this.run(OP_ATTENTION, chunks, [this.id(out), this.id(q), this.id(units), heads, kvHeads, d]);
+    this.run(OP_ATTENTION, chunks, [this.id(out), this.id(q), this.id(units), heads, kvHeads, d, simd ? 1 : 0]);
   }
 
   /** Drops an array from every worker's table (an array about to be freed, e.g. a closed KV cache). */

@@ -16,6 +16,8 @@ function main(init: WorkerInit): void {
   const scratch = jobScratch();
   if (init.wasmMemory) scratch.simd = simdKernel(init.wasmMemory);
   scratch.simdAct = init.wasmAct ?? null;
+  scratch.simdScores = init.wasmScores ?? null;
+  scratch.simdAcc = init.wasmAcc ?? null;
   let gen = 0;
   let last = 0;
   parentPort!.postMessage('ready');

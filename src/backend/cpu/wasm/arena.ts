@@ -16,6 +16,9 @@ export class WasmArena implements Alloc {
   /** Next free byte (16-aligned; address 0 is left unused). */
   private top = 16;
   private readonly own = new WeakSet<Float32Array | Int32Array>();
+  /** Freed reusable blocks by byte size, and the block size of each reusable array handed out. */
+  private readonly freed = new Map<number, number[]>();
+  private readonly blockOf = new WeakMap<Float32Array, number>();
 
   constructor(initialBytes = PAGE) {
     const pages = Math.max(1, Math.ceil(initialBytes / PAGE));
@@ -35,6 +38,38 @@ export class WasmArena implements Alloc {
     const a = new Int32Array(this.memory.buffer, at, n);
     this.own.add(a);
     return a;
+  }
+
+  f64(n: number): Float64Array {
+    const at = this.take(n * 8);
+    return new Float64Array(this.memory.buffer, at, n);
+  }
+
+  /**
+   * A zeroed array that `free` may hand back for reuse (KV caches: sequences open and close for the life
+   * of a server). Blocks are powers of two in bytes, so a few sizes recycle whatever capacities come.
+   */
+  f32Reusable(n: number): Float32Array {
+    let bytes = 16;
+    while (bytes < n * 4) bytes *= 2;
+    const list = this.freed.get(bytes);
+    const at = list && list.length > 0 ? list.pop()! : this.take(bytes);
+    const a = new Float32Array(this.memory.buffer, at, n);
+    a.fill(0);
+    this.own.add(a);
+    this.blockOf.set(a, bytes);
+    return a;
+  }
+
+  /** Hands an array from f32Reusable back (the caller holds it no more); others are ignored. */
+  free(a: Float32Array | Int32Array): void {
+    const bytes = a instanceof Float32Array ? this.blockOf.get(a) : undefined;
+    if (bytes === undefined) return;
+    this.blockOf.delete(a as Float32Array);
+    this.own.delete(a);
+    let list = this.freed.get(bytes);
+    if (!list) this.freed.set(bytes, (list = []));
+    list.push(a.byteOffset);
   }
 
   /** A copy of `a` in the arena. */

@@ -9,6 +9,10 @@ import { wasmApi, type WasmMemory } from './api.ts';
 /** linalg.ts `linearRows` over byte addresses in the kernel's memory. */
 export interface SimdKernel {
   rowsAt(y: number, w: number, x: number, rows: number, outDim: number, inDim: number, o0: number, o1: number): void;
+  /** out[p] (float64) = dot(q, k + p*kStride, d) for p < count (attention-code.ts). */
+  scoresAt(out: number, q: number, k: number, kStride: number, d: number, count: number): void;
+  /** acc[i] (float64) += e[p] * v[p*vStride + i] for p < count in order (attention-code.ts). */
+  wsumAt(acc: number, e: number, v: number, vStride: number, d: number, count: number): void;
 }
 
 let compiled: object | null = null;
@@ -36,11 +40,18 @@ export function simdKernel(memory: WasmMemory): SimdKernel {
   }
   const inst = new wasmApi!.Instance(compiled, { env: { memory } });
   const f = inst.exports.linear_rows as (...a: number[]) => void;
+  const scores = inst.exports.attn_scores as (...a: number[]) => void;
+  const wsum = inst.exports.attn_wsum as (...a: number[]) => void;
   return {
     rowsAt: (y, w, x, rows, outDim, inDim, o0, o1) => {
       calls++;
       f(y, w, x, rows, outDim, inDim, o0, o1);
     },
+    scoresAt: (out, q, k, kStride, d, count) => {
+      calls++;
+      scores(out, q, k, kStride, d, count);
+    },
+    wsumAt: (acc, e, v, vStride, d, count) => wsum(acc, e, v, vStride, d, count),
   };
 }
 

@@ -7,73 +7,8 @@
 // export linear_rows(y, w, x, rows, outDim, inDim, o0, o1): byte addresses y, w, x; for o in [o0, o1),
 // r in [0, rows): y[r*outDim + o] = dot(w[o*inDim..), x[r*inDim..), inDim) — linalg.ts `linearRows`.
 
-/** Unsigned LEB128. */
-function u32(n: number): number[] {
-  const out: number[] = [];
-  do {
-    let b = n & 0x7f;
-    n >>>= 7;
-    if (n !== 0) b |= 0x80;
-    out.push(b);
-  } while (n !== 0);
-  return out;
-}
-
-/** A section: id, byte length, contents. */
-function section(id: number, body: number[]): number[] {
-  return [id, ...u32(body.length), ...body];
-}
-
-/** A vector: count then the items. */
-function vec(items: number[][]): number[] {
-  return [...u32(items.length), ...items.flat()];
-}
-
-const I32 = 0x7f;
-const F64 = 0x7c;
-const V128 = 0x7b;
-
-// Core opcodes used below.
-const get = (i: number): number[] => [0x20, ...u32(i)];
-const set = (i: number): number[] => [0x21, ...u32(i)];
-const tee = (i: number): number[] => [0x22, ...u32(i)];
-const i32c = (n: number): number[] => [0x41, ...sleb(n)];
-const ADD = 0x6a;
-const MUL = 0x6c;
-const LT_U = 0x49;
-const BLOCK = [0x02, 0x40];
-const LOOP = [0x03, 0x40];
-const END = 0x0b;
-const br = (d: number): number[] => [0x0c, ...u32(d)];
-const brIf = (d: number): number[] => [0x0d, ...u32(d)];
-const EQZ = 0x45;
-const f32Load = (off: number): number[] => [0x2a, 2, ...u32(off)];
-const f32Store = [0x38, 2, 0];
-const PROMOTE = 0xbb; // f64.promote_f32
-const DEMOTE = 0xb6; // f32.demote_f64
-const FADD = 0xa0;
-const FMUL = 0xa2;
-// SIMD (prefix 0xfd, LEB opcode).
-const simd = (op: number, ...imm: number[]): number[] => [0xfd, ...u32(op), ...imm];
-const load64Zero = (off: number): number[] => simd(0x5d, 3, ...u32(off)); // v128.load64_zero
-const PROMOTE_LOW = simd(0x5f); // f64x2.promote_low_f32x4
-const VADD = simd(0xf0); // f64x2.add
-const VMUL = simd(0xf2); // f64x2.mul
-const lane = (l: number): number[] => simd(0x21, l); // f64x2.extract_lane
-const F64_ZERO2 = [0x44, 0, 0, 0, 0, 0, 0, 0, 0, ...simd(0x14)]; // f64.const 0; f64x2.splat
-
-function sleb(n: number): number[] {
-  const out: number[] = [];
-  for (;;) {
-    const b = n & 0x7f;
-    n >>= 7;
-    if ((n === 0 && (b & 0x40) === 0) || (n === -1 && (b & 0x40) !== 0)) {
-      out.push(b);
-      return out;
-    }
-    out.push(b | 0x80);
-  }
-}
+import { scoresCode, wsumCode } from './attention-code.ts';
+import { u32, section, vec, I32, F64, V128, get, set, tee, i32c, ADD, MUL, LT_U, BLOCK, LOOP, END, br, brIf, EQZ, f32Load, f32Store, PROMOTE, DEMOTE, FADD, FMUL, simd, load64Zero, PROMOTE_LOW, VADD, VMUL, lane, F64_ZERO2, sleb } from './asm.ts';
 
 // Parameters 0..7: y w x rows outDim inDim o0 o1. Locals after them.
 const [Y, W, X, ROWS, OUTD, IND, O, O1] = [0, 1, 2, 3, 4, 5, 6, 7];
@@ -168,7 +103,8 @@ export const MAX_PAGES = 65536;
 /** The module's bytes (imports a shared memory of at most MAX_PAGES pages). */
 export function linearModuleBytes(): Uint8Array {
   const maxPages = MAX_PAGES;
-  const funcType = [0x60, ...vec(Array.from({ length: 8 }, () => [I32])), 0];
+  const linearType = [0x60, ...vec(Array.from({ length: 8 }, () => [I32])), 0];
+  const attnType = [0x60, ...vec(Array.from({ length: 6 }, () => [I32])), 0];
   const locals = vec([
     [...u32(6), I32],
     [...u32(2), V128],
@@ -176,14 +112,19 @@ export function linearModuleBytes(): Uint8Array {
   ]);
   const code = [...locals, ...body];
   const name = (s: string): number[] => [...u32(s.length), ...[...s].map((c) => c.charCodeAt(0))];
+  const fn = (c: number[]): number[] => [...u32(c.length), ...c];
   const bytes = [
     0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-    ...section(1, vec([funcType])),
+    ...section(1, vec([linearType, attnType])),
     // import env.memory: shared memory, min 1 page (any larger memory satisfies it), max maxPages.
     ...section(2, vec([[...name('env'), ...name('memory'), 0x02, 0x03, ...u32(1), ...u32(maxPages)]])),
-    ...section(3, vec([u32(0)])),
-    ...section(7, vec([[...name('linear_rows'), 0x00, ...u32(0)]])),
-    ...section(10, vec([[...u32(code.length), ...code]])),
+    ...section(3, vec([u32(0), u32(1), u32(1)])),
+    ...section(7, vec([
+      [...name('linear_rows'), 0x00, ...u32(0)],
+      [...name('attn_scores'), 0x00, ...u32(1)],
+      [...name('attn_wsum'), 0x00, ...u32(2)],
+    ])),
+    ...section(10, vec([fn(code), fn(scoresCode), fn(wsumCode)])),
   ];
   return Uint8Array.from(bytes);
 }

@@ -13,6 +13,8 @@ import { linear, linearRows } from '../linalg.ts';
 import { UNIT, computeExpertUnits } from '../expert-units.ts';
 import { computeExpertUnitsSimd } from './experts.ts';
 import { resolveSimd } from './simd-option.ts';
+import { attentionHeadSimd } from './attention.ts';
+import { attentionHead } from '../attention-ops.ts';
 import { createCpuBackend, type CpuBackend } from '../cpu-backend.ts';
 import { mulberry32, syntheticModel } from '../synthetic.ts';
 import { loadModel } from '../../../model/load.ts';
@@ -104,6 +106,46 @@ test('expert units through the kernel: bit-identical to computeExpertUnits (sing
     computeExpertUnitsSimd(k, arena.f32(2 * inter), got, units, 0, list.length, banks, x, hidden, inter);
     assert.ok(bytes(got).equals(bytes(want)), `hidden ${hidden} inter ${inter}`);
   }
+});
+
+test('attention heads through the kernel: bit-identical to attentionHead (GQA, odd head sizes, positions)', () => {
+  const arena = new WasmArena();
+  const k = simdKernel(arena.memory);
+  const rand = mulberry32(21);
+  for (const [nH, nKv, d] of [[4, 2, 16], [2, 1, 7], [3, 3, 5], [8, 2, 64]] as const) {
+    for (const pos of [0, 1, 6, 33]) {
+      const cap = 40;
+      const kc = arena.f32Reusable(cap * nKv * d);
+      const vc = arena.f32Reusable(cap * nKv * d);
+      const q = arena.f32(nH * d + 3);
+      for (const a of [kc, vc, q]) for (let i = 0; i < a.length; i++) a[i] = rand() * 4 - 2;
+      const got = arena.f32(nH * d + 3);
+      const want = new Float32Array(nH * d + 3);
+      for (let h = 0; h < nH; h++) {
+        attentionHeadSimd(k, got, 3, q, 3, kc, vc, pos, h, nH, nKv, d, arena.f64(cap), arena.f64(d));
+        attentionHead(want, 3, q, 3, kc, vc, pos, h, nH, nKv, d, new Float64Array(cap), new Float64Array(d));
+      }
+      assert.ok(bytes(got).equals(bytes(want)), `heads ${nH}/${nKv} d ${d} pos ${pos}`);
+      arena.free(kc);
+      arena.free(vc);
+    }
+  }
+});
+
+test('reusable arena blocks (KV caches) are recycled: zeroed, and the memory stops growing', () => {
+  const arena = new WasmArena(1);
+  const cycle = (n: number): void => {
+    const a = arena.f32Reusable(n);
+    assert.ok(a.every((v) => v === 0));
+    assert.ok(arena.holds(a));
+    a.fill(7);
+    arena.free(a);
+    assert.ok(!arena.holds(a));
+  };
+  for (let i = 0; i < 20; i++) cycle(1000 + 37 * i);
+  const size = arena.memory.buffer.byteLength;
+  for (let i = 0; i < 200; i++) cycle(1000 + ((i * 37) % 740));
+  assert.equal(arena.memory.buffer.byteLength, size);
 });
 
 test('the arena grows without moving or losing arrays handed out before', () => {
