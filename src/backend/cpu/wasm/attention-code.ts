@@ -6,11 +6,9 @@
 //     p < count in order (each element's sum runs over p exactly as the JS loop does; lanes are elements).
 // Addresses and strides in bytes.
 import {
-  ADD, AND, BLOCK, DEMOTE, EQZ, END, F64_ZERO2, FADD, FMUL, LOOP, LT_U, MUL, PROMOTE, PROMOTE_LOW, SPLAT, VADD, VMUL,
+  ADD, AND, BLOCK, EQZ, END, F64_ZERO2, FADD, FMUL, LOOP, LT_U, MUL, PROMOTE, PROMOTE_LOW, SPLAT, VADD, VMUL,
   brIf, f32Load, f64Load, f64Store, get, i32c, lane, load64Zero, set, tee, v128Load, v128Store, u32, I32, F64, V128, vec,
 } from './asm.ts';
-
-void DEMOTE;
 
 /** Loop `body` while local `cur` < local `end` (tested before the first pass). */
 const whileLt = (cur: number, end: number, body: number[]): number[] => [
