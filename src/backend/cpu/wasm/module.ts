@@ -1,5 +1,6 @@
 // The bytes of the SIMD kernel module, assembled by hand (no toolchain) over an imported shared memory:
-// linear_rows here, attn_scores and attn_wsum from attention-code.ts. It reproduces linalg.ts `dot` exactly with f64x2 lanes: lanes (s0, s1) and (s2, s3)
+// linear_rows here, attn_scores and attn_wsum from attention-code.ts. linear_rows reproduces linalg.ts
+// `dot` exactly with f64x2 lanes: lanes (s0, s1) and (s2, s3)
 // accumulate promote(w) * promote(x) (f32 -> f64 is exact; wasm never fuses mul+add, so each step rounds
 // like the JS `s0 += w0 * x0`), then s0 + s1 + (s2 + s3), the scalar tail on s0, and one f32 rounding on
 // store (f32.demote_f64 rounds to nearest even, as a Float32Array store does).
