@@ -85,7 +85,9 @@ export const serveCommand: CliCommand = {
     });
     const { spec } = serving.model;
     const banks = serving.backend.banks;
-    console.error(`serving ${spec.name} on ${serving.server.url} (${v.backend}; ${banks.hotPerLayer}/${banks.experts} experts hot per layer; ` +
+    const cpu = serving.backend as Partial<{ threads: number; simd: boolean }>;
+    const compute = cpu.threads !== undefined ? ` ${cpu.threads} thread${cpu.threads > 1 ? 's' : ''}${cpu.simd ? ', simd' : ''}` : '';
+    console.error(`serving ${spec.name} on ${serving.server.url} (${v.backend}${compute}; ${banks.hotPerLayer}/${banks.experts} experts hot per layer; ` +
       `residency ${serving.driver ? (v.adapt ? 'adapting' : 'frozen until GO or {"freeze": false}') : 'off'}${apiKey ? '; API key required' : ''})`);
     console.error(`dashboard: ${serving.server.url}/   metrics: ${serving.server.url}/metrics`);
     await new Promise<void>((done) => {
