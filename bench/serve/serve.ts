@@ -60,6 +60,7 @@ const reports: LoadReport[] = [];
 for (let r = 0; r < rounds; r++) {
   const { report } = await runLoad({ url, clients, maxTokens: tokens, prompts, apiKey: values['api-key'] });
   reports.push(report);
+  (globalThis as { gc?: () => void }).gc?.(); // heap after GC (the npm script passes --expose-gc)
   const heap = (process.memoryUsage().heapUsed / 2 ** 20).toFixed(1);
   console.log(`round ${r}: ${formatReport(report)}; heap ${heap} MiB`);
 }
