@@ -3,9 +3,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createCpuBackend, type CpuBackend } from './cpu-backend.ts';
 import { mulberry32, syntheticModel } from './synthetic.ts';
+import { randomMap } from './test-helpers.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { ModelWeights } from '../../model/weights.ts';
-import type { RowMap } from '../../residency/rowmap.ts';
 import { ResidencyError } from '../../errors.ts';
 
 const model = syntheticModel({ seed: 7, numExperts: 16, topK: 4 });
@@ -105,19 +105,6 @@ test('prefill in chunks, token by token, or batched with other sequences gives b
   out = b.forward({ chunks: [{ seq: 2, tokens: [9], startPos: 2 }, { seq: 1, tokens: prompt.slice(9), startPos: 9 }], count: false });
   assert.deepEqual(out.logits.subarray(model.spec.vocabSize), whole);
 });
-
-function randomMap(spec: ModelSpec, hot: number, seed: number): RowMap {
-  const rand = mulberry32(seed);
-  const layers_map = Array.from({ length: spec.numLayers }, () => {
-    const ids = Array.from({ length: spec.numExperts }, (_, e) => e);
-    for (let i = ids.length - 1; i > 0; i--) {
-      const j = Math.floor(rand() * (i + 1));
-      [ids[i], ids[j]] = [ids[j]!, ids[i]!];
-    }
-    return { hot: ids.slice(0, hot), cold: ids.slice(hot) };
-  });
-  return { version: 1, model: spec.name, layers: spec.numLayers, experts: spec.numExperts, hot_per_layer: hot, layers_map };
-}
 
 test('the map never changes a result: all hot, first-H hot, a random map, and after random swaps', () => {
   const { spec, weights } = model;

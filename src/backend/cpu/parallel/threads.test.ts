@@ -9,32 +9,16 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createCpuBackend, type CpuBackend } from '../cpu-backend.ts';
-import { mulberry32, syntheticModel } from '../synthetic.ts';
+import { syntheticModel } from '../synthetic.ts';
+import { bytesOf as bytes, randomMap, recordRun } from '../test-helpers.ts';
 import { loadModel } from '../../../model/load.ts';
 import type { ModelSpec } from '../../../model/spec.ts';
 import type { ModelWeights } from '../../../model/weights.ts';
-import type { RowMap } from '../../../residency/rowmap.ts';
 import type { BankPlacement } from '../../slot-tables.ts';
 import { ResidencyError } from '../../../errors.ts';
 
 const MODEL = resolve(process.cwd(), 'models/tiny-moe');
 const FIXTURE = resolve(process.cwd(), '../shared/fixtures/tiny-moe/parity.json');
-
-/** Bytes of a typed array (bit-level comparison: -0 vs 0 and NaN payloads count). */
-const bytes = (a: Float32Array | Int32Array | Uint32Array): Buffer => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
-
-function shuffledMap(spec: ModelSpec, hot: number, seed: number): RowMap {
-  const rand = mulberry32(seed);
-  const layers_map = Array.from({ length: spec.numLayers }, () => {
-    const ids = Array.from({ length: spec.numExperts }, (_, e) => e);
-    for (let i = ids.length - 1; i > 0; i--) {
-      const j = Math.floor(rand() * (i + 1));
-      [ids[i], ids[j]] = [ids[j]!, ids[i]!];
-    }
-    return { hot: ids.slice(0, hot), cold: ids.slice(hot) };
-  });
-  return { version: 1, model: spec.name, layers: spec.numLayers, experts: spec.numExperts, hot_per_layer: hot, layers_map };
-}
 
 /** Everything a run produces, as bytes: per step logits, routing and weights; then counter and digest. */
 interface Trace {
@@ -54,26 +38,8 @@ async function trace(spec: ModelSpec, weights: ModelWeights, threads: number, pl
   try {
     await b.ready();
     assert.equal(b.threads, threads);
-    const steps: Buffer[] = [];
-    const keep = (o: ReturnType<CpuBackend['forward']>): void => {
-      steps.push(Buffer.concat([bytes(o.logits), bytes(o.routing!), bytes(o.routingWeights!)]));
-    };
-    const rand = mulberry32(99);
-    const hot = b.banks.hotPerLayer;
-    const cold = spec.numExperts - hot;
-    for (const prompts of batches) {
-      prompts.forEach((p, s) => b.openSequence(s, p.length + decode));
-      keep(b.forward({ chunks: prompts.map((p, s) => ({ seq: s, tokens: p, startPos: 0 })), count: true, recordRouting: true }));
-      for (let i = 0; i < decode; i++) {
-        if (hot > 0 && cold > 0) {
-          for (let k = 0; k < 5; k++) b.banks.swapRows(Math.floor(rand() * spec.numLayers), Math.floor(rand() * hot), Math.floor(rand() * cold));
-        }
-        const chunks = prompts.map((p, s) => ({ seq: s, tokens: [(p[0]! * 7 + i * 13 + s) % spec.vocabSize], startPos: p.length + i }));
-        keep(b.forward({ chunks, count: i % 2 === 0, recordRouting: true }));
-      }
-      prompts.forEach((_, s) => b.closeSequence(s));
-    }
-    return { steps, counter: bytes(b.readCounter()), digest: b.banks.digest(), workerChunks: b.workerChunks() };
+    const run = recordRun(b, batches, decode, { swapsPerStep: 5, seed: 99, token: (f, i, s) => f * 7 + i * 13 + s, counted: (i) => i % 2 === 0 });
+    return { ...run, workerChunks: b.workerChunks() };
   } finally {
     b.dispose();
   }
@@ -106,7 +72,7 @@ test('synthetic model: threads 2 and 3 are bit-identical to 1 thread (batch 1 an
   const placements: [string, BankPlacement | undefined][] = [
     ['all hot', undefined],
     ['5 hot', { hotPerLayer: 5 }],
-    ['shuffled map, 10 hot', shuffledMap(spec, 10, 3)],
+    ['shuffled map, 10 hot', randomMap(spec, 10, 3)],
     ['all cold', { hotPerLayer: 0 }],
   ];
   const batches = [[[3, 1, 4, 1, 5, 9, 2, 6]], [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9], [3]]];
@@ -122,7 +88,7 @@ test('real model: threads 2 and 3 are bit-identical to 1 thread on parity prompt
   const placements: [string, BankPlacement | undefined][] = [
     ['all hot', undefined],
     ['49 hot', { hotPerLayer: 49 }],
-    ['shuffled map, 40 hot', shuffledMap(spec, 40, 5)],
+    ['shuffled map, 40 hot', randomMap(spec, 40, 5)],
   ];
   await compareThreads(spec, weights, placements, [pick.slice(0, 1), pick], 4);
 });

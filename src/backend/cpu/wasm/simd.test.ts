@@ -17,6 +17,7 @@ import { attentionHeadSimd } from './attention.ts';
 import { attentionHead } from '../attention-ops.ts';
 import { createCpuBackend, type CpuBackend } from '../cpu-backend.ts';
 import { mulberry32, syntheticModel } from '../synthetic.ts';
+import { bytesOf as bytes, recordRun } from '../test-helpers.ts';
 import { loadModel } from '../../../model/load.ts';
 import type { ModelSpec } from '../../../model/spec.ts';
 import type { ModelWeights } from '../../../model/weights.ts';
@@ -24,7 +25,6 @@ import type { BankPlacement } from '../../slot-tables.ts';
 import { ResidencyError } from '../../../errors.ts';
 
 const MODEL = resolve(process.cwd(), 'models/tiny-moe');
-const bytes = (a: Float32Array | Int32Array | Uint32Array): Buffer => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
 /** Values over many magnitudes, signs and some exact zeros (rounding differences would show). */
 function fill(a: Float32Array, rand: () => number): void {
@@ -169,27 +169,8 @@ async function trace(spec: ModelSpec, weights: ModelWeights, threads: number, si
   try {
     await b.ready();
     assert.equal(b.simd, simd);
-    const out: Buffer[] = [];
-    const keep = (o: ReturnType<CpuBackend['forward']>): void => {
-      out.push(Buffer.concat([bytes(o.logits), bytes(o.routing!), bytes(o.routingWeights!)]));
-    };
-    const rand = mulberry32(42);
-    const hot = b.banks.hotPerLayer;
-    const cold = spec.numExperts - hot;
-    for (const prompts of batches) {
-      prompts.forEach((p, s) => b.openSequence(s, p.length + decode));
-      keep(b.forward({ chunks: prompts.map((p, s) => ({ seq: s, tokens: p, startPos: 0 })), count: true, recordRouting: true }));
-      for (let i = 0; i < decode; i++) {
-        if (hot > 0 && cold > 0) {
-          for (let k = 0; k < 3; k++) b.banks.swapRows(Math.floor(rand() * spec.numLayers), Math.floor(rand() * hot), Math.floor(rand() * cold));
-        }
-        const chunks = prompts.map((p, s) => ({ seq: s, tokens: [(p[0]! * 5 + i * 17 + s) % spec.vocabSize], startPos: p.length + i }));
-        keep(b.forward({ chunks, count: true, recordRouting: true }));
-      }
-      prompts.forEach((_, s) => b.closeSequence(s));
-    }
-    out.push(bytes(b.readCounter()), Buffer.from(b.banks.digest()));
-    return out;
+    const run = recordRun(b, batches, decode, { swapsPerStep: 3, seed: 42, token: (f, i, s) => f * 5 + i * 17 + s, counted: () => true });
+    return [...run.steps, run.counter, Buffer.from(run.digest)];
   } finally {
     b.dispose();
   }

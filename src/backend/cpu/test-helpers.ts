@@ -1,0 +1,67 @@
+// Test-only helpers shared by the CPU backend's bit-identity suites (maps, threads, SIMD): a random map, and
+// a recorded run (every step's output bytes, then counter and digest) to compare configurations byte for byte.
+import type { Backend } from '../backend.ts';
+import type { ModelSpec } from '../../model/spec.ts';
+import type { RowMap } from '../../residency/rowmap.ts';
+import { mulberry32, shuffled } from '../../util/rng.ts';
+
+/** Bytes of a typed array (bit-level comparison: -0 vs 0 and NaN payloads count). */
+export const bytesOf = (a: Float32Array | Int32Array | Uint32Array): Buffer => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+
+/** A map with `hot` experts per layer, each layer's experts in a seeded random order. */
+export function randomMap(spec: ModelSpec, hot: number, seed: number): RowMap {
+  const rand = mulberry32(seed);
+  const layers_map = Array.from({ length: spec.numLayers }, () => {
+    const ids = shuffled(Array.from({ length: spec.numExperts }, (_, e) => e), rand);
+    return { hot: ids.slice(0, hot), cold: ids.slice(hot) };
+  });
+  return { version: 1, model: spec.name, layers: spec.numLayers, experts: spec.numExperts, hot_per_layer: hot, layers_map };
+}
+
+/** What a recorded run does between and in its decode steps. */
+export interface RunSchedule {
+  /** Random hot/cold row swaps before each decode step (when the map has both banks). */
+  readonly swapsPerStep: number;
+  readonly seed: number;
+  /** The token fed at decode step `i` to sequence `s` whose prompt starts with `first`. */
+  readonly token: (first: number, i: number, s: number) => number;
+  /** Whether decode step `i` is counted. */
+  readonly counted: (i: number) => boolean;
+}
+
+export interface RunRecord {
+  /** Per step: logits, routing and routing weights, as bytes. */
+  readonly steps: Buffer[];
+  readonly counter: Buffer;
+  readonly digest: string;
+}
+
+/**
+ * For each batch of prompts in turn: prefill them (one chunk each), then `decode` steps on the schedule,
+ * swapping random rows between steps; records every step's outputs.
+ */
+export function recordRun(b: Backend, batches: number[][][], decode: number, sched: RunSchedule): RunRecord {
+  const { spec } = b;
+  const steps: Buffer[] = [];
+  const keep = (o: ReturnType<Backend['forward']>): void => {
+    steps.push(Buffer.concat([bytesOf(o.logits), bytesOf(o.routing!), bytesOf(o.routingWeights!)]));
+  };
+  const rand = mulberry32(sched.seed);
+  const hot = b.banks.hotPerLayer;
+  const cold = spec.numExperts - hot;
+  for (const prompts of batches) {
+    prompts.forEach((p, s) => b.openSequence(s, p.length + decode));
+    keep(b.forward({ chunks: prompts.map((p, s) => ({ seq: s, tokens: p, startPos: 0 })), count: true, recordRouting: true }));
+    for (let i = 0; i < decode; i++) {
+      if (hot > 0 && cold > 0) {
+        for (let k = 0; k < sched.swapsPerStep; k++) {
+          b.banks.swapRows(Math.floor(rand() * spec.numLayers), Math.floor(rand() * hot), Math.floor(rand() * cold));
+        }
+      }
+      const chunks = prompts.map((p, s) => ({ seq: s, tokens: [sched.token(p[0]!, i, s) % spec.vocabSize], startPos: p.length + i }));
+      keep(b.forward({ chunks, count: sched.counted(i), recordRouting: true }));
+    }
+    prompts.forEach((_, s) => b.closeSequence(s));
+  }
+  return { steps, counter: bytesOf(b.readCounter()), digest: b.banks.digest() };
+}
