@@ -40,6 +40,7 @@ import { loadExpanded } from './bench.ts';
 import { CpuCostExecutor } from './executor.ts';
 import { BIG } from './geometry.ts';
 import { runTiered, type PlacementMode } from './harness.ts';
+import { domainFitPolicy } from './reference-policies.ts';
 
 const argv = process.argv.slice(2);
 const opt = (name: string, dflt: string) => { const i = argv.indexOf(`--${name}`); return i >= 0 ? argv[i + 1]! : dflt; };
@@ -98,24 +99,6 @@ function estimatorPolicy(kind: 'ewma' | 'cum', every: number, halfLife: number):
           ids.sort((a, b) => (state[b]! - state[a]!) || (hot[b]! - hot[a]!) || a - b);
           ids.forEach((i, rank) => { const want = rank < g.hotPerLayer ? 1 : 0; if (want && !hot[i]) entered++; hot[i] = want; });
         }
-        return { swaps: entered, copies: 0, refused: 0 };
-      },
-    };
-  };
-}
-
-/** Per phase, the top-H map of the phase's domains fitted on their whole traces (all documents), placed free at the phase start. */
-function domainFitPolicy(set: TraceSet, phases: string): PolicyFactory {
-  return (ctx) => {
-    const maps = parsePhases(phases, set).map((ph) => hotMaskOf(fitOn(set, ctx.geometry, ph.domains, 'noise')));
-    const hot = Uint8Array.from(maps[0]!);
-    return {
-      name: 'domain-fit', geometry: ctx.geometry, hot, movesPerStep: Infinity,
-      afterStep(step: SimStep): Moves {
-        const next = ctx.steps[step.index + 1];
-        if (!next || next.phase === step.phase) return { swaps: 0, copies: 0, refused: 0 };
-        let entered = 0;
-        maps[next.phase]!.forEach((v, i) => { if (v && !hot[i]) entered++; hot[i] = v; });
         return { swaps: entered, copies: 0, refused: 0 };
       },
     };

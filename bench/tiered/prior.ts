@@ -37,6 +37,7 @@ import { loadExpanded } from './bench.ts';
 import { CpuCostExecutor } from './executor.ts';
 import { BIG } from './geometry.ts';
 import { runTiered, type PlacementMode } from './harness.ts';
+import { domainFitPolicy } from './reference-policies.ts';
 
 const argv = process.argv.slice(2);
 const opt = (name: string, dflt: string) => { const i = argv.indexOf(`--${name}`); return i >= 0 ? argv[i + 1]! : dflt; };
@@ -142,24 +143,6 @@ function priorAdaptive(budgets: Partial<Budgets>, prior: Float64Array, weight: n
           applied++;
         }
         return { swaps: applied, copies: 0, refused };
-      },
-    };
-  };
-}
-
-/** Per phase, top-H of the phase's domains' whole (scored) traces, placed free at the phase start. */
-function domainFitPolicy(set: TraceSet, phases: string): PolicyFactory {
-  return (ctx) => {
-    const maps = parsePhases(phases, set).map((ph) => hotMaskOf(fitOn(set, ctx.geometry, ph.domains, 'prior')));
-    const hot = Uint8Array.from(maps[0]!);
-    return {
-      name: 'domain-fit', geometry: ctx.geometry, hot, movesPerStep: Infinity,
-      afterStep(step: SimStep): Moves {
-        const next = ctx.steps[step.index + 1];
-        if (!next || next.phase === step.phase) return { swaps: 0, copies: 0, refused: 0 };
-        let entered = 0;
-        maps[next.phase]!.forEach((v, i) => { if (v && !hot[i]) entered++; hot[i] = v; });
-        return { swaps: entered, copies: 0, refused: 0 };
       },
     };
   };
