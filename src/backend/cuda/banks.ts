@@ -9,6 +9,7 @@ import type { RawTensor } from '../../model/weights.ts';
 import { layerTensorNames } from '../../model/architecture.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
 import type { CudaDriver } from './driver.ts';
+import { ResourceScope, type ReleaseFailureSink } from './resource-scope.ts';
 
 export class CudaExpertBanks implements ExpertBanks {
   readonly layers: number;
@@ -23,43 +24,60 @@ export class CudaExpertBanks implements ExpertBanks {
   private readonly coldHost: { host: Uint8Array; hostPtr: bigint }[] = [];
   private readonly tables: SlotTables;
   private readonly scratchRow: bigint;
+  /** Every device and pinned block of the banks, released in reverse by dispose() or a failed constructor. */
+  private readonly scope: ResourceScope;
 
-  constructor(private readonly d: CudaDriver, spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, placement?: BankPlacement) {
-    this.layers = spec.numLayers;
-    this.experts = spec.numExperts;
-    const rows = placementRows(spec, placement);
-    this.tables = new SlotTables(rows, spec.numExperts);
-    this.hotPerLayer = this.tables.hotPerLayer;
-    const part = spec.expertIntermediate * spec.hiddenSize * 2;
-    this.rowBytes = 3 * part;
-    const E = this.experts;
-    this.slotTableDev = d.alloc(4 * this.layers * E, 'slot tables');
-    this.scratchRow = d.alloc(this.rowBytes, 'swap scratch row');
-    const coldRows = E - this.hotPerLayer;
-    for (let l = 0; l < this.layers; l++) {
-      const names = layerTensorNames(l);
-      const { hot, cold } = rows[l]!;
-      const rowOf = (e: number): Uint8Array => {
-        const n = names.expert(e);
-        const row = new Uint8Array(this.rowBytes);
-        [n.gate, n.up, n.down].forEach((name, i) => row.set(bf16(raw, name, part), i * part));
-        return row;
-      };
-      const hotHost = new Uint8Array(this.hotPerLayer * this.rowBytes);
-      hot.forEach((e, r) => hotHost.set(rowOf(e), r * this.rowBytes));
-      const hotDev = d.alloc(hotHost.byteLength, `hot bank layer ${l} (${this.hotPerLayer} rows)`);
-      d.htod(hotDev, hotHost);
-      this.hotDev.push(hotDev);
-      if (coldRows > 0) {
-        const m = d.allocMappedHost(coldRows * this.rowBytes, `cold bank layer ${l} (${coldRows} rows)`);
-        cold.forEach((e, r) => m.host.set(rowOf(e), r * this.rowBytes));
-        this.coldHost.push(m);
-        this.coldDev.push(m.dev);
-      } else {
-        this.coldHost.push({ host: new Uint8Array(0), hostPtr: 0n });
-        this.coldDev.push(0n);
+  constructor(
+    private readonly d: CudaDriver,
+    spec: ModelSpec,
+    raw: ReadonlyMap<string, RawTensor>,
+    placement?: BankPlacement,
+    onReleaseFailure?: ReleaseFailureSink,
+  ) {
+    const scope = new ResourceScope('cuda expert banks', onReleaseFailure);
+    this.scope = scope;
+    try {
+      // All or nothing: a failed allocation, upload or tensor check releases what was allocated so far.
+      const alloc = (bytes: number, what: string): bigint => scope.acquire(what, () => d.alloc(bytes, what), (p) => d.free(p));
+      this.layers = spec.numLayers;
+      this.experts = spec.numExperts;
+      const rows = placementRows(spec, placement);
+      this.tables = new SlotTables(rows, spec.numExperts);
+      this.hotPerLayer = this.tables.hotPerLayer;
+      const part = spec.expertIntermediate * spec.hiddenSize * 2;
+      this.rowBytes = 3 * part;
+      const E = this.experts;
+      this.slotTableDev = alloc(4 * this.layers * E, 'slot tables');
+      this.scratchRow = alloc(this.rowBytes, 'swap scratch row');
+      const coldRows = E - this.hotPerLayer;
+      for (let l = 0; l < this.layers; l++) {
+        const names = layerTensorNames(l);
+        const { hot, cold } = rows[l]!;
+        const rowOf = (e: number): Uint8Array => {
+          const n = names.expert(e);
+          const row = new Uint8Array(this.rowBytes);
+          [n.gate, n.up, n.down].forEach((name, i) => row.set(bf16(raw, name, part), i * part));
+          return row;
+        };
+        const hotHost = new Uint8Array(this.hotPerLayer * this.rowBytes);
+        hot.forEach((e, r) => hotHost.set(rowOf(e), r * this.rowBytes));
+        const hotDev = alloc(hotHost.byteLength, `hot bank layer ${l} (${this.hotPerLayer} rows)`);
+        d.htod(hotDev, hotHost);
+        this.hotDev.push(hotDev);
+        if (coldRows > 0) {
+          const what = `cold bank layer ${l} (${coldRows} rows)`;
+          const m = scope.acquire(what, () => d.allocMappedHost(coldRows * this.rowBytes, what), (c) => d.freeHost(c.hostPtr));
+          cold.forEach((e, r) => m.host.set(rowOf(e), r * this.rowBytes));
+          this.coldHost.push(m);
+          this.coldDev.push(m.dev);
+        } else {
+          this.coldHost.push({ host: new Uint8Array(0), hostPtr: 0n });
+          this.coldDev.push(0n);
+        }
+        d.htod(this.slotTableDev + BigInt(4 * l * E), this.tables.slots[l]!);
       }
-      d.htod(this.slotTableDev + BigInt(4 * l * E), this.tables.slots[l]!);
+    } catch (e) {
+      throw scope.unwind(e);
     }
   }
 
@@ -98,11 +116,9 @@ export class CudaExpertBanks implements ExpertBanks {
     return h.digest('hex');
   }
 
+  /** Frees every bank block, last allocated first; idempotent; a failed free is reported, the rest still run. */
   dispose(): void {
-    for (const p of this.hotDev) this.d.free(p);
-    for (const c of this.coldHost) if (c.hostPtr !== 0n) this.d.freeHost(c.hostPtr);
-    this.d.free(this.slotTableDev);
-    this.d.free(this.scratchRow);
+    this.scope.close();
   }
 }
 

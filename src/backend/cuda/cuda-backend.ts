@@ -16,6 +16,7 @@ import {
   ROW_DEV_BYTES, STEP_HEADER_BYTES, decodeLayersSmemBytes, encodeLayers, expertFfnSmemBytes, lmHeadSmemBytes, rowSmemBytes, encodeModel, encodeStep, encodeWork,
   type ModelDims, type RowInput, type WorkPointers,
 } from './layout.ts';
+import { ResourceScope, type ReleaseFailureSink } from './resource-scope.ts';
 import { DEFAULT_BUCKETS, bucketFor, planSubsteps, type PlannedRow } from './plan.ts';
 
 export interface CudaBackendOptions {
@@ -35,6 +36,8 @@ export interface CudaBackendOptions {
   readonly rowThreads?: number;
   /** Directory of the compiled fatbins (default: found next to the bundle or in dist/kernels). */
   readonly kernelDir?: string;
+  /** Where a failed release during dispose() or a failed construction is reported (default: a warning line). */
+  readonly onReleaseFailure?: ReleaseFailureSink;
 }
 
 const ROW_THREADS = 1024; // decode_layers / attn_route: one block per row (default)
@@ -60,7 +63,11 @@ export class CudaBackend implements Backend {
   readonly fused: boolean;
   readonly rowThreads: number;
   private readonly fns: Map<KernelName, bigint>;
-  private readonly owned: bigint[] = [];
+  /**
+   * Everything this backend holds on the driver (modules, stream, banks, buffers, pinned blocks, and later
+   * graphs and KV caches), released last-acquired-first by dispose() or a failed constructor.
+   */
+  private readonly scope: ResourceScope;
   private readonly modelDev: bigint;
   private readonly counterDev: bigint;
   private readonly stepDev: bigint;
@@ -86,61 +93,69 @@ export class CudaBackend implements Backend {
     this.fused = opts.fused ?? false;
     this.rowThreads = opts.rowThreads ?? ROW_THREADS;
     checkCudaSupport(s, this.rowThreads, FFN_THREADS, this.fused); // before anything is allocated
-    const kernels: LoadedKernels = loadKernelModules(d, opts.kernelDir);
-    this.fns = kernels.fns;
-    this.stream = d.streamCreate();
-    this.banks = new CudaExpertBanks(d, s, raw, opts.placement);
-    const up = (name: string): bigint => {
-      const bytes = bf16(raw, name);
-      const p = this.alloc(bytes.byteLength, name);
-      d.htod(p, bytes);
-      return p;
-    };
-    const E = s.numExperts;
-    const layers = Array.from({ length: s.numLayers }, (_, l) => {
-      const n = layerTensorNames(l);
-      return {
-        inNorm: up(n.inputNorm), qProj: up(n.qProj), kProj: up(n.kProj), vProj: up(n.vProj), oProj: up(n.oProj),
-        qNorm: up(n.qNorm), kNorm: up(n.kNorm), postNorm: up(n.postAttnNorm), router: up(n.router),
-        hot: this.banks.hotDev[l]!, cold: this.banks.coldDev[l]!, slots: this.banks.slotTableDev + BigInt(4 * l * E),
+    const scope = new ResourceScope('cuda backend', opts.onReleaseFailure);
+    this.scope = scope;
+    // All or nothing: every module, stream and buffer is recorded in the scope as it is acquired, so a
+    // failure half way (out of memory, a tensor that is not bf16, a missing fatbin) releases all of them.
+    try {
+      const kernels: LoadedKernels = loadKernelModules(d, scope, opts.kernelDir);
+      this.fns = kernels.fns;
+      this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
+      this.banks = scope.adopt(new CudaExpertBanks(d, s, raw, opts.placement, opts.onReleaseFailure), 'expert banks', (b) => b.dispose());
+      const up = (name: string): bigint => {
+        const bytes = bf16(raw, name);
+        const p = this.alloc(bytes.byteLength, name);
+        d.htod(p, bytes);
+        return p;
       };
-    });
-    const layersBytes = encodeLayers(layers);
-    const layersDev = this.alloc(layersBytes.byteLength, 'layer descriptors');
-    d.htod(layersDev, layersBytes);
-    const embed = up(EMBED);
-    const lmHead = s.tieWordEmbeddings ? embed : up(LM_HEAD);
-    this.counterDev = this.alloc(4 * s.numLayers * E, 'counter table');
-    d.memsetD8(this.counterDev, 0, 4 * s.numLayers * E);
-    this.dims = {
-      H: s.hiddenSize, nh: s.numHeads, nkv: s.numKvHeads, hd: s.headDim, E, K: s.topK, I: s.expertIntermediate,
-      V: s.vocabSize, L: s.numLayers, normTopk: s.normTopkProb, hotRows: this.banks.hotPerLayer, maxPos: s.maxPositions,
-      eps: s.rmsNormEps, theta: s.ropeTheta,
-    };
-    const modelBytes = encodeModel(this.dims, { embed, finalNorm: up(FINAL_NORM), lmHead, counter: this.counterDev, layers: layersDev });
-    this.modelDev = this.alloc(modelBytes.byteLength, 'model descriptor');
-    d.htod(this.modelDev, modelBytes);
-    for (const group of ['layer', 'moe'] as const) setModelConstants(d, kernels.modules.get(group)!, modelBytes, layersBytes);
+      const E = s.numExperts;
+      const layers = Array.from({ length: s.numLayers }, (_, l) => {
+        const n = layerTensorNames(l);
+        return {
+          inNorm: up(n.inputNorm), qProj: up(n.qProj), kProj: up(n.kProj), vProj: up(n.vProj), oProj: up(n.oProj),
+          qNorm: up(n.qNorm), kNorm: up(n.kNorm), postNorm: up(n.postAttnNorm), router: up(n.router),
+          hot: this.banks.hotDev[l]!, cold: this.banks.coldDev[l]!, slots: this.banks.slotTableDev + BigInt(4 * l * E),
+        };
+      });
+      const layersBytes = encodeLayers(layers);
+      const layersDev = this.alloc(layersBytes.byteLength, 'layer descriptors');
+      d.htod(layersDev, layersBytes);
+      const embed = up(EMBED);
+      const lmHead = s.tieWordEmbeddings ? embed : up(LM_HEAD);
+      this.counterDev = this.alloc(4 * s.numLayers * E, 'counter table');
+      d.memsetD8(this.counterDev, 0, 4 * s.numLayers * E);
+      this.dims = {
+        H: s.hiddenSize, nh: s.numHeads, nkv: s.numKvHeads, hd: s.headDim, E, K: s.topK, I: s.expertIntermediate,
+        V: s.vocabSize, L: s.numLayers, normTopk: s.normTopkProb, hotRows: this.banks.hotPerLayer, maxPos: s.maxPositions,
+        eps: s.rmsNormEps, theta: s.ropeTheta,
+      };
+      const modelBytes = encodeModel(this.dims, { embed, finalNorm: up(FINAL_NORM), lmHead, counter: this.counterDev, layers: layersDev });
+      this.modelDev = this.alloc(modelBytes.byteLength, 'model descriptor');
+      d.htod(this.modelDev, modelBytes);
+      for (const group of ['layer', 'moe'] as const) setModelConstants(d, kernels.modules.get(group)!, modelBytes, layersBytes);
 
-    const B = this.buckets[this.buckets.length - 1]!;
-    const { H, K, L, V } = this.dims;
-    this.work = {
-      hidden: this.alloc(4 * B * H, 'hidden'), xn: this.alloc(4 * B * H, 'xn'),
-      pickExpert: this.alloc(4 * B * L * K, 'picks'), pickWeight: this.alloc(4 * B * L * K, 'pick weights'),
-      pickSlot: this.alloc(4 * B * K, 'pick slots'), partial: this.alloc(4 * B * K * H, 'expert outputs'),
-      logits: this.alloc(4 * B * V, 'logits'), amax: this.alloc(8 * B, 'argmax'),
-    };
-    this.workBytes = encodeWork(this.work);
-    const stepBytes = STEP_HEADER_BYTES + B * ROW_DEV_BYTES;
-    this.stepDev = this.alloc(stepBytes, 'step input');
-    this.stepHost = d.allocPinned(stepBytes, 'step input');
-    this.logitsHost = d.allocPinned(4 * B * V, 'logits');
-    this.picksHost = d.allocPinned(8 * B * L * K, 'routing record');
-    this.amaxHost = d.allocPinned(8 * B, 'argmax');
-    this.rowSmem = rowSmemBytes(this.dims, this.rowThreads);
-    this.decodeSmem = decodeLayersSmemBytes(this.dims, this.rowThreads);
-    if (this.rowSmem > 48 * 1024) d.setMaxDynamicSmem(this.fns.get('attn_route')!, this.rowSmem, 'attn_route');
-    if (this.decodeSmem > 48 * 1024) d.setMaxDynamicSmem(this.fns.get('decode_layers')!, this.decodeSmem, 'decode_layers');
+      const B = this.buckets[this.buckets.length - 1]!;
+      const { H, K, L, V } = this.dims;
+      this.work = {
+        hidden: this.alloc(4 * B * H, 'hidden'), xn: this.alloc(4 * B * H, 'xn'),
+        pickExpert: this.alloc(4 * B * L * K, 'picks'), pickWeight: this.alloc(4 * B * L * K, 'pick weights'),
+        pickSlot: this.alloc(4 * B * K, 'pick slots'), partial: this.alloc(4 * B * K * H, 'expert outputs'),
+        logits: this.alloc(4 * B * V, 'logits'), amax: this.alloc(8 * B, 'argmax'),
+      };
+      this.workBytes = encodeWork(this.work);
+      const stepBytes = STEP_HEADER_BYTES + B * ROW_DEV_BYTES;
+      this.stepDev = this.alloc(stepBytes, 'step input');
+      this.stepHost = this.allocPinned(stepBytes, 'step input');
+      this.logitsHost = this.allocPinned(4 * B * V, 'logits');
+      this.picksHost = this.allocPinned(8 * B * L * K, 'routing record');
+      this.amaxHost = this.allocPinned(8 * B, 'argmax');
+      this.rowSmem = rowSmemBytes(this.dims, this.rowThreads);
+      this.decodeSmem = decodeLayersSmemBytes(this.dims, this.rowThreads);
+      if (this.rowSmem > 48 * 1024) d.setMaxDynamicSmem(this.fns.get('attn_route')!, this.rowSmem, 'attn_route');
+      if (this.decodeSmem > 48 * 1024) d.setMaxDynamicSmem(this.fns.get('decode_layers')!, this.decodeSmem, 'decode_layers');
+    } catch (e) {
+      throw scope.unwind(e);
+    }
   }
 
   openSequence(seq: number, capacity: number): void {
@@ -149,15 +164,17 @@ export class CudaBackend implements Backend {
       throw new ResidencyError('BAD_ARGUMENT', `openSequence: capacity ${capacity} must be an integer in [1, ${this.spec.maxPositions}]`);
     }
     const bytes = this.spec.numLayers * capacity * 2 * this.dims.nkv * this.dims.hd * 4;
-    this.seqs.set(seq, { kv: this.driver.alloc(bytes, `KV cache of seq ${seq} (${capacity} positions)`), cap: capacity });
+    const what = `KV cache of seq ${seq} (${capacity} positions)`;
+    const kv = this.scope.acquire(what, () => this.driver.alloc(bytes, what), (p) => this.driver.free(p));
+    this.seqs.set(seq, { kv, cap: capacity });
   }
 
   closeSequence(seq: number): void {
     const c = this.seqs.get(seq);
     if (!c) return;
     this.driver.streamSync(this.stream, 'closeSequence');
-    this.driver.free(c.kv);
     this.seqs.delete(seq);
+    this.scope.releaseEarly(c.kv);
   }
 
   forward(input: StepInput): StepOutput {
@@ -215,16 +232,19 @@ export class CudaBackend implements Backend {
     return out;
   }
 
+  /**
+   * Releases everything the backend holds, last acquired first: graphs and KV caches, buffers, pinned
+   * blocks, banks, the stream, the modules. Idempotent. A release that fails is reported (onReleaseFailure)
+   * and the others still run, so one bad handle never leaks the rest.
+   */
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    const d = this.driver;
-    d.streamSync(this.stream, 'dispose');
-    for (const g of this.graphs.values()) d.graphDestroy(g);
-    for (const s of this.seqs.values()) d.free(s.kv);
-    for (const p of this.owned) d.free(p);
-    for (const h of [this.stepHost, this.logitsHost, this.picksHost, this.amaxHost]) d.freeHost(h.hostPtr);
-    this.banks.dispose();
+    // Recorded last so it runs first: queued work may still read the buffers about to be freed.
+    this.scope.defer('wait for the stream', () => this.driver.streamSync(this.stream, 'dispose'));
+    this.scope.close();
+    this.graphs.clear();
+    this.seqs.clear();
   }
 
   /** Uploads one sub-step's rows (padded to its bucket) and runs it: graph replay or eager launches. */
@@ -245,7 +265,8 @@ export class CudaBackend implements Backend {
   graphFor(bucket: number): bigint {
     let g = this.graphs.get(bucket);
     if (g === undefined) {
-      g = this.driver.captureGraph(this.stream, () => this.enqueueStep(bucket), `decode graph, bucket ${bucket}`);
+      const what = `decode graph, bucket ${bucket}`;
+      g = this.scope.acquire(what, () => this.driver.captureGraph(this.stream, () => this.enqueueStep(bucket), what), (x) => this.driver.graphDestroy(x));
       this.graphs.set(bucket, g);
     }
     return g;
@@ -332,8 +353,10 @@ export class CudaBackend implements Backend {
   }
 
   private alloc(bytes: number, what: string): bigint {
-    const p = this.driver.alloc(bytes, what);
-    this.owned.push(p);
-    return p;
+    return this.scope.acquire(what, () => this.driver.alloc(bytes, what), (p) => this.driver.free(p));
+  }
+
+  private allocPinned(bytes: number, what: string): { host: Uint8Array; hostPtr: bigint } {
+    return this.scope.acquire(`pinned ${what}`, () => this.driver.allocPinned(bytes, what), (h) => this.driver.freeHost(h.hostPtr));
   }
 }

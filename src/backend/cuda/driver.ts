@@ -32,21 +32,27 @@ export interface CudaDriver {
   dtohAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
   memsetD8(dst: bigint, value: number, bytes: number): void;
   loadModule(image: Uint8Array, what: string): bigint;
+  unloadModule(module: bigint): void;
   getFunction(module: bigint, name: string): bigint;
   /** A module-scope __constant__ / __device__ variable: its device address and size. */
   getGlobal(module: bigint, name: string): { ptr: bigint; bytes: number };
   setMaxDynamicSmem(fn: bigint, bytes: number, name: string): void;
   launch(fn: bigint, name: string, grid: [number, number, number], block: number, smem: number, stream: bigint, args: KernelArg[]): void;
   streamCreate(): bigint;
+  /** Destroys a stream (work already queued on it still completes). */
+  streamDestroy(stream: bigint): void;
   streamSync(stream: bigint, what: string): void;
   /** Capture the launches `body` makes on `stream` into an instantiated graph. */
   captureGraph(stream: bigint, body: () => void, what: string): bigint;
   graphLaunch(exec: bigint, stream: bigint): void;
+  /** Destroys an instantiated graph (cuGraphExecDestroy), as returned by captureGraph. */
   graphDestroy(exec: bigint): void;
   eventCreate(): bigint;
+  eventDestroy(ev: bigint): void;
   eventRecord(ev: bigint, stream: bigint): void;
   /** Milliseconds between two recorded events (after the second completed). */
   eventElapsed(start: bigint, end: bigint): number;
+  /** Free and total device memory (cuMemGetInfo): the GPU tests check that dispose() gives it back. */
   memInfo(): { free: number; total: number };
 }
 
@@ -77,6 +83,7 @@ const PROTOTYPES: Record<string, string> = {
   cuMemcpyDtoHAsync: 'int cuMemcpyDtoHAsync_v2(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream)',
   cuMemsetD8: 'int cuMemsetD8_v2(uint64_t dst, uint8_t value, size_t n)',
   cuModuleLoadData: 'int cuModuleLoadData(void *module, void *image)',
+  cuModuleUnload: 'int cuModuleUnload(uint64_t module)',
   cuModuleGetFunction: 'int cuModuleGetFunction(void *fn, uint64_t module, const char *name)',
   cuModuleGetGlobal: 'int cuModuleGetGlobal_v2(void *dptr, void *bytes, uint64_t module, const char *name)',
   cuFuncSetAttribute: 'int cuFuncSetAttribute(uint64_t fn, int attrib, int value)',
@@ -84,6 +91,7 @@ const PROTOTYPES: Record<string, string> = {
     'int cuLaunchKernel(uint64_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t smem, uint64_t stream, void *params, uint64_t extra)',
   cuStreamCreate: 'int cuStreamCreate(void *stream, uint32_t flags)',
   cuStreamSynchronize: 'int cuStreamSynchronize(uint64_t stream)',
+  cuStreamDestroy: 'int cuStreamDestroy_v2(uint64_t stream)',
   cuStreamBeginCapture: 'int cuStreamBeginCapture_v2(uint64_t stream, int mode)',
   cuStreamEndCapture: 'int cuStreamEndCapture(uint64_t stream, void *graph)',
   cuGraphInstantiateWithFlags: 'int cuGraphInstantiateWithFlags(void *exec, uint64_t graph, uint64_t flags)',
@@ -92,6 +100,7 @@ const PROTOTYPES: Record<string, string> = {
   cuGraphLaunch: 'int cuGraphLaunch(uint64_t exec, uint64_t stream)',
   cuEventCreate: 'int cuEventCreate(void *ev, uint32_t flags)',
   cuEventRecord: 'int cuEventRecord(uint64_t ev, uint64_t stream)',
+  cuEventDestroy: 'int cuEventDestroy_v2(uint64_t ev)',
   cuEventSynchronize: 'int cuEventSynchronize(uint64_t ev)',
   cuEventElapsedTime: 'int cuEventElapsedTime(void *ms, uint64_t start, uint64_t end)',
 };
@@ -161,15 +170,26 @@ function makeDriver(koffi: Koffi, f: Record<string, Fn>): CudaDriver {
       const p = out8();
       call('cuMemHostAlloc', `${formatBytes(bytes)} mapped for ${what}`, p, Math.max(bytes, 1), CU_MEMHOSTALLOC_DEVICEMAP);
       const hostPtr = p.readBigUInt64LE(0);
-      const d = out8();
-      call('cuMemHostGetDevicePointer', what, d, hostPtr, 0);
-      return { host: hostView(koffi, hostPtr, bytes), dev: d.readBigUInt64LE(0), hostPtr };
+      // All or nothing: the pinned block is freed again if mapping or viewing it fails.
+      try {
+        const d = out8();
+        call('cuMemHostGetDevicePointer', what, d, hostPtr, 0);
+        return { host: hostView(koffi, hostPtr, bytes), dev: d.readBigUInt64LE(0), hostPtr };
+      } catch (e) {
+        f['cuMemFreeHost']!(hostPtr);
+        throw e;
+      }
     },
     allocPinned(bytes, what) {
       const p = out8();
       call('cuMemHostAlloc', `${formatBytes(bytes)} pinned for ${what}`, p, Math.max(bytes, 1), 0);
       const hostPtr = p.readBigUInt64LE(0);
-      return { host: hostView(koffi, hostPtr, bytes), hostPtr };
+      try {
+        return { host: hostView(koffi, hostPtr, bytes), hostPtr };
+      } catch (e) {
+        f['cuMemFreeHost']!(hostPtr);
+        throw e;
+      }
     },
     freeHost(hostPtr) {
       call('cuMemFreeHost', '', hostPtr);
@@ -197,6 +217,9 @@ function makeDriver(koffi: Koffi, f: Record<string, Fn>): CudaDriver {
       call('cuModuleLoadData', what, m, image);
       return m.readBigUInt64LE(0);
     },
+    unloadModule(module) {
+      call('cuModuleUnload', '', module);
+    },
     getFunction(module, name) {
       const fn = out8();
       call('cuModuleGetFunction', name, fn, module, name);
@@ -221,6 +244,9 @@ function makeDriver(koffi: Koffi, f: Record<string, Fn>): CudaDriver {
       call('cuStreamCreate', '', s, CU_STREAM_NON_BLOCKING);
       return s.readBigUInt64LE(0);
     },
+    streamDestroy(stream) {
+      call('cuStreamDestroy', '', stream);
+    },
     streamSync(stream, what) {
       call('cuStreamSynchronize', what, stream);
     },
@@ -234,13 +260,24 @@ function makeDriver(koffi: Koffi, f: Record<string, Fn>): CudaDriver {
       }
       const g = out8();
       const rc = f['cuStreamEndCapture']!(stream, g);
-      if (failure) throw failure;
-      check(rc, 'cuStreamEndCapture', what);
-      const graph = g.readBigUInt64LE(0);
-      const exec = out8();
-      call('cuGraphInstantiateWithFlags', what, exec, graph, 0n);
-      call('cuGraphDestroy', what, graph);
-      return exec.readBigUInt64LE(0);
+      const graph = rc === 0 ? g.readBigUInt64LE(0) : 0n;
+      // The graph is only the template of its instance: destroyed on every path, also when the body or the
+      // instantiation failed (it leaked there before).
+      let exec: bigint;
+      try {
+        if (failure) throw failure;
+        check(rc, 'cuStreamEndCapture', what);
+        const e = out8();
+        call('cuGraphInstantiateWithFlags', what, e, graph, 0n);
+        exec = e.readBigUInt64LE(0);
+      } catch (e) {
+        if (graph !== 0n) f['cuGraphDestroy']!(graph);
+        throw e;
+      }
+      const drc = f['cuGraphDestroy']!(graph);
+      if (drc !== 0) f['cuGraphExecDestroy']!(exec);
+      check(drc, 'cuGraphDestroy', what);
+      return exec;
     },
     graphLaunch(exec, stream) {
       call('cuGraphLaunch', '', exec, stream);
@@ -252,6 +289,9 @@ function makeDriver(koffi: Koffi, f: Record<string, Fn>): CudaDriver {
       const e = out8();
       call('cuEventCreate', '', e, 0);
       return e.readBigUInt64LE(0);
+    },
+    eventDestroy(ev) {
+      call('cuEventDestroy', '', ev);
     },
     eventRecord(ev, stream) {
       call('cuEventRecord', '', ev, stream);

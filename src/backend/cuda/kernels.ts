@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { ResidencyError } from '../../errors.ts';
 import type { CudaDriver } from './driver.ts';
+import { ResourceScope } from './resource-scope.ts';
 
 /** Kernel entry points by fatbin (one per kernels/<group>.cu). */
 export const KERNEL_GROUPS = {
@@ -36,21 +37,30 @@ export interface LoadedKernels {
   readonly modules: Map<keyof typeof KERNEL_GROUPS, bigint>;
 }
 
-/** Loads each group's fatbin as its own module (its own __constant__ model descriptor). */
-export function loadKernelModules(d: CudaDriver, dir = findKernelDir()): LoadedKernels {
+/**
+ * Loads each group's fatbin as its own module (its own __constant__ model descriptor); each module is
+ * recorded in `scope` as soon as it is loaded, so the owner unloads them (also when a later one fails).
+ */
+export function loadKernelModules(d: CudaDriver, scope: ResourceScope, dir = findKernelDir()): LoadedKernels {
   const fns = new Map<KernelName, bigint>();
   const modules = new Map<keyof typeof KERNEL_GROUPS, bigint>();
   for (const [group, names] of Object.entries(KERNEL_GROUPS) as [keyof typeof KERNEL_GROUPS, readonly KernelName[]][]) {
     const image = readFileSync(join(dir, `${group}.fatbin`));
-    const mod = d.loadModule(image, `${group}.fatbin`);
+    const mod = scope.acquire(`module ${group}.fatbin`, () => d.loadModule(image, `${group}.fatbin`), (m) => d.unloadModule(m));
     modules.set(group, mod);
     for (const n of names) fns.set(n, d.getFunction(mod, n));
   }
   return { fns, modules };
 }
 
+/** The kernels for the process's lifetime (GPU tests, benchmarks); a failed load unloads what it loaded. */
 export function loadKernels(d: CudaDriver, dir = findKernelDir()): Map<KernelName, bigint> {
-  return loadKernelModules(d, dir).fns;
+  const scope = new ResourceScope('kernel modules');
+  try {
+    return loadKernelModules(d, scope, dir).fns;
+  } catch (e) {
+    throw scope.unwind(e);
+  }
 }
 
 /** Writes the model descriptor into a module's constant memory (c_model, c_layers in common.cuh). */
