@@ -1,0 +1,218 @@
+// A CudaDriver with no GPU behind it, for tests of resource ownership: it hands out fake handles, records
+// which are live, refuses double frees and uses of freed memory, and can be told to fail the N-th
+// acquisition, the N-th call of any kind, or the N-th release.
+import { ResidencyError } from '../../errors.ts';
+import type { CudaDriver, KernelArg } from './driver.ts';
+import { MODEL_DEV_BYTES } from './layout.ts';
+
+export type FakeKind = 'device' | 'host' | 'module' | 'stream' | 'event' | 'graph';
+
+interface Live {
+  readonly kind: FakeKind;
+  readonly what: string;
+  readonly bytes: number;
+  /** Device alias of a mapped host block. */
+  readonly dev?: bigint;
+}
+
+export interface FakeFailures {
+  /** Fail the N-th acquisition (alloc, pinned/mapped alloc, module, stream, event, graph), 1-based. */
+  acquisition?: number;
+  /** Fail the N-th driver call of any kind except releases, 1-based. */
+  call?: number;
+  /** Fail the N-th release (free, unload, destroy), 1-based; the handle stays live. */
+  release?: number;
+}
+
+const SPACING = 1n << 32n; // handles far apart, so an offset pointer always falls inside its own block
+
+export class FakeCudaDriver implements CudaDriver {
+  readonly deviceName = 'fake device';
+  readonly smCount = 4;
+  readonly live = new Map<bigint, Live>();
+  /** Every acquisition and release in order ('+device logits', '-stream'), for order checks. */
+  readonly log: string[] = [];
+  acquisitions = 0;
+  calls = 0;
+  releases = 0;
+  /** The error the last injected failure threw (the constructor must rethrow this very object). */
+  injected: ResidencyError | null = null;
+  private next = SPACING;
+
+  constructor(public fail: FakeFailures = {}) {}
+
+  /** Live handles by kind ({} when nothing leaked). */
+  liveByKind(): Partial<Record<FakeKind, number>> {
+    const out: Partial<Record<FakeKind, number>> = {};
+    for (const l of this.live.values()) out[l.kind] = (out[l.kind] ?? 0) + 1;
+    return out;
+  }
+
+  alloc(bytes: number, what: string): bigint {
+    return this.acquire('device', what, bytes);
+  }
+  free(ptr: bigint): void {
+    this.release(ptr, 'device');
+  }
+  allocMappedHost(bytes: number, what: string): { host: Uint8Array; dev: bigint; hostPtr: bigint } {
+    this.tick('allocMappedHost');
+    this.countAcquisition(what);
+    const hostPtr = this.handle();
+    const dev = this.handle();
+    this.live.set(hostPtr, { kind: 'host', what, bytes, dev });
+    this.log.push(`+host ${what}`);
+    return { host: new Uint8Array(bytes), dev, hostPtr };
+  }
+  freeHost(hostPtr: bigint): void {
+    this.release(hostPtr, 'host');
+  }
+  allocPinned(bytes: number, what: string): { host: Uint8Array; hostPtr: bigint } {
+    return { host: new Uint8Array(bytes), hostPtr: this.acquire('host', what, bytes) };
+  }
+  htod(dst: bigint, src: ArrayBufferView): void {
+    this.tick('htod');
+    this.use(dst, src.byteLength);
+  }
+  dtoh(dst: ArrayBufferView, src: bigint): void {
+    this.tick('dtoh');
+    this.use(src, dst.byteLength);
+  }
+  dtod(dst: bigint, src: bigint, bytes: number): void {
+    this.tick('dtod');
+    this.use(dst, bytes);
+    this.use(src, bytes);
+  }
+  htodAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void {
+    this.tick('htodAsync');
+    this.use(dst, bytes);
+    this.use(src, bytes);
+    this.use(stream, 0);
+  }
+  dtohAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void {
+    this.tick('dtohAsync');
+    this.use(dst, bytes);
+    this.use(src, bytes);
+    this.use(stream, 0);
+  }
+  memsetD8(dst: bigint, _value: number, bytes: number): void {
+    this.tick('memsetD8');
+    this.use(dst, bytes);
+  }
+  loadModule(_image: Uint8Array, what: string): bigint {
+    return this.acquire('module', what, 1 << 20);
+  }
+  unloadModule(module: bigint): void {
+    this.release(module, 'module');
+  }
+  getFunction(module: bigint, _name: string): bigint {
+    this.tick('getFunction');
+    this.use(module, 0);
+    return module + 16n;
+  }
+  getGlobal(module: bigint, name: string): { ptr: bigint; bytes: number } {
+    this.tick('getGlobal');
+    this.use(module, 0);
+    // The sizes kernels/common.cuh gives c_model and c_layers.
+    return name === 'c_model' ? { ptr: module + 4096n, bytes: MODEL_DEV_BYTES } : { ptr: module + 8192n, bytes: 64 * 1024 };
+  }
+  setMaxDynamicSmem(fn: bigint, _bytes: number, _name: string): void {
+    this.tick('setMaxDynamicSmem');
+    this.use(fn, 0);
+  }
+  launch(fn: bigint, _name: string, _grid: [number, number, number], _block: number, _smem: number, stream: bigint, _args: KernelArg[]): void {
+    this.tick('launch');
+    this.use(fn, 0);
+    this.use(stream, 0);
+  }
+  streamCreate(): bigint {
+    return this.acquire('stream', 'stream', 0);
+  }
+  streamDestroy(stream: bigint): void {
+    this.release(stream, 'stream');
+  }
+  streamSync(stream: bigint, _what: string): void {
+    this.tick('streamSync');
+    if (stream !== 0n) this.use(stream, 0);
+    this.log.push('sync');
+  }
+  captureGraph(stream: bigint, body: () => void, what: string): bigint {
+    this.use(stream, 0);
+    body();
+    return this.acquire('graph', what, 0);
+  }
+  graphLaunch(exec: bigint, stream: bigint): void {
+    this.tick('graphLaunch');
+    this.use(exec, 0);
+    this.use(stream, 0);
+  }
+  graphDestroy(exec: bigint): void {
+    this.release(exec, 'graph');
+  }
+  eventCreate(): bigint {
+    return this.acquire('event', 'event', 0);
+  }
+  eventDestroy(ev: bigint): void {
+    this.release(ev, 'event');
+  }
+  eventRecord(ev: bigint, stream: bigint): void {
+    this.tick('eventRecord');
+    this.use(ev, 0);
+    this.use(stream, 0);
+  }
+  eventElapsed(start: bigint, end: bigint): number {
+    this.tick('eventElapsed');
+    this.use(start, 0);
+    this.use(end, 0);
+    return 0;
+  }
+  memInfo(): { free: number; total: number } {
+    const used = [...this.live.values()].filter((l) => l.kind === 'device').reduce((a, l) => a + l.bytes, 0);
+    return { free: 2 ** 34 - used, total: 2 ** 34 };
+  }
+
+  private handle(): bigint {
+    const h = this.next;
+    this.next += SPACING;
+    return h;
+  }
+
+  private tick(call: string): void {
+    if (++this.calls === this.fail.call) this.inject(`call ${this.calls} (${call})`);
+  }
+
+  private countAcquisition(what: string): void {
+    if (++this.acquisitions === this.fail.acquisition) this.inject(`acquisition ${this.acquisitions} (${what})`);
+  }
+
+  private inject(what: string): never {
+    this.injected = new ResidencyError('CUDA_ERROR', `CUDA_ERROR_OUT_OF_MEMORY (injected at ${what})`);
+    throw this.injected;
+  }
+
+  private acquire(kind: FakeKind, what: string, bytes: number): bigint {
+    this.tick(`acquire ${kind}`);
+    this.countAcquisition(what);
+    const h = this.handle();
+    this.live.set(h, { kind, what, bytes });
+    this.log.push(`+${kind} ${what}`);
+    return h;
+  }
+
+  private release(h: bigint, kind: FakeKind): void {
+    const l = this.live.get(h);
+    // Checked before the injected failure: a double free is a bug however the test is set up.
+    if (!l || l.kind !== kind) throw new Error(`fake driver: releasing ${kind} 0x${h.toString(16)} that is not live (double free?)`);
+    if (++this.releases === this.fail.release) throw new ResidencyError('CUDA_ERROR', `CUDA_ERROR_INVALID_HANDLE (injected at release ${this.releases}, ${l.what})`);
+    this.live.delete(h);
+    this.log.push(`-${kind} ${l.what}`);
+  }
+
+  /** A pointer must fall inside a live block (or a mapped block's device alias). */
+  private use(p: bigint, bytes: number): void {
+    for (const [h, l] of this.live) {
+      const inside = (base: bigint): boolean => p >= base && p + BigInt(bytes) <= base + BigInt(Math.max(l.bytes, 1));
+      if (inside(h) || (l.dev !== undefined && inside(l.dev))) return;
+    }
+    throw new Error(`fake driver: 0x${p.toString(16)} (${bytes} B) is not inside a live block (use after free?)`);
+  }
+}
