@@ -49,6 +49,11 @@ export class FakeCudaDriver implements CudaDriver {
   }
 
   alloc(bytes: number, what: string): bigint {
+    // Like cuMemAlloc: more than the (fake, 16 GiB) device has free is out of memory, and nothing is taken.
+    if (bytes > this.memInfo().free) {
+      this.tick('alloc');
+      throw new ResidencyError('CUDA_ERROR', `CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc(${bytes} B for ${what})`);
+    }
     return this.acquire('device', what, bytes);
   }
   free(ptr: bigint): void {
