@@ -5,5 +5,6 @@ import './conformance.gpu.ts';
 import { writeReport } from './model.gpu.ts';
 import './swaps.gpu.ts';
 import './serve.gpu.ts';
+import './lifecycle.gpu.ts';
 
 after(() => writeReport(process.env['OUT']));
