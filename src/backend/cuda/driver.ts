@@ -4,9 +4,9 @@
 import { ResidencyError } from '../../errors.ts';
 import { checkResult, formatBytes } from './errors.ts';
 
-type Fn = (...args: unknown[]) => number;
+export type Fn = (...args: unknown[]) => number;
 /** The part of koffi this module uses (its ESM namespace also exports these names). */
-interface Koffi {
+export interface Koffi {
   load(path: string): { func(proto: string): unknown };
   address(value: unknown): bigint;
   view(ptr: unknown, len: number): ArrayBuffer;
@@ -128,7 +128,11 @@ export async function loadDriver(libPath = process.env['RESIDENCY_LIBCUDA'] ?? '
   return cached;
 }
 
-function makeDriver(koffi: Koffi, f: Record<string, Fn>): CudaDriver {
+/**
+ * Binds the CudaDriver over a table of entry points named as in PROTOTYPES: koffi's functions in
+ * production; exported so a test can drive the wrappers' own error paths with a fake table.
+ */
+export function makeDriver(koffi: Koffi, f: Record<string, Fn>): CudaDriver {
   const driverName = (rc: number): string | null => {
     const out: (string | null)[] = [null];
     return f['cuGetErrorName']!(rc, out) === 0 ? out[0] ?? null : null;
