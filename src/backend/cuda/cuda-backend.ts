@@ -159,6 +159,7 @@ export class CudaBackend implements Backend {
   }
 
   openSequence(seq: number, capacity: number): void {
+    if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend used after dispose()');
     if (this.seqs.has(seq)) throw new ResidencyError('BAD_ARGUMENT', `openSequence: seq ${seq} is already open`);
     if (!Number.isInteger(capacity) || capacity < 1 || capacity > this.spec.maxPositions) {
       throw new ResidencyError('BAD_ARGUMENT', `openSequence: capacity ${capacity} must be an integer in [1, ${this.spec.maxPositions}]`);

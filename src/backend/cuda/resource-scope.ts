@@ -72,7 +72,7 @@ export class ResourceScope {
     return this.adopt(acquire(), what, release);
   }
 
-  /** A cleanup step tied to no single handle (destroy the graphs captured so far, free open KV caches). */
+  /** A cleanup step tied to no handle (dispose() waits for the stream before the frees this way). */
   defer(what: string, release: () => void): void {
     this.adopt(Symbol(what), what, () => release());
   }
