@@ -12,6 +12,7 @@ import type { TieredExecutor } from './executor.ts';
 import { figures } from './figures.ts';
 import type { TieredGeometry } from './geometry.ts';
 import { runTiered, type PlacementMode } from './harness.ts';
+import { domainFitPolicy } from './reference-policies.ts';
 import type { ProtocolResult } from './report.ts';
 
 export interface Protocol {
@@ -21,7 +22,7 @@ export interface Protocol {
   readonly users: number;
 }
 
-export const POLICIES = ['all-hot', 'fixed', 'seed', 'adaptive', 'lru', 'oracle', 'oracle-phase'] as const;
+export const POLICIES = ['all-hot', 'fixed', 'seed', 'adaptive', 'lru', 'oracle', 'oracle-phase', 'domain-fit'] as const;
 
 export interface BenchConfig {
   readonly geometry: TieredGeometry;
@@ -59,6 +60,8 @@ export function runProtocol(set: TraceSet, p: Protocol, cfg: BenchConfig, exec: 
       case 'lru': factory = policyFactory('lru', { insertsPerStep: cfg.insertsPerStep }); break;
       case 'oracle': factory = policyFactory('oracle', { oracleWindow: cfg.oracleWindow }); mode = 'free'; break;
       case 'oracle-phase': factory = policyFactory('oracle-phase'); mode = 'free'; break;
+      // The phase's domains' top-H over their whole traces, placed free at the phase start: the reachable reference.
+      case 'domain-fit': factory = domainFitPolicy(set, p.phases); mode = 'free'; break;
       default: throw new Error(`tiered: unknown policy '${name}' (have: ${POLICIES.join(', ')})`);
     }
     // The seed policy's rows are laid out from its own map at load (as a server booting with it would).

@@ -9,8 +9,9 @@ import { resolve } from 'node:path';
 const root = resolve(new URL('../..', import.meta.url).pathname);
 const out = resolve(root, 'dist-tiered');
 mkdirSync(out, { recursive: true });
-// bench-tiered.mjs: the benchmark; tune-tiered.mjs: the budget pick on the CPU cost model (tune.ts).
-for (const [src, file] of [['bench/tiered/main.ts', 'bench-tiered.mjs'], ['bench/tiered/tune.ts', 'tune-tiered.mjs'], ['bench/tiered/calibrate.ts', 'calibrate-tiered.mjs']]) {
+// bench-tiered.mjs: the benchmark; tune-tiered.mjs: the budget pick on the CPU cost model (tune.ts);
+// calibrate-tiered.mjs: the model vs a GPU run; contention-tiered.mjs: PCIe contention (contention.ts).
+for (const [src, file] of [['bench/tiered/main.ts', 'bench-tiered.mjs'], ['bench/tiered/tune.ts', 'tune-tiered.mjs'], ['bench/tiered/calibrate.ts', 'calibrate-tiered.mjs'], ['bench/tiered/contention.ts', 'contention-tiered.mjs']]) {
   await build({
     absWorkingDir: root, entryPoints: [src], outfile: resolve(out, file),
     bundle: true, platform: 'node', format: 'esm', target: 'node20', external: ['koffi'], logLevel: 'warning',

@@ -41,7 +41,7 @@ else note "bench:gpu skipped ($(left) s left)"; fi
 
 if [ "$(left)" -gt 70 ]; then
   t=$SECONDS; mkdir -p "$R/tiered"
-  timeout $(( $(left) - 8 )) node dist-tiered/bench-tiered.mjs --protocols shift-1u,shift-4u --policies all-hot,fixed,adaptive,oracle,oracle-phase ${DRY:+--executor cpu} --out "$R/tiered" 2>&1 | tee "$R/tiered.log" | grep -v '^|'; rc=${PIPESTATUS[0]}
+  timeout $(( $(left) - 8 )) node dist-tiered/bench-tiered.mjs --protocols shift-1u,shift-4u --policies all-hot,fixed,adaptive,oracle,oracle-phase,domain-fit ${DRY:+--executor cpu} --out "$R/tiered" 2>&1 | tee "$R/tiered.log" | grep -v '^|'; rc=${PIPESTATUS[0]}
   note "bench:tiered rc=$rc in $((SECONDS - t)) s"
   grep -A12 '^| target' "$R/tiered/tiered.md" >> "$R/summary.txt" 2>/dev/null; pack
 else note "bench:tiered skipped ($(left) s left)"; fi
