@@ -3,11 +3,13 @@
 import type { Budgets } from '../../src/residency/policy.ts';
 import { expandTraceSet } from '../../src/sim/expand.ts';
 import { policyFactory } from '../../src/sim/policies/registry.ts';
+import { adaptivePolicy } from '../../src/sim/policies/adaptive.ts';
 import { staticPolicy } from '../../src/sim/policies/static.ts';
+import { topHMap, traceCounts } from '../../src/sim/fit.ts';
 import { domainsOf, fitOn } from '../../src/sim/setup.ts';
 import { readFixtureTraces } from '../../src/sim/traces/fixture.ts';
-import type { TraceSet } from '../../src/sim/traces/trace.ts';
-import { buildTraffic, parsePhases } from '../../src/sim/traffic.ts';
+import { traceSet, type TraceSet } from '../../src/sim/traces/trace.ts';
+import { buildTraffic, parsePhases, splitDocuments } from '../../src/sim/traffic.ts';
 import type { TieredExecutor } from './executor.ts';
 import { figures } from './figures.ts';
 import type { TieredGeometry } from './geometry.ts';
@@ -22,7 +24,7 @@ export interface Protocol {
   readonly users: number;
 }
 
-export const POLICIES = ['all-hot', 'fixed', 'seed', 'adaptive', 'lru', 'oracle', 'oracle-phase', 'domain-fit'] as const;
+export const POLICIES = ['all-hot', 'fixed', 'seed', 'adaptive', 'adaptive-prior', 'lru', 'oracle', 'oracle-phase', 'domain-fit'] as const;
 
 export interface BenchConfig {
   readonly geometry: TieredGeometry;
@@ -34,10 +36,34 @@ export interface BenchConfig {
   readonly oracleWindow: number;
   readonly fit: string;
   readonly seed: number;
+  /**
+   * The seed counts dump: cumulative picks [layer * experts + expert] of traffic held out from the protocols
+   * (loadBenchInputs). The seed policy's map is its top-H; adaptive-prior uses it as the Controller's prior.
+   */
+  readonly seedCounts: Float64Array;
+}
+
+/** The first and second half of every trace's documents: seed dump and scored traffic never share a document. */
+export function splitHalves(set: TraceSet): { first: TraceSet; second: TraceSet } {
+  const names = [...set.traces.keys()].sort();
+  return {
+    first: traceSet(names.map((n) => splitDocuments(set.traces.get(n)!, 'first')), 'first halves'),
+    second: traceSet(names.map((n) => splitDocuments(set.traces.get(n)!, 'second')), 'second halves'),
+  };
 }
 
 export function loadExpanded(dir: string, g: TieredGeometry): TraceSet {
   return expandTraceSet(readFixtureTraces(dir), { layers: g.layers, experts: g.experts });
+}
+
+/**
+ * What every protocol runs on: the second half of every domain's documents (`set`), and the seed dump
+ * counted on the first halves of all domains (`seedCounts`), as a dump from earlier serving would be.
+ */
+export function loadBenchInputs(dir: string, g: TieredGeometry): { set: TraceSet; seedCounts: Float64Array } {
+  const halves = splitHalves(loadExpanded(dir, g));
+  const sg = { layers: g.layers, experts: g.experts, topK: g.topK, hotPerLayer: g.hotPerLayer };
+  return { set: halves.second, seedCounts: traceCounts([...halves.first.traces.values()], sg) };
 }
 
 export function runProtocol(set: TraceSet, p: Protocol, cfg: BenchConfig, exec: TieredExecutor, log: (s: string) => void = () => {}): ProtocolResult {
@@ -46,7 +72,7 @@ export function runProtocol(set: TraceSet, p: Protocol, cfg: BenchConfig, exec: 
   const phases = parsePhases(p.phases, set);
   const steps = buildTraffic(set, { phases, users: p.users, seed: cfg.seed, countTmax: 256 });
   const bootMap = fitOn(set, sg, domainsOf(cfg.fit, set), 'tiered');
-  const seedMap = fitOn(set, sg, [...new Set(phases.flatMap((ph) => ph.domains))], 'tiered');
+  const seedMap = topHMap(cfg.seedCounts, sg, 'tiered');
   const runs = [];
   for (const name of cfg.policies) {
     const t0 = Date.now();
@@ -57,6 +83,7 @@ export function runProtocol(set: TraceSet, p: Protocol, cfg: BenchConfig, exec: 
       case 'fixed': factory = staticPolicy; break;
       case 'seed': factory = policyFactory('seed', { seedMap }); break;
       case 'adaptive': factory = policyFactory('adaptive', { budgets: cfg.budgets }); break;
+      case 'adaptive-prior': factory = adaptivePolicy(cfg.budgets, 'adaptive-prior', { prior: cfg.seedCounts }); break;
       case 'lru': factory = policyFactory('lru', { insertsPerStep: cfg.insertsPerStep }); break;
       case 'oracle': factory = policyFactory('oracle', { oracleWindow: cfg.oracleWindow }); mode = 'free'; break;
       case 'oracle-phase': factory = policyFactory('oracle-phase'); mode = 'free'; break;
@@ -65,7 +92,7 @@ export function runProtocol(set: TraceSet, p: Protocol, cfg: BenchConfig, exec: 
       default: throw new Error(`tiered: unknown policy '${name}' (have: ${POLICIES.join(', ')})`);
     }
     // The seed policy's rows are laid out from its own map at load (as a server booting with it would).
-    runs.push(runTiered(name, factory, exec, { geometry: g, bootMap: name === 'seed' ? seedMap : bootMap, steps, users: p.users, count: name === 'adaptive', mode }));
+    runs.push(runTiered(name, factory, exec, { geometry: g, bootMap: name === 'seed' ? seedMap : bootMap, steps, users: p.users, count: name.startsWith('adaptive'), mode }));
     log(`  ${p.name} ${name}: ${steps.length} steps in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   }
   const hot = runs.find((r) => r.policy === 'all-hot') ?? null;

@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
-import { loadExpanded, runProtocol, type BenchConfig, type Protocol } from './bench.ts';
+import { loadBenchInputs, runProtocol, type BenchConfig, type Protocol } from './bench.ts';
 import { CpuCostExecutor, MODEL } from './executor.ts';
 import { BIG } from './geometry.ts';
 
@@ -14,7 +14,7 @@ const file = process.argv[2] ?? 'out/device-2026-11-30/tiered/tiered.json';
 const gpu = JSON.parse(readFileSync(file, 'utf8')) as GpuRun;
 const rates = (process.argv[3] ?? '55,40,30,25,20,15').split(',').map(Number);
 const tracesDir = process.env['MOE_FIXTURE_DIR'] ? join(process.env['MOE_FIXTURE_DIR'], 'traces') : FIXTURE_TRACES;
-const set = loadExpanded(tracesDir, BIG);
+const { set, seedCounts } = loadBenchInputs(tracesDir, BIG);
 const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
 for (const r of gpu.results) {
   const [name, rest] = r.protocol.split(' (');
@@ -25,7 +25,7 @@ for (const r of gpu.results) {
   console.log(`${r.protocol}\n  gpu:        ${g.phases.map((ph) => `${ph.exchanges} ex, conv ${pct(ph.converged)}, cold ${pct(ph.coldShare)}, mean ${ph.meanMs.toFixed(2)} ms`).join(' | ')}`);
   for (const rate of rates) {
     const exec = new CpuCostExecutor(BIG, { ...MODEL, copyBytesPerMs: rate * 1e6 });
-    const cfg: BenchConfig = { geometry: BIG, protocols: [p], policies: ['adaptive'], budgets: gpu.budgets, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed: 1 };
+    const cfg: BenchConfig = { geometry: BIG, protocols: [p], policies: ['adaptive'], budgets: gpu.budgets, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed: 1, seedCounts };
     const f = runProtocol(set, p, cfg, exec).figures[0]!;
     console.log(`  model ${String(rate).padStart(3)}: ${f.phases.map((ph) => `${ph.exchanges} ex, conv ${pct(ph.converged)}, cold ${pct(ph.coldShare)}, mean ${ph.meanMs.toFixed(2)} ms`).join(' | ')}`);
   }

@@ -8,7 +8,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
-import { loadExpanded, runProtocol, POLICIES, type BenchConfig, type Protocol } from './bench.ts';
+import { loadBenchInputs, runProtocol, POLICIES, type BenchConfig, type Protocol } from './bench.ts';
 import { CpuCostExecutor, type TieredExecutor } from './executor.ts';
 import { BIG, SMALL, rowBytes } from './geometry.ts';
 import { protocolTable, shiftSvg, targetsTable, type ProtocolResult } from './report.ts';
@@ -33,8 +33,11 @@ const only = opt('protocols', 'shift-1u,shift-4u,mixed-1u,mixed-4u').split(',');
 // uncalibrated pick ran worse on the GPU (it saturates the exchange pipeline). --budgets JSON overrides.
 const TUNED = { drain_every: 16, half_life_steps: 150, swaps_per_layer_per_drain: 4, swaps_per_step: 8, min_average: 2, hysteresis: 1.5 };
 const budgets = { ...TUNED, ...(JSON.parse(opt('budgets', '{}')) as Record<string, number>) };
+// Held out: the protocols walk the second half of every domain's documents; the seed dump (seed map, and
+// adaptive-prior's prior) counts the first halves of all domains.
+const { set, seedCounts } = loadBenchInputs(tracesDir, geometry);
 const cfg: BenchConfig = {
-  geometry, policies: opt('policies', POLICIES.join(',')).split(','), budgets, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed: 1,
+  geometry, policies: opt('policies', POLICIES.join(',')).split(','), budgets, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed: 1, seedCounts,
   protocols: ([
     { name: 'shift-1u', phases: `en+code:${n1},de+ja:${n1},en+code:${n1}`, users: 1 },
     { name: 'shift-4u', phases: `en+code:${n4},de+ja:${n4},en+code:${n4}`, users: 4 },
@@ -58,7 +61,6 @@ async function executor(): Promise<TieredExecutor> {
   return ex;
 }
 
-const set = loadExpanded(tracesDir, geometry);
 log(`traces expanded to ${geometry.layers} layers x ${geometry.experts} experts; row ${(rowBytes(geometry) / 2 ** 20).toFixed(2)} MiB, hot ${geometry.hotPerLayer}/layer`);
 const exec = await executor();
 log(`executor ${exec.name}`);

@@ -32,36 +32,31 @@ export function protocolTable(p: ProtocolResult): string {
   return lines.join('\n');
 }
 
-/** Headline checks of issue 6 on the shifted phase (phase 2) of a shift protocol. */
+/** Headline checks of issue 6 on the shifted phase (phase 2) of a shift protocol, for adaptive and adaptive-prior. */
 export function targetsTable(p: ProtocolResult): string {
   const by = new Map(p.figures.map((f) => [f.policy, f]));
   const ph = (name: string) => by.get(name)?.phases[1];
-  const ad = ph('adaptive');
   const fx = ph('fixed');
   const or = ph('oracle');
-  const a = by.get('adaptive');
-  const rows: string[] = [`| target (${p.protocol}, shifted phase) | value | met |`, '|---|---|---|'];
-  if (ad && fx) {
-    const v = fx.medianMs / ad.medianMs; const m = fx.meanMs / ad.meanMs;
-    rows.push(`| adaptive >= 2.5x faster than fixed (median; mean) | ${v.toFixed(2)}x; ${m.toFixed(2)}x | ${v >= 2.5 ? 'yes' : 'no'}; ${m >= 2.5 ? 'yes' : 'no'} |`);
-  }
-  if (ad && or) {
-    const v = ad.medianMs / or.medianMs; const m = ad.meanMs / or.meanMs;
-    rows.push(`| adaptive within 1.15x of oracle (64-step windows; median; mean) | ${v.toFixed(2)}x; ${m.toFixed(2)}x | ${v <= 1.15 ? 'yes' : 'no'}; ${m <= 1.15 ? 'yes' : 'no'} |`);
-  }
   const op = ph('oracle-phase');
-  if (ad && op) {
-    const v = ad.medianMs / op.medianMs; const m = ad.meanMs / op.meanMs;
-    rows.push(`| adaptive within 1.15x of oracle-phase (whole-phase hindsight map; median; mean) | ${v.toFixed(2)}x; ${m.toFixed(2)}x | ${v <= 1.15 ? 'yes' : 'no'}; ${m <= 1.15 ? 'yes' : 'no'} |`);
-    rows.push(`| converged cold share: adaptive vs oracle-phase | ${(ad.converged * 100).toFixed(1)}% vs ${(op.converged * 100).toFixed(1)}% | - |`);
-  }
   const df = ph('domain-fit');
-  if (ad && df) {
-    const v = ad.medianMs / df.medianMs; const m = ad.meanMs / df.meanMs;
-    rows.push(`| adaptive vs domain-fit (the phase's domains' map, placed free: reachable; median; mean) | ${v.toFixed(2)}x; ${m.toFixed(2)}x | - |`);
-    if (fx) rows.push(`| domain-fit vs fixed (the 2.5x target's ceiling for a causal map; median; mean) | ${(fx.medianMs / df.medianMs).toFixed(2)}x; ${(fx.meanMs / df.meanMs).toFixed(2)}x | - |`);
-    rows.push(`| converged cold share: adaptive vs domain-fit | ${(ad.converged * 100).toFixed(1)}% vs ${(df.converged * 100).toFixed(1)}% | - |`);
+  const rows: string[] = [`| target (${p.protocol}, shifted phase) | value | met |`, '|---|---|---|'];
+  const ratio = (label: string, num: { medianMs: number; meanMs: number }, den: { medianMs: number; meanMs: number }, ok?: (x: number) => boolean) => {
+    const v = num.medianMs / den.medianMs; const m = num.meanMs / den.meanMs;
+    rows.push(`| ${label} | ${v.toFixed(2)}x; ${m.toFixed(2)}x | ${ok ? `${ok(v) ? 'yes' : 'no'}; ${ok(m) ? 'yes' : 'no'}` : '-'} |`);
+  };
+  for (const name of ['adaptive', 'adaptive-prior']) {
+    const ad = ph(name);
+    if (!ad) continue;
+    if (fx) ratio(`${name} >= 2.5x faster than fixed (median; mean)`, fx, ad, (x) => x >= 2.5);
+    if (or) ratio(`${name} within 1.15x of oracle (64-step windows; median; mean)`, ad, or, (x) => x <= 1.15);
+    if (op) ratio(`${name} within 1.15x of oracle-phase (whole-phase hindsight map; median; mean)`, ad, op, (x) => x <= 1.15);
+    if (df) ratio(`${name} vs domain-fit (the phase's domains' map, placed free: reachable; median; mean)`, ad, df);
+    const refs = [op && `oracle-phase ${(op.converged * 100).toFixed(1)}%`, df && `domain-fit ${(df.converged * 100).toFixed(1)}%`].filter(Boolean).join(', ');
+    rows.push(`| converged cold share: ${name} ${refs ? `vs ${refs}` : ''} | ${(ad.converged * 100).toFixed(1)}% | - |`);
   }
+  if (df && fx) ratio('domain-fit vs fixed (the 2.5x target\'s ceiling for a map fitted on the domains; median; mean)', fx, df);
+  const a = by.get('adaptive');
   if (a) {
     rows.push(`| counter < 0.5% of a step | ${(a.counterShare * 100).toFixed(2)}% | ${a.counterShare < 0.005 ? 'yes' : 'no'} |`);
     if (a.p99CopyingMs !== null && a.p99PlainMs) {
@@ -73,7 +68,7 @@ export function targetsTable(p: ProtocolResult): string {
   return rows.join('\n');
 }
 
-const COLORS = ['#7f7f7f', '#d62728', '#ff7f0e', '#1f77b4', '#2ca02c', '#9467bd', '#17becf', '#8c564b'];
+const COLORS = ['#7f7f7f', '#d62728', '#ff7f0e', '#1f77b4', '#e377c2', '#2ca02c', '#9467bd', '#17becf', '#8c564b'];
 
 function windowed(xs: ArrayLike<number>, w: number, den?: ArrayLike<number>): number[] {
   const out: number[] = [];

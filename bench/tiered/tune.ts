@@ -10,7 +10,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Budgets } from '../../src/residency/policy.ts';
 import { FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
-import { loadExpanded, runProtocol, type BenchConfig, type Protocol } from './bench.ts';
+import { loadBenchInputs, runProtocol, type BenchConfig, type Protocol } from './bench.ts';
 import { CpuCostExecutor } from './executor.ts';
 import { BIG } from './geometry.ts';
 
@@ -24,7 +24,7 @@ const protocols: Protocol[] = [
   { name: 'shift-1u', phases: `en+code:${n1},de+ja:${n1},en+code:${n1}`, users: 1 },
   { name: 'shift-4u', phases: `en+code:${n4},de+ja:${n4},en+code:${n4}`, users: 4 },
 ];
-const set = loadExpanded(tracesDir, BIG);
+const { set, seedCounts } = loadBenchInputs(tracesDir, BIG);
 const exec = new CpuCostExecutor(BIG);
 const t0 = Date.now();
 
@@ -33,7 +33,7 @@ interface PhaseScore { converged: number; wholeMeanMs: number; t90: number | nul
 function phases(policy: string, budgets: Partial<Budgets>, seed: number): PhaseScore[] {
   const out: PhaseScore[] = [];
   for (const p of protocols) {
-    const cfg: BenchConfig = { geometry: BIG, protocols: [p], policies: [policy], budgets, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed };
+    const cfg: BenchConfig = { geometry: BIG, protocols: [p], policies: [policy], budgets, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed, seedCounts };
     const r = runProtocol(set, p, cfg, exec);
     const run = r.runs[0]!;
     const f = r.figures[0]!;

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { RowTable, type RowCopy, type RowMover } from '../../bench/tiered/rows.ts';
 import { CpuCostExecutor } from '../../bench/tiered/executor.ts';
-import { loadExpanded, runProtocol, POLICIES } from '../../bench/tiered/bench.ts';
+import { loadBenchInputs, runProtocol, POLICIES } from '../../bench/tiered/bench.ts';
 import { BIG } from '../../bench/tiered/geometry.ts';
 import { FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
 import { mulberry32 } from '../../src/sim/rng.ts';
@@ -77,9 +77,9 @@ test('free moves relabel without copies', () => {
 });
 
 test('harness: every policy on the expanded shift with the CPU cost model', () => {
-  const set = loadExpanded(FIXTURE_TRACES, BIG);
+  const { set, seedCounts } = loadBenchInputs(FIXTURE_TRACES, BIG);
   const cfg = {
-    geometry: BIG, protocols: [], policies: POLICIES, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed: 1,
+    geometry: BIG, protocols: [], policies: POLICIES, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed: 1, seedCounts,
     budgets: { drain_every: 16, half_life_steps: 60, swaps_per_layer_per_drain: 4, swaps_per_step: 8, min_average: 2 },
   };
   const r = runProtocol(set, { name: 'shift', phases: 'en+code:200,de+ja:300,en+code:100', users: 1 }, cfg, new CpuCostExecutor(BIG));
@@ -93,6 +93,7 @@ test('harness: every policy on the expanded shift with the CPU cost model', () =
   assert.ok(fixed.coldShare > 2 * by.get('fixed')!.phases[0]!.coldShare, `fixed: ${fixed.coldShare}`);
   assert.ok(adaptive.exchanges > 0 && adaptive.converged < fixed.converged, `adaptive ${adaptive.converged} vs fixed ${fixed.converged}`);
   assert.ok(by.get('lru')!.phases[1]!.exchanges > 0);
+  assert.ok(by.get('adaptive-prior')!.phases[1]!.exchanges > 0);
   assert.equal(by.get('oracle')!.phases[1]!.converged, 0);
   assert.ok(by.get('adaptive')!.counterShare > 0);
   for (const run of r.runs) for (let s = 0; s < run.steps; s++) assert.ok(run.stepMs[s]! > 0);
