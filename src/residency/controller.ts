@@ -1,7 +1,7 @@
 // The controller: drain counts into an EWMA, decide swaps, queue them, apply them stale-checked, obey control.
 import { ResidencyError } from '../errors.ts';
 import { countDelta, toRows, type CountSnapshot, type CountsDump } from './counts.ts';
-import { DEFAULT_BUDGETS, budgetsPatchSchema, decideSwaps, foldWindow, type Budgets, type Swap } from './policy.ts';
+import { DEFAULT_BUDGETS, budgetsPatchSchema, decideSwaps, foldWindow, priorScores, priorShares, type Budgets, type Swap } from './policy.ts';
 import { assertRowMap, cloneRowMap, fieldPath, type RowMap } from './rowmap.ts';
 import { planRestore } from './restore.ts';
 import { parseControl, type ControlCommand, type ControlResult } from './control.ts';
@@ -16,6 +16,12 @@ export interface ControllerOptions {
   readonly counting?: boolean;
   /** The counter's value when the controller starts (default: all zero, a fresh counter). */
   readonly initialSnapshot?: CountSnapshot;
+  /**
+   * A seed prior: cumulative pick counts laid out [layer * experts + expert] (a counts dump's table, e.g.
+   * `flattenCounts(dump.cumulative)`). When given and budgets.prior_picks_per_expert > 0, swaps are decided on
+   * decayed + prior_picks_per_expert x E x the expert's share of its layer's prior picks.
+   */
+  readonly prior?: ArrayLike<number>;
 }
 
 /** What one engine (or simulated) step tells the controller. */
@@ -95,6 +101,9 @@ export class Controller {
   /** slot[layer * experts + expert], the banks' convention: hot row, or hot_per_layer + cold row. */
   private readonly slots: Int32Array;
   private readonly decayed: Float64Array;
+  /** The prior as per-layer shares (mean 1), and the scratch the scores are built in (reused every drain). */
+  private readonly prior: Float64Array | undefined;
+  private readonly scores: Float64Array | undefined;
   private readonly cumulative: Float64Array;
   private readonly prev: CountSnapshot;
   private readonly delta: Uint32Array;
@@ -130,6 +139,10 @@ export class Controller {
       this.cold[l]!.forEach((e, c) => { this.slots[l * this.experts + e] = this.hotPerLayer + c; });
     }
     this.decayed = new Float64Array(n);
+    if (opts.prior !== undefined) {
+      this.prior = priorShares(opts.prior, this.layers, this.experts);
+      this.scores = new Float64Array(n);
+    }
     this.cumulative = new Float64Array(n);
     this.queued = new Uint32Array(n);
     this.prev = opts.initialSnapshot ? opts.initialSnapshot.slice() : new Uint32Array(n);
@@ -141,6 +154,8 @@ export class Controller {
   get frozen(): boolean { return this.frozenNow; }
   get counting(): boolean { return this.countingNow; }
   get queueDepth(): number { return this.queue.length; }
+  /** Whether a seed prior was given (it is used while budgets.prior_picks_per_expert > 0). */
+  get hasPrior(): boolean { return this.prior !== undefined; }
 
   /** The map as the controller knows it (a copy). */
   map(): RowMap {
@@ -197,7 +212,7 @@ export class Controller {
     this.discardNextWindow = false;
     const decided = this.frozenNow
       ? []
-      : decideSwaps(this.mapView(), this.decayed, this.budgetsNow, step, this.queued);
+      : decideSwaps(this.mapView(), this.decisionScores(), this.budgetsNow, step, this.queued);
     for (const s of decided) this.enqueue(s);
     this.stats.drains++;
     this.stats.decided += decided.length;
@@ -317,6 +332,13 @@ export class Controller {
 
   /** The queued swaps, oldest first (a copy). */
   pending(): Swap[] { return [...this.queue]; }
+
+  /** What decideSwaps ranks: the decayed counts, plus the prior's pseudo-picks when there is one and w > 0. */
+  private decisionScores(): Float64Array {
+    const w = this.budgetsNow.prior_picks_per_expert;
+    if (this.prior === undefined || this.scores === undefined || !(w > 0)) return this.decayed;
+    return priorScores(this.prior, w, this.decayed, this.scores);
+  }
 
   private mapView(): RowMap {
     return {

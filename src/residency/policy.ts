@@ -1,5 +1,6 @@
 // Policy: the budgets, the EWMA of pick counts, and the decision of which hot/cold pairs to swap.
 import { z } from 'zod';
+import { ResidencyError } from '../errors.ts';
 import { DEFAULT_COUNT_TMAX } from './counts.ts';
 import type { RowMap } from './rowmap.ts';
 
@@ -18,6 +19,12 @@ export interface Budgets {
   readonly swaps_per_step: number;
   /** Steps of more tokens than this are not counted (prefill). */
   readonly count_tmax: number;
+  /**
+   * Weight of the seed prior, in pseudo-picks per expert on average (decided on decayed + w x E x the
+   * prior's share of the layer, see `priorScores`). Only used when the controller has a prior (a seed counts
+   * dump); 0 turns it off. A fixed mass, so it matters while live counts are sparse and fades as they densify.
+   */
+  readonly prior_picks_per_expert: number;
 }
 
 export const DEFAULT_BUDGETS: Budgets = Object.freeze({
@@ -28,6 +35,7 @@ export const DEFAULT_BUDGETS: Budgets = Object.freeze({
   swaps_per_layer_per_drain: 2,
   swaps_per_step: 8,
   count_tmax: DEFAULT_COUNT_TMAX,
+  prior_picks_per_expert: 1,
 });
 
 const posInt = z.number().int().positive();
@@ -41,6 +49,7 @@ export const budgetsPatchSchema = z.strictObject({
   // 0 is allowed: it pauses applying without dropping the queue.
   swaps_per_step: z.number().int().nonnegative().optional(),
   count_tmax: posInt.optional(),
+  prior_picks_per_expert: z.number().nonnegative().finite().optional(),
 });
 export type BudgetsPatch = z.infer<typeof budgetsPatchSchema>;
 
@@ -64,6 +73,42 @@ export function foldWindow(decayed: Float64Array, delta: ArrayLike<number>, step
   const perStep = 1 - Math.pow(0.5, 1 / halfLife);
   const weight = (1 - decay) / (steps * perStep);
   for (let i = 0; i < decayed.length; i++) decayed[i] = decayed[i]! * decay + delta[i]! * weight;
+}
+
+/**
+ * Per layer, E x each expert's share of the layer's prior picks, so the shares average 1 per expert (the
+ * prior's unit: w x shares is w pseudo-picks per expert on average). `counts` is laid out
+ * [layer * experts + expert], e.g. a counts dump's cumulative table flattened. A layer with no picks at all
+ * gets all 1s (a flat prior: it shifts every score alike and changes no ranking).
+ */
+export function priorShares(counts: ArrayLike<number>, layers: number, experts: number): Float64Array {
+  const n = layers * experts;
+  if (counts.length !== n) {
+    throw new ResidencyError('BAD_COUNTS', `prior: ${counts.length} counts, expected ${layers} layers x ${experts} experts = ${n}`);
+  }
+  for (let i = 0; i < n; i++) {
+    const c = counts[i]!;
+    if (typeof c !== 'number' || !Number.isFinite(c) || c < 0) {
+      throw new ResidencyError('BAD_COUNTS', `prior[${i}] (layer ${Math.floor(i / experts)}, expert ${i % experts}): expected a finite count >= 0, got ${c}`);
+    }
+  }
+  const out = new Float64Array(n);
+  for (let l = 0; l < layers; l++) {
+    let sum = 0;
+    for (let i = l * experts; i < (l + 1) * experts; i++) sum += counts[i]!;
+    for (let i = l * experts; i < (l + 1) * experts; i++) out[i] = sum > 0 ? (experts * counts[i]!) / sum : 1;
+  }
+  return out;
+}
+
+/**
+ * The scores the policy decides on with a prior: out = decayed + w x prior (prior from `priorShares`), in
+ * decayed-pick units, so min_average and hysteresis apply to the sum. Writes into `out` (reused by the
+ * controller: no allocation per drain) and returns it.
+ */
+export function priorScores(prior: Float64Array, w: number, decayed: Float64Array, out: Float64Array): Float64Array {
+  for (let i = 0; i < decayed.length; i++) out[i] = decayed[i]! + w * prior[i]!;
+  return out;
 }
 
 /** One decided exchange: the cold expert moves into hot row `hotRow`, the hot one into cold row `coldRow`. */

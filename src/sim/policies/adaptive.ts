@@ -19,11 +19,14 @@ export interface AdaptivePolicy {
  * Per step, exactly what the engine does: count the step's picks if the controller says so, then
  * `tick` (drain when due, decide, apply at most swaps_per_step, stale-checked). Starts adapting at once
  * (the controller boots frozen by default and waits for a GO; the simulator gives it at step 0).
+ * `opts.prior`: a seed prior for the controller (cumulative pick counts, [layer * experts + expert]; see
+ * ControllerOptions.prior), weighed by budgets.prior_picks_per_expert.
  */
-export function adaptivePolicy(budgets: Partial<Budgets> = {}, name = 'adaptive'): (ctx: PolicyContext) => Policy & AdaptivePolicy {
+export function adaptivePolicy(budgets: Partial<Budgets> = {}, name = 'adaptive', opts: { prior?: ArrayLike<number> } = {}):
+  (ctx: PolicyContext) => Policy & AdaptivePolicy {
   return (ctx) => {
     const g = ctx.geometry;
-    const controller = new Controller({ boot: ctx.bootMap, budgets, frozen: false });
+    const controller = new Controller({ boot: ctx.bootMap, budgets, frozen: false, ...(opts.prior ? { prior: opts.prior } : {}) });
     const counter = new Counter(g.layers, g.experts, g.topK);
     const hot = hotMaskOf(ctx.bootMap);
     const log: AdaptivePolicy['log'] = [];

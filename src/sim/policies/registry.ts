@@ -23,12 +23,14 @@ export interface PolicyOptions {
   readonly lfruHalfLife?: number;
   /** Window of the 'oracle' policy, steps ('oracle-phase' fits each whole phase). */
   readonly oracleWindow?: number;
+  /** Seed prior for 'adaptive': cumulative pick counts, [layer * experts + expert] (ControllerOptions.prior). */
+  readonly prior?: ArrayLike<number>;
 }
 
 export function policyFactory(name: string, o: PolicyOptions = {}): PolicyFactory {
   const inserts = o.insertsPerStep ?? 8;
   switch (name as PolicyName) {
-    case 'adaptive': return adaptivePolicy(o.budgets);
+    case 'adaptive': return adaptivePolicy(o.budgets, 'adaptive', o.prior ? { prior: o.prior } : {});
     case 'static': return staticPolicy;
     case 'seed': return seedPolicy(o.seedMap);
     case 'lru': return lruPolicy({ insertsPerStep: inserts });
