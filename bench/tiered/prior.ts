@@ -9,19 +9,31 @@
 // Geometries and budgets as bench/tiered/noise.ts: fixture 6x64/49 (simulator replay, default budgets,
 // 3000-step phases) and tiered 16x384/295 (CPU cost-model executor, main.ts's budgets, 1000/800-step phases at
 // 1/4 users). Shift protocol en+code -> de+ja -> en+code. Weights tuned on seed 2, reported on seeds 1, 3-6.
-// Findings (2026-11-30, held-out seeds 1, 3-6, cold share converged after the shift, w=0 -> best w): the prior
-// only helps where the EWMA window holds few picks per expert: tiered 1 user 2.81% -> 2.15% at w=1 (5/5 seeds;
-// domain-fit 1.64%). Everywhere else every w >= 0.25 loses (fixture 1u 2.03% -> 2.14%+, fixture 4u 2.17% ->
-// 2.26%+, tiered 4u 1.91% -> 1.92%+), and T90 grows up to 20-50% at 4 users; on the tuning seed the fixture
-// loses at every w > 0 (down to 0.05). A prior over all domains is a bias toward the wrong mix once a phase is
-// one domain pair. No weight wins on both geometries, so the controller has no prior option; the rule lives
-// here (see priorAdaptive) and is checked against the Controller at w = 0.
-//   npm run bench:prior -- [--traces DIR] [--out out/tiered-prior] [--weights 0,0.25,0.5,1,2]   (~15 s)
+// Findings, rate prior (default mode; 2026-11-30, held-out seeds 1, 3-6, cold share converged after the shift,
+// w=0 -> best w): it only helps where the EWMA window holds few picks per expert: tiered 1 user 2.81% -> 2.15%
+// at w=1 (5/5 seeds; domain-fit 1.64%). Everywhere else every w >= 0.25 loses (fixture 1u 2.03% -> 2.14%+,
+// fixture 4u 2.17% -> 2.26%+, tiered 4u 1.91% -> 1.92%+), and T90 grows up to 20-50% at 4 users. A prior over
+// all domains is a bias toward the wrong mix once a phase is one domain pair, and a fixed share of the EWMA
+// keeps that bias however dense the counts are.
+// Findings, --per-expert (a fixed mass of w pseudo-picks per expert, which fades as live counts densify): the
+// CONTROLLER NOW HAS IT (ControllerOptions.prior, budget prior_picks_per_expert, default 1, src/residency/
+// README.md); this mode runs the real Controller with its prior (adaptivePolicy), and on the tuning seed checks
+// that the hand-made rule (priorAdaptive on priorShares) reproduces it exactly at every w. Held-out means
+// (`--per-expert --weights 0,0.5,1,2,4,8`, 16.5 s), after-shift converged cold share / T90 vs w=0:
+//   w                    0       0.5           1             2             4             8
+//   fixture 1u      2.03%    2.03% -0%    2.04% -0%    2.01% -1%    2.07% -2%    2.11% +2%
+//   fixture 4u      2.17%    2.16% +4%    2.16% +4%    2.16% +10%   2.17% +6%    2.16% +7%
+//   tiered 1u       2.81%    2.44% +0%    2.31% -25%   2.16% +11%   2.20% +32%   2.29% +23%
+//   tiered 4u       1.91%    1.93% +2%    1.91% +5%    1.92% +6%    1.95% +10%   2.06% +27%
+// w = 1 takes 43% of the way from w=0 to domain-fit (1.64%) at tiered 1 user (5/5 seeds, T90 -25%) and moves
+// the other three means by <= 0.01pp (one fixture 1u seed of five worse by > 0.05pp); w = 2 is better still at
+// tiered 1u (2.16%) but T90 +11% there and one tiered 4u seed lost; w >= 4 loses at 4 users. So the default is 1.
+//   npm run bench:prior -- [--per-expert] [--traces DIR] [--out out/tiered-prior] [--weights 0,0.25,0.5,1,2]   (~15 s)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Controller } from '../../src/residency/controller.ts';
 import { Counter } from '../../src/residency/counts.ts';
-import { decideSwaps, type Budgets, type Swap } from '../../src/residency/policy.ts';
+import { decideSwaps, priorShares, type Budgets, type Swap } from '../../src/residency/policy.ts';
 import type { RowMap } from '../../src/residency/rowmap.ts';
 import { traceCounts } from '../../src/sim/fit.ts';
 import { phaseMetrics, type PhaseMetrics } from '../../src/sim/metrics.ts';
@@ -43,7 +55,11 @@ const argv = process.argv.slice(2);
 const opt = (name: string, dflt: string) => { const i = argv.indexOf(`--${name}`); return i >= 0 ? argv[i + 1]! : dflt; };
 const tracesDir = opt('traces', FIXTURE_TRACES);
 const outDir = opt('out', 'out/tiered-prior');
-const WEIGHTS = opt('weights', '0,0.25,0.5,1,2').split(',').map(Number);
+// --per-expert: a Dirichlet-style prior worth w pseudo-picks per expert on average (w * E * the layer's prior
+// shares), a fixed mass, so its weight against the live counts shrinks as they densify (more users, longer
+// half-life, fewer experts); without it, w half-lives of picks at the prior's rate (a fixed share of the EWMA).
+const perExpert = argv.includes('--per-expert');
+const WEIGHTS = opt('weights', perExpert ? '0,0.5,1,2,4' : '0,0.25,0.5,1,2').split(',').map(Number);
 const TUNE_SEED = 2;
 const HELD_SEEDS = [1, 3, 4, 5, 6];
 const t0 = Date.now();
@@ -64,12 +80,13 @@ interface Setup {
   readonly scored: TraceSet;
   /** Picks per token per (layer, expert) over the first halves: times users = picks per step. */
   readonly perToken: Float64Array;
+  /** Cumulative picks per (layer, expert) over the first halves (the seed dump the controller's prior reads). */
+  readonly counts: Float64Array;
   readonly phases: string;
   readonly base: Partial<Budgets>;
   readonly tiered: boolean;
 }
-function perTokenRates(first: TraceSet, g: Geometry): Float64Array {
-  const counts = traceCounts([...first.traces.values()], g);
+function perTokenRates(counts: Float64Array, first: TraceSet): Float64Array {
   let tokens = 0;
   for (const t of first.traces.values()) tokens += t.tokens;
   return counts.map((c) => c / tokens);
@@ -78,19 +95,22 @@ const fix = halves(loadTraces(tracesDir));
 const big = halves(loadExpanded(tracesDir, BIG));
 const fixG: Geometry = { layers: fix.second.layers, experts: fix.second.experts, topK: fix.second.topK, hotPerLayer: 49 };
 const bigG: Geometry = { layers: BIG.layers, experts: BIG.experts, topK: BIG.topK, hotPerLayer: BIG.hotPerLayer };
-const fixRates = perTokenRates(fix.first, fixG);
-const bigRates = perTokenRates(big.first, bigG);
+const fixCounts = traceCounts([...fix.first.traces.values()], fixG);
+const bigCounts = traceCounts([...big.first.traces.values()], bigG);
+const fixRates = perTokenRates(fixCounts, fix.first);
+const bigRates = perTokenRates(bigCounts, big.first);
 const TIERED_BASE: Partial<Budgets> = { drain_every: 16, half_life_steps: 150, swaps_per_layer_per_drain: 4, min_average: 2, swaps_per_step: 8, hysteresis: 1.5 };
 const setups: Setup[] = [
-  ...[1, 4].map((users) => ({ geometry: 'fixture 6x64/49', users, g: fixG, scored: fix.second, perToken: fixRates, phases: 'en+code:3000,de+ja:3000,en+code:3000', base: {}, tiered: false })),
-  { geometry: 'tiered 16x384/295', users: 1, g: bigG, scored: big.second, perToken: bigRates, phases: 'en+code:1000,de+ja:1000,en+code:1000', base: TIERED_BASE, tiered: true },
-  { geometry: 'tiered 16x384/295', users: 4, g: bigG, scored: big.second, perToken: bigRates, phases: 'en+code:800,de+ja:800,en+code:800', base: TIERED_BASE, tiered: true },
+  ...[1, 4].map((users) => ({ geometry: 'fixture 6x64/49', users, g: fixG, scored: fix.second, perToken: fixRates, counts: fixCounts, phases: 'en+code:3000,de+ja:3000,en+code:3000', base: {}, tiered: false })),
+  { geometry: 'tiered 16x384/295', users: 1, g: bigG, scored: big.second, perToken: bigRates, counts: bigCounts, phases: 'en+code:1000,de+ja:1000,en+code:1000', base: TIERED_BASE, tiered: true },
+  { geometry: 'tiered 16x384/295', users: 4, g: bigG, scored: big.second, perToken: bigRates, counts: bigCounts, phases: 'en+code:800,de+ja:800,en+code:800', base: TIERED_BASE, tiered: true },
 ];
 const exec = new CpuCostExecutor(BIG);
 
 /**
- * src/sim/policies/adaptive.ts with a prior, kept in this bench (the controller has no prior option: this
- * measurement found no weight that helps on both geometries). The real Controller runs frozen, so it counts,
+ * src/sim/policies/adaptive.ts with a prior made by hand: the rate prior (default mode) lives only here; in
+ * --per-expert mode the real Controller runs with its own prior and this rule is the cross-check (see
+ * `checkPerExpert`). The real Controller runs frozen, so it counts,
  * drains and folds the EWMA exactly as in production; the decisions it would make are made here instead,
  * with decideSwaps on decayed + w * h * prior, queued and applied as Controller.drain/applySwaps do (queued
  * experts left out, at most swaps_per_step a step, stale-checked), and mirrored into the controller's map by
@@ -121,7 +141,7 @@ function priorAdaptive(budgets: Partial<Budgets>, prior: Float64Array, weight: n
         controller.onStep({ step: step.index, tokens: step.tokens, counted });
         if (controller.drainDue()) {
           controller.drain(step.index, counter.snapshot());
-          const w = weight * b.half_life_steps;
+          const w = perExpert ? weight : weight * b.half_life_steps;
           for (let l = 0; l < g.layers; l++) {
             for (let e = 0; e < E; e++) scores[l * E + e] = controller.decayedCount(l, e) + (w > 0 ? w * prior[l * E + e]! : 0);
           }
@@ -181,6 +201,17 @@ function checkAgainstController(s: Setup, seed: number, w0: Row | undefined): vo
     throw new Error(`prior.ts: w=0 differs from adaptivePolicy on ${s.geometry} ${s.users}u seed ${seed}: ${JSON.stringify(w0)} vs ${JSON.stringify(real)}`);
   }
 }
+/** --per-expert: the real Controller with its prior (the rows measured) against the bench's hand-made rule. */
+function perExpertFactory(s: Setup, w: number): PolicyFactory {
+  return adaptivePolicy({ ...s.base, prior_picks_per_expert: w }, 'adaptive', { prior: s.counts });
+}
+/** Throws unless the hand-made rule (decayed + w x shares) reproduces the Controller's prior exactly. */
+function checkPerExpert(s: Setup, seed: number, w: number, real: Row): void {
+  const hand = rowOf(runOne(s, seed, priorAdaptive(s.base, priorShares(s.counts, s.g.layers, s.g.experts), w), 'exchange', true));
+  if (JSON.stringify(real) !== JSON.stringify(hand)) {
+    throw new Error(`prior.ts: Controller prior w=${w} differs from the hand-made rule on ${s.geometry} ${s.users}u seed ${seed}: ${JSON.stringify(real)} vs ${JSON.stringify(hand)}`);
+  }
+}
 
 // results[setup][seed] -> { oracle, domain, byWeight }
 interface Cell { oracle: Row; domain: Row; byWeight: Map<number, Row> }
@@ -189,9 +220,15 @@ for (const seed of [TUNE_SEED, ...HELD_SEEDS]) {
   setups.forEach((s, i) => {
     const oracle = rowOf(runOne(s, seed, oraclePolicy('phase'), 'free'));
     const domain = rowOf(runOne(s, seed, domainFitPolicy(s.scored, s.phases), 'free'));
-    const prior = s.perToken.map((x) => x * s.users);
     const byWeight = new Map<number, Row>();
-    for (const w of WEIGHTS) byWeight.set(w, rowOf(runOne(s, seed, priorAdaptive(s.base, prior, w), 'exchange', true)));
+    for (const w of WEIGHTS) {
+      if (perExpert) {
+        const real = rowOf(runOne(s, seed, perExpertFactory(s, w), 'exchange', true));
+        // The hand-made rule is checked on the tuning seed only (it doubles the run time).
+        if (seed === TUNE_SEED) checkPerExpert(s, seed, w, real);
+        byWeight.set(w, real);
+      } else byWeight.set(w, rowOf(runOne(s, seed, priorAdaptive(s.base, s.perToken.map((x) => x * s.users), w), 'exchange', true)));
+    }
     checkAgainstController(s, seed, byWeight.get(0));
     results[i]!.set(seed, { oracle, domain, byWeight });
   });
@@ -208,9 +245,13 @@ function t90Of(rows: Row[], phaseSteps: number): { mean: number; never: number }
 }
 const phaseLen = (s: Setup) => parsePhases(s.phases, s.scored)[1]!.steps;
 
-const md: string[] = ['# A prior on the EWMA: adaptive decides on decayed + w x half_life x prior rate', '',
-  'Prior: per-(layer, expert) pick rate of the first half of every domain\'s documents (all 7 domains), in picks per step ' +
-  '(per-token rate x users); w in half-lives of picks at that rate. Traffic, boot map (en+code), oracle-phase and domain-fit: ' +
+const md: string[] = [perExpert ? '# A prior on the EWMA: the Controller decides on decayed + w x E x prior share (w pseudo-picks per expert)' : '# A prior on the EWMA: adaptive decides on decayed + w x half_life x prior rate', '',
+  (perExpert
+    ? 'Prior: the Controller\'s own (ControllerOptions.prior, budget prior_picks_per_expert = w) from the cumulative picks of the first half ' +
+      'of every domain\'s documents (all 7 domains): per layer, E x each expert\'s share, so w pseudo-picks per expert on average. Traffic,'
+    : 'Prior: per-(layer, expert) pick rate of the first half of every domain\'s documents (all 7 domains), in picks per step ' +
+      '(per-token rate x users); w in half-lives of picks at that rate. Traffic,') +
+  ' boot map (en+code), oracle-phase and domain-fit: ' +
   'second halves only (held out). Shift protocol en+code -> de+ja -> en+code. converged: the phase\'s second-half cold share ' +
   '(src/sim/metrics.ts); "shifted" = phase 2 (de+ja), "after" = mean of phases 2 and 3. gaps are of "after". T90: mean over ' +
   'phases 2-3 (never reached = phase length, count in brackets). swaps: per phase after a shift. Tiered cold shares come from ' +
