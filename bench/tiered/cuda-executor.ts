@@ -1,12 +1,13 @@
-// The GPU executor of the tiered benchmark: hot bank in HBM, cold bank in mapped pinned host memory read in
-// place by the kernels, staging rows in HBM; one compute stream (timed with CUDA events per step) and one
+// The GPU executor of the tiered benchmark: hot bank in HBM, host bank in mapped pinned host memory read in
+// place by the kernels (the cold rows, or with geometry.moves 'mirror' a mirror of every expert row), staging
+// rows in HBM (none in mirror mode); one compute stream (timed with CUDA events per step) and one
 // copy stream for row exchanges. Steps run one at a time (the host waits for each step's end event).
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { loadDriver, type CudaDriver, type KernelArg } from '../../src/backend/cuda/driver.ts';
 import { loadExtra, type CudaExtra } from './cuda-extra.ts';
 import type { StepTimes, TieredExecutor } from './executor.ts';
-import { coldPerLayer, rowBytes, type TieredGeometry } from './geometry.ts';
+import { hostRowsPerLayer, moveMode, rowBytes, type TieredGeometry } from './geometry.ts';
 import { ITEM_INTS, MAXT, type StepPlan } from './plan.ts';
 import type { RowCopy } from './rows.ts';
 
@@ -56,7 +57,9 @@ export class CudaTieredExecutor implements TieredExecutor {
     const log = o.log ?? (() => {});
     this.name = `cuda (${d.deviceName})`;
     this.row = rowBytes(g);
-    this.C = coldPerLayer(g);
+    // Host bank rows per layer (the kernels' Banks.C): E - H cold rows, or E mirror rows. Slots H .. H + C - 1
+    // address it in both modes, so the kernels are the same.
+    this.C = hostRowsPerLayer(g);
     const mod = d.loadModule(readFileSync(fatbin), 'tiered.fatbin');
     this.fns = {
       gate: d.getFunction(mod, 'ffn_gate_up'), down: d.getFunction(mod, 'ffn_down'), count: d.getFunction(mod, 'count_picks'),
@@ -65,12 +68,14 @@ export class CudaTieredExecutor implements TieredExecutor {
     this.maxItems = Math.max(MAXT * g.topK, o.check ? g.experts : 0);
     const t0 = Date.now();
     this.hot = d.alloc(g.layers * g.hotPerLayer * this.row, 'hot bank');
-    this.staging = d.alloc(g.stagingRows * this.row, 'staging rows');
+    // No staging rows in mirror mode (cuMemAlloc refuses 0 bytes): the kernels never resolve a staging slot then.
+    this.staging = g.stagingRows > 0 ? d.alloc(g.stagingRows * this.row, 'staging rows') : 0n;
     log(`hot bank ${(g.layers * g.hotPerLayer * this.row / 2 ** 30).toFixed(1)} GiB + staging ${(g.stagingRows * this.row / 2 ** 30).toFixed(2)} GiB in ${Date.now() - t0} ms`);
     const t1 = Date.now();
     this.cold = [];
-    for (let l = 0; l < g.layers; l++) this.cold.push(x2.hostAllocMapped(this.C * this.row, `cold bank layer ${l}`));
-    log(`cold bank ${(g.layers * this.C * this.row / 2 ** 30).toFixed(1)} GiB pinned+mapped host in ${Date.now() - t1} ms`);
+    const bank = moveMode(g) === 'mirror' ? 'host mirror' : 'cold bank';
+    for (let l = 0; l < g.layers; l++) this.cold.push(x2.hostAllocMapped(this.C * this.row, `${bank} layer ${l}`));
+    log(`${bank} ${(g.layers * this.C * this.row / 2 ** 30).toFixed(1)} GiB pinned+mapped host (${this.C} rows/layer) in ${Date.now() - t1} ms`);
     this.x = d.alloc(MAXT * g.hidden * 4, 'x');
     this.act = d.alloc(this.maxItems * MAXT * g.intermediate * 4, 'act');
     this.y = d.alloc(this.maxItems * MAXT * g.hidden * 4, 'y');
@@ -90,7 +95,7 @@ export class CudaTieredExecutor implements TieredExecutor {
     const t2 = Date.now();
     const rowElems = BigInt(this.row / 2);
     this.fill(this.hot, BigInt(g.layers * g.hotPerLayer) * rowElems, 1n);
-    this.fill(this.staging, BigInt(g.stagingRows) * rowElems, 2n);
+    if (g.stagingRows > 0) this.fill(this.staging, BigInt(g.stagingRows) * rowElems, 2n);
     this.cold.forEach((c, l) => this.fill(c.dev, BigInt(this.C) * rowElems, 100n + BigInt(l)));
     d.launch(this.fns.fillf, 'fill_f32', [64, 1, 1], 256, 0, this.compute, [{ u64: this.x }, { u64: BigInt(MAXT * g.hidden) }, { u64: 7n }, { f32: 1 }]);
     d.streamSync(this.compute, 'fill');
@@ -111,8 +116,9 @@ export class CudaTieredExecutor implements TieredExecutor {
   slotAddr(l: number, slot: number): bigint {
     const g = this.geometry;
     if (slot < g.hotPerLayer) return this.hot + BigInt((l * g.hotPerLayer + slot) * this.row);
-    if (slot < g.experts) return this.cold[l]!.dev + BigInt((slot - g.hotPerLayer) * this.row);
-    return this.staging + BigInt((slot - g.experts) * this.row);
+    if (slot < g.hotPerLayer + this.C) return this.cold[l]!.dev + BigInt((slot - g.hotPerLayer) * this.row);
+    if (slot - g.hotPerLayer - this.C >= g.stagingRows) throw new Error(`tiered: slot ${slot} of layer ${l} is past the staging rows`);
+    return this.staging + BigInt((slot - g.hotPerLayer - this.C) * this.row);
   }
 
   private banks(l: number): Uint8Array {
@@ -223,6 +229,6 @@ export class CudaTieredExecutor implements TieredExecutor {
     this.d.streamSync(this.copyStream, 'close');
     for (const c of this.cold) this.x2.freeHost(c.hostPtr);
     this.d.free(this.hot);
-    this.d.free(this.staging);
+    if (this.staging !== 0n) this.d.free(this.staging);
   }
 }

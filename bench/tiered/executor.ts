@@ -1,7 +1,7 @@
 // What runs a step of the tiered benchmark: the GPU (cuda-executor.ts) or this CPU cost model, which
 // keeps the harness testable in CI (no GPU) and gives a prediction to compare the GPU against.
 import type { TieredGeometry } from './geometry.ts';
-import { rowBytes } from './geometry.ts';
+import { hostRowsPerLayer, rowBytes } from './geometry.ts';
 import type { StepPlan } from './plan.ts';
 import type { RowCopy, RowMover } from './rows.ts';
 
@@ -47,7 +47,8 @@ export const MODEL: CostModel = Object.freeze({
 /**
  * Modelled executor: hot reads at HBM rate, cold reads in place at PCIe rate, 2 launches per layer;
  * copies queue on one copy stream (host<->device at PCIe rate, device<->device at HBM rate) and complete
- * on the modelled clock, which advances by each step's time.
+ * on the modelled clock, which advances by each step's time. Either direction of a host copy costs the
+ * same (copyBytesPerMs): a mirror move's one host->device copy costs what an exchange's host->HBM copy does.
  */
 export class CpuCostExecutor implements TieredExecutor {
   readonly name = 'cpu-model';
@@ -59,7 +60,8 @@ export class CpuCostExecutor implements TieredExecutor {
 
   constructor(readonly geometry: TieredGeometry, private readonly model: CostModel = MODEL) {
     this.row = rowBytes(geometry);
-    this.C = geometry.experts - geometry.hotPerLayer;
+    // Host bank rows per layer: the cold rows, or every expert's mirror row (geometry.moves 'mirror').
+    this.C = hostRowsPerLayer(geometry);
   }
 
   private isHost(slot: number): boolean {

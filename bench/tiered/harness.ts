@@ -1,5 +1,5 @@
 // Drives one policy over a step stream on an executor: per step, carry out the policy's moves as row
-// exchanges (rows.ts), run the step's expert kernels against the slot table, then let the policy see the
+// exchanges (rows.ts) or host-mirror copies (mirror-rows.ts, geometry.moves 'mirror'), run the step's expert kernels against the slot table, then let the policy see the
 // step (the simulator's Policy, so adaptive is the real Controller). Records what each step read and cost.
 import type { RowMap } from '../../src/residency/rowmap.ts';
 import type { Policy, PolicyFactory } from '../../src/sim/policies/policy.ts';
@@ -8,7 +8,9 @@ import type { SimStep } from '../../src/sim/traffic.ts';
 import type { TieredExecutor } from './executor.ts';
 import type { TieredGeometry } from './geometry.ts';
 import { newPlan, planStep } from './plan.ts';
-import { allHotSlots, RowTable } from './rows.ts';
+import { movesInFlight, moveMode } from './geometry.ts';
+import { MirrorRowTable } from './mirror-rows.ts';
+import { allHotSlots, RowTable, type RowPlacement } from './rows.ts';
 
 export type PlacementMode = 'exchange' | 'free' | 'all-hot';
 
@@ -25,7 +27,7 @@ export interface TieredRun {
   readonly coldRows: Uint16Array;
   /** Picks cold by the policy's own hot set (before the copies land). */
   readonly policyCold: Uint32Array;
-  /** Exchanges with copies issued just before the step (read or write phase): the step overlaps them. */
+  /** Moves with copies issued just before the step (an exchange's read or write phase, a mirror copy): the step overlaps them. */
   readonly copying: Uint16Array;
   /** Exchanges started before the step, and the policy's moves after it. */
   readonly started: Uint16Array;
@@ -52,7 +54,11 @@ export function runTiered(name: string, factory: PolicyFactory, exec: TieredExec
   const sg = { layers: g.layers, experts: g.experts, hotPerLayer: g.hotPerLayer, topK: g.topK };
   const policy: Policy = factory({ geometry: sg, bootMap: input.bootMap, steps: input.steps });
   const mode = input.mode ?? 'exchange';
-  const table = new RowTable(g.layers, g.experts, g.hotPerLayer, g.stagingRows, mode === 'free' ? policy.hot : input.bootMap);
+  const boot = mode === 'free' ? policy.hot : input.bootMap;
+  // The geometry says how moves are carried out; free (relabelled) moves work the same in both.
+  const table: RowPlacement = moveMode(g) === 'mirror'
+    ? new MirrorRowTable(g.layers, g.experts, g.hotPerLayer, movesInFlight(g), boot)
+    : new RowTable(g.layers, g.experts, g.hotPerLayer, g.stagingRows, boot);
   const allHot = mode === 'all-hot' ? allHotSlots(g.layers, g.experts, g.hotPerLayer) : null;
   const n = input.steps.length;
   const L = g.layers;

@@ -5,12 +5,15 @@
 //   --out DIR             results (default $OUT when set, else out/tiered)
 //   --budgets JSON        adaptive budgets over the tuned ones (tune.ts)
 //   --traces DIR          fixture traces (default $MOE_FIXTURE_DIR/traces, else ../shared/fixtures/tiny-moe/traces)
+//   --moves exchange|mirror  moves as row exchanges (rows.ts, default) or host-mirror copies (mirror-rows.ts)
+//   --layers N            layers of the geometry (default all: 16, or 2 with --smoke)
+//   --host-gib G          refuse --moves mirror when its host bank would pin more than G GiB (default 80)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
 import { loadBenchInputs, runProtocol, POLICIES, type BenchConfig, type Protocol } from './bench.ts';
 import { CpuCostExecutor, type TieredExecutor } from './executor.ts';
-import { BIG, SMALL, rowBytes } from './geometry.ts';
+import { BIG, SMALL, benchGeometry, hostBankBytes, hostRowsPerLayer, moveMode, movesInFlight, rowBytes } from './geometry.ts';
 import { protocolTable, shiftSvg, targetsTable, type ProtocolResult } from './report.ts';
 
 const argv = process.argv.slice(2);
@@ -20,7 +23,8 @@ const flag = (name: string) => argv.includes(`--${name}`);
 const smoke = flag('smoke');
 const outDir = opt('out', process.env['OUT'] ?? 'out/tiered');
 const tracesDir = opt('traces', process.env['MOE_FIXTURE_DIR'] ? join(process.env['MOE_FIXTURE_DIR'], 'traces') : FIXTURE_TRACES);
-const geometry = smoke ? SMALL : BIG;
+const base = smoke ? SMALL : BIG;
+const geometry = benchGeometry(base, { layers: Number(opt('layers', String(base.layers))), moves: opt('moves', 'exchange'), hostGib: Number(opt('host-gib', '80')) });
 const n1 = Number(opt('steps', smoke ? '60' : '1000'));
 const n4 = Number(opt('steps4', smoke ? '40' : '800'));
 const nMixed = Number(opt('mixed', smoke ? '40' : '400'));
@@ -56,12 +60,21 @@ async function executor(): Promise<TieredExecutor> {
   if (smoke) {
     const { checkKernels, checkExchanges } = await import('./check.ts');
     checkKernels(ex, log);
-    checkExchanges(ex, log);
+    if (moveMode(geometry) === 'mirror') {
+      const { checkMirrorMoves } = await import('./check-mirror.ts');
+      checkMirrorMoves(ex, log);
+    } else {
+      checkExchanges(ex, log);
+    }
   }
   return ex;
 }
 
+// How moves are carried out, for the log and the report header.
+const movesNote = `moves: ${moveMode(geometry)} (${moveMode(geometry) === 'mirror' ? 'one host->device copy from a host mirror of every row' : 'row exchanges through staging rows'}), ` +
+  `${movesInFlight(geometry)} in flight at most; layers ${geometry.layers}; host bank ${hostRowsPerLayer(geometry)} rows/layer = ${(hostBankBytes(geometry) / 2 ** 30).toFixed(1)} GiB pinned; staging rows ${geometry.stagingRows}`;
 log(`traces expanded to ${geometry.layers} layers x ${geometry.experts} experts; row ${(rowBytes(geometry) / 2 ** 20).toFixed(2)} MiB, hot ${geometry.hotPerLayer}/layer`);
+log(movesNote);
 const exec = await executor();
 log(`executor ${exec.name}`);
 const results: ProtocolResult[] = [];
@@ -76,13 +89,13 @@ mkdirSync(outDir, { recursive: true });
 const budgetNote = `adaptive budgets: ${JSON.stringify(budgets)}; lru inserts/step ${cfg.insertsPerStep}; oracle window ${cfg.oracleWindow} steps, oracle-phase = top-H of each whole phase (both: moves free, relabelled, not copied)`;
 const md = [
   `# tiered benchmark (${exec.name})`, '',
-  `geometry: ${JSON.stringify(geometry)}; row ${(rowBytes(geometry) / 2 ** 20).toFixed(2)} MiB`, budgetNote, '',
+  `geometry: ${JSON.stringify(geometry)}; row ${(rowBytes(geometry) / 2 ** 20).toFixed(2)} MiB`, movesNote, budgetNote, '',
   ...results.flatMap((r) => [protocolTable(r), '']),
   ...results.filter((r) => r.phases.length > 1).flatMap((r) => [targetsTable(r), '']),
 ].join('\n');
 writeFileSync(join(outDir, 'tiered.md'), md);
 for (const r of results) if (r.phases.length > 1) writeFileSync(join(outDir, `${r.protocol.split(' ')[0]}.svg`), shiftSvg(r));
-writeFileSync(join(outDir, 'tiered.json'), JSON.stringify({ geometry, budgets, executor: exec.name, results: results.map((r) => ({ protocol: r.protocol, phases: r.phases, figures: r.figures })) }, null, 1));
+writeFileSync(join(outDir, 'tiered.json'), JSON.stringify({ geometry, moves: moveMode(geometry), budgets, executor: exec.name, results: results.map((r) => ({ protocol: r.protocol, phases: r.phases, figures: r.figures })) }, null, 1));
 // Per-step series (rounded) for later analysis: step ms, counter ms, cold picks, picks, cold rows, copying.
 const r4 = (x: number) => Math.round(x * 1e4) / 1e4;
 writeFileSync(join(outDir, 'steps.json'), JSON.stringify(results.map((r) => ({

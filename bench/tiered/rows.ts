@@ -53,7 +53,26 @@ export interface StepMoves {
   readonly relabelled: number;
 }
 
-export class RowTable {
+/**
+ * Where each expert is read from, and how a policy's wanted hot set is reached: row exchanges (RowTable,
+ * below) or host-mirror copies (MirrorRowTable, mirror-rows.ts). The harness only uses this.
+ */
+export interface RowPlacement {
+  /** Slot per [layer * experts + expert]: what the kernels read this step. */
+  readonly slot: Int32Array;
+  /** Moves whose copies have not all landed. */
+  readonly inFlight: number;
+  /** True when expert `e` of layer `l` is read from host memory (in place) this step. */
+  isCold(l: number, e: number): boolean;
+  /** Before each step: advance landed moves, start moves towards `wantHot`; `free` relabels instead. */
+  beforeStep(wantHot: Uint8Array, mover: RowMover, free?: boolean): StepMoves;
+  /** Throws on a broken invariant. */
+  check(): void;
+  /** Experts whose home is a hot row (what the table says once nothing is in flight). */
+  homeHotMask(): Uint8Array;
+}
+
+export class RowTable implements RowPlacement {
   /** Slot per [layer * experts + expert]: what the kernels read this step. */
   readonly slot: Int32Array;
   /** Where the expert lives once in-flight exchanges finish (a hot or cold row). */
