@@ -24,7 +24,15 @@ const smoke = flag('smoke');
 const outDir = opt('out', process.env['OUT'] ?? 'out/tiered');
 const tracesDir = opt('traces', process.env['MOE_FIXTURE_DIR'] ? join(process.env['MOE_FIXTURE_DIR'], 'traces') : FIXTURE_TRACES);
 const base = smoke ? SMALL : BIG;
-const geometry = benchGeometry(base, { layers: Number(opt('layers', String(base.layers))), moves: opt('moves', 'exchange'), hostGib: Number(opt('host-gib', '80')) });
+const geometry = (() => {
+  try {
+    return benchGeometry(base, { layers: Number(opt('layers', String(base.layers))), moves: opt('moves', 'exchange'), hostGib: Number(opt('host-gib', '80')) });
+  } catch (e) {
+    // A bad flag: say which, without a stack trace.
+    console.error(`tiered: ${(e as Error).message}`);
+    process.exit(2);
+  }
+})();
 const n1 = Number(opt('steps', smoke ? '60' : '1000'));
 const n4 = Number(opt('steps4', smoke ? '40' : '800'));
 const nMixed = Number(opt('mixed', smoke ? '40' : '400'));
