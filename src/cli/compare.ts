@@ -7,7 +7,7 @@ import { coldShareSvg, phaseTable } from '../sim/report.ts';
 import { runPolicy } from '../sim/run.ts';
 import { prepare } from '../sim/setup.ts';
 import type { CliCommand } from './command.ts';
-import { SIM_FLAGS, SIM_HELP, simOptions } from './simulate.ts';
+import { SIM_FLAGS, SIM_HELP, simOptions, withPrior } from './simulate.ts';
 
 export const compareCommand: CliCommand = {
   name: 'compare',
@@ -22,7 +22,9 @@ export const compareCommand: CliCommand = {
       console.log(`usage: residency compare [--out DIR] [--policies a,b,...] [options]\n${SIM_HELP}`);
       return 0;
     }
-    const { input, policyOptions } = prepare(simOptions(values));
+    const prepared = prepare(simOptions(values));
+    const input = prepared.input;
+    const policyOptions = withPrior(prepared.policyOptions, values.prior, input.geometry);
     const reports = values.policies.split(',').map((name) => runPolicy(policyFactory(name.trim(), policyOptions), input));
     const profiles = input.profiles.map((p) => p.name);
     const title = `cold share per ${reports[0]?.windowSteps ?? 64} steps, ${values.phases}, hot ${values.hot}, users ${values.users}`;

@@ -14,7 +14,7 @@ import type { FinishReason } from '../engine/types.ts';
 import { loadModel, type LoadedModel } from '../model/load.ts';
 import { progressLine } from '../model/progress.ts';
 import type { CliCommand } from './command.ts';
-import { loadRowMap } from '../residency/files.ts';
+import { loadCountsDump, loadRowMap } from '../residency/files.ts';
 import { residencyHookFactory } from '../engine/residency-driver.ts';
 import { openTraceFile } from '../sim/traces/recorder.ts';
 
@@ -32,6 +32,8 @@ export const GENERATE_HELP = `usage: residency generate [--model DIR] (--prompt 
   --map MAP.json       start the banks from this map (a rowmap; overrides --hot)
   --residency-dir DIR  run the residency controller live: telemetry.jsonl, swaps.jsonl, steps.json go to DIR;
                        it boots frozen (counting only): create DIR/GO or write DIR/control.json to adapt
+  --prior COUNTS.json  with --residency-dir: seed prior for the controller, a counts dump of this model
+                       (worth budgets.prior_picks_per_expert pseudo-picks per expert; see residency serve)
   --record-trace FILE  write every step's routing as a JSONL trace (residency simulate --traces FILE --phases recorded)
   --threads N|auto     cpu: worker threads sharing each step (bit-identical; default RESIDENCY_CPU_THREADS, else 1)
   --backend NAME       cpu (default) or cuda (an NVIDIA GPU, kernels built by npm run build:kernels)
@@ -50,6 +52,7 @@ export const GENERATE_OPTIONS = {
   hot: { type: 'string' },
   map: { type: 'string' },
   'residency-dir': { type: 'string' },
+  prior: { type: 'string' },
   'record-trace': { type: 'string' },
   threads: { type: 'string' },
   backend: { type: 'string', default: 'cpu' },
@@ -241,9 +244,14 @@ export const generateCommand: CliCommand = {
     const opts = generateOptionsFrom(values);
     const map = values.map ? loadRowMap(values.map) : undefined;
     const dir = values['residency-dir'];
+    // The controller runs only with --residency-dir; a prior without it would be silently unused.
+    if (values.prior !== undefined && dir === undefined) {
+      throw new ResidencyError('BAD_ARGUMENT', '--prior needs --residency-dir DIR (the residency controller runs only with it)');
+    }
+    const prior = values.prior !== undefined ? { dump: loadCountsDump(values.prior), source: `--prior ${values.prior}` } : undefined;
     const ext: GenerateExtensions = {
       placement: () => map,
-      hookFactory: dir ? residencyHookFactory({ map, dir }) : undefined,
+      hookFactory: dir ? residencyHookFactory({ map, dir, ...(prior ? { prior } : {}) }) : undefined,
     };
     printGenerateResult(await runGenerate(opts, ext), opts.json);
     return 0;

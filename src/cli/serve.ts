@@ -2,7 +2,7 @@
 import { resolve, join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import { parseBackendName, parseThreads } from '../backend/registry.ts';
-import { loadRowMap } from '../residency/files.ts';
+import { loadCountsDump, loadRowMap } from '../residency/files.ts';
 import { startServing } from '../server/boot.ts';
 import { defaultServerConfig } from '../server/types.ts';
 import type { CliCommand } from './command.ts';
@@ -17,6 +17,9 @@ export const SERVE_HELP = `usage: residency serve [--model DIR] [options]
   --map MAP.json       start the banks from this map (a rowmap; overrides --hot)
   --residency-dir DIR  telemetry.jsonl, swaps.jsonl, steps.json go to DIR; DIR/control.json and DIR/GO
                        control the live controller (as POST /v1/residency/control does)
+  --prior COUNTS.json  seed prior for the controller: a counts dump of this model (dump_counts, as fit-map reads);
+                       worth budgets.prior_picks_per_expert (default 1) pseudo-picks per expert, it helps while
+                       live counts are sparse (few users) and fades as they grow
   --adapt              adapt from the start (default: boot frozen, counting only, until GO or {"freeze": false})
   --port N             TCP port (default 8000; 0 = any free port)
   --host ADDR          address to listen on (default 127.0.0.1)
@@ -35,6 +38,7 @@ const OPTIONS = {
   hot: { type: 'string' },
   map: { type: 'string' },
   'residency-dir': { type: 'string' },
+  prior: { type: 'string' },
   adapt: { type: 'boolean', default: false },
   port: { type: 'string', default: '8000' },
   host: { type: 'string', default: '127.0.0.1' },
@@ -76,6 +80,7 @@ export const serveCommand: CliCommand = {
       hot: int('hot', v.hot, 1),
       map: v.map ? loadRowMap(v.map) : undefined,
       residencyDir: v['residency-dir'],
+      ...(v.prior !== undefined ? { prior: { dump: loadCountsDump(v.prior), source: `--prior ${v.prior}` } } : {}),
       adapt: v.adapt,
       port: int('port', v.port, 0, 65535)!,
       host: v.host,

@@ -1,8 +1,11 @@
 // `residency simulate`: replay traces through one residency policy and print cold share, T90, swaps, tok/s.
 import { parseArgs } from 'node:util';
 import { ResidencyError } from '../errors.ts';
+import { loadCountsDump } from '../residency/files.ts';
 import type { Budgets } from '../residency/policy.ts';
-import { policyFactory, POLICY_NAMES } from '../sim/policies/registry.ts';
+import { priorFromDump } from '../residency/prior.ts';
+import type { Geometry } from '../sim/policies/policy.ts';
+import { policyFactory, POLICY_NAMES, type PolicyOptions } from '../sim/policies/registry.ts';
 import { phaseTable } from '../sim/report.ts';
 import { runPolicy } from '../sim/run.ts';
 import { prepare, type SimOptions } from '../sim/setup.ts';
@@ -24,6 +27,7 @@ export const SIM_FLAGS = {
   'swaps-per-step': { type: 'string' },
   inserts: { type: 'string' },
   'oracle-window': { type: 'string' },
+  prior: { type: 'string' },
   json: { type: 'boolean', default: false },
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
@@ -40,6 +44,7 @@ export const SIM_HELP = `  --traces DIR|FILE     fixture trace dir (index.json +
   --drain-every N, --half-life N, --swaps-per-step N   adaptive budgets (defaults: the controller's)
   --inserts N           copy-on-miss inserts per step for lru/lfu/lfru (default 8)
   --oracle-window N     steps per oracle window (default 512)
+  --prior COUNTS.json   adaptive: seed prior from a counts dump of the traces' geometry (budget prior_picks_per_expert, default 1)
   --json                print the report as JSON`;
 
 function int(v: string | undefined, flag: string): number | undefined {
@@ -66,6 +71,12 @@ export function simOptions(v: SimValues): SimOptions {
   };
 }
 
+/** Policy options with --prior's counts added (checked against the traces' geometry), or as they were. */
+export function withPrior(o: PolicyOptions, path: string | undefined, g: Geometry): PolicyOptions {
+  if (path === undefined) return o;
+  return { ...o, prior: priorFromDump(loadCountsDump(path), { layers: g.layers, experts: g.experts }, `--prior ${path}`) };
+}
+
 export const simulateCommand: CliCommand = {
   name: 'simulate',
   summary: 'replay routing traces through a residency policy (cold share, T90, swaps, modelled tok/s)',
@@ -76,7 +87,7 @@ export const simulateCommand: CliCommand = {
       return 0;
     }
     const { input, policyOptions } = prepare(simOptions(values));
-    const report = runPolicy(policyFactory(values.policy, policyOptions), input);
+    const report = runPolicy(policyFactory(values.policy, withPrior(policyOptions, values.prior, input.geometry)), input);
     if (values.json) {
       console.log(JSON.stringify(report, null, 1));
     } else {

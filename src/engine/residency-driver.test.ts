@@ -178,3 +178,27 @@ test('a telemetry folder that vanishes or turns unwritable mid-run is logged, no
   assert.ok(complaints.length >= 1 && complaints.length <= 3, `logged once per file, not per line: ${complaints.join(' | ')}`);
   rmSync(dir);
 });
+
+test('a prior (counts dump of this model) reaches the controller; another geometry or model is refused before the banks move', () => {
+  const rows = (layers: number, experts: number) => Array.from({ length: layers }, (_, l) => Array.from({ length: experts }, (_, e) => (e * 3 + l) % 7));
+  const dump = (model: string, layers: number, experts: number) => ({ version: 1 as const, model, step: 10, decode_steps: 10, half_life: 500, decayed: rows(layers, experts), cumulative: rows(layers, experts) });
+  const logs: string[] = [];
+  const ok = new ResidencyDriver({ backend: fakeBackend(), prior: { dump: dump('fake-moe', L, E), source: '--prior d.json' }, log: (m) => logs.push(m) });
+  assert.equal(ok.controller.hasPrior, true);
+  assert.ok(logs.some((m) => m.includes('seed prior from --prior d.json')), logs.join('\n'));
+  assert.equal(new ResidencyDriver({ backend: fakeBackend(), log: () => {} }).controller.hasPrior, false);
+
+  // A map that would move rows: a refused prior must leave the banks as they were.
+  const id = identityRowMap('fake-moe', L, E, H);
+  const map = { ...id, layers_map: [{ hot: [...id.layers_map[0]!.hot.slice(1), 12], cold: [0, ...id.layers_map[0]!.cold.slice(1)] }, ...id.layers_map.slice(1)] };
+  for (const [d, re] of [
+    [dump('fake-moe', L, E + 1), /--prior d\.json: the dump is 3 layers x 17 experts but the model fake-moe has 3 x 16/],
+    [dump('other-moe', L, E), /--prior d\.json: the dump is of model 'other-moe', expected 'fake-moe'/],
+  ] as const) {
+    const backend = fakeBackend();
+    const before = backend.banks.digest();
+    assert.throws(() => new ResidencyDriver({ backend, map, prior: { dump: d, source: '--prior d.json' }, log: () => {} }),
+      (err: unknown) => err instanceof Error && (err as { code?: string }).code === 'BAD_COUNTS' && re.test(err.message));
+    assert.equal(backend.banks.digest(), before, 'banks untouched');
+  }
+});

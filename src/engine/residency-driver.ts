@@ -9,6 +9,7 @@ import { ControlFileWatcher } from '../residency/control-watcher.ts';
 import { saveCountsDump } from '../residency/files.ts';
 import type { Budgets, Swap } from '../residency/policy.ts';
 import { planRestore } from '../residency/restore.ts';
+import { priorFromDump } from '../residency/prior.ts';
 import { geometry, type RowMap } from '../residency/rowmap.ts';
 import { drainLine, StepRing, swapLine, type SwapLine } from '../residency/telemetry.ts';
 import { TelemetryWriter } from '../residency/telemetry-writer.ts';
@@ -19,6 +20,12 @@ export interface ResidencyDriverOptions {
   /** Serve with this map: the banks are brought to it before the first step. Default: what the banks hold. */
   readonly map?: RowMap;
   readonly budgets?: Partial<Budgets>;
+  /**
+   * A seed prior for the controller: a counts dump of this model (its cumulative table), weighed by
+   * budgets.prior_picks_per_expert. Refused (BAD_COUNTS naming `source`, default "prior") unless its model and
+   * geometry are the backend's. `source` is how the caller names it, e.g. "--prior DUMP.json".
+   */
+  readonly prior?: { readonly dump: CountsDump; readonly source?: string };
   /** Boot frozen, counting only, until a GO file or {"freeze": false}. Default true. */
   readonly frozen?: boolean;
   /** Folder for telemetry.jsonl, swaps.jsonl and steps.json; the control file and GO file default to it. */
@@ -68,14 +75,20 @@ export class ResidencyDriver implements ResidencyHook {
     this.backend = opts.backend;
     this.log = opts.log ?? ((m) => console.error(`residency: ${m}`));
     const model = opts.backend.spec.name;
+    // The prior is checked before the banks are touched: a refused one leaves them as they were.
+    const banks = opts.backend.banks;
+    const prior = opts.prior
+      ? priorFromDump(opts.prior.dump, { models: [...new Set([model, ...(opts.map ? [opts.map.model] : [])])], layers: banks.layers, experts: banks.experts }, opts.prior.source)
+      : undefined;
     if (opts.map) {
       const moved = placeMap(opts.backend.banks, model, opts.map);
       if (moved > 0) this.log(`placed map ${opts.map.model}: ${moved} row exchanges`);
     }
     const boot = opts.map ?? mapFromBanks(opts.backend.banks, model);
     this.controller = new Controller({
-      boot, budgets: opts.budgets, frozen: opts.frozen ?? true, initialSnapshot: opts.backend.readCounter(),
+      boot, budgets: opts.budgets, frozen: opts.frozen ?? true, initialSnapshot: opts.backend.readCounter(), ...(prior ? { prior } : {}),
     });
+    if (prior) this.log(`seed prior from ${opts.prior!.source ?? 'a counts dump'}: ${this.controller.budgets.prior_picks_per_expert} pseudo-picks per expert`);
     this.writer = opts.dir ? new TelemetryWriter(opts.dir, this.log) : null;
     const controlPath = opts.controlPath ?? (opts.dir ? join(opts.dir, 'control.json') : undefined);
     const goPath = opts.goPath ?? (opts.dir ? join(opts.dir, 'GO') : undefined);

@@ -7,6 +7,7 @@ import { Counter } from './counts.ts';
 import { budgetsPatchSchema, priorScores, priorShares, type Budgets, type Swap } from './policy.ts';
 import { identityRowMap } from './rowmap.ts';
 import { ResidencyError } from '../errors.ts';
+import { priorFromDump } from './prior.ts';
 import { randInt, rng, shuffle, skewedRouting } from './test-helpers.ts';
 
 test('priorShares: E x share of the layer, mean 1 per layer; an empty layer is flat', () => {
@@ -119,4 +120,14 @@ test('budgets accept prior_picks_per_expert >= 0 and refuse negatives naming the
   assert.match(!bad.ok ? bad.error : '', /prior_picks_per_expert/);
   assert.equal(ctl.control({ budgets: { prior_picks_per_expert: 3 } }).ok, true);
   assert.equal(ctl.budgets.prior_picks_per_expert, 3);
+});
+
+test('priorFromDump flattens the cumulative table and refuses another geometry or model, naming the source', () => {
+  const dump = { version: 1 as const, model: 'm', step: 1, decode_steps: 1, half_life: 500, decayed: [[0, 0], [0, 0]], cumulative: [[1, 2], [3, 4]] };
+  assert.deepEqual([...priorFromDump(dump, { models: ['m'], layers: 2, experts: 2 })], [1, 2, 3, 4]);
+  assert.deepEqual([...priorFromDump(dump, { layers: 2, experts: 2 })], [1, 2, 3, 4], 'no model names: any model');
+  assert.throws(() => priorFromDump(dump, { models: ['m'], layers: 2, experts: 3 }, '--prior x.json'),
+    /^ResidencyError: --prior x\.json: the dump is 2 layers x 2 experts but the model m has 2 x 3/);
+  assert.throws(() => priorFromDump(dump, { models: ['n', 'map-n'], layers: 2, experts: 2 }, '--prior x.json'),
+    /--prior x\.json: the dump is of model 'm', expected 'n' or 'map-n'/);
 });

@@ -10,6 +10,7 @@ import { ResidencyDriver } from '../engine/residency-driver.ts';
 import type { SchedulerConfig } from '../engine/scheduler.ts';
 import { ResidencyError } from '../errors.ts';
 import { loadModel, type LoadedModel } from '../model/load.ts';
+import type { CountsDump } from '../residency/counts.ts';
 import type { Budgets } from '../residency/policy.ts';
 import type { RowMap } from '../residency/rowmap.ts';
 import { DriverView } from './driver-view.ts';
@@ -31,6 +32,8 @@ export interface ServeOptions {
   /** Start adapting at once instead of booting frozen (counting only). */
   readonly adapt?: boolean;
   readonly budgets?: Partial<Budgets>;
+  /** A seed prior for the controller (a counts dump of this model; `source` names it in errors). */
+  readonly prior?: { readonly dump: CountsDump; readonly source?: string };
   readonly port: number;
   readonly host: string;
   readonly config?: Partial<ServerConfig>;
@@ -91,13 +94,13 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
 
   async function serveOn(backend: Backend): Promise<Serving> {
     const withResidency = backend.banks.hotPerLayer < backend.banks.experts;
-    if (!withResidency && (opts.adapt || opts.residencyDir !== undefined)) {
-      throw new ResidencyError('BAD_ARGUMENT', 'every expert is hot, so there is nothing to adapt: --adapt and --residency-dir need --hot H below the expert count (or a --map)');
+    if (!withResidency && (opts.adapt || opts.residencyDir !== undefined || opts.prior)) {
+      throw new ResidencyError('BAD_ARGUMENT', 'every expert is hot, so there is nothing to adapt: --adapt, --residency-dir and --prior need --hot H below the expert count (or a --map)');
     }
     // Built directly (not through residencyHookFactory, which writes steps.json at process exit): close()
     // below writes it, so a server that is stopped and started again in one process leaves nothing behind.
     const driver = withResidency
-      ? new ResidencyDriver({ backend, map: opts.map, dir: opts.residencyDir, frozen: !opts.adapt, budgets: opts.budgets, log: (m) => log(`residency: ${m}`) })
+      ? new ResidencyDriver({ backend, map: opts.map, dir: opts.residencyDir, frozen: !opts.adapt, budgets: opts.budgets, ...(opts.prior ? { prior: opts.prior } : {}), log: (m) => log(`residency: ${m}`) })
       : undefined;
     const view = driver ? new DriverView(driver) : undefined;
     const config: ServerConfig = { ...defaultServerConfig, ...opts.config };

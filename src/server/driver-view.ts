@@ -48,7 +48,7 @@ export class DriverView implements ResidencyView {
       },
       swaps: { applied: ctl.stats.applied, refused: ctl.stats.refused, queued: ctl.queueDepth },
       controller: {
-        frozen: ctl.frozen, counting: ctl.counting, budgets: ctl.budgets,
+        frozen: ctl.frozen, counting: ctl.counting, budgets: ctl.budgets, prior: ctl.hasPrior,
         drains: ctl.stats.drains, decided: ctl.stats.decided, cancelled: ctl.stats.cancelled,
         last_drain_step: d?.step ?? null,
       },
