@@ -5,6 +5,7 @@
 //   --out DIR             results (default $OUT when set, else out/tiered)
 //   --budgets JSON        adaptive budgets over the tuned ones (tune.ts)
 //   --traces DIR          fixture traces (default $MOE_FIXTURE_DIR/traces, else ../shared/fixtures/tiny-moe/traces)
+//   --seed N              traffic seed (default 1): which documents each user walks
 //   --moves exchange|mirror  moves as row exchanges (rows.ts, default) or host-mirror copies (mirror-rows.ts)
 //   --layers N            layers of the geometry (default all: 16, or 2 with --smoke)
 //   --host-gib G          refuse --moves mirror when its host bank would pin more than G GiB (default 80)
@@ -49,7 +50,7 @@ const budgets = { ...TUNED, ...(JSON.parse(opt('budgets', '{}')) as Record<strin
 // adaptive-prior's prior) counts the first halves of all domains.
 const { set, seedCounts } = loadBenchInputs(tracesDir, geometry);
 const cfg: BenchConfig = {
-  geometry, policies: opt('policies', POLICIES.join(',')).split(','), budgets, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed: 1, seedCounts,
+  geometry, policies: opt('policies', POLICIES.join(',')).split(','), budgets, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed: Number(opt('seed', '1')), seedCounts,
   protocols: ([
     { name: 'shift-1u', phases: `en+code:${n1},de+ja:${n1},en+code:${n1}`, users: 1 },
     { name: 'shift-4u', phases: `en+code:${n4},de+ja:${n4},en+code:${n4}`, users: 4 },
