@@ -24,7 +24,7 @@ export interface Protocol {
   readonly users: number;
 }
 
-export const POLICIES = ['all-hot', 'fixed', 'seed', 'adaptive', 'adaptive-prior', 'lru', 'oracle', 'oracle-phase', 'domain-fit'] as const;
+export const POLICIES = ['all-hot', 'fixed', 'seed', 'adaptive', 'adaptive-prior', 'seed-adaptive', 'lru', 'oracle', 'oracle-phase', 'domain-fit'] as const;
 
 export interface BenchConfig {
   readonly geometry: TieredGeometry;
@@ -84,6 +84,8 @@ export function runProtocol(set: TraceSet, p: Protocol, cfg: BenchConfig, exec: 
       case 'seed': factory = policyFactory('seed', { seedMap }); break;
       case 'adaptive': factory = policyFactory('adaptive', { budgets: cfg.budgets }); break;
       case 'adaptive-prior': factory = adaptivePolicy(cfg.budgets, 'adaptive-prior', { prior: cfg.seedCounts }); break;
+      // The production set-up: boot on the seed map, adapt with the same dump as prior.
+      case 'seed-adaptive': factory = adaptivePolicy(cfg.budgets, 'seed-adaptive', { prior: cfg.seedCounts }); break;
       case 'lru': factory = policyFactory('lru', { insertsPerStep: cfg.insertsPerStep }); break;
       case 'oracle': factory = policyFactory('oracle', { oracleWindow: cfg.oracleWindow }); mode = 'free'; break;
       case 'oracle-phase': factory = policyFactory('oracle-phase'); mode = 'free'; break;
@@ -92,7 +94,7 @@ export function runProtocol(set: TraceSet, p: Protocol, cfg: BenchConfig, exec: 
       default: throw new Error(`tiered: unknown policy '${name}' (have: ${POLICIES.join(', ')})`);
     }
     // The seed policy's rows are laid out from its own map at load (as a server booting with it would).
-    runs.push(runTiered(name, factory, exec, { geometry: g, bootMap: name === 'seed' ? seedMap : bootMap, steps, users: p.users, count: name.startsWith('adaptive'), mode }));
+    runs.push(runTiered(name, factory, exec, { geometry: g, bootMap: name.startsWith('seed') ? seedMap : bootMap, steps, users: p.users, count: name.includes('adaptive'), mode }));
     log(`  ${p.name} ${name}: ${steps.length} steps in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   }
   const hot = runs.find((r) => r.policy === 'all-hot') ?? null;

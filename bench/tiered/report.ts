@@ -45,7 +45,7 @@ export function targetsTable(p: ProtocolResult): string {
     const v = num.medianMs / den.medianMs; const m = num.meanMs / den.meanMs;
     rows.push(`| ${label} | ${v.toFixed(2)}x; ${m.toFixed(2)}x | ${ok ? `${ok(v) ? 'yes' : 'no'}; ${ok(m) ? 'yes' : 'no'}` : '-'} |`);
   };
-  for (const name of ['adaptive', 'adaptive-prior']) {
+  for (const name of ['adaptive', 'adaptive-prior', 'seed-adaptive']) {
     const ad = ph(name);
     if (!ad) continue;
     if (fx) ratio(`${name} >= 2.5x faster than fixed (median; mean)`, fx, ad, (x) => x >= 2.5);
@@ -68,7 +68,7 @@ export function targetsTable(p: ProtocolResult): string {
   return rows.join('\n');
 }
 
-const COLORS = ['#7f7f7f', '#d62728', '#ff7f0e', '#1f77b4', '#e377c2', '#2ca02c', '#9467bd', '#17becf', '#8c564b'];
+const COLORS = ['#7f7f7f', '#d62728', '#ff7f0e', '#1f77b4', '#e377c2', '#bcbd22', '#2ca02c', '#9467bd', '#17becf', '#8c564b'];
 
 function windowed(xs: ArrayLike<number>, w: number, den?: ArrayLike<number>): number[] {
   const out: number[] = [];
