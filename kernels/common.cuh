@@ -64,7 +64,25 @@ struct WorkDev {
   float* partial;       // [B][K][H] each pick's expert output (unweighted)
   float* logits;        // [B][V]
   unsigned long long* amax; // [B] packed (ordered logit, ~index) for argmax
+  float* attn_part;     // [B][gridDim.y of attn_route][nh*hd + 2*nh] split attention partials: acc | max | sum
+  uint32_t* attn_done;  // [B] split blocks of a row done so far (zeroed at alloc; the last block resets it)
 };
+
+// Flash-decoding split of the positions (attn_route, layered path). A row whose attention reads more than
+// ATTN_SPLIT_MIN positions is split into S chunks of about ATTN_CHUNK positions, S at most max_splits (the
+// launch's gridDim.y, chosen by the host from the SM count and the bucket); chunks are balanced and never
+// empty. At n <= ATTN_SPLIT_MIN (or max_splits 1) S is 1: the one-block path, unchanged. Mirrored by
+// attnSplitsOf in src/backend/cuda/plan.ts.
+#define ATTN_SPLIT_MIN 256
+#define ATTN_CHUNK 128
+__device__ __forceinline__ int attn_splits(int n, int max_splits, int* chunk) {
+  if (n <= ATTN_SPLIT_MIN || max_splits <= 1) { *chunk = n; return 1; }
+  const int want = (n + ATTN_CHUNK - 1) / ATTN_CHUNK;
+  const int s = want < max_splits ? want : max_splits;
+  const int c = (n + s - 1) / s;
+  *chunk = c;
+  return (n + c - 1) / c; // <= s; every chunk [j*c, min(n, (j+1)*c)) non-empty
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

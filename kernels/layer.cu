@@ -2,8 +2,9 @@
 //  - fused (default): decode_layers runs every layer of one row in one block (attention, route-and-split
 //    with counting, the row's top-k experts from the banks, combine in router order), then lm_head_argmax.
 //    Two launches per step: a 6-layer model is launch-bound, so this is the fast path.
-//  - layered: per layer attn_route (one block per row) then expert_ffn (one block per pick), the shape that
-//    scales to wide models and big batches; kept as the op-level reference of the fused kernel.
+//  - layered: per layer attn_route (one block per row, or per chunk of positions at long contexts: the
+//    flash-decoding split, attention.cuh) then expert_ffn (one block per pick), the shape that scales to
+//    wide models, big batches and long contexts; kept as the op-level reference of the fused kernel.
 #include "common.cuh"
 #include "route.cuh"
 #include "attention.cuh"
@@ -34,24 +35,35 @@ extern "C" __global__ void __launch_bounds__(1024) attn_route(const ModelDev* __
                                                               const StepDev* __restrict__ st, WorkDev w) {
   extern __shared__ __align__(16) float sm[];
   const ModelDev& m = c_model; // mp (same contents) is kept in the signature for the host's ABI
-  const int b = blockIdx.x, tid = threadIdx.x;
+  const int b = blockIdx.x, j = blockIdx.y, tid = threadIdx.x;
   const int K = m.K;
   const RowDev r = st->row[b];
   const size_t pk = ((size_t)b * m.L + layer) * K;
   if (!r.valid) { // padding row of a bucket: leave harmless picks for the expert kernel
-    if (tid < K) { w.pick_slot[b * K + tid] = 0; w.pick_weight[pk + tid] = 0.f; w.pick_expert[pk + tid] = 0; }
+    if (j == 0 && tid < K) { w.pick_slot[b * K + tid] = 0; w.pick_weight[pk + tid] = 0.f; w.pick_expert[pk + tid] = 0; }
     return;
   }
+  // Grid (rows, max splits): the split count is decided here from the row's position (read from device
+  // memory, so one captured graph serves every position); blocks beyond it exit at once.
+  int chunk;
+  const int S = attn_splits(r.pos + 1, gridDim.y, &chunk);
+  if (j >= S) return;
   const LayerDev& L = c_layers[layer];
   RowSmem s;
   row_smem(sm, m, s);
   if (layer == 0) {
-    if (tid == 0) w.amax[b] = 0ull;
+    if (tid == 0 && j == 0) w.amax[b] = 0ull;
     embed_row(m, r, s.x);
   } else {
     combine_row(m, w, b, layer - 1, s.x);
   }
-  row_attention(m, L, layer, r, s);
+  if (S == 1) {
+    row_attention(m, L, layer, r, s);
+  } else {
+    float* part_row = w.attn_part + (size_t)b * gridDim.y * (m.nh * m.hd + 2 * m.nh);
+    if (!row_attention_split(m, L, layer, r, s, j, S, chunk, part_row, w.attn_done + b)) return;
+  }
+  // One block per row from here (the merging block when split): residual, post-norm, router, picks.
   for (int i = tid; i < m.H; i += blockDim.x) w.hidden[(size_t)b * m.H + i] = s.x[i];
   block_rmsnorm(s.x, L.post_norm, s.xn, m.H, m.eps, s.red);
   for (int i = tid; i < m.H; i += blockDim.x) w.xn[(size_t)b * m.H + i] = s.xn[i];

@@ -17,7 +17,7 @@ import {
   type ModelDims, type RowInput, type WorkPointers,
 } from './layout.ts';
 import { ResourceScope, type ReleaseFailureSink } from './resource-scope.ts';
-import { DEFAULT_BUCKETS, bucketFor, planSubsteps, type PlannedRow } from './plan.ts';
+import { ATTN_SPLIT_MIN, DEFAULT_BUCKETS, attnMaxSplits, bucketFor, planSubsteps, type PlannedRow } from './plan.ts';
 
 export interface CudaBackendOptions {
   /** Initial hot/cold placement (default: every expert hot). */
@@ -29,11 +29,19 @@ export interface CudaBackendOptions {
   /**
    * One fused kernel for all layers of a row, or the layered path (default): attn_route + expert_ffn per
    * layer (an expert block per pick), 13 kernels in one graph. Same math, same results; the layered graph
-   * measured faster on the H200 at batch 1, 4 and 16 (bench/gpu/NOTES.md), so it is the default.
+   * measured faster on the H200 at batch 1, 4 and 16 (bench/gpu/NOTES.md), so it is the default. A fused
+   * backend still runs a sub-step with a row past ATTN_SPLIT_MIN positions on the layered graph, whose
+   * attention splits the positions over several blocks (decode_layers keeps one block per row).
    */
   readonly fused?: boolean;
   /** Threads per row block of decode_layers / attn_route (default 1024; 256 and 512 for tuning). */
   readonly rowThreads?: number;
+  /**
+   * Most blocks one row's attention is split over at long contexts (the flash-decoding split of attn_route;
+   * default: attnMaxSplits per bucket, from the SM count). 1 turns the split off: one block walks every
+   * position, as before the split (A/B timing, and the GPU test's reference).
+   */
+  readonly attnSplits?: number;
   /** Directory of the compiled fatbins (default: found next to the bundle or in dist/kernels). */
   readonly kernelDir?: string;
   /** Where a failed release during dispose() or a failed construction is reported (default: a warning line). */
@@ -77,7 +85,9 @@ export class CudaBackend implements Backend {
   private readonly amaxHost: { host: Uint8Array; hostPtr: bigint };
   readonly work: WorkPointers;
   private readonly workBytes: Uint8Array;
-  private readonly graphs = new Map<number, bigint>();
+  /** Captured graphs by bucket and path (`${bucket}/fused` or `${bucket}/layered`). */
+  private readonly graphs = new Map<string, bigint>();
+  private readonly attnSplitsOpt: number | undefined;
   private readonly seqs = new Map<number, { kv: bigint; cap: number }>();
   private readonly rowSmem: number;
   private readonly decodeSmem: number;
@@ -92,6 +102,10 @@ export class CudaBackend implements Backend {
     this.useGraphs = opts.graphs ?? true;
     this.fused = opts.fused ?? false;
     this.rowThreads = opts.rowThreads ?? ROW_THREADS;
+    if (opts.attnSplits !== undefined && (!Number.isInteger(opts.attnSplits) || opts.attnSplits < 1 || opts.attnSplits > 65535)) {
+      throw new ResidencyError('BAD_ARGUMENT', `attnSplits ${opts.attnSplits}: expected an integer in [1, 65535]`);
+    }
+    this.attnSplitsOpt = opts.attnSplits;
     checkCudaSupport(s, this.rowThreads, FFN_THREADS, this.fused); // before anything is allocated
     const scope = new ResourceScope('cuda backend', opts.onReleaseFailure);
     this.scope = scope;
@@ -141,7 +155,11 @@ export class CudaBackend implements Backend {
         pickExpert: this.alloc(4 * B * L * K, 'picks'), pickWeight: this.alloc(4 * B * L * K, 'pick weights'),
         pickSlot: this.alloc(4 * B * K, 'pick slots'), partial: this.alloc(4 * B * K * H, 'expert outputs'),
         logits: this.alloc(4 * B * V, 'logits'), amax: this.alloc(8 * B, 'argmax'),
+        // Sized for the bucket with the most split blocks in all; one partial = nh*hd + 2*nh floats.
+        attnPart: this.alloc(4 * Math.max(...this.buckets.map((b) => b * this.attnSplits(b))) * (s.numHeads * s.headDim + 2 * s.numHeads), 'attention partials'),
+        attnDone: this.alloc(4 * B, 'attention split counts'),
       };
+      d.memsetD8(this.work.attnDone, 0, 4 * B); // the kernel's count starts at zero and is reset by its last block
       this.workBytes = encodeWork(this.work);
       const stepBytes = STEP_HEADER_BYTES + B * ROW_DEV_BYTES;
       this.stepDev = this.alloc(stepBytes, 'step input');
@@ -248,27 +266,35 @@ export class CudaBackend implements Backend {
     this.seqs.clear();
   }
 
+  /** attn_route's grid height for a bucket: the most blocks a row's positions are split over. */
+  attnSplits(bucket: number): number {
+    return this.attnSplitsOpt ?? attnMaxSplits(bucket, this.driver.smCount, this.spec.maxPositions);
+  }
+
   /** Uploads one sub-step's rows (padded to its bucket) and runs it: graph replay or eager launches. */
   runRows(rows: readonly PlannedRow[], count: boolean): number {
     const bucket = bucketFor(rows.length, this.buckets);
+    // Fused backend, long context: the layered step (its attention splits the positions; decode_layers can't).
+    const fused = this.fused && !(this.attnSplits(bucket) > 1 && rows.some((r) => r.pos + 1 > ATTN_SPLIT_MIN));
     const inputs: RowInput[] = rows.map((r) => {
       const c = this.seqs.get(r.seq)!;
       return { token: r.token, pos: r.pos, valid: true, cap: c.cap, kv: c.kv };
     });
     const n = encodeStep(this.stepHost.host, count, inputs, bucket);
     this.driver.htodAsync(this.stepDev, this.stepHost.hostPtr, n, this.stream);
-    if (this.useGraphs) this.driver.graphLaunch(this.graphFor(bucket), this.stream);
-    else this.enqueueStep(bucket);
+    if (this.useGraphs) this.driver.graphLaunch(this.graphFor(bucket, fused), this.stream);
+    else this.enqueueStep(bucket, fused);
     return bucket;
   }
 
-  /** The captured graph of one bucket (captured on first use). */
-  graphFor(bucket: number): bigint {
-    let g = this.graphs.get(bucket);
+  /** The captured graph of one bucket and path (captured on first use). */
+  graphFor(bucket: number, fused = this.fused): bigint {
+    const key = `${bucket}/${fused ? 'fused' : 'layered'}`;
+    let g = this.graphs.get(key);
     if (g === undefined) {
-      const what = `decode graph, bucket ${bucket}`;
-      g = this.scope.acquire(what, () => this.driver.captureGraph(this.stream, () => this.enqueueStep(bucket), what), (x) => this.driver.graphDestroy(x));
-      this.graphs.set(bucket, g);
+      const what = `decode graph, bucket ${bucket} (${fused ? 'fused' : 'layered'})`;
+      g = this.scope.acquire(what, () => this.driver.captureGraph(this.stream, () => this.enqueueStep(bucket, fused), what), (x) => this.driver.graphDestroy(x));
+      this.graphs.set(key, g);
     }
     return g;
   }
@@ -296,9 +322,9 @@ export class CudaBackend implements Backend {
     }
   }
 
-  /** The kernels of one step over `bucket` rows, in stream order. */
-  enqueueStep(bucket: number): void {
-    if (this.fused) {
+  /** The kernels of one step over `bucket` rows, in stream order (fused or layered path). */
+  enqueueStep(bucket: number, fused = this.fused): void {
+    if (fused) {
       this.enqueueKernel('decode_layers', bucket, 0);
     } else {
       for (let l = 0; l < this.dims.L; l++) {
@@ -306,11 +332,11 @@ export class CudaBackend implements Backend {
         this.enqueueKernel('expert_ffn', bucket, l);
       }
     }
-    this.enqueueKernel('lm_head_argmax', bucket, 0);
+    this.enqueueKernel('lm_head_argmax', bucket, 0, fused);
   }
 
   /** One kernel of the step (also used alone by the benchmark's per-kernel timing). */
-  enqueueKernel(name: 'decode_layers' | 'attn_route' | 'expert_ffn' | 'lm_head_argmax', bucket: number, layer: number): void {
+  enqueueKernel(name: 'decode_layers' | 'attn_route' | 'expert_ffn' | 'lm_head_argmax', bucket: number, layer: number, fused = this.fused): void {
     const m: KernelArg = { u64: this.modelDev };
     const st: KernelArg = { u64: this.stepDev };
     const w: KernelArg = { bytes: this.workBytes };
@@ -319,13 +345,14 @@ export class CudaBackend implements Backend {
     if (name === 'decode_layers') {
       d.launch(fn, name, [bucket, 1, 1], this.rowThreads, this.decodeSmem, this.stream, [m, st, w, { u64: this.profileDev }]);
     } else if (name === 'attn_route') {
-      d.launch(fn, name, [bucket, 1, 1], this.rowThreads, this.rowSmem, this.stream, [m, { i32: layer }, st, w]);
+      // Grid (rows, max splits): the kernel reads each row's position and lets the blocks it needs not exit.
+      d.launch(fn, name, [bucket, this.attnSplits(bucket), 1], this.rowThreads, this.rowSmem, this.stream, [m, { i32: layer }, st, w]);
     } else if (name === 'expert_ffn') {
       d.launch(fn, name, [this.dims.K, bucket, 1], FFN_THREADS, expertFfnSmemBytes(this.dims), this.stream, [m, { i32: layer }, st, w]);
     } else {
       const blocks = Math.ceil(this.dims.V / LM_ROWS_PER_BLOCK);
       d.launch(fn, name, [blocks, bucket, 1], LM_THREADS, lmHeadSmemBytes(this.dims, LM_ROWS_PER_BLOCK), this.stream,
-        [m, st, w, { i32: this.fused ? 0 : 1 }, { i32: LM_ROWS_PER_BLOCK }]);
+        [m, st, w, { i32: fused ? 0 : 1 }, { i32: LM_ROWS_PER_BLOCK }]);
     }
   }
 

@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { ResidencyError } from '../../errors.ts';
 import { checkResult, cudaErrorName, formatBytes } from './errors.ts';
 import { packArgs } from './driver.ts';
-import { DEFAULT_BUCKETS, bucketFor, planSubsteps } from './plan.ts';
-import { MODEL_DEV_BYTES, ROW_DEV_BYTES, STEP_HEADER_BYTES, encodeModel, encodeStep, encodeWork } from './layout.ts';
+import { ATTN_SPLIT_MIN, DEFAULT_BUCKETS, attnMaxSplits, attnSplitsOf, bucketFor, planSubsteps } from './plan.ts';
+import { MODEL_DEV_BYTES, ROW_DEV_BYTES, STEP_HEADER_BYTES, WORK_DEV_BYTES, encodeModel, encodeStep, encodeWork } from './layout.ts';
 
 test('checkResult names the CUresult, the call and the size', () => {
   assert.doesNotThrow(() => checkResult(0, 'cuMemAlloc', '1 B'));
@@ -49,7 +49,9 @@ test('descriptor layouts match kernels/common.cuh', () => {
   assert.deepEqual([sb.readInt32LE(16), sb.readInt32LE(20), sb.readInt32LE(24), sb.readInt32LE(28)], [9, 3, 1, 16]);
   assert.equal(sb.readBigUInt64LE(32), 0x100n);
   assert.equal(sb.readInt32LE(16 + ROW_DEV_BYTES + 8), 0, 'padding rows are invalid');
-  assert.equal(encodeWork({ hidden: 1n, xn: 2n, pickExpert: 3n, pickWeight: 4n, pickSlot: 5n, partial: 6n, logits: 7n, amax: 8n }).byteLength, 64);
+  const wb = Buffer.from(encodeWork({ hidden: 1n, xn: 2n, pickExpert: 3n, pickWeight: 4n, pickSlot: 5n, partial: 6n, logits: 7n, amax: 8n, attnPart: 9n, attnDone: 10n }));
+  assert.equal(wb.byteLength, WORK_DEV_BYTES);
+  assert.deepEqual([wb.readBigUInt64LE(64), wb.readBigUInt64LE(72)], [9n, 10n]); // attn_part, attn_done after amax
 });
 
 test('bucketFor picks the smallest captured bucket', () => {
@@ -77,4 +79,24 @@ test('loading the driver where there is no libcuda gives NOT_AVAILABLE, not a cr
     assert.match(e.message, /libcuda|koffi/);
     return true;
   });
+});
+
+test('attention split: one block up to ATTN_SPLIT_MIN positions, then balanced non-empty chunks within the grid', () => {
+  assert.deepEqual(attnSplitsOf(ATTN_SPLIT_MIN, 16), { splits: 1, chunk: ATTN_SPLIT_MIN }, 'short contexts keep the one-block path');
+  assert.deepEqual(attnSplitsOf(5000, 1), { splits: 1, chunk: 5000 }, 'max splits 1 turns the split off');
+  assert.deepEqual(attnSplitsOf(1025, 16), { splits: 9, chunk: 114 });
+  assert.deepEqual(attnSplitsOf(257, 16), { splits: 3, chunk: 86 });
+  assert.deepEqual(attnSplitsOf(2048, 4), { splits: 4, chunk: 512 }, 'capped by the grid: longer chunks');
+  for (let n = ATTN_SPLIT_MIN + 1; n <= 40960; n += 37) {
+    for (const max of [2, 3, 16, 33, 132, 264]) {
+      const { splits, chunk } = attnSplitsOf(n, max);
+      assert.ok(splits >= 2 && splits <= max, `n ${n} max ${max}: ${splits} splits`);
+      assert.ok((splits - 1) * chunk < n && splits * chunk >= n, `n ${n} max ${max}: every chunk non-empty, all covered`);
+    }
+  }
+  // H200 (132 SMs), 2048 positions: 16 chunks of 128 at every bucket up to 16 rows (16 x 16 blocks resident).
+  assert.deepEqual([1, 2, 4, 8, 16].map((b) => attnMaxSplits(b, 132, 2048)), [16, 16, 16, 16, 16]);
+  assert.equal(attnMaxSplits(16, 132, 40960), 16);
+  assert.equal(attnMaxSplits(1, 132, 40960), 264);
+  assert.equal(attnMaxSplits(16, 4, 2048), 1, 'a small GPU keeps one block per row at big buckets');
 });

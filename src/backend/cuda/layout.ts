@@ -5,7 +5,7 @@ export const LAYER_DEV_BYTES = 12 * 8;
 export const MODEL_DEV_BYTES = 12 * 4 + 2 * 4 + 5 * 8;
 export const ROW_DEV_BYTES = 4 * 4 + 8;
 export const STEP_HEADER_BYTES = 4 * 4;
-export const WORK_DEV_BYTES = 8 * 8;
+export const WORK_DEV_BYTES = 10 * 8;
 
 export interface LayerPointers {
   inNorm: bigint; qProj: bigint; kProj: bigint; vProj: bigint; oProj: bigint; qNorm: bigint; kNorm: bigint;
@@ -58,11 +58,13 @@ export function encodeStep(out: Uint8Array, count: boolean, rows: readonly RowIn
 
 export interface WorkPointers {
   hidden: bigint; xn: bigint; pickExpert: bigint; pickWeight: bigint; pickSlot: bigint; partial: bigint; logits: bigint; amax: bigint;
+  /** Split attention partials (attn_route at long contexts) and the per-row count of finished split blocks. */
+  attnPart: bigint; attnDone: bigint;
 }
 
 export function encodeWork(w: WorkPointers): Uint8Array {
   const b = Buffer.alloc(WORK_DEV_BYTES);
-  [w.hidden, w.xn, w.pickExpert, w.pickWeight, w.pickSlot, w.partial, w.logits, w.amax].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
+  [w.hidden, w.xn, w.pickExpert, w.pickWeight, w.pickSlot, w.partial, w.logits, w.amax, w.attnPart, w.attnDone].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
   return b;
 }
 

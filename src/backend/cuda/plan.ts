@@ -51,3 +51,26 @@ export function planSubsteps(chunks: readonly SequenceChunk[], maxRows: number):
   }
   return out;
 }
+
+/** Positions a row's attention reads before attn_route splits them (ATTN_SPLIT_MIN in kernels/common.cuh). */
+export const ATTN_SPLIT_MIN = 256;
+/** Target positions per split block (ATTN_CHUNK in kernels/common.cuh). */
+export const ATTN_CHUNK = 128;
+
+/**
+ * attn_route's grid height for one bucket: the most blocks one row's positions may be split over. Enough
+ * for chunks of ATTN_CHUNK positions at the longest context, but no more than the bucket's share of two
+ * 1024-thread blocks per SM, so every split block of a step is resident at once. Fixed per bucket (a
+ * captured graph keeps it); the kernel picks the split count per row from its position.
+ */
+export function attnMaxSplits(bucket: number, smCount: number, maxPositions: number): number {
+  return Math.max(1, Math.min(Math.ceil(maxPositions / ATTN_CHUNK), Math.floor((2 * smCount) / bucket)));
+}
+
+/** The kernel's split rule (attn_splits in kernels/common.cuh) for `n` positions read: splits and chunk size. */
+export function attnSplitsOf(n: number, maxSplits: number): { splits: number; chunk: number } {
+  if (n <= ATTN_SPLIT_MIN || maxSplits <= 1) return { splits: 1, chunk: n };
+  const s = Math.min(Math.ceil(n / ATTN_CHUNK), maxSplits);
+  const chunk = Math.ceil(n / s);
+  return { splits: Math.ceil(n / chunk), chunk };
+}
