@@ -1,5 +1,5 @@
 // `residency compare`: every policy on the same protocol; writes a markdown table, JSON and an SVG chart.
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { policyFactory, POLICY_NAMES } from '../sim/policies/registry.ts';
@@ -8,6 +8,7 @@ import { runPolicy } from '../sim/run.ts';
 import { prepare } from '../sim/setup.ts';
 import type { CliCommand } from './command.ts';
 import { SIM_FLAGS, SIM_HELP, simOptions, withPrior } from './simulate.ts';
+import { checkFolderPath, makeFolder } from '../util/folders.ts';
 
 export const compareCommand: CliCommand = {
   name: 'compare',
@@ -22,6 +23,7 @@ export const compareCommand: CliCommand = {
       console.log(`usage: residency compare [--out DIR] [--policies a,b,...] [options]\n${SIM_HELP}`);
       return 0;
     }
+    checkFolderPath(values.out, '--out'); // before the (long) runs: a kernel-filesystem path fails at once
     const prepared = prepare(simOptions(values));
     const input = prepared.input;
     const policyOptions = withPrior(prepared.policyOptions, values.prior, input.geometry);
@@ -30,7 +32,7 @@ export const compareCommand: CliCommand = {
     const title = `cold share per ${reports[0]?.windowSteps ?? 64} steps, ${values.phases}, hot ${values.hot}, users ${values.users}`;
     const md = [`# compare: ${values.phases}`, '', `hot ${values.hot}/${input.geometry.experts} per layer, ${values.users} user(s), seed ${values.seed}, traces ${values.traces}`, '',
       phaseTable(reports, profiles), '', '![cold share](coldshare.svg)', ''].join('\n');
-    mkdirSync(values.out, { recursive: true });
+    makeFolder(values.out, '--out');
     writeFileSync(join(values.out, 'compare.md'), md);
     writeFileSync(join(values.out, 'compare.json'), JSON.stringify({ protocol: { ...values }, reports }, null, 1));
     writeFileSync(join(values.out, 'coldshare.svg'), coldShareSvg(reports, title));

@@ -1,10 +1,12 @@
 // `residency fit-map`: a seed map from a counts dump (top-H experts per layer, rows kept where they can be).
+import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ResidencyError } from '../errors.ts';
 import { loadCountsDump, loadRowMap, saveRowMap } from '../residency/files.ts';
 import { fitMap } from '../residency/fit.ts';
 import { diffRowMaps, identityRowMap } from '../residency/rowmap.ts';
 import type { CliCommand } from './command.ts';
+import { checkFolderPath, makeFolder } from '../util/folders.ts';
 
 const HELP = `usage: residency fit-map --counts DUMP.json --hot H [--base MAP.json] [--use cumulative|decayed] --out MAP.json
 
@@ -34,6 +36,7 @@ export const fitMapCommand: CliCommand = {
     if (values.help) { console.log(HELP); return 0; }
     if (!values.counts) throw new ResidencyError('BAD_ARGUMENT', `--counts is required\n\n${HELP}`);
     if (!values.out) throw new ResidencyError('BAD_ARGUMENT', `--out is required\n\n${HELP}`);
+    checkFolderPath(values.out, '--out'); // a kernel-filesystem path fails before any input is read
     if (values.use !== 'cumulative' && values.use !== 'decayed') {
       throw new ResidencyError('BAD_ARGUMENT', `--use must be cumulative or decayed, got '${values.use}'`);
     }
@@ -42,6 +45,7 @@ export const fitMapCommand: CliCommand = {
     const dump = loadCountsDump(values.counts);
     const base = values.base ? loadRowMap(values.base) : undefined;
     const map = fitMap(dump, { hot, base, use: values.use });
+    makeFolder(dirname(values.out), '--out'); // saveRowMap's recursive mkdir would hang under /proc
     saveRowMap(values.out, map);
 
     const from = base ?? identityRowMap(map.model, map.layers, map.experts, map.hot_per_layer);

@@ -11,12 +11,13 @@ import type { BankPlacement } from '../backend/slot-tables.ts';
 import { createEngine } from '../engine/engine.ts';
 import type { ResidencyHook } from '../engine/residency-hook.ts';
 import type { FinishReason } from '../engine/types.ts';
-import { loadModel, type LoadedModel } from '../model/load.ts';
+import { loadModelFor, type LoadedModel } from '../model/load.ts';
 import { progressLine } from '../model/progress.ts';
 import type { CliCommand } from './command.ts';
 import { loadCountsDump, loadRowMap } from '../residency/files.ts';
 import { residencyHookFactory } from '../engine/residency-driver.ts';
 import { openTraceFile } from '../sim/traces/recorder.ts';
+import { checkFolderPath } from '../util/folders.ts';
 
 export const GENERATE_HELP = `usage: residency generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [options]
 
@@ -149,7 +150,7 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
   const progress = progressLine({ label: 'loading' });
   let model: LoadedModel;
   try {
-    model = await loadModel(opts.modelDir, { onProgress: progress.onProgress });
+    model = await loadModelFor(opts.modelDir, opts.backend ?? 'cpu', { onProgress: progress.onProgress });
   } finally {
     progress.finish();
   }
@@ -244,6 +245,8 @@ export const generateCommand: CliCommand = {
     const opts = generateOptionsFrom(values);
     const map = values.map ? loadRowMap(values.map) : undefined;
     const dir = values['residency-dir'];
+    // Refused before the model loads; the telemetry writer's recursive mkdir would hang under /proc.
+    if (dir !== undefined) checkFolderPath(dir, '--residency-dir');
     // The controller runs only with --residency-dir; a prior without it would be silently unused.
     if (values.prior !== undefined && dir === undefined) {
       throw new ResidencyError('BAD_ARGUMENT', '--prior needs --residency-dir DIR (the residency controller runs only with it)');

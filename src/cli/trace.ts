@@ -6,7 +6,7 @@ import { resolve, join } from 'node:path';
 import type { ParseArgsConfig } from 'node:util';
 import { ResidencyError } from '../errors.ts';
 import { createBackend, parseBackendName, parseThreads, type BackendName } from '../backend/registry.ts';
-import { loadModel, type LoadedModel } from '../model/load.ts';
+import { loadModelFor, type LoadedModel } from '../model/load.ts';
 import { progressLine } from '../model/progress.ts';
 import { openTraceFile } from '../sim/traces/recorder.ts';
 import type { CliCommand } from './command.ts';
@@ -171,7 +171,7 @@ export async function runTrace(opts: TraceOptions, loaded?: LoadedModel): Promis
   if (!model) {
     const progress = progressLine({ label: 'loading' });
     try {
-      model = await loadModel(opts.modelDir, { onProgress: progress.onProgress });
+      model = await loadModelFor(opts.modelDir, opts.backend ?? 'cpu', { onProgress: progress.onProgress });
     } finally {
       progress.finish();
     }

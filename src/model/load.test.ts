@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { loadModel } from './load.ts';
+import { loadModel, loadModelFor, loadOptionsFor } from './load.ts';
+import type { ModelWeights } from './weights.ts';
 import { writeSyntheticCheckpoint } from './synthetic.ts';
 import { tensorToFloat32 } from './convert.ts';
 import { SHIPPED_MODEL, withTempDir } from './test-helpers.ts';
@@ -125,5 +126,53 @@ describe('EOS when config.json names none', () => {
       assert.deepEqual([...m.spec.eosTokenIds], [0], 'the engine stops on the EOS the tokenizer knows');
       assert.ok(Object.isFrozen(m.spec));
     });
+  });
+});
+
+/** Every float32 array of the weights (the tied lm_head once). */
+function weightArrays(w: ModelWeights): Float32Array[] {
+  const out = [w.embed, w.finalNorm, ...(w.lmHead === w.embed ? [] : [w.lmHead])];
+  for (const l of w.layers) {
+    out.push(l.inputNorm, l.qProj, l.kProj, l.vProj, l.oProj, l.qNorm, l.kNorm, l.postAttnNorm, l.router);
+    for (const e of l.experts) out.push(e.gate, e.up, e.down);
+  }
+  return out;
+}
+
+describe('loading only what the backend computes with', () => {
+  it('raw:false keeps no raw tensors and no view of the shard bytes, only the float32 weights', async () => {
+    const full = await loadModel(SHIPPED_MODEL);
+    const m = await loadModel(SHIPPED_MODEL, { raw: false });
+    assert.equal(m.raw.size, 0, 'no raw tensors are held');
+    const arrays = weightArrays(m.weights);
+    assert.equal(arrays.length, 2 + 6 * (9 + 64 * 3));
+    for (const a of arrays) {
+      // Each array owns its buffer: none is a view into a shard, so nothing keeps the shards alive.
+      assert.equal(a.buffer.byteLength, a.byteLength);
+    }
+    assert.deepEqual(m.weights.layers[3]!.experts[17]!.up, full.weights.layers[3]!.experts[17]!.up, 'same values as a full load');
+    assert.deepEqual(m.weights.embed, full.weights.embed);
+  });
+
+  it('refuses weights:false with raw:false (nothing would be loaded)', async () => {
+    await assert.rejects(loadModel(SHIPPED_MODEL, { weights: false, raw: false }), (e: Error & { code?: string }) => e.code === 'BAD_ARGUMENT' && /weights: false with raw: false/.test(e.message));
+  });
+
+  it('the cpu backend gets float32 weights and no raw tensors', async () => {
+    assert.deepEqual(loadOptionsFor('cpu'), { weights: true, raw: false });
+    const m = await loadModelFor(SHIPPED_MODEL, 'cpu', { name: 'tiny' });
+    assert.equal(m.spec.name, 'tiny');
+    assert.equal(m.raw.size, 0);
+    assert.equal(m.weights.embed.length, 8192 * 128);
+  });
+
+  it('the cuda backend gets raw tensors as stored and no float32 conversion', async () => {
+    assert.deepEqual(loadOptionsFor('cuda'), { weights: false, raw: true });
+    const steps: string[] = [];
+    const m = await loadModelFor(SHIPPED_MODEL, 'cuda', { onProgress: (_d, _t, what) => steps.push(what) });
+    assert.equal(m.raw.size, 1208);
+    assert.equal(m.raw.get('model.embed_tokens.weight')!.dtype, 'BF16');
+    assert.ok(weightArrays(m.weights).every((a) => a.length === 0), 'every float32 array is empty');
+    assert.ok(steps.length > 0 && !steps.some((w) => w.startsWith('converting')), 'no tensor went through the float32 conversion');
   });
 });

@@ -11,10 +11,11 @@ import { loadTokenizer } from './tokenizer.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import type { ModelSpec } from './spec.ts';
 import type { ModelWeights, RawTensor } from './weights.ts';
+import type { BackendName } from '../backend/registry.ts';
 
 export interface LoadedModel {
   spec: ModelSpec;
-  /** Tensors exactly as stored (views into the shards' bytes). */
+  /** Tensors exactly as stored (views into the shards' bytes); empty when loaded with `raw: false`. */
   raw: ReadonlyMap<string, RawTensor>;
   /** float32 weights; when loaded with `weights: false`, every array is empty (length 0). */
   weights: ModelWeights;
@@ -29,6 +30,25 @@ export interface LoadOptions {
   onProgress?: (done: number, total: number, what: string) => void;
   /** Convert to float32 (default true); false skips it for tools that need only raw tensors. */
   weights?: boolean;
+  /**
+   * Keep the raw tensors (default true); false lets go of them (and so of the shards' bytes) once they are
+   * converted, for callers that compute with the float32 weights only. Needs `weights` (both false loads nothing).
+   */
+  raw?: boolean;
+}
+
+/**
+ * What each backend computes with, so a process holds one copy of the weights, not two: the CPU backend
+ * the float32 weights (the raw shards, a third of their size, would sit unused beside them), the CUDA
+ * backend the raw bf16 tensors (it uploads them as stored; float32 copies would be 2x the checkpoint).
+ */
+export function loadOptionsFor(backend: BackendName): Required<Pick<LoadOptions, 'weights' | 'raw'>> {
+  return backend === 'cuda' ? { weights: false, raw: true } : { weights: true, raw: false };
+}
+
+/** loadModel with only the tensors `backend` uses (see loadOptionsFor); the CLI and server load this way. */
+export function loadModelFor(dir: string, backend: BackendName, opts: Omit<LoadOptions, 'weights' | 'raw'> = {}): Promise<LoadedModel> {
+  return loadModel(dir, { ...opts, ...loadOptionsFor(backend) });
 }
 
 const EMPTY = new Float32Array(0);
@@ -60,6 +80,10 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   }
 
   const convert = opts.weights ?? true;
+  const keepRaw = opts.raw ?? true;
+  if (!convert && !keepRaw) {
+    throw new ResidencyError('BAD_ARGUMENT', 'loadModel: weights: false with raw: false would load no tensors; keep at least one');
+  }
   const total = layout.dataBytes * (convert ? 2 : 1);
   let done = 0;
   const report = (bytes: number, what: string): void => {
@@ -71,5 +95,6 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   const weights = convert ? toFloat32Weights(spec, raw, (name, n) => report(n, `converting ${name}`)) : emptyWeights(spec);
   if (convert && done < total) opts.onProgress?.(total, total, 'done'); // unconverted extras still count
 
-  return { spec, raw, weights, tokenizer, dir: root };
+  // Without raw, only the float32 arrays (fresh copies) survive this call: the shard buffers become garbage.
+  return { spec, raw: keepRaw ? raw : new Map(), weights, tokenizer, dir: root };
 }

@@ -9,10 +9,11 @@ import { createEngine, type Engine } from '../engine/engine.ts';
 import { ResidencyDriver } from '../engine/residency-driver.ts';
 import type { SchedulerConfig } from '../engine/scheduler.ts';
 import { ResidencyError } from '../errors.ts';
-import { loadModel, type LoadedModel } from '../model/load.ts';
+import { loadModelFor, type LoadedModel } from '../model/load.ts';
 import type { CountsDump } from '../residency/counts.ts';
 import type { Budgets } from '../residency/policy.ts';
 import type { RowMap } from '../residency/rowmap.ts';
+import { checkFolderPath } from '../util/folders.ts';
 import { DriverView } from './driver-view.ts';
 import { startServer, type RunningServer } from './server.ts';
 import { defaultServerConfig, type ServerConfig, type ServerModel } from './types.ts';
@@ -75,7 +76,10 @@ async function chatInfo(dir: string): Promise<Pick<ServerModel, 'chatTemplate' |
 
 export async function startServing(opts: ServeOptions): Promise<Serving> {
   const log = opts.log ?? ((m: string) => console.error(m));
-  const model = opts.model ?? (await loadModel(opts.modelDir));
+  // Refused before the model loads; the telemetry writer's recursive mkdir would hang under /proc.
+  if (opts.residencyDir !== undefined) checkFolderPath(opts.residencyDir, '--residency-dir');
+  // Only the tensors this backend computes with: holding both raw and float32 would cost ~4x the checkpoint.
+  const model = opts.model ?? (await loadModelFor(opts.modelDir, opts.backend));
   const { spec } = model;
   const hot = opts.hot ?? Math.round(spec.numExperts * DEFAULT_HOT_SHARE);
   if (!opts.map && (hot < 1 || hot > spec.numExperts)) {
