@@ -1,5 +1,6 @@
 // GPU decode benchmark (`npm run bench:gpu`, or `node dist/bench-gpu.mjs` on the GPU machine): tok/s at 1, 4
-// and 16 sequences, graph replay vs eager step time, the counter's on/off cost in the same graph, and
+// and 16 sequences, graph replay vs eager step time, long contexts (pos 1024 and 2047, attention split on
+// and off), the counter's on/off cost in the same graph, and
 // per-kernel times (the expert FFN against the bytes it must read). Times are CUDA events around many
 // back-to-back steps (device time) plus host loops (end-to-end). Writes $OUT/bench-gpu.json when OUT is set.
 import { writeFileSync } from 'node:fs';
@@ -17,6 +18,9 @@ const m = await loadModel(dir, { weights: false });
 // `be`: the fused path (decode_layers; its phase clocks and the fused column); `layered`: the default.
 const be = await createCudaBackend(m, { fused: true });
 const layered = await createCudaBackend(m, { fused: false });
+// The layered path with the flash-decoding split turned off (one block walks every position): the A/B of
+// the split at long contexts.
+const noSplit = await createCudaBackend(m, { fused: false, attnSplits: 1 });
 const d = be.driver;
 const mainBe = be;
 const results: Record<string, unknown> = { device: d.deviceName, sms: d.smCount, steps: STEPS };
@@ -35,52 +39,73 @@ function openBatch(n: number, be: CudaBackend = mainBe): { seqs: number[]; rowsA
   };
 }
 
+/** A start and an end event for `fn`, destroyed afterwards whatever happens (the benchmark creates hundreds). */
+function withEvents<T>(fn: (t0: bigint, t1: bigint) => T): T {
+  const t0 = d.eventCreate();
+  try {
+    const t1 = d.eventCreate();
+    try {
+      return fn(t0, t1);
+    } finally {
+      d.eventDestroy(t1);
+    }
+  } finally {
+    d.eventDestroy(t0);
+  }
+}
+
 /** Device time per step (µs) over `iters` back-to-back replays of one prepared step, median of 5 runs. */
 function replayUs(rowsIn: PlannedRow[], count: boolean, iters: number, graphs: boolean, be: CudaBackend = mainBe): number {
   be.useGraphs = graphs;
-  const t0 = d.eventCreate(), t1 = d.eventCreate();
-  be.runRows(rowsIn, count); // warm-up (captures the graph on first use)
-  d.streamSync(be.stream, 'warm');
-  const runs: number[] = [];
-  for (let r = 0; r < 5; r++) {
-    d.eventRecord(t0, be.stream);
-    for (let i = 0; i < iters; i++) be.runRows(rowsIn, count);
-    d.eventRecord(t1, be.stream);
-    runs.push((d.eventElapsed(t0, t1) * 1000) / iters);
-  }
-  be.useGraphs = true;
-  return median(runs);
+  return withEvents((t0, t1) => {
+    be.runRows(rowsIn, count); // warm-up (captures the graph on first use)
+    d.streamSync(be.stream, 'warm');
+    const runs: number[] = [];
+    for (let r = 0; r < 5; r++) {
+      d.eventRecord(t0, be.stream);
+      for (let i = 0; i < iters; i++) be.runRows(rowsIn, count);
+      d.eventRecord(t1, be.stream);
+      runs.push((d.eventElapsed(t0, t1) * 1000) / iters);
+    }
+    be.useGraphs = true;
+    return median(runs);
+  });
 }
 
 /** One kernel alone, `iters` launches between events (eager launches: includes launch overhead). */
 type K = 'decode_layers' | 'attn_route' | 'expert_ffn' | 'lm_head_argmax';
 function kernelUs(name: K, bucket: number, iters: number, be: CudaBackend = mainBe): number {
-  const t0 = d.eventCreate(), t1 = d.eventCreate();
-  be.enqueueKernel(name, bucket, 0);
-  const runs: number[] = [];
-  for (let r = 0; r < 3; r++) {
-    d.eventRecord(t0, be.stream);
-    for (let i = 0; i < iters; i++) be.enqueueKernel(name, bucket, 0);
-    d.eventRecord(t1, be.stream);
-    runs.push((d.eventElapsed(t0, t1) * 1000) / iters);
-  }
-  return median(runs);
+  return withEvents((t0, t1) => {
+    be.enqueueKernel(name, bucket, 0);
+    const runs: number[] = [];
+    for (let r = 0; r < 3; r++) {
+      d.eventRecord(t0, be.stream);
+      for (let i = 0; i < iters; i++) be.enqueueKernel(name, bucket, 0);
+      d.eventRecord(t1, be.stream);
+      runs.push((d.eventElapsed(t0, t1) * 1000) / iters);
+    }
+    return median(runs);
+  });
 }
 
 /** Same kernel captured `iters` times in one graph: per-kernel time without host launch overhead. */
 function kernelGraphUs(name: K, bucket: number, iters: number, be: CudaBackend = mainBe): number {
   const g = d.captureGraph(be.stream, () => { for (let i = 0; i < iters; i++) be.enqueueKernel(name, bucket, 0); }, `${name} x${iters}`);
-  const t0 = d.eventCreate(), t1 = d.eventCreate();
-  d.graphLaunch(g, be.stream);
-  const runs: number[] = [];
-  for (let r = 0; r < 5; r++) {
-    d.eventRecord(t0, be.stream);
-    d.graphLaunch(g, be.stream);
-    d.eventRecord(t1, be.stream);
-    runs.push((d.eventElapsed(t0, t1) * 1000) / iters);
+  try {
+    return withEvents((t0, t1) => {
+      d.graphLaunch(g, be.stream);
+      const runs: number[] = [];
+      for (let r = 0; r < 5; r++) {
+        d.eventRecord(t0, be.stream);
+        d.graphLaunch(g, be.stream);
+        d.eventRecord(t1, be.stream);
+        runs.push((d.eventElapsed(t0, t1) * 1000) / iters);
+      }
+      return median(runs);
+    });
+  } finally {
+    d.graphDestroy(g);
   }
-  d.graphDestroy(g);
-  return median(runs);
 }
 
 // Where decode_layers spends its cycles: phase boundaries of row 0 (clock64), averaged over layers.
@@ -122,6 +147,15 @@ for (const n of [1, 4, 16]) {
   const graphUs = replayUs(short, true, STEPS, true, layered);
   const eagerUs = replayUs(short, true, Math.min(STEPS, 500), false, layered);
   const longUs = replayUs(bl.rowsAt(1024, toks0), true, STEPS, true, layered);
+  // The longest context the fixture holds (max_position_embeddings 2048), and pos 1024 with the split off.
+  const lastPos = m.spec.maxPositions - 1;
+  // Fewer replays (each replayUs runs 5 x iters): a split-off step at pos 2047 is ~1 ms at batch 16.
+  const longIters = Math.min(STEPS, 200);
+  const longestUs = replayUs(bl.rowsAt(lastPos, toks0), true, longIters, true, layered);
+  const bn = openBatch(n, noSplit);
+  const longNoSplitUs = replayUs(bn.rowsAt(1024, toks0), true, longIters, true, noSplit);
+  const longestNoSplitUs = replayUs(bn.rowsAt(lastPos, toks0), true, longIters, true, noSplit);
+  for (const s of bn.seqs) noSplit.closeSequence(s);
   const fusedUs = replayUs(b.rowsAt(64, toks0), true, STEPS, true);
   const fusedEagerUs = replayUs(b.rowsAt(64, toks0), true, Math.min(STEPS, 500), false);
   // End to end on the default backend: a host greedy loop (device argmax, token fed back) and a forward()
@@ -139,11 +173,14 @@ for (const n of [1, 4, 16]) {
   const fwdMs = (performance.now() - t) / loop;
   const rec = {
     graphStepUs: graphUs, eagerStepUs: eagerUs, graphTokPerS: (n * 1e6) / graphUs, graphStepUsAtPos1024: longUs,
+    graphStepUsAtPos1024SplitOff: longNoSplitUs, [`graphStepUsAtPos${lastPos}`]: longestUs, [`graphStepUsAtPos${lastPos}SplitOff`]: longestNoSplitUs,
+    attnSplitsMax: layered.attnSplits(n),
     fusedGraphStepUs: fusedUs, fusedEagerStepUs: fusedEagerUs,
     greedyLoopTokPerS: (n * 1000) / greedyMs, forwardLoopTokPerS: (n * 1000) / fwdMs,
   };
   perBatch[n] = rec;
-  rows.push([`decode batch ${n}`, `graph ${graphUs.toFixed(1)} us/step = ${rec.graphTokPerS.toFixed(0)} tok/s (pos 64)`, `pos 1024 ${longUs.toFixed(1)} us`, `eager ${eagerUs.toFixed(1)} us`,
+  rows.push([`decode batch ${n}`, `graph ${graphUs.toFixed(1)} us/step = ${rec.graphTokPerS.toFixed(0)} tok/s (pos 64)`, `pos 1024 ${longUs.toFixed(1)} us (split off ${longNoSplitUs.toFixed(1)})`,
+    `pos ${lastPos} ${longestUs.toFixed(1)} us (split off ${longestNoSplitUs.toFixed(1)})`, `eager ${eagerUs.toFixed(1)} us`,
     `fused graph ${fusedUs.toFixed(1)} / eager ${fusedEagerUs.toFixed(1)} us`, `host greedy loop ${rec.greedyLoopTokPerS.toFixed(0)} tok/s`, `forward() loop ${rec.forwardLoopTokPerS.toFixed(0)} tok/s`]);
   // Counter A/B in the same graph (default backend): alternating blocks of 500 replays, ratio of medians.
   layered.runRows(short, false);
@@ -206,6 +243,7 @@ results['perBatch'] = perBatch;
 }
 be.dispose();
 layered.dispose();
+noSplit.dispose();
 if (process.env['OUT']) writeFileSync(join(process.env['OUT'], 'bench-gpu.json'), JSON.stringify(results, null, 2));
 console.log(`\nGPU decode benchmark: ${d.deviceName}, tiny-moe (${m.spec.numLayers} layers, ${m.spec.numExperts} experts top-${m.spec.topK}), ${STEPS} replays`);
 for (const r of rows) console.log(r.join(' | '));

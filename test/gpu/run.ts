@@ -6,5 +6,6 @@ import { writeReport } from './model.gpu.ts';
 import './swaps.gpu.ts';
 import './serve.gpu.ts';
 import './lifecycle.gpu.ts';
+import './long-context.gpu.ts';
 
 after(() => writeReport(process.env['OUT']));
