@@ -1,9 +1,10 @@
 // Reading and writing the residency formats (map, counts dump) as files; validation lives with each format.
-import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { ResidencyError, type ErrorCode } from '../errors.ts';
 import { parseCountsDump, type CountsDump } from './counts.ts';
 import { parseRowMap, serializeRowMap, type RowMap } from './rowmap.ts';
+import { makeFolder } from '../util/folders.ts';
 
 function readJson(path: string, code: ErrorCode, what: string): unknown {
   let text: string;
@@ -24,7 +25,7 @@ export function loadRowMap(path: string): RowMap {
 }
 
 export function saveRowMap(path: string, map: RowMap): void {
-  mkdirSync(dirname(path), { recursive: true });
+  makeFolder(dirname(path), `map ${path}: folder`);
   writeFileSync(path, serializeRowMap(map));
 }
 
@@ -33,7 +34,9 @@ export function loadCountsDump(path: string): CountsDump {
 }
 
 export function saveCountsDump(path: string, dump: CountsDump): void {
-  mkdirSync(dirname(path), { recursive: true });
+  // Not mkdirSync's recursive mode: under /proc it never returns (src/util/folders.ts), and dump_counts
+  // paths come from the control file and the HTTP API.
+  makeFolder(dirname(path), `dump_counts ${path}: folder`);
   // One layer per line: dumps are read by people as well as by fit-map.
   const { decayed, cumulative, ...head } = dump;
   const table = (rows: readonly (readonly number[])[]) => `[\n${rows.map((r) => `    ${JSON.stringify(r)}`).join(',\n')}\n  ]`;

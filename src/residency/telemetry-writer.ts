@@ -1,8 +1,9 @@
 // Telemetry files: appends telemetry.jsonl and swaps.jsonl lines and writes the step ring, under one folder.
-import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { appendFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import type { DrainLine, StepRingDump, SwapLine } from './telemetry.ts';
+import { makeFolder } from '../util/folders.ts';
 
 /**
  * Synchronous appends: a drain happens every 64 steps and a swap a few times per drain, so a blocking
@@ -23,8 +24,9 @@ export class TelemetryWriter {
     private readonly onError: (message: string) => void = (m) => console.error(`residency: ${m}`),
   ) {
     try {
-      mkdirSync(dir, { recursive: true });
+      makeFolder(dir, 'residency folder');
     } catch (err) {
+      if (err instanceof ResidencyError) throw err;
       throw new ResidencyError('BAD_ARGUMENT', `residency folder ${dir}: cannot make it: ${(err as Error).message}`, { cause: err });
     }
     this.telemetryPath = join(dir, 'telemetry.jsonl');
@@ -51,7 +53,7 @@ export class TelemetryWriter {
         once();
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-        mkdirSync(this.dir, { recursive: true }); // the folder was removed under us: make it again
+        makeFolder(this.dir, 'residency folder'); // the folder was removed under us: make it again
         once();
       }
       if (this.failing.delete(path)) this.onError(`telemetry: writing ${path} works again`);
