@@ -1,8 +1,11 @@
 // Long contexts on the device: the flash-decoding split of attn_route (a row past ATTN_SPLIT_MIN positions
 // reads its positions in several blocks and merges them) against the CPU backend, the spec; and the
-// short-context path left as it was (the same bits as a backend whose split is off).
+// short-context path left as it was: the same bits as a backend whose split is off, and as the kernels
+// before the split (dist/kernels-prev, built by test/gpu/build-prev-kernels.sh).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { loadModel } from '../../src/model/load.ts';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
 import { argmax } from '../../src/backend/cpu/ops.ts';
@@ -13,6 +16,9 @@ import { modelDir, normErr, rng } from './harness.ts';
 import { report } from './model.gpu.ts';
 
 const LAST_POS = 1200; // the longer sequence decodes to this position: 10 split blocks of ~120 positions
+// Greedy tokens must be identical; a mismatch where the CPU's top-2 logits are closer than this (fp32
+// summation order at the 1e-6 level decides a tie) is reported in the log and the report, not failed.
+const NEAR_TIE = 1e-4;
 
 /** The CPU logits' top-2 gap of row i (how close a greedy pick was to a tie). */
 function top2Gap(logits: Float32Array, i: number, V: number): number {
@@ -41,7 +47,7 @@ test(`long contexts: split attention equals the CPU backend to position ${LAST_P
   let chunks: SequenceChunk[] = prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 }));
   let pos = prompts.map((p) => p.length);
   const worst: Record<string, number> = { split: 0, eager: 0, fused: 0, off: 0 };
-  let tokenMismatch = 0, shortSteps = 0, shortDiffer = 0, longSteps = 0, eagerDiffer = 0, maxSplits = 1;
+  let tokenMismatch = 0, realMismatch = 0, shortSteps = 0, shortDiffer = 0, longSteps = 0, eagerDiffer = 0, maxSplits = 1;
   const nearTies: string[] = [];
   while (pos[1]! <= LAST_POS) {
     // Positions read by the last row of each chunk this step (its own position included).
@@ -64,19 +70,58 @@ test(`long contexts: split attention equals the CPU backend to position ${LAST_P
         const got = argmax(l, i * V, V);
         if (got === next[i]) return;
         tokenMismatch++;
-        nearTies.push(`${k} seq ${c.seq} pos ${reads[i]! - 1}: got ${got}, cpu ${next[i]} (cpu top-2 gap ${top2Gap(ref.logits, i, V).toExponential(2)})`);
+        const gap = top2Gap(ref.logits, i, V);
+        if (gap >= NEAR_TIE) realMismatch++;
+        nearTies.push(`${k} seq ${c.seq} pos ${reads[i]! - 1}: got ${got}, cpu ${next[i]} (cpu top-2 gap ${gap.toExponential(2)})`);
       });
     }
     chunks = next.map((t, i) => ({ seq: i, tokens: [t], startPos: pos[i]! }));
     pos = pos.map((p) => p + 1);
   }
   for (const b of Object.values(gpus)) b.dispose();
-  report['longContext'] = { lastPos: LAST_POS, longSteps, shortSteps, maxSplits, worstLogitErr: worst, tokenMismatch, nearTies, shortDiffer, eagerDiffer };
+  report['longContext'] = { lastPos: LAST_POS, longSteps, shortSteps, maxSplits, worstLogitErr: worst, tokenMismatch, realMismatch, nearTies, shortDiffer, eagerDiffer };
   console.log(`# long context (to pos ${LAST_POS}, ${longSteps} steps past ${ATTN_SPLIT_MIN} positions, up to ${maxSplits} split blocks): worst normalized logit error split ${worst['split']!.toExponential(2)}, eager ${worst['eager']!.toExponential(2)}, fused->layered ${worst['fused']!.toExponential(2)}, split off ${worst['off']!.toExponential(2)}; token mismatches ${tokenMismatch}; short steps differing from split-off ${shortDiffer}/${shortSteps}; graph vs eager differing long steps ${eagerDiffer}`);
   for (const n of nearTies) console.log(`#   mismatch: ${n}`);
   assert.ok(maxSplits > 1, 'the test reached the split path');
-  assert.equal(tokenMismatch, 0, nearTies.join('\n'));
+  assert.equal(realMismatch, 0, `greedy tokens differ away from a near-tie:\n${nearTies.join('\n')}`);
   for (const [k, e] of Object.entries(worst)) assert.ok(e < 1e-5, `${k}: logits error ${e} (bar 1e-5, as the vs-CPU test)`);
   assert.equal(shortDiffer, 0, 'short contexts: the same bits as the one-block path');
   assert.equal(eagerDiffer, 0, 'the split merge is deterministic: graph replay and eager launches agree bit for bit');
+});
+
+const prevDir = resolve(process.cwd(), 'dist/kernels-prev');
+const prevSkip = existsSync(join(prevDir, 'layer.fatbin')) ? false : 'dist/kernels-prev not built (bash test/gpu/build-prev-kernels.sh)';
+test(`short contexts (to ${ATTN_SPLIT_MIN} positions): the same logit bits as the kernels before the split, layered and fused`, { skip: prevSkip }, async () => {
+  const m = await loadModel(modelDir());
+  const r = rng('prev kernels');
+  const V = m.spec.vocabSize;
+  // The old kernels with the old grid (attnSplits 1: one block per row); the host's extra WorkDev fields
+  // are past what they read.
+  const pairs = {
+    layered: [await createCudaBackend(m), await createCudaBackend(m, { attnSplits: 1, kernelDir: prevDir })],
+    fused: [await createCudaBackend(m, { fused: true }), await createCudaBackend(m, { fused: true, attnSplits: 1, kernelDir: prevDir })],
+  } as const;
+  const prompts = [5, 17, 30].map((n) => Array.from({ length: n }, () => Math.floor(((r() + 1) / 2) * V) % V));
+  for (const b of Object.values(pairs).flat()) prompts.forEach((_, i) => b.openSequence(i, ATTN_SPLIT_MIN));
+  let chunks: SequenceChunk[] = prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 }));
+  let pos = prompts.map((p) => p.length);
+  const differ: Record<string, number> = { layered: 0, fused: 0 };
+  let steps = 0;
+  for (;;) {
+    steps++;
+    let next: number[] = [];
+    for (const [k, [now, prev]] of Object.entries(pairs)) {
+      const a = now.forward({ chunks, count: false }).logits;
+      const b = prev.forward({ chunks, count: false }).logits;
+      if (!sameBits(a, b)) differ[k]!++;
+      if (k === 'layered') next = chunks.map((_, i) => argmax(a, i * V, V));
+    }
+    if (pos[2]! >= ATTN_SPLIT_MIN) break; // the last step read 256 positions (the most the one-block path takes)
+    chunks = next.map((t, i) => ({ seq: i, tokens: [t], startPos: pos[i]! }));
+    pos = pos.map((p) => p + 1);
+  }
+  for (const b of Object.values(pairs).flat()) b.dispose();
+  report['shortVsPrevKernels'] = { steps, differ };
+  console.log(`# long context: short steps vs the kernels before the split: ${steps} steps (batch 3, to ${ATTN_SPLIT_MIN} positions), differing logits layered ${differ['layered']}, fused ${differ['fused']}`);
+  assert.deepEqual(differ, { layered: 0, fused: 0 }, 'short contexts compute the same bits as before the split');
 });
