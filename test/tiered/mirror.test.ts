@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { MirrorRowTable } from '../../bench/tiered/mirror-rows.ts';
-import type { RowCopy, RowMover } from '../../bench/tiered/rows.ts';
+import type { RowCopy } from '../../bench/tiered/rows.ts';
 import { CpuCostExecutor, type StepTimes, type TieredExecutor } from '../../bench/tiered/executor.ts';
 import { loadBenchInputs, runProtocol } from '../../bench/tiered/bench.ts';
 import { BIG, benchGeometry, hostBankBytes, hostRowsPerLayer, movesInFlight, withMoves, type TieredGeometry } from '../../bench/tiered/geometry.ts';
@@ -11,20 +11,7 @@ import type { StepPlan } from '../../bench/tiered/plan.ts';
 import { FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
 import { ResidencyError } from '../../src/errors.ts';
 import { mulberry32 } from '../../src/sim/rng.ts';
-
-/** A mover whose copies finish `lag` steps after they are issued; remembers rows being written. */
-class LaggedMover implements RowMover {
-  step = 0;
-  readonly batches: Array<{ at: number; copies: readonly RowCopy[] }> = [];
-  constructor(private readonly lag: number) {}
-  copy(copies: readonly RowCopy[]): number { this.batches.push({ at: this.step, copies }); return this.batches.length - 1; }
-  done(t: number): boolean { return this.step - this.batches[t]!.at >= this.lag; }
-  writing(): Set<string> {
-    const s = new Set<string>();
-    for (const b of this.batches) if (this.step - b.at < this.lag) for (const c of b.copies) s.add(`${c.layer}:${c.dst}`);
-    return s;
-  }
-}
+import { LaggedMover, assertSafeReads, churnWanted } from './helpers.ts';
 
 test('mirror moves: no step reads a row being written, one host->device copy per move, homes reach the wanted set', () => {
   const L = 3; const E = 24; const H = 16; const cap = 2;
@@ -39,29 +26,13 @@ test('mirror moves: no step reads a row being written, one host->device copy per
     let started = 0;
     let finished = 0;
     for (let s = 0; s < 200; s++) {
-      if (s < 150) {
-        for (let k = 0; k < 4; k++) {
-          const l = Math.floor(rand() * L);
-          const a = l * E + Math.floor(rand() * E);
-          const b = l * E + Math.floor(rand() * E);
-          if (want[a] && !want[b]) { want[a] = 0; want[b] = 1; }
-        }
-      }
+      if (s < 150) churnWanted(want, rand, L, E, 4);
       const m = table.beforeStep(want, mover);
       deferred += m.deferred; started += m.started; finished += m.finished;
       assert.equal(m.writing, 0);
       assert.ok(table.inFlight <= cap);
-      const busy = mover.writing();
-      for (let l = 0; l < L; l++) {
-        const used = new Set<number>();
-        for (let e = 0; e < E; e++) {
-          const slot = table.slot[l * E + e]!;
-          assert.ok(!busy.has(`${l}:${slot}`), `lag ${lag} step ${s}: layer ${l} expert ${e} reads row ${slot} while a copy writes it`);
-          assert.ok(!used.has(slot), `lag ${lag} step ${s}: two experts read slot ${slot}`);
-          assert.ok(slot < H || slot === H + e, `lag ${lag} step ${s}: expert ${e} reads slot ${slot}, neither a hot row nor its mirror row`);
-          used.add(slot);
-        }
-      }
+      assertSafeReads(table.slot, mover.writing(), L, E, lag, s, (_l, e, slot) =>
+        assert.ok(slot < H || slot === H + e, `lag ${lag} step ${s}: expert ${e} reads slot ${slot}, neither a hot row nor its mirror row`));
       table.check();
       mover.step++;
     }

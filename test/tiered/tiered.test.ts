@@ -2,26 +2,13 @@
 // row that a copy is writing, and the harness runs every policy over expanded fixture traffic.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { RowTable, type RowCopy, type RowMover } from '../../bench/tiered/rows.ts';
+import { RowTable } from '../../bench/tiered/rows.ts';
 import { CpuCostExecutor } from '../../bench/tiered/executor.ts';
 import { loadBenchInputs, runProtocol, POLICIES } from '../../bench/tiered/bench.ts';
 import { BIG } from '../../bench/tiered/geometry.ts';
 import { FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
 import { mulberry32 } from '../../src/sim/rng.ts';
-
-/** A mover whose copies finish `lag` steps after they are issued; remembers rows being written. */
-class LaggedMover implements RowMover {
-  step = 0;
-  readonly batches: Array<{ at: number; copies: readonly RowCopy[] }> = [];
-  constructor(private readonly lag: number) {}
-  copy(copies: readonly RowCopy[]): number { this.batches.push({ at: this.step, copies }); return this.batches.length - 1; }
-  done(t: number): boolean { return this.step - this.batches[t]!.at >= this.lag; }
-  writing(): Set<string> {
-    const s = new Set<string>();
-    for (const b of this.batches) if (this.step - b.at < this.lag) for (const c of b.copies) s.add(`${c.layer}:${c.dst}`);
-    return s;
-  }
-}
+import { LaggedMover, assertSafeReads, churnWanted } from './helpers.ts';
 
 test('row exchanges: no step reads a row being written, and homes reach the wanted hot set', () => {
   const L = 3; const E = 24; const H = 16;
@@ -34,25 +21,9 @@ test('row exchanges: no step reads a row being written, and homes reach the want
     const rand = mulberry32(lag);
     let deferred = 0;
     for (let s = 0; s < 200; s++) {
-      if (s < 150) {
-        for (let k = 0; k < 2; k++) {
-          const l = Math.floor(rand() * L);
-          const a = l * E + Math.floor(rand() * E);
-          const b = l * E + Math.floor(rand() * E);
-          if (want[a] && !want[b]) { want[a] = 0; want[b] = 1; }
-        }
-      }
+      if (s < 150) churnWanted(want, rand, L, E, 2);
       deferred += table.beforeStep(want, mover).deferred;
-      const busy = mover.writing();
-      for (let l = 0; l < L; l++) {
-        const used = new Set<number>();
-        for (let e = 0; e < E; e++) {
-          const slot = table.slot[l * E + e]!;
-          assert.ok(!busy.has(`${l}:${slot}`), `lag ${lag} step ${s}: layer ${l} expert ${e} reads row ${slot} while a copy writes it`);
-          assert.ok(!used.has(slot), `lag ${lag} step ${s}: two experts read slot ${slot}`);
-          used.add(slot);
-        }
-      }
+      assertSafeReads(table.slot, mover.writing(), L, E, lag, s);
       table.check();
       mover.step++;
     }
