@@ -2,7 +2,7 @@
 // flag named before anything is served; a matching one reaches the controller.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +10,7 @@ import { ResidencyError } from '../errors.ts';
 import { saveCountsDump } from '../residency/files.ts';
 import { generateCommand } from './generate.ts';
 import { simulateCommand } from './simulate.ts';
+import { withServe } from './serve-child.ts';
 
 // The packaged fixture checkpoint: tiny-moe, 6 layers x 64 experts.
 function dumpFile(dir: string, name: string, model: string, layers: number, experts: number): string {
@@ -37,30 +38,15 @@ test('serve --prior with a dump of another geometry or model exits 1 naming --pr
   }
 });
 
-test('serve --prior with a matching dump: the controller has the prior (GET /v1/residency)', async () => {
-  const child = spawn(process.execPath, ['bin/residency.js', 'serve', '--port', '0', '--hot', '49', '--prior', good], { stdio: ['ignore', 'ignore', 'pipe'] });
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  try {
-    let stderr = '';
-    const url = await new Promise<string>((resolve, reject) => {
-      child.stderr.setEncoding('utf8');
-      child.stderr.on('data', (s: string) => {
-        stderr += s;
-        const m = /serving \S+ on (http:\/\/\S+)/.exec(stderr);
-        if (m) resolve(m[1]!);
-      });
-      child.once('exit', () => reject(new Error(`serve exited early: ${stderr}`)));
-    });
+test('serve --prior with a matching dump: the controller has the prior (GET /v1/residency)', () =>
+  withServe(['--port', '0', '--hot', '49', '--prior', good], async ({ child, url, stderr, exited }) => {
     assert.match(stderr, /seed prior from --prior \S*good\.json: 1 pseudo-picks per expert/);
     const snap = await (await fetch(`${url}/v1/residency`)).json() as { controller: { prior: boolean; budgets: { prior_picks_per_expert: number } } };
     assert.equal(snap.controller.prior, true);
     assert.equal(snap.controller.budgets.prior_picks_per_expert, 1);
     child.kill('SIGINT');
     assert.equal(await exited, 0);
-  } finally {
-    if (child.exitCode === null) child.kill('SIGKILL');
-  }
-});
+  }));
 
 test('generate --prior: refused without --residency-dir and for another geometry; a matching dump reaches the controller', async () => {
   const base = ['--prompt-ids', '1,2,3', '--max-tokens', '2', '--hot', '49'];
