@@ -17,7 +17,7 @@ import {
   type ModelDims, type RowInput, type WorkPointers,
 } from './layout.ts';
 import { ResourceScope, type ReleaseFailureSink } from './resource-scope.ts';
-import { ATTN_SPLIT_MIN, DEFAULT_BUCKETS, attnMaxSplits, bucketFor, planSubsteps, type PlannedRow } from './plan.ts';
+import { DEFAULT_BUCKETS, attnGridFor, attnMaxSplits, bucketFor, planSubsteps, type AttnGrid, type PlannedRow } from './plan.ts';
 
 export interface CudaBackendOptions {
   /** Initial hot/cold placement (default: every expert hot). */
@@ -85,7 +85,11 @@ export class CudaBackend implements Backend {
   private readonly amaxHost: { host: Uint8Array; hostPtr: bigint };
   readonly work: WorkPointers;
   private readonly workBytes: Uint8Array;
-  /** Captured graphs by bucket and path (`${bucket}/fused` or `${bucket}/layered`). */
+  /**
+   * Captured graphs by bucket, path and attention grid (`${bucket}/layered/short`, `${bucket}/layered/long`,
+   * `${bucket}/fused/short`): the long graph is captured with attn_route's split grid, the short one with one
+   * block per row, so a replay only serves the steps its grid was chosen for (attnGridFor).
+   */
   private readonly graphs = new Map<string, bigint>();
   private readonly attnSplitsOpt: number | undefined;
   private readonly seqs = new Map<number, { kv: bigint; cap: number }>();
@@ -274,26 +278,34 @@ export class CudaBackend implements Backend {
   /** Uploads one sub-step's rows (padded to its bucket) and runs it: graph replay or eager launches. */
   runRows(rows: readonly PlannedRow[], count: boolean): number {
     const bucket = bucketFor(rows.length, this.buckets);
-    // Fused backend, long context: the layered step (its attention splits the positions; decode_layers can't).
-    const fused = this.fused && !(this.attnSplits(bucket) > 1 && rows.some((r) => r.pos + 1 > ATTN_SPLIT_MIN));
+    // Split grid only when some row reads more than ATTN_SPLIT_MIN positions; the host knows every row's
+    // position here. Fused backend, long context: the layered step (its attention splits the positions;
+    // decode_layers can't).
+    const { grid } = attnGridFor(rows.map((r) => r.pos), this.attnSplits(bucket));
+    const fused = this.fused && grid === 'short';
     const inputs: RowInput[] = rows.map((r) => {
       const c = this.seqs.get(r.seq)!;
       return { token: r.token, pos: r.pos, valid: true, cap: c.cap, kv: c.kv };
     });
     const n = encodeStep(this.stepHost.host, count, inputs, bucket);
     this.driver.htodAsync(this.stepDev, this.stepHost.hostPtr, n, this.stream);
-    if (this.useGraphs) this.driver.graphLaunch(this.graphFor(bucket, fused), this.stream);
-    else this.enqueueStep(bucket, fused);
+    if (this.useGraphs) this.driver.graphLaunch(this.graphFor(bucket, fused, grid), this.stream);
+    else this.enqueueStep(bucket, fused, grid);
     return bucket;
   }
 
-  /** The captured graph of one bucket and path (captured on first use). */
-  graphFor(bucket: number, fused = this.fused): bigint {
-    const key = `${bucket}/${fused ? 'fused' : 'layered'}`;
+  /** The keys of the graphs captured so far (`${bucket}/${path}/${grid}`), for tests. */
+  graphKeys(): string[] {
+    return [...this.graphs.keys()];
+  }
+
+  /** The captured graph of one bucket, path and attention grid (captured on first use). */
+  graphFor(bucket: number, fused = this.fused, grid: AttnGrid = 'short'): bigint {
+    const key = `${bucket}/${fused ? 'fused' : 'layered'}/${grid}`;
     let g = this.graphs.get(key);
     if (g === undefined) {
-      const what = `decode graph, bucket ${bucket} (${fused ? 'fused' : 'layered'})`;
-      g = this.scope.acquire(what, () => this.driver.captureGraph(this.stream, () => this.enqueueStep(bucket, fused), what), (x) => this.driver.graphDestroy(x));
+      const what = `decode graph, bucket ${bucket} (${fused ? 'fused' : 'layered'}, ${grid} attention grid)`;
+      g = this.scope.acquire(what, () => this.driver.captureGraph(this.stream, () => this.enqueueStep(bucket, fused, grid), what), (x) => this.driver.graphDestroy(x));
       this.graphs.set(key, g);
     }
     return g;
@@ -322,21 +334,25 @@ export class CudaBackend implements Backend {
     }
   }
 
-  /** The kernels of one step over `bucket` rows, in stream order (fused or layered path). */
-  enqueueStep(bucket: number, fused = this.fused): void {
+  /** The kernels of one step over `bucket` rows, in stream order (fused or layered path, short or long attention grid). */
+  enqueueStep(bucket: number, fused = this.fused, grid: AttnGrid = 'short'): void {
     if (fused) {
       this.enqueueKernel('decode_layers', bucket, 0);
     } else {
       for (let l = 0; l < this.dims.L; l++) {
-        this.enqueueKernel('attn_route', bucket, l);
+        this.enqueueKernel('attn_route', bucket, l, fused, grid);
         this.enqueueKernel('expert_ffn', bucket, l);
       }
     }
     this.enqueueKernel('lm_head_argmax', bucket, 0, fused);
   }
 
-  /** One kernel of the step (also used alone by the benchmark's per-kernel timing). */
-  enqueueKernel(name: 'decode_layers' | 'attn_route' | 'expert_ffn' | 'lm_head_argmax', bucket: number, layer: number, fused = this.fused): void {
+  /**
+   * One kernel of the step (also used alone by the benchmark's per-kernel timing). `grid` is attn_route's:
+   * 'short' launches one block per row (the pre-split launch, right for any position, one block then walks
+   * them all), 'long' rows x attnSplits(bucket).
+   */
+  enqueueKernel(name: 'decode_layers' | 'attn_route' | 'expert_ffn' | 'lm_head_argmax', bucket: number, layer: number, fused = this.fused, grid: AttnGrid = 'short'): void {
     const m: KernelArg = { u64: this.modelDev };
     const st: KernelArg = { u64: this.stepDev };
     const w: KernelArg = { bytes: this.workBytes };
@@ -345,8 +361,9 @@ export class CudaBackend implements Backend {
     if (name === 'decode_layers') {
       d.launch(fn, name, [bucket, 1, 1], this.rowThreads, this.decodeSmem, this.stream, [m, st, w, { u64: this.profileDev }]);
     } else if (name === 'attn_route') {
-      // Grid (rows, max splits): the kernel reads each row's position and lets the blocks it needs not exit.
-      d.launch(fn, name, [bucket, this.attnSplits(bucket), 1], this.rowThreads, this.rowSmem, this.stream, [m, { i32: layer }, st, w]);
+      // Long grid (rows, max splits): the kernel reads each row's position and lets the blocks it needs not
+      // exit. Short grid (rows, 1): every row's split count is 1, the pre-split launch.
+      d.launch(fn, name, [bucket, grid === 'long' ? this.attnSplits(bucket) : 1, 1], this.rowThreads, this.rowSmem, this.stream, [m, { i32: layer }, st, w]);
     } else if (name === 'expert_ffn') {
       d.launch(fn, name, [this.dims.K, bucket, 1], FFN_THREADS, expertFfnSmemBytes(this.dims), this.stream, [m, { i32: layer }, st, w]);
     } else {

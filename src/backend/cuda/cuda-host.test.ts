@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { ResidencyError } from '../../errors.ts';
 import { checkResult, cudaErrorName, formatBytes } from './errors.ts';
 import { packArgs } from './driver.ts';
-import { ATTN_SPLIT_MIN, DEFAULT_BUCKETS, attnMaxSplits, attnSplitsOf, bucketFor, planSubsteps } from './plan.ts';
+import { ATTN_SPLIT_MIN, DEFAULT_BUCKETS, attnGridFor, attnMaxSplits, attnSplitsOf, bucketFor, planSubsteps } from './plan.ts';
 import { MODEL_DEV_BYTES, ROW_DEV_BYTES, STEP_HEADER_BYTES, WORK_DEV_BYTES, encodeModel, encodeStep, encodeWork } from './layout.ts';
 
 test('checkResult names the CUresult, the call and the size', () => {
@@ -99,4 +99,25 @@ test('attention split: one block up to ATTN_SPLIT_MIN positions, then balanced n
   assert.equal(attnMaxSplits(16, 132, 40960), 16);
   assert.equal(attnMaxSplits(1, 132, 40960), 264);
   assert.equal(attnMaxSplits(16, 4, 2048), 1, 'a small GPU keeps one block per row at big buckets');
+});
+
+test('attention grid by position: short (rows x 1) while every row reads <= 256 positions, long (rows x max splits) once any row reads more', () => {
+  const short = { grid: 'short', splits: 1 };
+  const long16 = { grid: 'long', splits: 16 };
+  // The boundary: position 255 reads 256 positions (the one-block path), position 256 reads 257.
+  assert.equal(ATTN_SPLIT_MIN, 256);
+  assert.deepEqual(attnGridFor([ATTN_SPLIT_MIN - 1], 16), short, 'pos 255 (256 positions read): short');
+  assert.deepEqual(attnGridFor([ATTN_SPLIT_MIN], 16), long16, 'pos 256 (257 positions read): long');
+  assert.deepEqual(attnGridFor([0, 64, 255], 16), short, 'all rows at or under 256 positions');
+  assert.deepEqual(attnGridFor([3, 256, 10, 0], 16), long16, 'one row past 256 positions moves the whole step');
+  assert.deepEqual(attnGridFor([2047, 100], 4), { grid: 'long', splits: 4 }, 'long grid height = the bucket\'s max splits');
+  assert.deepEqual(attnGridFor([2047], 1), short, 'split off (max splits 1): always the one-block grid');
+  // A sequence decoding across the boundary switches grids exactly once, at pos 256.
+  const grids = [250, 254, 255, 256, 257, 1000].map((p) => attnGridFor([p, 4], 16).grid);
+  assert.deepEqual(grids, ['short', 'short', 'short', 'long', 'long', 'long']);
+  // Agrees with the kernel's rule: a short step never has a row the long grid would split.
+  for (let p = 0; p < 600; p++) {
+    const { grid } = attnGridFor([p], 16);
+    assert.equal(grid === 'long', attnSplitsOf(p + 1, 16).splits > 1, `pos ${p}`);
+  }
 });

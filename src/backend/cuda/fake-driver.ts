@@ -32,6 +32,8 @@ export class FakeCudaDriver implements CudaDriver {
   readonly live = new Map<bigint, Live>();
   /** Every acquisition and release in order ('+device logits', '-stream'), for order checks. */
   readonly log: string[] = [];
+  /** Every kernel launch (eager, or recorded into a graph being captured) with its grid, in order. */
+  readonly launches: { name: string; grid: [number, number, number] }[] = [];
   acquisitions = 0;
   calls = 0;
   releases = 0;
@@ -124,8 +126,9 @@ export class FakeCudaDriver implements CudaDriver {
     this.tick('setMaxDynamicSmem');
     this.use(fn, 0);
   }
-  launch(fn: bigint, _name: string, _grid: [number, number, number], _block: number, _smem: number, stream: bigint, _args: KernelArg[]): void {
+  launch(fn: bigint, name: string, grid: [number, number, number], _block: number, _smem: number, stream: bigint, _args: KernelArg[]): void {
     this.tick('launch');
+    this.launches.push({ name, grid: [...grid] });
     this.use(fn, 0);
     this.use(stream, 0);
   }

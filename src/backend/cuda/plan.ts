@@ -74,3 +74,18 @@ export function attnSplitsOf(n: number, maxSplits: number): { splits: number; ch
   const chunk = Math.ceil(n / s);
   return { splits: Math.ceil(n / chunk), chunk };
 }
+
+/** Which attn_route grid a sub-step launches: the pre-split one (rows x 1) or the split one (rows x max splits). */
+export type AttnGrid = 'short' | 'long';
+
+/**
+ * The attn_route grid of one sub-step from its rows' positions: 'long' (rows x maxSplits) only when some row
+ * reads more than ATTN_SPLIT_MIN positions (pos + 1 > 256), else 'short' (rows x 1, exactly the launch before
+ * the split: the 15 idle blocks per row a long grid adds cost ~2 us per layer at short contexts). A row that
+ * crosses 256 positions mid-sequence moves its sub-steps to the long grid. maxSplits 1 (split off) is
+ * always short. The kernel's own rule (attn_splits) still picks each row's split count inside the grid.
+ */
+export function attnGridFor(positions: readonly number[], maxSplits: number): { grid: AttnGrid; splits: number } {
+  const long = maxSplits > 1 && positions.some((p) => p + 1 > ATTN_SPLIT_MIN);
+  return long ? { grid: 'long', splits: maxSplits } : { grid: 'short', splits: 1 };
+}
