@@ -89,8 +89,8 @@ function kernelUs(name: K, bucket: number, iters: number, be: CudaBackend = main
 }
 
 /** Same kernel captured `iters` times in one graph: per-kernel time without host launch overhead. */
-function kernelGraphUs(name: K, bucket: number, iters: number, be: CudaBackend = mainBe): number {
-  const g = d.captureGraph(be.stream, () => { for (let i = 0; i < iters; i++) be.enqueueKernel(name, bucket, 0); }, `${name} x${iters}`);
+function kernelGraphUs(name: K, bucket: number, iters: number, be: CudaBackend = mainBe, grid: 'short' | 'long' = 'short'): number {
+  const g = d.captureGraph(be.stream, () => { for (let i = 0; i < iters; i++) be.enqueueKernel(name, bucket, 0, be.fused, grid); }, `${name} x${iters}`);
   try {
     return withEvents((t0, t1) => {
       d.graphLaunch(g, be.stream);
@@ -202,16 +202,19 @@ for (const n of [1, 4, 16]) {
   const head = kernelGraphUs('lm_head_argmax', n, 200);
   const ffn = kernelGraphUs('expert_ffn', n, 200, layered);
   const attn = kernelGraphUs('attn_route', n, 200, layered);
+  // The same pos-64 step on the split grid (rows x max splits, every block past the first exits at once):
+  // what a short step cost before the host chose the grid per sub-step.
+  const attnLongGrid = kernelGraphUs('attn_route', n, 200, layered, 'long');
   const ffnEager = kernelUs('expert_ffn', n, 200, layered);
   const picks = n * m.spec.topK;
   const bytes = picks * be.banks.rowBytes;
   const headBytes = m.spec.vocabSize * m.spec.hiddenSize * 2;
   results[`kernels_batch${n}`] = {
     decodeLayersUs: fusedK, expertFfnUs: ffn, expertFfnEagerUs: ffnEager, expertFfnBytes: bytes, expertFfnFractionOfHbm: bytes / (ffn * 1e-6) / HBM_BYTES_PER_S,
-    attnRouteUs: attn, lmHeadArgmaxUs: head, lmHeadBytes: headBytes, lmHeadFractionOfHbm: headBytes / (head * 1e-6) / HBM_BYTES_PER_S,
+    attnRouteUs: attn, attnRouteLongGridUs: attnLongGrid, lmHeadArgmaxUs: head, lmHeadBytes: headBytes, lmHeadFractionOfHbm: headBytes / (head * 1e-6) / HBM_BYTES_PER_S,
   };
   rows.push([`kernels batch ${n}`, `decode_layers (6 layers) ${fusedK.toFixed(2)} us`, `expert_ffn ${ffn.toFixed(2)} us (${(bytes / 1024).toFixed(0)} KiB: ${((100 * bytes) / (ffn * 1e-6) / HBM_BYTES_PER_S).toFixed(2)}% of 4.3 TB/s)`,
-    `attn_route ${attn.toFixed(2)} us`, `lm_head_argmax ${head.toFixed(2)} us (${((100 * headBytes) / (head * 1e-6) / HBM_BYTES_PER_S).toFixed(1)}% of HBM)`]);
+    `attn_route ${attn.toFixed(2)} us (split grid ${attnLongGrid.toFixed(2)})`, `lm_head_argmax ${head.toFixed(2)} us (${((100 * headBytes) / (head * 1e-6) / HBM_BYTES_PER_S).toFixed(1)}% of HBM)`]);
   for (const s of b.seqs) be.closeSequence(s);
   for (const s of bl.seqs) layered.closeSequence(s);
 }

@@ -1,7 +1,8 @@
 // Long contexts on the device: the flash-decoding split of attn_route (a row past ATTN_SPLIT_MIN positions
 // reads its positions in several blocks and merges them) against the CPU backend, the spec; and the
 // short-context path left as it was: the same bits as a backend whose split is off, and as the kernels
-// before the split (dist/kernels-prev, built by test/gpu/build-prev-kernels.sh).
+// before the split (dist/kernels-prev, built by test/gpu/build-prev-kernels.sh). Short sub-steps launch the
+// one-block grid (the pre-split launch), long ones the split grid, each from its own captured graph.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -92,8 +93,19 @@ test(`long contexts: split attention equals the CPU backend to position ${LAST_P
     chunks = next.map((t, i) => ({ seq: i, tokens: [t], startPos: pos[i]! }));
     pos = pos.map((p) => p + 1);
   }
+  // The grid per sub-step (plan.ts attnGridFor): one block per row until a row reads more than 256
+  // positions, then the split grid. Prefill: 6 sub-steps of 2 rows, 34 of 1 row (short); decode (2 rows):
+  // seq 1 (prompt 40) crosses 256 positions first, which moves every later step (seq 0 still short) to the
+  // long graph, so the crossing within one sequence is replayed from a separately captured graph.
+  const graphKeys = Object.fromEntries(Object.entries(gpus).map(([k, b]) => [k, b.graphKeys().sort()]));
   for (const b of Object.values(gpus)) b.dispose();
-  report['longContext'] = { lastPos: LAST_POS, longSteps, shortSteps, maxSplits, worstLogitErr: worst, routeFlipSteps, flipErr, tokenMismatch, realMismatch, nearTies, shortDiffer, eagerDiffer };
+  assert.deepEqual(graphKeys, {
+    split: ['1/layered/short', '2/layered/long', '2/layered/short'],
+    eager: [],
+    fused: ['1/fused/short', '2/fused/short', '2/layered/long'],
+    off: ['1/layered/short', '2/layered/short'],
+  }, 'short steps on the one-block graphs, steps past 256 positions on the split graph');
+  report['longContext'] = { lastPos: LAST_POS, graphKeys, longSteps, shortSteps, maxSplits, worstLogitErr: worst, routeFlipSteps, flipErr, tokenMismatch, realMismatch, nearTies, shortDiffer, eagerDiffer };
   console.log(`# long context (to pos ${LAST_POS}, ${longSteps} steps past ${ATTN_SPLIT_MIN} positions, up to ${maxSplits} split blocks): worst normalized logit error split ${worst['split']!.toExponential(2)}, eager ${worst['eager']!.toExponential(2)}, fused->layered ${worst['fused']!.toExponential(2)}, split off ${worst['off']!.toExponential(2)}; steps with a routing flip ${JSON.stringify(routeFlipSteps)}; token mismatches ${tokenMismatch}; short steps differing from split-off ${shortDiffer}/${shortSteps}; graph vs eager differing long steps ${eagerDiffer}`);
   for (const n of nearTies) console.log(`#   mismatch: ${n}`);
   assert.ok(maxSplits > 1, 'the test reached the split path');
