@@ -33,29 +33,26 @@
 //   2.04%. The longer memory is worse at 1 user: a user walks documents and the short EWMA follows the current
 //   one (oracle-phase 1.07% vs domain-fit 1.94% at tiered 1u is that within-phase structure). The 0.48 pp of
 //   noise.ts's seed-1 row (cum-free 1.81% vs adaptive 2.29%) is its rule/clock column; its memory column is 0.00 pp.
-// So the controller keeps its fixed half-life; no budget is proposed. (noise.ts and prior.ts run on import, so the
-// setup, traffic and churn bits are restated here in short; domain-fit comes from reference-policies.ts.)
+// So the controller keeps its fixed half-life; no budget is proposed. (Setups, traffic, churn and the swap queue
+// are research.ts's, shared with noise.ts and prior.ts; domain-fit comes from reference-policies.ts.)
 //   npm run bench:forget -- [--traces DIR] [--out out/tiered-forget] [--diag]   (~45 s; --diag: the pooled z trace)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Controller } from '../../src/residency/controller.ts';
 import { Counter, countDelta } from '../../src/residency/counts.ts';
-import { decideSwaps, foldWindow, type Budgets, type Swap } from '../../src/residency/policy.ts';
+import { foldWindow, type Budgets, type Swap } from '../../src/residency/policy.ts';
 import type { RowMap } from '../../src/residency/rowmap.ts';
-import { phaseMetrics, type PhaseMetrics } from '../../src/sim/metrics.ts';
+import type { PhaseMetrics } from '../../src/sim/metrics.ts';
 import { adaptivePolicy } from '../../src/sim/policies/adaptive.ts';
 import { oraclePolicy } from '../../src/sim/policies/oracle.ts';
 import { hotMaskOf, type Geometry, type Moves, type Policy, type PolicyFactory } from '../../src/sim/policies/policy.ts';
-import { replay } from '../../src/sim/replay.ts';
-import { domainsOf, fitOn } from '../../src/sim/setup.ts';
 import { loadTraces, FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
-import type { TraceSet } from '../../src/sim/traces/trace.ts';
-import { buildTraffic, parsePhases, type SimStep } from '../../src/sim/traffic.ts';
+import { parsePhases, type SimStep } from '../../src/sim/traffic.ts';
 import { loadExpanded } from './bench.ts';
-import { CpuCostExecutor } from './executor.ts';
 import { BIG } from './geometry.ts';
-import { runTiered, type PlacementMode } from './harness.ts';
+import type { PlacementMode } from './harness.ts';
 import { domainFitPolicy } from './reference-policies.ts';
+import { Lab, SwapQueue, afterShift, churnOf, mean, pct, phaseLen, researchSetups, type Setup } from './research.ts';
 
 const argv = process.argv.slice(2);
 const opt = (name: string, dflt: string) => { const i = argv.indexOf(`--${name}`); return i >= 0 ? argv[i + 1]! : dflt; };
@@ -66,27 +63,8 @@ const HELD_SEEDS = [1, 3, 4, 5, 6];
 const CHURN_DRAINS = 8;
 const t0 = Date.now();
 
-interface Setup {
-  readonly geometry: string;
-  readonly users: number;
-  readonly g: Geometry;
-  readonly set: TraceSet;
-  readonly phases: string;
-  readonly base: Partial<Budgets>;
-  readonly tiered: boolean;
-}
-const fixSet = loadTraces(tracesDir);
-const bigSet = loadExpanded(tracesDir, BIG);
-const fixG: Geometry = { layers: fixSet.layers, experts: fixSet.experts, topK: fixSet.topK, hotPerLayer: 49 };
-const bigG: Geometry = { layers: BIG.layers, experts: BIG.experts, topK: BIG.topK, hotPerLayer: BIG.hotPerLayer };
-// main.ts's hand-set budgets (noise.ts and prior.ts use the same).
-const TIERED_BASE: Partial<Budgets> = { drain_every: 16, half_life_steps: 150, swaps_per_layer_per_drain: 4, min_average: 2, swaps_per_step: 8, hysteresis: 1.5 };
-const setups: Setup[] = [
-  ...[1, 4].map((users) => ({ geometry: 'fixture 6x64/49', users, g: fixG, set: fixSet, phases: 'en+code:3000,de+ja:3000,en+code:3000', base: {}, tiered: false })),
-  { geometry: 'tiered 16x384/295', users: 1, g: bigG, set: bigSet, phases: 'en+code:1000,de+ja:1000,en+code:1000', base: TIERED_BASE, tiered: true },
-  { geometry: 'tiered 16x384/295', users: 4, g: bigG, set: bigSet, phases: 'en+code:800,de+ja:800,en+code:800', base: TIERED_BASE, tiered: true },
-];
-const exec = new CpuCostExecutor(BIG);
+const setups: Setup[] = researchSetups(loadTraces(tracesDir), loadExpanded(tracesDir, BIG));
+const lab = new Lab('forget');
 
 /**
  * A variable memory on top of the controller's EWMA. `fast` is the controller's state (foldWindow at half-life
@@ -147,13 +125,7 @@ function memoryAdaptive(budgets: Partial<Budgets>, m: Memory): (ctx: { geometry:
     const wMax = windowOf(m.maxMult * h);
     const hNow = new Float64Array(L).fill(m.kind === 'slow' ? m.maxMult * h : h);
     const age = new Float64Array(L);
-    const queued = new Uint32Array(L * E);
-    const mark = (s: Swap, d: number) => { queued[s.layer * E + s.hotExpert]! += d; queued[s.layer * E + s.coldExpert]! += d; };
-    const queue: Swap[] = [];
-    const boot = controller.map();
-    const hotRows = boot.layers_map.map((r) => [...r.hot]);
-    const coldRows = boot.layers_map.map((r) => [...r.cold]);
-    const view: RowMap = { ...boot, layers_map: hotRows.map((r, l) => ({ hot: r, cold: coldRows[l]! })) };
+    const swaps = new SwapQueue(controller, hot, E);
     const log: MemoryPolicy['log'] = [];
     const trace: Trace = { resets: [], z: [] };
     let inWindow = 0;
@@ -234,24 +206,9 @@ function memoryAdaptive(budgets: Partial<Budgets>, m: Memory): (ctx: { geometry:
             if (fired.length) trace.resets.push(step.index);
           }
           if (m.free) return { swaps: placeTopH(slow), copies: 0, refused: 0 };
-          for (const s of decideSwaps(view, slow, b, step.index, queued)) { queue.push(s); mark(s, 1); }
+          swaps.decide(slow, b, step.index);
         }
-        let applied = 0;
-        let refused = 0;
-        while (applied < b.swaps_per_step && queue.length > 0) {
-          const s = queue.shift()!;
-          mark(s, -1);
-          const hr = hotRows[s.layer]!;
-          const cr = coldRows[s.layer]!;
-          if (hr[s.hotRow] !== s.hotExpert || cr[s.coldRow] !== s.coldExpert) { refused++; continue; }
-          controller.exchangeRows(s.layer, s.hotRow, s.coldRow);
-          hr[s.hotRow] = s.coldExpert;
-          cr[s.coldRow] = s.hotExpert;
-          hot[s.layer * E + s.hotExpert] = 0;
-          hot[s.layer * E + s.coldExpert] = 1;
-          log.push({ step: step.index, swap: s });
-          applied++;
-        }
+        const { applied, refused } = swaps.apply(b.swaps_per_step, (s) => log.push({ step: step.index, swap: s }));
         return { swaps: applied, copies: 0, refused };
       },
     };
@@ -260,41 +217,14 @@ function memoryAdaptive(budgets: Partial<Budgets>, m: Memory): (ctx: { geometry:
 
 /** Share of swaps (from `from` on) whose incoming expert is swapped out again within `window` steps (noise.ts's "out again"). */
 function outAgain(log: ReadonlyArray<{ step: number; swap: Swap }>, window: number, from: number): number {
-  let n = 0; let out = 0;
-  for (let i = 0; i < log.length; i++) {
-    const { step, swap } = log[i]!;
-    if (step < from) continue;
-    n++;
-    for (let j = i + 1; j < log.length && log[j]!.step - step <= window; j++) {
-      const s = log[j]!.swap;
-      if (s.layer === swap.layer && s.hotExpert === swap.coldExpert) { out++; break; }
-    }
-  }
-  return n > 0 ? out / n : 0;
+  const c = churnOf(log, window, from);
+  return c.swaps > 0 ? c.outAgain / c.swaps : 0;
 }
-
-const trafficCache = new Map<string, { steps: SimStep[]; boot: RowMap }>();
-function traffic(s: Setup, seed: number) {
-  const key = `${s.geometry}/${s.users}/${seed}`;
-  let t = trafficCache.get(key);
-  if (!t) {
-    t = { steps: buildTraffic(s.set, { phases: parsePhases(s.phases, s.set), users: s.users, seed, countTmax: 256 }), boot: fitOn(s.set, s.g, domainsOf('en+code', s.set), 'forget') };
-    trafficCache.set(key, t);
-  }
-  return t;
-}
-function runOne(s: Setup, seed: number, factory: PolicyFactory, mode: PlacementMode, count = false): PhaseMetrics[] {
-  const { steps, boot } = traffic(s, seed);
-  if (s.tiered) return phaseMetrics(runTiered('x', factory, exec, { geometry: BIG, bootMap: boot, steps, users: s.users, count, mode }).replay);
-  return phaseMetrics(replay(factory({ geometry: s.g, bootMap: boot, steps }), steps));
-}
+const runOne = (s: Setup, seed: number, factory: PolicyFactory, mode: PlacementMode, count = false): PhaseMetrics[] => lab.phases(s, seed, factory, mode, count);
 
 interface Row { convergedAfter: number; t90: Array<number | null>; swaps: number; boot: number; outAgain: number; resets: number[] }
 const rowOf = (met: PhaseMetrics[], p?: MemoryPolicy, drain = 1): Row => ({
-  convergedAfter: (met[1]!.converged + met[2]!.converged) / 2,
-  t90: met.slice(1).map((q) => q.t90Steps),
-  swaps: met.slice(1).reduce((a, q) => a + q.swaps, 0) / 2,
-  boot: met[0]!.converged,
+  ...afterShift(met),
   outAgain: p ? outAgain(p.log, CHURN_DRAINS * drain, met[1]!.firstStep) : 0,
   resets: p ? p.trace.resets : [],
 });
@@ -345,8 +275,6 @@ const FREE: Memory[] = [
   { name: 'since max x20 true shifts free (~cum-free)', kind: 'since', growth: 0, maxMult: 20, z: Infinity, scope: 'all', truth: true, free: true },
 ];
 
-const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / xs.length;
-const phaseLen = (s: Setup) => parsePhases(s.phases, s.set)[1]!.steps;
 /** Mean T90 over phases 2-3; a phase that never gets there counts as its length. */
 const t90Of = (r: Row, s: Setup) => mean(r.t90.map((t) => t ?? phaseLen(s)));
 const firstShift = (s: Setup) => parsePhases(s.phases, s.set)[0]!.steps;
@@ -363,7 +291,6 @@ setups.forEach((s, i) => {
 });
 console.log(`seed ${TUNE_SEED}: ${candidates.length} candidates, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 
-const pct = (x: number) => `${(x * 100).toFixed(2)}%`;
 const pp = (x: number) => `${x >= 0 ? '+' : ''}${(x * 100).toFixed(2)}pp`;
 const setupName = (s: Setup) => `${s.geometry} ${s.users}u`;
 /** Passes on seed 2: converged no worse than off + 0.05 pp and T90 no worse than +10% (+1 drain) on every setup. */

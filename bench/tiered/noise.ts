@@ -24,23 +24,19 @@
 //   node --import tsx bench/tiered/noise.ts [--traces DIR] [--out out/tiered-noise] [--quick]   (~20 s)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DEFAULT_BUDGETS, foldWindow, type Budgets, type Swap } from '../../src/residency/policy.ts';
-import type { RowMap } from '../../src/residency/rowmap.ts';
+import { DEFAULT_BUDGETS, foldWindow, type Budgets } from '../../src/residency/policy.ts';
 import { phaseMetrics, type PhaseMetrics } from '../../src/sim/metrics.ts';
 import { adaptivePolicy } from '../../src/sim/policies/adaptive.ts';
 import { oraclePolicy } from '../../src/sim/policies/oracle.ts';
-import { hotMaskOf, stepCounts, type Geometry, type Moves, type PolicyFactory } from '../../src/sim/policies/policy.ts';
+import { hotMaskOf, stepCounts, type Moves, type PolicyFactory } from '../../src/sim/policies/policy.ts';
 import { staticPolicy } from '../../src/sim/policies/static.ts';
-import { replay, type ReplayResult } from '../../src/sim/replay.ts';
-import { domainsOf, fitOn } from '../../src/sim/setup.ts';
 import { loadTraces, FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
-import type { TraceSet } from '../../src/sim/traces/trace.ts';
-import { buildTraffic, parsePhases, type SimStep } from '../../src/sim/traffic.ts';
+import type { SimStep } from '../../src/sim/traffic.ts';
 import { loadExpanded } from './bench.ts';
-import { CpuCostExecutor } from './executor.ts';
 import { BIG } from './geometry.ts';
-import { runTiered, type PlacementMode } from './harness.ts';
+import type { PlacementMode } from './harness.ts';
 import { domainFitPolicy } from './reference-policies.ts';
+import { Lab, churnOf, pct, researchSetups, type Churn, type Setup } from './research.ts';
 
 const argv = process.argv.slice(2);
 const opt = (name: string, dflt: string) => { const i = argv.indexOf(`--${name}`); return i >= 0 ? argv[i + 1]! : dflt; };
@@ -50,28 +46,8 @@ const quick = argv.includes('--quick');
 const CHURN_DRAINS = 8;
 const t0 = Date.now();
 
-interface Setup {
-  readonly geometry: string;
-  readonly users: number;
-  readonly g: Geometry;
-  readonly set: TraceSet;
-  readonly phases: string;
-  readonly base: Partial<Budgets>;
-  readonly tiered: boolean;
-}
-const fixSet = loadTraces(tracesDir);
-const bigSet = loadExpanded(tracesDir, BIG);
-const fixG: Geometry = { layers: fixSet.layers, experts: fixSet.experts, topK: fixSet.topK, hotPerLayer: 49 };
-const bigG: Geometry = { layers: BIG.layers, experts: BIG.experts, topK: BIG.topK, hotPerLayer: BIG.hotPerLayer };
-const TIERED_BASE: Partial<Budgets> = { drain_every: 16, half_life_steps: 150, swaps_per_layer_per_drain: 4, min_average: 2, swaps_per_step: 8, hysteresis: 1.5 };
-const FIX_BASE: Partial<Budgets> = {};
-const f1 = quick ? 1500 : 3000;
-const setups: Setup[] = [
-  ...[1, 4].map((users) => ({ geometry: 'fixture 6x64/49', users, g: fixG, set: fixSet, phases: `en+code:${f1},de+ja:${f1},en+code:${f1}`, base: FIX_BASE, tiered: false })),
-  { geometry: 'tiered 16x384/295', users: 1, g: bigG, set: bigSet, phases: 'en+code:1000,de+ja:1000,en+code:1000', base: TIERED_BASE, tiered: true },
-  { geometry: 'tiered 16x384/295', users: 4, g: bigG, set: bigSet, phases: 'en+code:800,de+ja:800,en+code:800', base: TIERED_BASE, tiered: true },
-];
-const exec = new CpuCostExecutor(BIG);
+const setups: Setup[] = researchSetups(loadTraces(tracesDir), loadExpanded(tracesDir, BIG), quick ? 1500 : 3000);
+const lab = new Lab('noise');
 
 /** Free-moving top-H map re-placed every `every` steps from the EWMA (half-life h) or the picks since the phase start. */
 function estimatorPolicy(kind: 'ewma' | 'cum', every: number, halfLife: number): PolicyFactory {
@@ -105,27 +81,6 @@ function estimatorPolicy(kind: 'ewma' | 'cum', every: number, halfLife: number):
   };
 }
 
-interface Churn { swaps: number; outAgain: number; backAgain: number }
-/** Swaps whose incoming expert leaves again / whose evicted expert returns within `window` steps. */
-function churnOf(log: ReadonlyArray<{ step: number; swap: Swap }>, window: number, from: number): Churn {
-  const c: Churn = { swaps: 0, outAgain: 0, backAgain: 0 };
-  for (let i = 0; i < log.length; i++) {
-    const { step, swap } = log[i]!;
-    if (step < from) continue;
-    c.swaps++;
-    let out = false; let back = false;
-    for (let j = i + 1; j < log.length && log[j]!.step - step <= window; j++) {
-      const s = log[j]!.swap;
-      if (s.layer !== swap.layer) continue;
-      if (s.hotExpert === swap.coldExpert) out = true;
-      if (s.coldExpert === swap.hotExpert) back = true;
-    }
-    if (out) c.outAgain++;
-    if (back) c.backAgain++;
-  }
-  return c;
-}
-
 interface Result {
   metrics: PhaseMetrics[];
   /** Per phase after the first: second-half mean and whole-phase mean step time, ms (tiered only). */
@@ -135,28 +90,14 @@ interface Result {
   /** Exchanges waiting for a staging row, summed over steps of the phases after the first (tiered only). */
   deferred: number | null;
 }
-const trafficCache = new Map<string, { steps: SimStep[]; boot: RowMap }>();
-function traffic(s: Setup, seed: number) {
-  const key = `${s.geometry}/${s.users}/${seed}`;
-  let t = trafficCache.get(key);
-  if (!t) {
-    const phases = parsePhases(s.phases, s.set);
-    t = { steps: buildTraffic(s.set, { phases, users: s.users, seed, countTmax: 256 }), boot: fitOn(s.set, s.g, domainsOf('en+code', s.set), 'noise') };
-    trafficCache.set(key, t);
-  }
-  return t;
-}
 function runOne(s: Setup, seed: number, factory: PolicyFactory, mode: PlacementMode, count = false): Result {
-  const { steps, boot } = traffic(s, seed);
   let captured: ReturnType<ReturnType<typeof adaptivePolicy>> | null = null;
   const wrapped: PolicyFactory = (ctx) => { const p = factory(ctx); if ('controller' in p) captured = p as never; return p; };
-  let r: ReplayResult;
+  const { replay: r, run } = lab.run(s, seed, wrapped, mode, count);
   let halfMs: number[] | null = null;
   let wholeMs: number[] | null = null;
   let deferred: number | null = null;
-  if (s.tiered) {
-    const run = runTiered('x', wrapped, exec, { geometry: BIG, bootMap: boot, steps, users: s.users, count, mode });
-    r = run.replay;
+  if (run) {
     halfMs = []; wholeMs = []; deferred = 0;
     const m = phaseMetrics(r);
     for (let i = m[1]!.firstStep; i < run.steps; i++) deferred += run.deferred[i]!;
@@ -167,8 +108,6 @@ function runOne(s: Setup, seed: number, factory: PolicyFactory, mode: PlacementM
       for (let i = h; i < p.firstStep + p.steps; i++) b += run.stepMs[i]!;
       wholeMs.push(a / p.steps); halfMs.push(b / (p.firstStep + p.steps - h));
     }
-  } else {
-    r = replay(wrapped({ geometry: s.g, bootMap: boot, steps }), steps);
   }
   const metrics = phaseMetrics(r);
   const cap = captured as ReturnType<ReturnType<typeof adaptivePolicy>> | null;
@@ -226,7 +165,6 @@ md.push('## Where the gap comes from (current rule)', '',
   '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
 const oracles = new Map<string, Result>();
 const fixedRuns = new Map<string, Result>();
-const pct = (x: number) => `${(x * 100).toFixed(2)}%`;
 const pp = (x: number) => `${(x * 100).toFixed(2)}pp`;
 const t90 = (r: Result) => { const ts = r.metrics.slice(1).map((p) => p.t90Steps); return ts.map((t) => t ?? '-').join('/'); };
 for (const seed of [1, 2]) {

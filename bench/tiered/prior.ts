@@ -33,23 +33,20 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Controller } from '../../src/residency/controller.ts';
 import { Counter } from '../../src/residency/counts.ts';
-import { decideSwaps, priorShares, type Budgets, type Swap } from '../../src/residency/policy.ts';
-import type { RowMap } from '../../src/residency/rowmap.ts';
+import { priorShares, type Budgets } from '../../src/residency/policy.ts';
 import { traceCounts } from '../../src/sim/fit.ts';
-import { phaseMetrics, type PhaseMetrics } from '../../src/sim/metrics.ts';
+import type { PhaseMetrics } from '../../src/sim/metrics.ts';
 import { adaptivePolicy } from '../../src/sim/policies/adaptive.ts';
 import { oraclePolicy } from '../../src/sim/policies/oracle.ts';
-import { hotMaskOf, type Geometry, type Moves, type Policy, type PolicyFactory } from '../../src/sim/policies/policy.ts';
-import { replay } from '../../src/sim/replay.ts';
-import { domainsOf, fitOn } from '../../src/sim/setup.ts';
+import { hotMaskOf, type Moves, type Policy, type PolicyFactory } from '../../src/sim/policies/policy.ts';
 import { loadTraces, FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
-import { traceSet, type TraceSet } from '../../src/sim/traces/trace.ts';
-import { buildTraffic, parsePhases, splitDocuments, type SimStep } from '../../src/sim/traffic.ts';
-import { loadExpanded } from './bench.ts';
-import { CpuCostExecutor } from './executor.ts';
+import type { TraceSet } from '../../src/sim/traces/trace.ts';
+import type { SimStep } from '../../src/sim/traffic.ts';
+import { loadExpanded, splitHalves } from './bench.ts';
 import { BIG } from './geometry.ts';
-import { runTiered, type PlacementMode } from './harness.ts';
+import type { PlacementMode } from './harness.ts';
 import { domainFitPolicy } from './reference-policies.ts';
+import { Lab, SwapQueue, TIERED_GEOMETRY, afterShift, fixtureGeometry, mean, pct, phaseLen, researchSetups, type Setup as BaseSetup } from './research.ts';
 
 const argv = process.argv.slice(2);
 const opt = (name: string, dflt: string) => { const i = argv.indexOf(`--${name}`); return i >= 0 ? argv[i + 1]! : dflt; };
@@ -64,48 +61,27 @@ const TUNE_SEED = 2;
 const HELD_SEEDS = [1, 3, 4, 5, 6];
 const t0 = Date.now();
 
-/** First halves (the prior's counts) and second halves (everything scored) of every domain. */
-function halves(set: TraceSet): { first: TraceSet; second: TraceSet } {
-  const names = [...set.traces.keys()].sort();
-  return {
-    first: traceSet(names.map((n) => splitDocuments(set.traces.get(n)!, 'first')), 'first halves'),
-    second: traceSet(names.map((n) => splitDocuments(set.traces.get(n)!, 'second')), 'second halves'),
-  };
-}
-
-interface Setup {
-  readonly geometry: string;
-  readonly users: number;
-  readonly g: Geometry;
-  readonly scored: TraceSet;
+/** A research setup whose `set` is the second halves (everything scored), with the prior from the first halves. */
+interface Setup extends BaseSetup {
   /** Picks per token per (layer, expert) over the first halves: times users = picks per step. */
   readonly perToken: Float64Array;
   /** Cumulative picks per (layer, expert) over the first halves (the seed dump the controller's prior reads). */
   readonly counts: Float64Array;
-  readonly phases: string;
-  readonly base: Partial<Budgets>;
-  readonly tiered: boolean;
 }
 function perTokenRates(counts: Float64Array, first: TraceSet): Float64Array {
   let tokens = 0;
   for (const t of first.traces.values()) tokens += t.tokens;
   return counts.map((c) => c / tokens);
 }
-const fix = halves(loadTraces(tracesDir));
-const big = halves(loadExpanded(tracesDir, BIG));
-const fixG: Geometry = { layers: fix.second.layers, experts: fix.second.experts, topK: fix.second.topK, hotPerLayer: 49 };
-const bigG: Geometry = { layers: BIG.layers, experts: BIG.experts, topK: BIG.topK, hotPerLayer: BIG.hotPerLayer };
-const fixCounts = traceCounts([...fix.first.traces.values()], fixG);
-const bigCounts = traceCounts([...big.first.traces.values()], bigG);
-const fixRates = perTokenRates(fixCounts, fix.first);
-const bigRates = perTokenRates(bigCounts, big.first);
-const TIERED_BASE: Partial<Budgets> = { drain_every: 16, half_life_steps: 150, swaps_per_layer_per_drain: 4, min_average: 2, swaps_per_step: 8, hysteresis: 1.5 };
-const setups: Setup[] = [
-  ...[1, 4].map((users) => ({ geometry: 'fixture 6x64/49', users, g: fixG, scored: fix.second, perToken: fixRates, counts: fixCounts, phases: 'en+code:3000,de+ja:3000,en+code:3000', base: {}, tiered: false })),
-  { geometry: 'tiered 16x384/295', users: 1, g: bigG, scored: big.second, perToken: bigRates, counts: bigCounts, phases: 'en+code:1000,de+ja:1000,en+code:1000', base: TIERED_BASE, tiered: true },
-  { geometry: 'tiered 16x384/295', users: 4, g: bigG, scored: big.second, perToken: bigRates, counts: bigCounts, phases: 'en+code:800,de+ja:800,en+code:800', base: TIERED_BASE, tiered: true },
-];
-const exec = new CpuCostExecutor(BIG);
+const fix = splitHalves(loadTraces(tracesDir));
+const big = splitHalves(loadExpanded(tracesDir, BIG));
+const fixCounts = traceCounts([...fix.first.traces.values()], fixtureGeometry(fix.second));
+const bigCounts = traceCounts([...big.first.traces.values()], TIERED_GEOMETRY);
+const setups: Setup[] = researchSetups(fix.second, big.second, 3000, {
+  fixture: { perToken: perTokenRates(fixCounts, fix.first), counts: fixCounts },
+  tiered: { perToken: perTokenRates(bigCounts, big.first), counts: bigCounts },
+});
+const lab = new Lab('prior');
 
 /**
  * src/sim/policies/adaptive.ts with a prior made by hand: the rate prior (default mode) lives only here; in
@@ -126,14 +102,7 @@ function priorAdaptive(budgets: Partial<Budgets>, prior: Float64Array, weight: n
     const counter = new Counter(g.layers, E, g.topK);
     const hot = hotMaskOf(ctx.bootMap);
     const scores = new Float64Array(g.layers * E);
-    const queued = new Uint32Array(g.layers * E);
-    const mark = (s: Swap, d: number) => { queued[s.layer * E + s.hotExpert]! += d; queued[s.layer * E + s.coldExpert]! += d; };
-    const queue: Swap[] = [];
-    // The map as the decisions see it (the controller's own copy follows through exchangeRows).
-    const boot = controller.map();
-    const hotRows = boot.layers_map.map((r) => [...r.hot]);
-    const coldRows = boot.layers_map.map((r) => [...r.cold]);
-    const view: RowMap = { ...boot, layers_map: hotRows.map((h, l) => ({ hot: h, cold: coldRows[l]! })) };
+    const swaps = new SwapQueue(controller, hot, E);
     return {
       name: `prior w${weight}`, geometry: g, hot, movesPerStep: b.swaps_per_step,
       afterStep(step: SimStep): Moves {
@@ -145,54 +114,19 @@ function priorAdaptive(budgets: Partial<Budgets>, prior: Float64Array, weight: n
           for (let l = 0; l < g.layers; l++) {
             for (let e = 0; e < E; e++) scores[l * E + e] = controller.decayedCount(l, e) + (w > 0 ? w * prior[l * E + e]! : 0);
           }
-          for (const s of decideSwaps(view, scores, b, step.index, queued)) { queue.push(s); mark(s, 1); }
+          swaps.decide(scores, b, step.index);
         }
-        let applied = 0;
-        let refused = 0;
-        while (applied < b.swaps_per_step && queue.length > 0) {
-          const s = queue.shift()!;
-          mark(s, -1);
-          const h = hotRows[s.layer]!;
-          const c = coldRows[s.layer]!;
-          if (h[s.hotRow] !== s.hotExpert || c[s.coldRow] !== s.coldExpert) { refused++; continue; }
-          controller.exchangeRows(s.layer, s.hotRow, s.coldRow);
-          h[s.hotRow] = s.coldExpert;
-          c[s.coldRow] = s.hotExpert;
-          hot[s.layer * E + s.hotExpert] = 0;
-          hot[s.layer * E + s.coldExpert] = 1;
-          applied++;
-        }
+        const { applied, refused } = swaps.apply(b.swaps_per_step);
         return { swaps: applied, copies: 0, refused };
       },
     };
   };
 }
 
-const trafficCache = new Map<string, { steps: SimStep[]; boot: RowMap }>();
-function traffic(s: Setup, seed: number) {
-  const key = `${s.geometry}/${s.users}/${seed}`;
-  let t = trafficCache.get(key);
-  if (!t) {
-    const phases = parsePhases(s.phases, s.scored);
-    t = { steps: buildTraffic(s.scored, { phases, users: s.users, seed, countTmax: 256 }), boot: fitOn(s.scored, s.g, domainsOf('en+code', s.scored), 'prior') };
-    trafficCache.set(key, t);
-  }
-  return t;
-}
-function runOne(s: Setup, seed: number, factory: PolicyFactory, mode: PlacementMode, count = false): PhaseMetrics[] {
-  const { steps, boot } = traffic(s, seed);
-  if (s.tiered) return phaseMetrics(runTiered('x', factory, exec, { geometry: BIG, bootMap: boot, steps, users: s.users, count, mode }).replay);
-  return phaseMetrics(replay(factory({ geometry: s.g, bootMap: boot, steps }), steps));
-}
+const runOne = (s: Setup, seed: number, factory: PolicyFactory, mode: PlacementMode, count = false): PhaseMetrics[] => lab.phases(s, seed, factory, mode, count);
 
 interface Row { converged2: number; convergedAfter: number; t90: Array<number | null>; swaps: number; boot: number }
-const rowOf = (m: PhaseMetrics[]): Row => ({
-  converged2: m[1]!.converged,
-  convergedAfter: (m[1]!.converged + m[2]!.converged) / 2,
-  t90: m.slice(1).map((p) => p.t90Steps),
-  swaps: m.slice(1).reduce((a, p) => a + p.swaps, 0) / 2,
-  boot: m[0]!.converged,
-});
+const rowOf = (m: PhaseMetrics[]): Row => ({ converged2: m[1]!.converged, ...afterShift(m) });
 /** Throws unless the bench's rule at w = 0 reproduces adaptivePolicy (the Controller deciding) exactly. */
 function checkAgainstController(s: Setup, seed: number, w0: Row | undefined): void {
   if (w0 === undefined) return;
@@ -219,7 +153,7 @@ const results = setups.map(() => new Map<number, Cell>());
 for (const seed of [TUNE_SEED, ...HELD_SEEDS]) {
   setups.forEach((s, i) => {
     const oracle = rowOf(runOne(s, seed, oraclePolicy('phase'), 'free'));
-    const domain = rowOf(runOne(s, seed, domainFitPolicy(s.scored, s.phases), 'free'));
+    const domain = rowOf(runOne(s, seed, domainFitPolicy(s.set, s.phases), 'free'));
     const byWeight = new Map<number, Row>();
     for (const w of WEIGHTS) {
       if (perExpert) {
@@ -235,15 +169,12 @@ for (const seed of [TUNE_SEED, ...HELD_SEEDS]) {
   console.log(`seed ${seed}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 }
 
-const pct = (x: number) => `${(x * 100).toFixed(2)}%`;
 const pp = (x: number) => `${x >= 0 ? '+' : ''}${(x * 100).toFixed(2)}pp`;
-const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / xs.length;
 /** Mean T90 over phases 2-3 and seeds; phases that never reach 90% count as the phase length (and are counted). */
 function t90Of(rows: Row[], phaseSteps: number): { mean: number; never: number } {
   const ts = rows.flatMap((r) => r.t90);
   return { mean: mean(ts.map((t) => t ?? phaseSteps)), never: ts.filter((t) => t === null).length };
 }
-const phaseLen = (s: Setup) => parsePhases(s.phases, s.scored)[1]!.steps;
 
 const md: string[] = [perExpert ? '# A prior on the EWMA: the Controller decides on decayed + w x E x prior share (w pseudo-picks per expert)' : '# A prior on the EWMA: adaptive decides on decayed + w x half_life x prior rate', '',
   (perExpert
