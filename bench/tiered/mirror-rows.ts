@@ -14,7 +14,7 @@
 // At most `maxInFlight` moves are in flight (the exchange pipeline's depth); further wanted moves wait
 // (`deferred`). Free moves (hindsight oracles) relabel: B takes h, A its mirror row, no copy.
 import type { RowMap } from '../../src/residency/rowmap.ts';
-import type { RowCopy, RowMover, RowPlacement, StepMoves } from './rows.ts';
+import { leavingAndEntering, type RowCopy, type RowMover, type RowPlacement, type StepMoves } from './rows.ts';
 
 interface MirrorMove {
   readonly layer: number;
@@ -100,15 +100,7 @@ export class MirrorRowTable implements RowPlacement {
     let deferred = 0;
     let relabelled = 0;
     for (let l = 0; l < this.layers; l++) {
-      const leave: number[] = [];
-      const enter: number[] = [];
-      for (let e = 0; e < this.experts; e++) {
-        const i = l * this.experts + e;
-        if (this.busy[i]) continue;
-        const homeHot = this.home[i]! < this.hotRows;
-        if (homeHot && !wantHot[i]) leave.push(e);
-        else if (!homeHot && wantHot[i]) enter.push(e);
-      }
+      const { leave, enter } = leavingAndEntering(l, this.experts, this.hotRows, this.home, this.busy, wantHot);
       const pairs = Math.min(leave.length, enter.length);
       for (let p = 0; p < pairs; p++) {
         const a = leave[p]!;

@@ -169,15 +169,7 @@ export class RowTable implements RowPlacement {
     let deferred = 0;
     let relabelled = 0;
     for (let l = 0; l < this.layers; l++) {
-      const leave: number[] = [];
-      const enter: number[] = [];
-      for (let e = 0; e < this.experts; e++) {
-        const i = l * this.experts + e;
-        if (this.busy[i]) continue;
-        const homeHot = this.home[i]! < this.hotRows;
-        if (homeHot && !wantHot[i]) leave.push(e);
-        else if (!homeHot && wantHot[i]) enter.push(e);
-      }
+      const { leave, enter } = leavingAndEntering(l, this.experts, this.hotRows, this.home, this.busy, wantHot);
       const pairs = Math.min(leave.length, enter.length);
       for (let p = 0; p < pairs; p++) {
         const a = leave[p]!;
@@ -231,6 +223,25 @@ export class RowTable implements RowPlacement {
     for (let i = 0; i < m.length; i++) m[i] = this.home[i]! < this.hotRows ? 1 : 0;
     return m;
   }
+}
+
+/**
+ * Layer l's experts not being moved (`busy` 0) whose home is a hot row but not wanted hot (`leave`), and whose
+ * home is not a hot row but wanted hot (`enter`), each in id order: both tables pair leave[p] with enter[p].
+ */
+export function leavingAndEntering(
+  l: number, experts: number, hotRows: number, home: Int32Array, busy: Uint8Array, wantHot: Uint8Array,
+): { leave: number[]; enter: number[] } {
+  const leave: number[] = [];
+  const enter: number[] = [];
+  for (let e = 0; e < experts; e++) {
+    const i = l * experts + e;
+    if (busy[i]) continue;
+    const homeHot = home[i]! < hotRows;
+    if (homeHot && !wantHot[i]) leave.push(e);
+    else if (!homeHot && wantHot[i]) enter.push(e);
+  }
+  return { leave, enter };
 }
 
 /** All-hot: every expert read from a hot row (expert e -> hot row e mod H; rows reused, see README). */
