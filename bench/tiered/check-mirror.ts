@@ -3,6 +3,7 @@
 // output before any move. The benchmark fills hot rows with random values (only where bytes are read matters
 // for time); this check first copies each boot-hot expert's mirror row into its hot row so that outputs
 // are comparable.
+import { churnWant, probeAll, sameOutputs } from './check.ts';
 import type { CudaTieredExecutor } from './cuda-executor.ts';
 import { movesInFlight } from './geometry.ts';
 import { MirrorRowTable } from './mirror-rows.ts';
@@ -19,34 +20,17 @@ export function checkMirrorMoves(ex: CudaTieredExecutor, log: (s: string) => voi
   for (let l = 0; l < g.layers; l++) for (let e = 0; e < g.hotPerLayer; e++) fill.push({ layer: l, src: table.mirror(e), dst: table.slot[l * g.experts + e]! });
   ex.copy(fill);
   ex.drainCopies();
-  const all = Array.from({ length: g.experts }, (_, e) => e);
   const mirrorSlots = new Int32Array(g.layers * g.experts);
   for (let l = 0; l < g.layers; l++) for (let e = 0; e < g.experts; e++) mirrorSlots[l * g.experts + e] = table.mirror(e);
   // Reference: every expert read from its mirror row.
-  const before = Array.from({ length: g.layers }, (_, l) => ex.probe(mirrorSlots, l, all));
-  const same = (when: string) => {
-    for (let l = 0; l < g.layers; l++) {
-      const now = ex.probe(table.slot, l, all);
-      for (let i = 0; i < now.length; i++) {
-        if (!Object.is(now[i], before[l]![i])) {
-          throw new Error(`tiered check: ${when}: layer ${l} expert ${Math.floor(i / g.hidden)} output changed (${before[l]![i]} -> ${now[i]})`);
-        }
-      }
-    }
-  };
+  const same = sameOutputs(ex, table.slot, probeAll(ex, mirrorSlots));
   same('boot (hot rows = mirror copies)');
   const rand = mulberry32(3);
   const want = boot.slice();
   const plan = newPlan(g, 1);
   let moves = 0;
   for (let round = 0; round < 12; round++) {
-    for (let l = 0; l < g.layers; l++) {
-      for (let k = 0; k < 3; k++) {
-        const a = l * g.experts + Math.floor(rand() * g.experts);
-        const b = l * g.experts + Math.floor(rand() * g.experts);
-        if (want[a] && !want[b]) { want[a] = 0; want[b] = 1; }
-      }
-    }
+    churnWant(want, rand, g.layers, g.experts);
     moves += table.beforeStep(want, ex).started;
     ex.step(table.slot, plan, null);
     same(`round ${round} (${table.inFlight} moves in flight)`);

@@ -57,36 +57,51 @@ export function checkKernels(ex: CudaTieredExecutor, log: (s: string) => void): 
   }
 }
 
-export function checkExchanges(ex: CudaTieredExecutor, log: (s: string) => void): void {
+/** Every expert's output, per layer, with the experts read through `slots`. */
+export function probeAll(ex: CudaTieredExecutor, slots: Int32Array): Float32Array[] {
+  const all = Array.from({ length: ex.geometry.experts }, (_, e) => e);
+  return Array.from({ length: ex.geometry.layers }, (_, l) => ex.probe(slots, l, all));
+}
+
+/** A check that throws unless every expert read through `slots` (as they are now) gives bit-identical output to `before`. */
+export function sameOutputs(ex: CudaTieredExecutor, slots: Int32Array, before: readonly Float32Array[]): (when: string) => void {
   const g = ex.geometry;
-  const boot = new Uint8Array(g.layers * g.experts);
-  for (let l = 0; l < g.layers; l++) for (let e = 0; e < g.hotPerLayer; e++) boot[l * g.experts + e] = 1;
-  const table = new RowTable(g.layers, g.experts, g.hotPerLayer, g.stagingRows, boot);
   const all = Array.from({ length: g.experts }, (_, e) => e);
-  const before = Array.from({ length: g.layers }, (_, l) => ex.probe(table.slot, l, all));
-  const same = (when: string) => {
+  return (when) => {
     for (let l = 0; l < g.layers; l++) {
-      const now = ex.probe(table.slot, l, all);
+      const now = ex.probe(slots, l, all);
       for (let i = 0; i < now.length; i++) {
-        if (Object.is(now[i], before[l]![i]) === false) {
+        if (!Object.is(now[i], before[l]![i])) {
           throw new Error(`tiered check: ${when}: layer ${l} expert ${Math.floor(i / g.hidden)} output changed (${before[l]![i]} -> ${now[i]})`);
         }
       }
     }
   };
+}
+
+/** Moves a few experts per layer in `want`: 3 random tries per layer to swap a wanted-hot one for a wanted-cold one. */
+export function churnWant(want: Uint8Array, rand: () => number, layers: number, experts: number): void {
+  for (let l = 0; l < layers; l++) {
+    for (let k = 0; k < 3; k++) {
+      const a = l * experts + Math.floor(rand() * experts);
+      const b = l * experts + Math.floor(rand() * experts);
+      if (want[a] && !want[b]) { want[a] = 0; want[b] = 1; }
+    }
+  }
+}
+
+export function checkExchanges(ex: CudaTieredExecutor, log: (s: string) => void): void {
+  const g = ex.geometry;
+  const boot = new Uint8Array(g.layers * g.experts);
+  for (let l = 0; l < g.layers; l++) for (let e = 0; e < g.hotPerLayer; e++) boot[l * g.experts + e] = 1;
+  const table = new RowTable(g.layers, g.experts, g.hotPerLayer, g.stagingRows, boot);
+  const same = sameOutputs(ex, table.slot, probeAll(ex, table.slot));
   const rand = mulberry32(3);
   const want = boot.slice();
   const plan = newPlan(g, 1);
   let exchanges = 0;
   for (let round = 0; round < 12; round++) {
-    // Move a few experts per layer: some hot ones out, as many cold ones in.
-    for (let l = 0; l < g.layers; l++) {
-      for (let k = 0; k < 3; k++) {
-        const a = l * g.experts + Math.floor(rand() * g.experts);
-        const b = l * g.experts + Math.floor(rand() * g.experts);
-        if (want[a] && !want[b]) { want[a] = 0; want[b] = 1; }
-      }
-    }
+    churnWant(want, rand, g.layers, g.experts);
     const m = table.beforeStep(want, ex);
     exchanges += m.started;
     ex.step(table.slot, plan, null);
