@@ -31,11 +31,14 @@ __device__ __forceinline__ const bf16_t* bank_row(const ModelDev& m, const Layer
   return slot < m.hot_rows ? L.hot + (size_t)slot * rowElems : L.cold + (size_t)(slot - m.hot_rows) * rowElems;
 }
 
-extern "C" __global__ void __launch_bounds__(1024) attn_route(const ModelDev* __restrict__ mp, int layer,
-                                                              const StepDev* __restrict__ st, WorkDev w) {
-  extern __shared__ __align__(16) float sm[];
-  const ModelDev& m = c_model; // mp (same contents) is kept in the signature for the host's ABI
-  const int b = blockIdx.x, j = blockIdx.y, tid = threadIdx.x;
+// attn_route's body. SPLIT = false: one block per row walking every position (the launch of short steps,
+// compiled without the split path: with it in the same kernel the short path ran ~1.8 us slower per launch
+// on the H200 at the same registers and shared memory). SPLIT = true: attn_route_split, grid (rows, max
+// splits), long steps.
+template <bool SPLIT>
+__device__ __forceinline__ void attn_route_body(int layer, const StepDev* __restrict__ st, WorkDev& w, float* sm) {
+  const ModelDev& m = c_model;
+  const int b = blockIdx.x, j = SPLIT ? blockIdx.y : 0, tid = threadIdx.x;
   const int K = m.K;
   const RowDev r = st->row[b];
   const size_t pk = ((size_t)b * m.L + layer) * K;
@@ -44,10 +47,12 @@ extern "C" __global__ void __launch_bounds__(1024) attn_route(const ModelDev* __
     return;
   }
   // Grid (rows, max splits): the split count is decided here from the row's position (read from device
-  // memory, so one captured graph serves every position); blocks beyond it exit at once.
-  int chunk;
-  const int S = attn_splits(r.pos + 1, gridDim.y, &chunk);
-  if (j >= S) return;
+  // memory, so one captured graph serves every long step); blocks beyond it exit at once.
+  int chunk = 0, S = 1;
+  if (SPLIT) {
+    S = attn_splits(r.pos + 1, gridDim.y, &chunk);
+    if (j >= S) return;
+  }
   const LayerDev& L = c_layers[layer];
   RowSmem s;
   row_smem(sm, m, s);
@@ -57,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(1024) attn_route(const ModelDev* __
   } else {
     combine_row(m, w, b, layer - 1, s.x);
   }
-  if (S == 1) {
+  if (!SPLIT || S == 1) {
     row_attention(m, L, layer, r, s);
   } else {
     float* part_row = w.attn_part + (size_t)b * gridDim.y * (m.nh * m.hd + 2 * m.nh);
@@ -72,6 +77,19 @@ extern "C" __global__ void __launch_bounds__(1024) attn_route(const ModelDev* __
   if ((tid >> 5) == 0)
     warp_route(s.rl, m.E, K, m.norm_topk, L.slots, w.pick_expert + pk, w.pick_weight + pk, w.pick_slot + b * K,
                st->count ? m.counter + (size_t)layer * m.E : nullptr);
+}
+
+// mp (same contents as c_model) is kept in the signatures for the host's ABI.
+extern "C" __global__ void __launch_bounds__(1024) attn_route(const ModelDev* __restrict__ mp, int layer,
+                                                              const StepDev* __restrict__ st, WorkDev w) {
+  extern __shared__ __align__(16) float sm[];
+  attn_route_body<false>(layer, st, w, sm);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) attn_route_split(const ModelDev* __restrict__ mp, int layer,
+                                                                    const StepDev* __restrict__ st, WorkDev w) {
+  extern __shared__ __align__(16) float sm[];
+  attn_route_body<true>(layer, st, w, sm);
 }
 
 // Every layer of one row in one block. Ends with the final residual in w.hidden (lm_head_argmax with

@@ -30,7 +30,11 @@ function build(opts: CudaBackendOptions): { d: FakeCudaDriver; b: CudaBackend } 
 
 /** attn_route grids launched since `from` (eager launches, or recorded into a graph being captured). */
 const attnGrids = (d: FakeCudaDriver, from: number): string[] =>
-  d.launches.slice(from).filter((l) => l.name === 'attn_route').map((l) => l.grid.join('x'));
+  d.launches.slice(from).filter((l) => l.name.startsWith('attn_route')).map((l) => {
+    // The short grid launches attn_route (no split path compiled in), the long one attn_route_split.
+    assert.equal(l.name, l.grid[1] > 1 ? 'attn_route_split' : 'attn_route', `grid ${l.grid.join('x')} launched as ${l.name}`);
+    return l.grid.join('x');
+  });
 
 /**
  * Two sequences: seq 1 prefilled to position 250, seq 2 to 4; then decode steps of both rows until seq 1
@@ -106,6 +110,6 @@ test('fused backend: short steps on the fused graph, a step past 256 positions o
   const { d: d2, b: off } = build({ attnSplits: 1 });
   decodeAcross(off, () => {});
   assert.deepEqual(off.graphKeys().sort(), ['1/layered/short', '2/layered/short'], 'split off: never a long graph');
-  assert.ok(d2.launches.filter((l) => l.name === 'attn_route').every((l) => l.grid[1] === 1));
+  assert.ok(d2.launches.filter((l) => l.name.startsWith('attn_route')).every((l) => l.name === 'attn_route' && l.grid[1] === 1));
   off.dispose();
 });

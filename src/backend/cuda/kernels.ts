@@ -9,7 +9,7 @@ import { ResourceScope } from './resource-scope.ts';
 
 /** Kernel entry points by fatbin (one per kernels/<group>.cu). */
 export const KERNEL_GROUPS = {
-  layer: ['decode_layers', 'attn_route', 'lm_head_argmax'],
+  layer: ['decode_layers', 'attn_route', 'attn_route_split', 'lm_head_argmax'],
   moe: ['expert_ffn'],
   ops: ['op_embed', 'op_gemm_bf16', 'op_rmsnorm', 'op_headnorm_rope', 'op_route'],
 } as const;
@@ -40,15 +40,17 @@ export interface LoadedKernels {
 /**
  * Loads each group's fatbin as its own module (its own __constant__ model descriptor); each module is
  * recorded in `scope` as soon as it is loaded, so the owner unloads them (also when a later one fails).
+ * Entry points in `unused` are not looked up (a backend with the attention split off never launches
+ * attn_route_split, and may then run on kernels built before it existed).
  */
-export function loadKernelModules(d: CudaDriver, scope: ResourceScope, dir = findKernelDir()): LoadedKernels {
+export function loadKernelModules(d: CudaDriver, scope: ResourceScope, dir = findKernelDir(), unused: ReadonlySet<KernelName> = new Set()): LoadedKernels {
   const fns = new Map<KernelName, bigint>();
   const modules = new Map<keyof typeof KERNEL_GROUPS, bigint>();
   for (const [group, names] of Object.entries(KERNEL_GROUPS) as [keyof typeof KERNEL_GROUPS, readonly KernelName[]][]) {
     const image = readFileSync(join(dir, `${group}.fatbin`));
     const mod = scope.acquire(`module ${group}.fatbin`, () => d.loadModule(image, `${group}.fatbin`), (m) => d.unloadModule(m));
     modules.set(group, mod);
-    for (const n of names) fns.set(n, d.getFunction(mod, n));
+    for (const n of names) if (!unused.has(n)) fns.set(n, d.getFunction(mod, n));
   }
   return { fns, modules };
 }
