@@ -24,6 +24,10 @@ export const SERVE_HELP = `usage: residency serve [--model DIR] [options]
   --port N             TCP port (default 8000; 0 = any free port)
   --host ADDR          address to listen on (default 127.0.0.1)
   --api-key KEY        require "Authorization: Bearer KEY" on /v1/* (default: env RESIDENCY_API_KEY, else none)
+  --control-api-key KEY  POST /v1/residency/control takes this key instead (default: env RESIDENCY_CONTROL_API_KEY);
+                       without it, control over HTTP is off unless --host is loopback
+  --allowed-origins O,...  web pages (scheme://host[:port], or *) allowed to call the API besides this server's own
+                       and loopback pages; their hosts are also answered on a loopback --host (a proxy in front)
   --max-queue N        requests waiting to join the batch before new ones get 429 (default ${defaultServerConfig.maxQueue})
   --max-running N      sequences in the running batch at most (default 8)
   --threads N|auto     cpu: worker threads sharing each step (bit-identical; default RESIDENCY_CPU_THREADS, else 1)
@@ -43,6 +47,8 @@ const OPTIONS = {
   port: { type: 'string', default: '8000' },
   host: { type: 'string', default: '127.0.0.1' },
   'api-key': { type: 'string' },
+  'control-api-key': { type: 'string' },
+  'allowed-origins': { type: 'string' },
   'max-queue': { type: 'string' },
   'max-running': { type: 'string' },
   'max-body': { type: 'string' },
@@ -74,6 +80,8 @@ export const serveCommand: CliCommand = {
     const maxRunning = int('max-running', v['max-running'], 1);
     const maxBody = int('max-body', v['max-body'], 1024);
     const apiKey = v['api-key'] ?? process.env['RESIDENCY_API_KEY'];
+    const controlApiKey = v['control-api-key'] ?? process.env['RESIDENCY_CONTROL_API_KEY'];
+    const allowedOrigins = (v['allowed-origins'] ?? '').split(',').map((o) => o.trim()).filter((o) => o !== '');
     const serving = await startServing({
       modelDir: resolve(v.model ?? join(packageRoot(), 'models/tiny-moe')),
       backend,
@@ -84,7 +92,7 @@ export const serveCommand: CliCommand = {
       adapt: v.adapt,
       port: int('port', v.port, 0, 65535)!,
       host: v.host,
-      config: { ...(apiKey ? { apiKey } : {}), ...(maxQueue ? { maxQueue } : {}), ...(maxBody ? { maxBodyBytes: maxBody } : {}) },
+      config: { ...(apiKey ? { apiKey } : {}), ...(controlApiKey ? { controlApiKey } : {}), allowedOrigins, ...(maxQueue ? { maxQueue } : {}), ...(maxBody ? { maxBodyBytes: maxBody } : {}) },
       scheduler: maxRunning ? { maxRunning } : undefined,
       ...(v.threads !== undefined ? { threads: parseThreads(v.threads) } : {}),
     });

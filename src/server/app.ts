@@ -1,6 +1,6 @@
 // The HTTP app: routes, the API key guard, request metrics, and OpenAI-style errors for everything.
-import { createHash, timingSafeEqual } from 'node:crypto';
 import { Hono } from 'hono';
+import { accessGuards } from './access.ts';
 import { ApiError, errorResponse } from './api-error.ts';
 import { handleChat } from './chat.ts';
 import { chatFormatter } from './chat-template.ts';
@@ -22,9 +22,8 @@ export interface ServerApp {
 /** Endpoints named in metrics (anything else counts as 'other', so labels stay bounded). */
 const endpoints = new Set(['/', '/health', '/metrics', '/v1/models', '/v1/completions', '/v1/chat/completions', '/v1/residency', '/v1/residency/control', '/v1/residency/stats']);
 
-const digest = (s: string) => createHash('sha256').update(s).digest();
-
-export function createApp(deps: ServerDeps, opts: { defaultMetrics?: boolean } = {}): ServerApp {
+/** `listenHost`: the address listened on (default loopback); it decides the Host and control rules (access.ts). */
+export function createApp(deps: ServerDeps, opts: { defaultMetrics?: boolean; listenHost?: string } = {}): ServerApp {
   const { engine, model, config } = deps;
   const metrics = createMetrics(engine, deps.residency, opts);
   const history = new History(metrics, deps.residency);
@@ -38,17 +37,7 @@ export function createApp(deps: ServerDeps, opts: { defaultMetrics?: boolean } =
     metrics.requests.inc({ endpoint, status: String(c.res.status) });
   });
 
-  if (config.apiKey) {
-    const want = digest(config.apiKey);
-    app.use('/v1/*', async (c, next) => {
-      const auth = c.req.header('authorization') ?? '';
-      const m = /^Bearer\s+(.+)$/i.exec(auth);
-      if (!m || !timingSafeEqual(digest(m[1]!.trim()), want)) {
-        throw new ApiError(401, 'missing or wrong API key: send `Authorization: Bearer <key>`', { type: 'authentication_error', code: 'invalid_api_key' });
-      }
-      await next();
-    });
-  }
+  accessGuards(app, config, opts.listenHost ?? '127.0.0.1');
 
   app.get('/health', (c) => c.json({ status: 'ok', model: model.name, queue_depth: engine.queueDepth, running: engine.running }));
   app.get('/v1/models', (c) =>

@@ -58,9 +58,11 @@ export function issueToError(error: z.ZodError): ApiError {
 }
 
 export async function readJsonBody<S extends z.ZodType>(c: Context, schema: S, maxBytes: number): Promise<z.output<S>> {
+  // Required, not just checked when present: a web page can send a body without one (or as text/plain)
+  // with no CORS preflight, and only application/json forces the browser to ask first.
   const type = c.req.header('content-type');
-  if (type !== undefined && !/^application\/json\b/i.test(type.trim())) {
-    throw new ApiError(415, `content-type must be application/json (got '${type}')`, { code: 'unsupported_media_type' });
+  if (type === undefined || !/^application\/json\s*(;|$)/i.test(type.trim())) {
+    throw new ApiError(415, `content-type must be application/json (got ${type === undefined ? 'none' : `'${type.slice(0, 100)}'`})`, { code: 'unsupported_media_type' });
   }
   const bytes = await readLimited(c, maxBytes);
   let text: string;

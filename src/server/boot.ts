@@ -14,6 +14,7 @@ import type { CountsDump } from '../residency/counts.ts';
 import type { Budgets } from '../residency/policy.ts';
 import type { RowMap } from '../residency/rowmap.ts';
 import { checkFolderPath } from '../util/folders.ts';
+import { accessWarnings } from './access.ts';
 import { DriverView } from './driver-view.ts';
 import { startServer, type RunningServer } from './server.ts';
 import { defaultServerConfig, type ServerConfig, type ServerModel } from './types.ts';
@@ -117,6 +118,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
     });
     const serverModel: ServerModel = { name: spec.name, maxPositions: spec.maxPositions, tokenizer: model.tokenizer, ...(await chatInfo(model.dir)) };
     const server = await startServer({ engine, model: serverModel, ...(view ? { residency: view } : {}), config }, { port: opts.port, host: opts.host });
+    for (const line of accessWarnings(opts.host, config)) log(line);
     // The driver polls the control and GO files between steps; an idle server takes no steps, so poll
     // here too (between steps as well: a timer never runs inside a step).
     const idlePoll = driver && opts.residencyDir ? setInterval(() => driver.pollControl(), IDLE_POLL_MS) : undefined;

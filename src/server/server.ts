@@ -13,7 +13,7 @@ export interface RunningServer extends ServerApp {
 }
 
 export async function startServer(deps: ServerDeps, listen: { port: number; host: string }, opts: { defaultMetrics?: boolean } = {}): Promise<RunningServer> {
-  const built = createApp(deps, opts);
+  const built = createApp(deps, { ...opts, listenHost: listen.host });
   built.history.start(deps.config.sampleSeconds);
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     const s = serve({ fetch: built.app.fetch, port: listen.port, hostname: listen.host }, () => resolve(s));

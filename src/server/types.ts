@@ -66,6 +66,10 @@ export interface ResidencyView {
 
 export interface ServerConfig {
   readonly apiKey?: string;
+  /** Required (as a Bearer token) by POST /v1/residency/control instead of apiKey; without it, control over HTTP needs a loopback listener. */
+  readonly controlApiKey?: string;
+  /** Web page origins (scheme://host[:port], or '*') allowed besides this server itself and loopback pages. */
+  readonly allowedOrigins: readonly string[];
   /** Requests waiting to join the batch before new ones get 429. */
   readonly maxQueue: number;
   /** Request bodies above this many bytes get 413. */
@@ -76,6 +80,7 @@ export interface ServerConfig {
 
 export const defaultServerConfig: ServerConfig = Object.freeze({
   maxQueue: 64,
+  allowedOrigins: Object.freeze([]) as readonly string[],
   maxBodyBytes: 1 << 20,
   sampleSeconds: 1,
 });
