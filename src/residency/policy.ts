@@ -38,18 +38,24 @@ export const DEFAULT_BUDGETS: Budgets = Object.freeze({
   prior_picks_per_expert: 1,
 });
 
-const posInt = z.number().int().positive();
-/** Budgets as they may appear in a control file: every field optional, unknown keys rejected. */
+/** An integer in [min, max]; the bounds are sanity, not tuning: far past anything useful, short of breaking the arithmetic. */
+const intIn = (min: number, max: number) => z.number().int().min(min).max(max);
+const numIn = (min: number, max: number) => z.number().min(min).max(max);
+/**
+ * Budgets as they may appear in a control file: every field optional, unknown keys rejected, every value
+ * finite and in a sane range (an accepted budget is applied to the live controller, so a value that breaks
+ * the EWMA, such as a half-life of 1e17 steps, must be refused here).
+ */
 export const budgetsPatchSchema = z.strictObject({
-  drain_every: posInt.optional(),
-  half_life_steps: z.number().positive().finite().optional(),
-  hysteresis: z.number().min(1).finite().optional(),
-  min_average: z.number().nonnegative().finite().optional(),
-  swaps_per_layer_per_drain: posInt.optional(),
+  drain_every: intIn(1, 1_000_000).optional(),
+  half_life_steps: numIn(1, 1e9).optional(),
+  hysteresis: numIn(1, 1000).optional(),
+  min_average: numIn(0, 1e9).optional(),
+  swaps_per_layer_per_drain: intIn(1, 65_536).optional(),
   // 0 is allowed: it pauses applying without dropping the queue.
-  swaps_per_step: z.number().int().nonnegative().optional(),
-  count_tmax: posInt.optional(),
-  prior_picks_per_expert: z.number().nonnegative().finite().optional(),
+  swaps_per_step: intIn(0, 65_536).optional(),
+  count_tmax: intIn(1, 10_000_000).optional(),
+  prior_picks_per_expert: numIn(0, 1e6).optional(),
 });
 export type BudgetsPatch = z.infer<typeof budgetsPatchSchema>;
 
@@ -69,9 +75,13 @@ export type BudgetsPatch = z.infer<typeof budgetsPatchSchema>;
  */
 export function foldWindow(decayed: Float64Array, delta: ArrayLike<number>, steps: number, halfLife: number): void {
   if (steps <= 0) return;
-  const decay = Math.pow(0.5, steps / halfLife);
-  const perStep = 1 - Math.pow(0.5, 1 / halfLife);
-  const weight = (1 - decay) / (steps * perStep);
+  const decay = halfLife > 0 ? Math.pow(0.5, steps / halfLife) : 0;
+  // expm1, not 1 - 0.5^x: for a long half-life 1 - 0.5^(1/h) rounds to 0 and the weight became 0/0 = NaN,
+  // which no later drain or budget could wash out. The ratio tends to 1 as h grows; a non-finite one
+  // (a caller's bad half-life) falls back to 1 rather than poisoning the state.
+  const l = -Math.LN2 / halfLife;
+  const ratio = Math.expm1(steps * l) / (steps * Math.expm1(l));
+  const weight = Number.isFinite(ratio) ? ratio : 1;
   for (let i = 0; i < decayed.length; i++) decayed[i] = decayed[i]! * decay + delta[i]! * weight;
 }
 
