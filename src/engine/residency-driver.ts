@@ -1,12 +1,13 @@
 // The residency driver: the engine's ResidencyHook for one Backend. Count, drain, decide, swap; between steps.
-import { isAbsolute, join } from 'node:path';
+import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import type { Backend, ExpertBanks } from '../backend/backend.ts';
 import { ResidencyError } from '../errors.ts';
 import { Controller, type DrainReport } from '../residency/controller.ts';
 import { parseControl, type ControlCommand, type ControlResult } from '../residency/control.ts';
 import type { CountsDump } from '../residency/counts.ts';
 import { ControlFileWatcher } from '../residency/control-watcher.ts';
-import { saveCountsDump } from '../residency/files.ts';
+import { saveCountsDump, saveCountsDumpIn } from '../residency/files.ts';
+import { FOLDER_FILES, isFolderFile, remoteDumpNameProblem } from '../residency/folder-files.ts';
 import type { Budgets, Swap } from '../residency/policy.ts';
 import { planRestore } from '../residency/restore.ts';
 import { priorFromDump } from '../residency/prior.ts';
@@ -90,8 +91,8 @@ export class ResidencyDriver implements ResidencyHook {
     });
     if (prior) this.log(`seed prior from ${opts.prior!.source ?? 'a counts dump'}: ${this.controller.budgets.prior_picks_per_expert} pseudo-picks per expert`);
     this.writer = opts.dir ? new TelemetryWriter(opts.dir, this.log) : null;
-    const controlPath = opts.controlPath ?? (opts.dir ? join(opts.dir, 'control.json') : undefined);
-    const goPath = opts.goPath ?? (opts.dir ? join(opts.dir, 'GO') : undefined);
+    const controlPath = opts.controlPath ?? (opts.dir ? join(opts.dir, FOLDER_FILES.control) : undefined);
+    const goPath = opts.goPath ?? (opts.dir ? join(opts.dir, FOLDER_FILES.go) : undefined);
     this.watcher = controlPath || goPath ? new ControlFileWatcher({ controlPath, goPath, log: this.log }) : null;
     this.pollEvery = opts.pollEvery ?? 8;
     this.ring = new StepRing(opts.ringSize ?? 8192);
@@ -112,8 +113,12 @@ export class ResidencyDriver implements ResidencyHook {
     if (this.watcher && (report.step + 1) % this.pollEvery === 0) this.pollControl();
   }
 
-  /** The control API (the server exposes it): the same operations as the control file. */
-  control(cmd: ControlCommand): ControlResult {
+  /**
+   * The control API (the server exposes it): the same operations as the control file. `remote` (an HTTP
+   * client): dump_counts must be a plain file name in the residency folder, written without following links
+   * or making folders, and errors do not show the folder's path.
+   */
+  control(cmd: ControlCommand, opts: { readonly remote?: boolean } = {}): ControlResult {
     // A command is all or nothing: the dump (the state before the command) is written before anything
     // is applied, so a dump path that cannot be written leaves the controller exactly as it was.
     const parsed = parseControl(cmd);
@@ -121,17 +126,39 @@ export class ResidencyDriver implements ResidencyHook {
     const { dump_counts: dumpPath, ...rest } = parsed.command;
     let dump: { path: string; counts: CountsDump } | undefined;
     if (dumpPath !== undefined) {
-      const path = this.opts.dir && !isAbsolute(dumpPath) ? join(this.opts.dir, dumpPath) : dumpPath;
       dump = { path: dumpPath, counts: this.controller.dumpCounts() };
-      try {
-        saveCountsDump(path, dump.counts);
-      } catch (err) {
-        return { ok: false, error: `dump_counts: cannot write ${path}: ${(err as Error).message}` };
-      }
+      const written = opts.remote ? this.dumpRemote(dumpPath, dump.counts) : this.dumpLocal(dumpPath, dump.counts);
+      if (written !== null) return { ok: false, error: written };
     }
     const result = this.controller.control(rest, this.backend.readCounter());
     if (!result.ok || !dump) return result;
     return { ok: true, changes: [`dump_counts -> ${dump.path}`, ...result.changes], dump };
+  }
+
+  /** The control file's dump: anywhere, folders made, but never over the residency folder's own files. */
+  private dumpLocal(dumpPath: string, counts: CountsDump): string | null {
+    const path = this.opts.dir && !isAbsolute(dumpPath) ? join(this.opts.dir, dumpPath) : dumpPath;
+    if (this.opts.dir && resolve(dirname(path)) === resolve(this.opts.dir) && isFolderFile(basename(path))) {
+      return `dump_counts: '${basename(path)}' is one of the residency folder's own files (${Object.values(FOLDER_FILES).join(', ')}); pick another name`;
+    }
+    try {
+      saveCountsDump(path, counts);
+      return null;
+    } catch (err) {
+      return `dump_counts: cannot write ${path}: ${(err as Error).message}`;
+    }
+  }
+
+  private dumpRemote(name: string, counts: CountsDump): string | null {
+    if (!this.opts.dir) return 'dump_counts: this server has no residency folder (start it with --residency-dir DIR)';
+    const problem = remoteDumpNameProblem(name);
+    if (problem) return `dump_counts: ${problem}`;
+    try {
+      saveCountsDumpIn(this.opts.dir, name, counts);
+      return null;
+    } catch (err) {
+      return (err as Error).message;
+    }
   }
 
   /** Reads the control and GO files now (afterStep does this every pollEvery steps). */

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import type { DrainLine, StepRingDump, SwapLine } from './telemetry.ts';
 import { makeFolder } from '../util/folders.ts';
+import { FOLDER_FILES } from './folder-files.ts';
 
 /**
  * Synchronous appends: a drain happens every 64 steps and a swap a few times per drain, so a blocking
@@ -29,9 +30,9 @@ export class TelemetryWriter {
       if (err instanceof ResidencyError) throw err;
       throw new ResidencyError('BAD_ARGUMENT', `residency folder ${dir}: cannot make it: ${(err as Error).message}`, { cause: err });
     }
-    this.telemetryPath = join(dir, 'telemetry.jsonl');
-    this.swapsPath = join(dir, 'swaps.jsonl');
-    this.stepsPath = join(dir, 'steps.json');
+    this.telemetryPath = join(dir, FOLDER_FILES.telemetry);
+    this.swapsPath = join(dir, FOLDER_FILES.swaps);
+    this.stepsPath = join(dir, FOLDER_FILES.steps);
   }
 
   drain(line: DrainLine): void {

@@ -62,8 +62,8 @@ export class DriverView implements ResidencyView {
    * The same path as the control file: the driver's control() runs the residency system's own parser,
    * so an unknown key or bad value is rejected here exactly as in control.json, and changes nothing.
    */
-  control(command: unknown): ControlResult {
-    const r = this.driver.control(command as ControlCommand);
+  control(command: unknown, opts: { readonly remote?: boolean } = {}): ControlResult {
+    const r = this.driver.control(command as ControlCommand, opts);
     if (!r.ok) throw new ResidencyError('BAD_CONTROL', `control rejected, nothing changed: ${r.error}`);
     return r.dump ? { changes: r.changes, dump_path: r.dump.path } : { changes: r.changes };
   }

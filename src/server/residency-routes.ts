@@ -1,8 +1,8 @@
 // /v1/residency: the live map and controller state, control commands (same parser and apply as the
 // control file), and /v1/residency/stats, the dashboard's one JSON endpoint.
-import { isAbsolute, normalize } from 'node:path';
 import type { Hono } from 'hono';
 import { z } from 'zod';
+import { remoteDumpNameProblem } from '../residency/folder-files.ts';
 import { ApiError } from './api-error.ts';
 import { readJsonBody } from './body.ts';
 import type { History } from './history.ts';
@@ -50,23 +50,20 @@ export function residencyRoutes(app: Hono, deps: ServerDeps, history: History, c
     // system's own parser, so HTTP and the control file accept and reject exactly the same commands.
     const command = await readJsonBody(c, z.unknown(), config.maxBodyBytes);
     checkRemoteDumpPath(command);
-    const result = await residency.control(command);
+    const result = await residency.control(command, { remote: true });
     return c.json({ ok: true, result, controller: residency.snapshot().controller });
   });
 }
 
 /**
- * Over HTTP, `dump_counts` may only name a file inside the residency folder: the control file is the
- * operator's, but an HTTP client must not be able to write anywhere the server process can.
+ * Over HTTP, `dump_counts` may only be a plain file name in the residency folder, none of its own files:
+ * the control file is the operator's, but an HTTP client must not be able to write anywhere the server
+ * process can, nor over the record. (The driver checks again and opens the file without following links.)
  */
 function checkRemoteDumpPath(command: unknown): void {
   if (typeof command !== 'object' || command === null || !('dump_counts' in command)) return;
   const path = (command as { dump_counts: unknown }).dump_counts;
   if (typeof path !== 'string') return; // the residency parser rejects the type, naming the field
-  if (isAbsolute(path) || normalize(path).split(/[\\/]/).includes('..')) {
-    throw new ApiError(400, `dump_counts: over HTTP give a file name inside the residency folder (no absolute path, no '..'), got '${path}'`, {
-      param: 'dump_counts',
-      code: 'bad_control',
-    });
-  }
+  const problem = remoteDumpNameProblem(path);
+  if (problem) throw new ApiError(400, `dump_counts: ${problem}`, { param: 'dump_counts', code: 'bad_control' });
 }

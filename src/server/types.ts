@@ -61,7 +61,8 @@ export type ControlResult = Readonly<Record<string, unknown>>;
  */
 export interface ResidencyView {
   snapshot(): ResidencySnapshot;
-  control(command: unknown): ControlResult | Promise<ControlResult>;
+  /** `remote`: the command came over HTTP (dump_counts then only a plain name in the residency folder). */
+  control(command: unknown, opts?: { readonly remote?: boolean }): ControlResult | Promise<ControlResult>;
 }
 
 export interface ServerConfig {

@@ -34,8 +34,8 @@ describe('residency routes (fake residency)', () => {
     assert.equal(residency.frozen, true);
   });
 
-  test('control over HTTP may dump counts only inside the residency folder; a refused dump changes nothing', async () => {
-    for (const path of ['/etc/passwd', '../counts.json', 'a/../../b.json']) {
+  test('control over HTTP may dump counts only as a plain name in the residency folder, none of its own files; a refused dump changes nothing', async () => {
+    for (const path of ['/etc/passwd', '../counts.json', 'a/../../b.json', 'sub/counts.json', 'swaps.jsonl', 'telemetry.jsonl', 'steps.json', 'control.json', 'GO']) {
       const r = await post(`${s.url}/v1/residency/control`, { freeze: false, dump_counts: path });
       assert.equal(r.status, 400, path);
       const err = (await r.json()).error;
