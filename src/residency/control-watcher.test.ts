@@ -1,5 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, writeFileSync, utimesSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -33,4 +34,28 @@ test('a control file that cannot be read is logged too (the driver leaves the lo
   const [e] = w.poll();
   assert.ok(e && 'error' in e && /cannot read/.test(e.error));
   assert.match(logs.at(-1) ?? '', /control\.json rejected, nothing changed: cannot read/);
+});
+
+test('a FIFO at the control path is refused without a blocking open (it hung the server); in a child with a kill timer', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'control-'));
+  const path = join(dir, 'control.json');
+  execFileSync('mkfifo', [path]);
+  // A blocking open of a FIFO with no writer never returns and no timer in the same process can fire.
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', `
+    import { ControlFileWatcher } from ${JSON.stringify(new URL('./control-watcher.ts', import.meta.url).href)};
+    const logs = [];
+    const w = new ControlFileWatcher({ controlPath: ${JSON.stringify(path)}, log: (m) => logs.push(m) });
+    const first = w.poll();
+    console.log(JSON.stringify({ first, second: w.poll(), logs: logs.length }));`], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.setEncoding('utf8').on('data', (s: string) => { out += s; });
+  let killed = false;
+  const timer = setTimeout(() => { killed = true; child.kill('SIGKILL'); }, 20_000);
+  await new Promise((resolve) => child.once('exit', resolve));
+  clearTimeout(timer);
+  assert.equal(killed, false, 'poll() hung on the FIFO');
+  const r = JSON.parse(out);
+  assert.match(r.first[0].error, /not a regular file \(a FIFO\)/);
+  assert.deepEqual(r.second, [], 'reported once, not on every poll');
+  assert.equal(r.logs, 1);
 });

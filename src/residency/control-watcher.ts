@@ -1,5 +1,5 @@
 // Watches a control file (and a GO file) between steps: file I/O only; parsing and applying live in control.ts.
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync, statSync, type Stats } from 'node:fs';
 import { GO_COMMAND, parseControlText, type ControlCommand } from './control.ts';
 
 export interface ControlWatcherOptions {
@@ -47,7 +47,7 @@ export class ControlFileWatcher {
         this.seen = stamp;
         let text: string | null;
         try {
-          text = readFileSync(controlPath, 'utf8');
+          text = readRegularFile(controlPath);
         } catch (err) {
           text = null;
           events.push({ source: controlPath, error: `cannot read: ${(err as Error).message}` });
@@ -60,5 +60,26 @@ export class ControlFileWatcher {
     }
     for (const e of events) if ('error' in e) this.opts.log?.(`control file ${e.source} rejected, nothing changed: ${e.error}`);
     return events;
+  }
+}
+
+/** What a non-regular file is, for the message. */
+function kindOf(st: Stats): string {
+  return st.isFIFO() ? 'a FIFO' : st.isDirectory() ? 'a folder' : st.isSocket() ? 'a socket' : st.isCharacterDevice() || st.isBlockDevice() ? 'a device' : 'not a plain file';
+}
+
+/**
+ * Reads a control file only if it is a regular file. Opened non-blocking and checked on the open
+ * descriptor: opening a FIFO for reading blocks until a writer comes, and this runs on the main thread
+ * between steps, so a FIFO at the path would hang the whole server (a stat first would leave a race).
+ */
+function readRegularFile(path: string): string {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) throw new Error(`not a regular file (${kindOf(st)}); write the command to a plain file and rename it into place`);
+    return readFileSync(fd, 'utf8');
+  } finally {
+    closeSync(fd);
   }
 }
