@@ -23,7 +23,10 @@ export const analyzeCommand: CliCommand = {
       if (!Number.isInteger(n) || n < 0) throw new ResidencyError('BAD_ARGUMENT', `--shifts: '${s}' is not a step number`);
       return n;
     });
-    const a = analyzeLiveRun(readLiveRun(values['residency-dir']), marks);
+    const live = readLiveRun(values['residency-dir']);
+    const a = analyzeLiveRun(live, marks);
+    // Restarts append to the same folder; only the last run is analyzed (each starts at step 0).
+    if (live.runs > 1 && !values.json) console.log(`${live.runs} runs in this folder: the last${live.run ? ` (${live.run})` : ''} is analyzed`);
     if (values.json) { console.log(JSON.stringify(a, null, 1)); return 0; }
     const pct = (x: number) => `${(x * 100).toFixed(2)}%`;
     console.log(`${a.drains} drains over ${a.steps} steps, ${a.seconds.toFixed(1)} s: cold share ${pct(a.coldShare)}`);

@@ -44,10 +44,12 @@ test('boots frozen; GO starts adaptation; telemetry, swaps and the ring are writ
   assert.ok(backend.banks.swaps > 20, `swaps ${backend.banks.swaps}`);
   assert.ok(rowMapsEqual(mapFromBanks(backend.banks, 'fake-moe'), driver.controller.map()), 'banks follow the controller map');
 
-  const telemetry = readFileSync(join(dir, 'telemetry.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const [boot, ...telemetry] = readFileSync(join(dir, 'telemetry.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  assert.equal(boot.type, 'boot', 'a run starts with its boot record');
   assert.equal(telemetry.length, driver.controller.stats.drains);
   assert.ok(telemetry.every((t) => t.v === 1 && t.cold_share >= 0 && t.cold_share <= 1 && t.cold_share_by_layer.length === L));
-  const swapLines = readFileSync(join(dir, 'swaps.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const [swapsBoot, ...swapLines] = readFileSync(join(dir, 'swaps.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  assert.equal(swapsBoot.run, boot.run);
   assert.equal(swapLines.length, backend.banks.swaps);
   const ring = driver.ring.dump();
   assert.ok(ring.swaps.every((n) => n <= 3), 'per-step budget');

@@ -39,6 +39,8 @@ export interface ResidencyDriverOptions {
   readonly pollEvery?: number;
   /** Steps kept in the per-step ring. Default 8192. */
   readonly ringSize?: number;
+  /** Milliseconds between rewrites of steps.json while steps run (a killed process keeps its ring). Default 10 s. */
+  readonly stepsFlushMs?: number;
   readonly log?: (message: string) => void;
 }
 
@@ -70,6 +72,8 @@ export class ResidencyDriver implements ResidencyHook {
   private readonly writer: TelemetryWriter | null;
   private readonly watcher: ControlFileWatcher | null;
   private readonly pollEvery: number;
+  private readonly stepsFlushMs: number;
+  private stepsFlushedAt = performance.now();
   private readonly log: (message: string) => void;
 
   constructor(private readonly opts: ResidencyDriverOptions) {
@@ -90,11 +94,14 @@ export class ResidencyDriver implements ResidencyHook {
       boot, budgets: opts.budgets, frozen: opts.frozen ?? true, initialSnapshot: opts.backend.readCounter(), ...(prior ? { prior } : {}),
     });
     if (prior) this.log(`seed prior from ${opts.prior!.source ?? 'a counts dump'}: ${this.controller.budgets.prior_picks_per_expert} pseudo-picks per expert`);
-    this.writer = opts.dir ? new TelemetryWriter(opts.dir, this.log) : null;
+    this.writer = opts.dir
+      ? new TelemetryWriter(opts.dir, this.log, { model, layers: banks.layers, experts: banks.experts, hot_per_layer: banks.hotPerLayer, frozen: this.controller.frozen })
+      : null;
     const controlPath = opts.controlPath ?? (opts.dir ? join(opts.dir, FOLDER_FILES.control) : undefined);
     const goPath = opts.goPath ?? (opts.dir ? join(opts.dir, FOLDER_FILES.go) : undefined);
     this.watcher = controlPath || goPath ? new ControlFileWatcher({ controlPath, goPath, log: this.log }) : null;
     this.pollEvery = opts.pollEvery ?? 8;
+    this.stepsFlushMs = opts.stepsFlushMs ?? 10_000;
     this.ring = new StepRing(opts.ringSize ?? 8192);
   }
 
@@ -110,6 +117,7 @@ export class ResidencyDriver implements ResidencyHook {
     const t0 = process.hrtime.bigint();
     const swapped = this.swap(report.step);
     this.ring.push(report.step, report.durationNs, report.tokens, swapped, Number(process.hrtime.bigint() - t0));
+    if (this.writer && performance.now() - this.stepsFlushedAt >= this.stepsFlushMs) this.close();
     if (this.watcher && (report.step + 1) % this.pollEvery === 0) this.pollControl();
   }
 
@@ -167,12 +175,16 @@ export class ResidencyDriver implements ResidencyHook {
       if ('error' in event) continue; // the watcher logged the rejection; nothing changed
       const result = this.control(event.command);
       if (result.ok) this.log(`control ${event.source}: ${result.changes.join('; ') || 'no change'}`);
-      else this.log(`control file ${event.source} rejected, nothing changed: ${result.error}`);
+      else {
+        this.watcher?.rejected(event);
+        this.log(`control file ${event.source} rejected, nothing changed: ${result.error}`);
+      }
     }
   }
 
-  /** Writes the step ring (steps.json) when there is a telemetry folder. */
+  /** Writes the step ring (steps.json) when there is a telemetry folder (afterStep does this every stepsFlushMs too). */
   close(): void {
+    this.stepsFlushedAt = performance.now();
     this.writer?.steps(this.ring.dump());
   }
 

@@ -1,5 +1,5 @@
 // Watches a control file (and a GO file) between steps: file I/O only; parsing and applying live in control.ts.
-import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync, statSync, type Stats } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync, renameSync, statSync, type Stats } from 'node:fs';
 import { GO_COMMAND, parseControlText, type ControlCommand } from './control.ts';
 
 export interface ControlWatcherOptions {
@@ -11,21 +11,43 @@ export interface ControlWatcherOptions {
   readonly log?: (message: string) => void;
 }
 
-/** A command found by a poll, or a rejection (the file is left as is and nothing is applied). */
+/**
+ * A command found by a poll, or a rejection (nothing is applied). `claimed`: where the file was moved
+ * before it was read (`control.json.applied`); the driver calls `rejected(event)` if it refuses the command.
+ */
 export type ControlEvent =
-  | { readonly source: string; readonly command: ControlCommand }
-  | { readonly source: string; readonly error: string };
+  | { readonly source: string; readonly command: ControlCommand; readonly claimed?: string }
+  | { readonly source: string; readonly error: string; readonly claimed?: string };
+
+/** Where a consumed control file goes: the last one applied, the last one refused, one found at boot. */
+export const consumedPath = (controlPath: string, as: 'applied' | 'rejected' | 'stale') => `${controlPath}.${as}`;
 
 /**
  * Polling by mtime rather than fs.watch: one stat per poll, no event loop needed (the engine's step loop
  * may be synchronous), and it works the same on every file system. Call `poll()` between steps.
+ *
+ * A control file is consumed: renamed to control.json.applied before it is read (so a file written while
+ * one is being applied is never lost, and a command is never applied twice), and to .rejected if refused.
+ * One found at start is left over from an earlier run (its dump_counts would overwrite that run's dump):
+ * it is moved to control.json.stale, not applied. Configure a run with flags, or write the file once it runs.
+ * Where the folder does not allow the rename, the file stays and is re-read whenever its mtime, size or
+ * inode changes.
  */
 export class ControlFileWatcher {
   private seen = '';
   private goFired = false;
 
   constructor(private readonly opts: ControlWatcherOptions) {
-    // A control file present at start counts as new: that is how a run is configured before it starts.
+    const path = opts.controlPath;
+    if (path && statOrNone(path)?.isFile()) {
+      try {
+        renameSync(path, consumedPath(path, 'stale'));
+        opts.log?.(`control file ${path} predates this run: not applied, moved to ${consumedPath(path, 'stale')}`);
+      } catch (err) {
+        this.seen = stampOf(statSync(path)); // cannot move it: at least never apply it
+        opts.log?.(`control file ${path} predates this run: not applied (cannot move it aside: ${(err as NodeJS.ErrnoException).code})`);
+      }
+    }
   }
 
   poll(): ControlEvent[] {
@@ -36,30 +58,58 @@ export class ControlFileWatcher {
       events.push({ source: goPath, command: GO_COMMAND });
     }
     if (controlPath) {
-      let stamp: string;
-      try {
-        const st = statSync(controlPath);
-        stamp = `${st.mtimeMs}:${st.size}:${st.ino}`;
-      } catch {
-        return events; // no control file yet
-      }
+      const st = statOrNone(controlPath);
+      if (st === undefined) return events; // no control file yet
+      const stamp = stampOf(st);
       if (stamp !== this.seen) {
         this.seen = stamp;
+        let readFrom = controlPath;
+        let claimed: string | undefined;
+        if (st.isFile()) {
+          try {
+            renameSync(controlPath, consumedPath(controlPath, 'applied'));
+            readFrom = claimed = consumedPath(controlPath, 'applied');
+            this.seen = ''; // the path is free again: whatever appears there next is new
+          } catch { /* a folder we may not rename in: read in place, tracked by stamp */ }
+        }
         let text: string | null;
         try {
-          text = readRegularFile(controlPath);
+          text = readRegularFile(readFrom);
         } catch (err) {
           text = null;
-          events.push({ source: controlPath, error: `cannot read: ${(err as Error).message}` });
+          events.push({ source: controlPath, error: `cannot read: ${(err as Error).message}`, ...(claimed ? { claimed } : {}) });
         }
         if (text !== null) {
           const parsed = parseControlText(text);
-          events.push(parsed.ok ? { source: controlPath, command: parsed.command } : { source: controlPath, error: parsed.error });
+          const at = claimed ? { claimed } : {};
+          events.push(parsed.ok ? { source: controlPath, command: parsed.command, ...at } : { source: controlPath, error: parsed.error, ...at });
         }
       }
     }
-    for (const e of events) if ('error' in e) this.opts.log?.(`control file ${e.source} rejected, nothing changed: ${e.error}`);
+    for (const e of events) {
+      if (!('error' in e)) continue;
+      this.rejected(e);
+      this.opts.log?.(`control file ${e.source} rejected, nothing changed: ${e.error}`);
+    }
     return events;
+  }
+
+  /** Marks a claimed control file as refused (control.json.rejected), for the operator to look at. */
+  rejected(event: ControlEvent): void {
+    if (!event.claimed || !this.opts.controlPath) return;
+    try {
+      renameSync(event.claimed, consumedPath(this.opts.controlPath, 'rejected'));
+    } catch { /* the record of a refusal is a courtesy; the log line says it all */ }
+  }
+}
+
+const stampOf = (st: Stats) => `${st.mtimeMs}:${st.size}:${st.ino}`;
+
+function statOrNone(path: string): Stats | undefined {
+  try {
+    return statSync(path);
+  } catch {
+    return undefined;
   }
 }
 

@@ -23,6 +23,23 @@ export interface DrainLine {
   readonly frozen: boolean;
 }
 
+/**
+ * The first line a run appends to telemetry.jsonl and swaps.jsonl: a folder reused across restarts holds
+ * several runs, each starting at step 0, and readers split them here (steps.json names its run too).
+ */
+export interface BootLine {
+  readonly v: 1;
+  readonly type: 'boot';
+  /** A fresh id per process. */
+  readonly run: string;
+  readonly time: string;
+  readonly pid: number;
+  /** Bytes of a torn last line cut off the file before this record (0 normally). */
+  readonly torn_bytes_dropped: number;
+  /** Whatever the writer was told (model, geometry). */
+  readonly [key: string]: unknown;
+}
+
 /** One line of swaps.jsonl, version 1: a swap that was applied. */
 export interface SwapLine {
   readonly v: 1;

@@ -9,24 +9,46 @@ export interface LiveRun {
   readonly drains: readonly DrainLine[];
   readonly swaps: readonly SwapLine[];
   readonly ring?: StepRingDump;
+  /** Runs found in telemetry.jsonl (boot records; a folder reused across restarts holds several). Only the last is read. */
+  readonly runs: number;
+  /** The last run's id, when its boot record has one (folders written before boot records have none). */
+  readonly run?: string;
 }
 
 function need(ok: boolean, where: string, what: string): void {
   if (!ok) throw new ResidencyError('BAD_ARGUMENT', `${where}: ${what}`);
 }
 
-function readLines<T>(file: string, check: (o: Record<string, unknown>, where: string) => void): T[] {
-  const out: T[] = [];
-  readFileSync(file, 'utf8').split('\n').forEach((line, i) => {
+/**
+ * The lines of the last run in a .jsonl file (after its last boot record), checked, and the runs seen.
+ * A last line without its newline is a torn write (a process killed mid-append) and is skipped.
+ */
+function readLines<T>(file: string, check: (o: Record<string, unknown>, where: string) => void): { lines: T[]; runs: number; run?: string } {
+  let out: T[] = [];
+  let runs = 0;
+  let run: string | undefined;
+  const text = readFileSync(file, 'utf8');
+  const all = text.split('\n');
+  all.forEach((line, i) => {
     if (line.trim() === '') return;
     const where = `${file}:${i + 1}`;
     let o: Record<string, unknown>;
-    try { o = JSON.parse(line) as Record<string, unknown>; } catch (err) { throw new ResidencyError('BAD_ARGUMENT', `${where}: not JSON (${(err as Error).message})`); }
+    try { o = JSON.parse(line) as Record<string, unknown>; } catch (err) {
+      if (i === all.length - 1 && !text.endsWith('\n')) return; // torn last line
+      throw new ResidencyError('BAD_ARGUMENT', `${where}: not JSON (${(err as Error).message})`);
+    }
     need(o.v === 1, where, `field 'v' must be 1, got ${JSON.stringify(o.v)}`);
+    if (o.type === 'boot') {
+      runs++;
+      run = typeof o.run === 'string' ? o.run : undefined;
+      out = [];
+      return;
+    }
     check(o, where);
     out.push(o as T);
   });
-  return out;
+  // A folder from before boot records: one run, unnamed.
+  return { lines: out, runs: Math.max(runs, 1), ...(run ? { run } : {}) };
 }
 
 const num = (o: Record<string, unknown>, k: string, where: string) => need(typeof o[k] === 'number' && Number.isFinite(o[k]), where, `field '${k}' must be a number, got ${JSON.stringify(o[k])}`);
@@ -36,9 +58,12 @@ const time = (o: Record<string, unknown>, where: string) => need(typeof o.time =
 export function readLiveRun(dir: string): LiveRun {
   const tele = join(dir, 'telemetry.jsonl');
   if (!existsSync(tele)) throw new ResidencyError('BAD_ARGUMENT', `--residency-dir ${dir}: no telemetry.jsonl (run serve/generate with a residency folder first)`);
-  const drains = readLines<DrainLine>(tele, (o, w) => { time(o, w); for (const k of ['step', 'window_steps', 'picks', 'cold_share', 'swaps_applied', 'swaps_refused']) num(o, k, w); });
+  const t = readLines<DrainLine>(tele, (o, w) => { time(o, w); for (const k of ['step', 'window_steps', 'picks', 'cold_share', 'swaps_applied', 'swaps_refused']) num(o, k, w); });
+  const drains = t.lines;
   const swapsFile = join(dir, 'swaps.jsonl');
-  const swaps = existsSync(swapsFile) ? readLines<SwapLine>(swapsFile, (o, w) => { time(o, w); num(o, 'step', w); num(o, 'layer', w); }) : [];
+  const sw = existsSync(swapsFile) ? readLines<SwapLine>(swapsFile, (o, w) => { time(o, w); num(o, 'step', w); num(o, 'layer', w); }) : undefined;
+  // Swaps of another run (its boot record differs from telemetry's last) would be counted against this one.
+  const swaps = sw && sw.run === t.run ? sw.lines : [];
   const stepsFile = join(dir, 'steps.json');
   let ring: StepRingDump | undefined;
   if (existsSync(stepsFile)) {
@@ -47,9 +72,10 @@ export function readLiveRun(dir: string): LiveRun {
     need(o.v === 1, stepsFile, `field 'v' must be 1`);
     const n = (o.step as unknown[] | undefined)?.length;
     for (const k of ['step', 't_ns', 'tokens', 'swaps', 'swap_ns']) need(Array.isArray(o[k]) && (o[k] as unknown[]).length === n, stepsFile, `field '${k}' must be an array as long as 'step'`);
-    ring = o as unknown as StepRingDump;
+    // A ring written by an earlier run (this one died before its first flush) is not this run's.
+    if (o.run === undefined || o.run === t.run) ring = o as unknown as StepRingDump;
   }
-  return { drains, swaps, ring };
+  return { drains, swaps, runs: t.runs, ...(ring ? { ring } : {}), ...(t.run ? { run: t.run } : {}) };
 }
 
 export interface ShiftFigures {

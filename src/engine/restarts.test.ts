@@ -1,0 +1,112 @@
+// A residency folder reused across restarts: a leftover control file is not replayed, a control file is
+// consumed once, each run starts with a boot record, torn lines are cut off, steps.json is flushed as it goes.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { rng, shuffle, skewedRouting } from '../residency/test-helpers.ts';
+import { analyzeLiveRun, readLiveRun } from '../sim/analyze.ts';
+import { FAKE_GEOMETRY, fakeBackend } from './fake-backend.ts';
+import { ResidencyDriver, type ResidencyDriverOptions } from './residency-driver.ts';
+
+const { L, E, K } = FAKE_GEOMETRY;
+const lines = (path: string) => readFileSync(path, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+
+/** One process's run: a driver on the folder, `steps` steps of skewed traffic, then close (unless `kill`). */
+function runOnce(dir: string, steps: number, opts: Partial<ResidencyDriverOptions> & { kill?: boolean } = {}) {
+  const backend = fakeBackend();
+  const logs: string[] = [];
+  const driver = new ResidencyDriver({ backend, dir, pollEvery: 1, log: (m) => logs.push(m), frozen: false, budgets: { drain_every: 8, min_average: 1 }, ...opts });
+  const r = rng(7);
+  const domain = Array.from({ length: L }, () => shuffle(r, Array.from({ length: E }, (_, i) => i)));
+  for (let step = 0; step < steps; step++) {
+    const counted = driver.countStep(1);
+    if (counted) backend.counter.addPicks(skewedRouting(r, 1, L, E, K, domain), 1);
+    driver.afterStep({ step, tokens: 1, counted, durationNs: 1000 });
+  }
+  if (!opts.kill) driver.close();
+  return { driver, logs };
+}
+
+function withDir(body: (dir: string) => void): void {
+  const dir = mkdtempSync(join(tmpdir(), 'restarts-'));
+  try { body(dir); } finally { rmSync(dir, { recursive: true, force: true }); }
+}
+
+test('a control.json left from the last run is not replayed at boot: its dump_counts does not overwrite that run\'s dump', () => withDir((dir) => {
+  const first = runOnce(dir, 64, { kill: true });
+  writeFileSync(join(dir, 'control.json'), JSON.stringify({ dump_counts: 'counts.json' }));
+  first.driver.pollControl(); // the first run applies it (and consumes it)
+  const dumped = readFileSync(join(dir, 'counts.json'), 'utf8');
+  assert.ok(JSON.parse(dumped).cumulative.flat().some((x: number) => x > 0), 'the first run\'s counts');
+  assert.ok(!existsSync(join(dir, 'control.json')), 'consumed once applied');
+  // Simulate a control file that arrived while no process ran (or an old version that never consumed it).
+  writeFileSync(join(dir, 'control.json'), JSON.stringify({ dump_counts: 'counts.json', freeze: true }));
+  const { driver, logs } = runOnce(dir, 16);
+  assert.equal(readFileSync(join(dir, 'counts.json'), 'utf8'), dumped, 'the last dump is intact');
+  assert.equal(driver.controller.frozen, false, 'the leftover command was not applied');
+  assert.ok(existsSync(join(dir, 'control.json.stale')) && !existsSync(join(dir, 'control.json')));
+  assert.ok(logs.some((m) => /predates this run: not applied/.test(m)), logs.join('\n'));
+}));
+
+test('a control file is consumed once applied (control.json.applied) or refused (control.json.rejected), never applied twice', () => withDir((dir) => {
+  const backend = fakeBackend();
+  const driver = new ResidencyDriver({ backend, dir, log: () => {}, frozen: true });
+  writeFileSync(join(dir, 'control.json'), '{"freeze": false}');
+  driver.pollControl();
+  assert.equal(driver.controller.frozen, false);
+  assert.ok(!existsSync(join(dir, 'control.json')));
+  assert.equal(readFileSync(join(dir, 'control.json.applied'), 'utf8'), '{"freeze": false}');
+  driver.control({ freeze: true });
+  driver.pollControl();
+  assert.equal(driver.controller.frozen, true, 'not re-read');
+  writeFileSync(join(dir, 'control.json'), '{"freeze": "no"}');
+  driver.pollControl();
+  assert.equal(readFileSync(join(dir, 'control.json.rejected'), 'utf8'), '{"freeze": "no"}');
+  writeFileSync(join(dir, 'control.json'), JSON.stringify({ dump_counts: 'swaps.jsonl' })); // parses, refused by the driver
+  driver.pollControl();
+  assert.match(readFileSync(join(dir, 'control.json.rejected'), 'utf8'), /swaps\.jsonl/);
+}));
+
+test('every run starts each .jsonl with a boot record; analyze reads the last run only (no negative T90 from step 0 again)', () => withDir((dir) => {
+  runOnce(dir, 400);
+  const second = runOnce(dir, 200);
+  const tele = lines(join(dir, 'telemetry.jsonl'));
+  const boots = tele.filter((l) => l.type === 'boot');
+  assert.equal(boots.length, 2);
+  assert.notEqual(boots[0].run, boots[1].run);
+  assert.equal(boots[1].model, 'fake-moe');
+  const swapBoots = lines(join(dir, 'swaps.jsonl')).filter((l) => l.type === 'boot');
+  assert.deepEqual(swapBoots.map((b) => b.run), boots.map((b) => b.run));
+  const live = readLiveRun(dir);
+  assert.equal(live.runs, 2);
+  assert.equal(live.run, boots[1].run);
+  assert.equal(live.drains.length, second.driver.controller.stats.drains);
+  assert.equal(live.swaps.length, second.driver.controller.stats.applied);
+  const steps = live.drains.map((d) => d.step);
+  assert.deepEqual(steps, [...steps].sort((a, b) => a - b), 'one run: steps only go up');
+  const a = analyzeLiveRun(live, [100]);
+  assert.ok(a.steps > 0 && a.seconds >= 0);
+  for (const s of a.shifts) assert.ok(s.t90Steps === null || s.t90Steps >= 0, `T90 ${s.t90Steps}`);
+}));
+
+test('a torn last line (a kill mid-append) is cut off on open and the boot record says how many bytes', () => withDir((dir) => {
+  runOnce(dir, 64, { kill: true });
+  appendFileSync(join(dir, 'telemetry.jsonl'), '{"v":1,"time":"2026-1');
+  appendFileSync(join(dir, 'swaps.jsonl'), '{"v":1,"ti');
+  runOnce(dir, 64);
+  const tele = lines(join(dir, 'telemetry.jsonl')); // every line parses
+  assert.equal(tele.filter((l) => l.type === 'boot').at(-1).torn_bytes_dropped, '{"v":1,"time":"2026-1'.length);
+  assert.equal(lines(join(dir, 'swaps.jsonl')).filter((l) => l.type === 'boot').at(-1).torn_bytes_dropped, '{"v":1,"ti'.length);
+}));
+
+test('steps.json is flushed while steps run, not only on a clean exit, and names its run', () => withDir((dir) => {
+  const { driver } = runOnce(dir, 50, { kill: true, stepsFlushMs: 0 });
+  const steps = JSON.parse(readFileSync(join(dir, 'steps.json'), 'utf8'));
+  assert.equal(steps.recorded, 50, 'the ring as of the last step, without close()');
+  const boot = lines(join(dir, 'telemetry.jsonl')).find((l) => l.type === 'boot');
+  assert.equal(steps.run, boot.run);
+  assert.ok(!existsSync(join(dir, 'steps.json.tmp')), 'written through a temporary file, renamed');
+  void driver;
+}));
