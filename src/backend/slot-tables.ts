@@ -1,7 +1,7 @@
 // What every backend's expert banks share: where experts start (the placement) and the slot tables
 // (per layer expert -> slot and slot -> expert), with the range checks. The bytes are each backend's own.
 import { ResidencyError } from '../errors.ts';
-import type { ModelSpec } from '../model/spec.ts';
+import { moeLayerCount, type ModelSpec } from '../model/spec.ts';
 import type { RowMap } from '../residency/rowmap.ts';
 
 /**
@@ -79,7 +79,7 @@ function check(v: number, what: string, bound: number): void {
 /** Per-layer hot/cold expert lists for a placement, validated: each layer a partition of 0..E-1, one hot count. */
 export function placementRows(spec: ModelSpec, placement?: BankPlacement): { hot: number[]; cold: number[] }[] {
   const E = spec.numExperts;
-  const L = spec.numLayers;
+  const L = moeLayerCount(spec); // layers with routed experts only
   if (placement === undefined || !('layers_map' in placement)) {
     const h = placement?.hotPerLayer ?? E;
     if (!Number.isInteger(h) || h < 0 || h > E) {

@@ -1,7 +1,9 @@
-// The tensors a qwen3_moe checkpoint must hold (hub names and shapes), checked before any is converted.
+// The tensors a checkpoint must hold (hub names and shapes; qwen3_moe here, other families in families/),
+// checked before any is converted.
 
 import { ResidencyError } from '../errors.ts';
 import type { ModelSpec } from './spec.ts';
+import { familyOf } from './families/index.ts';
 
 /** Hub tensor names of one layer; the one place these strings are spelled. */
 export function layerTensorNames(l: number) {
@@ -30,6 +32,8 @@ export const LM_HEAD = 'lm_head.weight';
 
 /** Every tensor the spec needs, with its expected shape, in checkpoint order (embed, layers, norm, head). */
 export function expectedTensors(spec: ModelSpec): Map<string, readonly number[]> {
+  const family = familyOf(spec.architecture);
+  if (family) return family.tensors(spec);
   const { vocabSize: V, hiddenSize: H, numHeads, numKvHeads, headDim: hd, numExperts: E, expertIntermediate: I } = spec;
   const out = new Map<string, readonly number[]>();
   out.set(EMBED, [V, H]);
@@ -81,6 +85,6 @@ export function checkArchitecture(
     const shown = missing.slice(0, 3).map((m) => `"${m}"`).join(', ');
     const more = missing.length > 3 ? ` and ${missing.length - 3} more` : '';
     const hint = missing.includes(LM_HEAD) ? ' (config.json says tie_word_embeddings is false)' : '';
-    throw new ResidencyError('BAD_CHECKPOINT', `checkpoint is missing ${missing.length} tensor(s) the qwen3_moe architecture needs: ${shown}${more}${hint}`);
+    throw new ResidencyError('BAD_CHECKPOINT', `checkpoint is missing ${missing.length} tensor(s) the ${spec.architecture} architecture needs: ${shown}${more}${hint}`);
   }
 }

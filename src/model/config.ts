@@ -1,11 +1,12 @@
-// Parses a checkpoint's config.json (model_type qwen3_moe) into a ModelSpec, refusing options the engine
-// does not implement rather than silently computing a different model.
+// Parses a checkpoint's config.json into a ModelSpec (qwen3_moe here, other families in families/), refusing
+// options the engine does not implement rather than silently computing a different model.
 
 import { readFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import { z } from 'zod';
 import { ResidencyError } from '../errors.ts';
 import type { ModelSpec } from './spec.ts';
+import { familyOf, supportedModelTypes } from './families/index.ts';
 
 const posInt = z.number().int().positive();
 const tokenId = z.number().int().nonnegative();
@@ -103,8 +104,11 @@ export function parseConfig(json: unknown, name: string): ModelSpec {
   if (typeof json !== 'object' || json === null || Array.isArray(json)) throw badConfig('must be a JSON object');
   const modelType = (json as Record<string, unknown>)['model_type'];
   // model_type first: another architecture's config would otherwise fail on a field it does not have.
+  const family = familyOf(modelType);
+  if (family) return family.parse(json, name);
   if (modelType !== 'qwen3_moe') {
-    throw new ResidencyError('UNSUPPORTED_MODEL', `config.json: model_type: ${JSON.stringify(modelType)} is not supported; only "qwen3_moe"`);
+    const known = supportedModelTypes().map((t) => `"${t}"`).join(', ');
+    throw new ResidencyError('UNSUPPORTED_MODEL', `config.json: model_type: ${JSON.stringify(modelType)} is not supported; only ${known}`);
   }
   const parsed = Qwen3MoeConfig.safeParse(json);
   if (!parsed.success) {

@@ -4,6 +4,7 @@
 import { ResidencyError } from '../errors.ts';
 import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from './architecture.ts';
 import type { ModelSpec } from './spec.ts';
+import { familyOf } from './families/index.ts';
 import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor } from './weights.ts';
 
 /** f16 bit pattern -> f32 bit pattern, exact for normals, subnormals, infinities and NaN. */
@@ -57,6 +58,8 @@ export function tensorToFloat32(t: RawTensor): Float32Array {
       new Uint8Array(out.buffer).set(b);
       return out;
     }
+    case 'U8': // packed data (MXFP4 blocks, scales): its family's loader reads it (families/)
+      throw new ResidencyError('BAD_CHECKPOINT', `tensor "${t.name}" is U8 where a float tensor is expected`);
   }
 }
 
@@ -69,6 +72,8 @@ export function toFloat32Weights(
   raw: ReadonlyMap<string, RawTensor>,
   onTensor?: (name: string, bytes: number) => void,
 ): ModelWeights {
+  const family = familyOf(spec.architecture);
+  if (family) return family.weights(spec, raw, onTensor);
   const get = (name: string): Float32Array => {
     const t = raw.get(name);
     if (!t) throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is missing`);

@@ -1,6 +1,7 @@
 // Tensor views of a checkpoint: raw (as stored) and float32 (as the CPU backend computes).
 
-export type DType = 'BF16' | 'F16' | 'F32';
+/** Float dtypes convert to float32; U8 holds packed data (MXFP4 blocks and scales), read by its family's loader. */
+export type DType = 'BF16' | 'F16' | 'F32' | 'U8';
 
 /** One tensor exactly as stored in the checkpoint: little-endian bytes, validated shape. */
 export interface RawTensor {
@@ -15,6 +16,10 @@ export interface ExpertWeights {
   readonly gate: Float32Array; // [I][H]
   readonly up: Float32Array; // [I][H]
   readonly down: Float32Array; // [H][I]
+  /** gpt-oss experts only: biases of gate [I], up [I] and down [H]. */
+  readonly gateBias?: Float32Array;
+  readonly upBias?: Float32Array;
+  readonly downBias?: Float32Array;
 }
 
 export interface LayerWeights {
@@ -28,6 +33,32 @@ export interface LayerWeights {
   readonly postAttnNorm: Float32Array; // [H]
   readonly router: Float32Array; // [E][H]
   readonly experts: readonly ExpertWeights[]; // [E], indexed by expert id
+  /**
+   * Family extras (spec.ts says which family has which). A dense layer has no router and no experts
+   * (empty), an MLA layer no q/k/v projections (empty).
+   */
+  readonly qBias?: Float32Array;
+  readonly kBias?: Float32Array;
+  readonly vBias?: Float32Array;
+  readonly oBias?: Float32Array;
+  readonly sinks?: Float32Array; // [numHeads]
+  readonly routerBias?: Float32Array; // [E] (gpt-oss: added to the logits)
+  readonly correctionBias?: Float32Array; // [E] (DeepSeek: e_score_correction_bias, for the choice only)
+  readonly mla?: MlaWeights;
+  /** The dense MLP of a layer without routed experts. */
+  readonly dense?: ExpertWeights;
+  /** The shared expert of an MoE layer. */
+  readonly shared?: ExpertWeights;
+}
+
+/** DeepSeek-V3 multi-head latent attention projections. */
+export interface MlaWeights {
+  readonly qA: Float32Array; // [qLoraRank][H]
+  readonly qANorm: Float32Array; // [qLoraRank]
+  readonly qB: Float32Array; // [numHeads*(nope+rope)][qLoraRank]
+  readonly kvA: Float32Array; // [kvLoraRank+rope][H]
+  readonly kvANorm: Float32Array; // [kvLoraRank]
+  readonly kvB: Float32Array; // [numHeads*(nope+v)][kvLoraRank]
 }
 
 /** The whole model in float32, converted once at load. */

@@ -1,14 +1,15 @@
 // The CPU expert banks: per layer a hot bank and a cold bank of expert rows, and the slot table between.
 import { createHash } from 'node:crypto';
 import type { ExpertBanks } from '../backend.ts';
-import type { ModelSpec } from '../../model/spec.ts';
+import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { LayerWeights } from '../../model/weights.ts';
 import { heapAlloc, type Alloc } from './alloc.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
 
-/** Floats in one expert row: gate [I][H] | up [I][H] | down [H][I]. */
+/** Floats in one expert row: gate [I][H] | up [I][H] | down [H][I] (gpt-oss: then its biases [I] | [I] | [H]). */
 export function expertRowSize(spec: ModelSpec): number {
-  return 3 * spec.expertIntermediate * spec.hiddenSize;
+  const biases = spec.expertAct ? 2 * spec.expertIntermediate + spec.hiddenSize : 0;
+  return 3 * spec.expertIntermediate * spec.hiddenSize + biases;
 }
 
 export class CpuExpertBanks implements ExpertBanks {
@@ -30,7 +31,9 @@ export class CpuExpertBanks implements ExpertBanks {
    * place, and every thread sees them at the next step).
    */
   constructor(spec: ModelSpec, layerWeights: readonly LayerWeights[], placement?: BankPlacement, alloc: Alloc = heapAlloc) {
-    this.layers = spec.numLayers;
+    // Only the layers with routed experts have banks: bank layer m holds model layer moeLayerIds(spec)[m].
+    this.layers = moeLayerCount(spec);
+    const moeIds = moeLayerIds(spec);
     this.experts = spec.numExperts;
     this.rowSize = expertRowSize(spec);
     const rows = placementRows(spec, placement);
@@ -46,11 +49,16 @@ export class CpuExpertBanks implements ExpertBanks {
       const hotBank = alloc.f32(hot.length * this.rowSize);
       const coldBank = alloc.f32(cold.length * this.rowSize);
       const place = (bank: Float32Array, row: number, expert: number): void => {
-        const w = layerWeights[l]!.experts[expert]!;
+        const w = layerWeights[moeIds[l]!]!.experts[expert]!;
         const off = row * this.rowSize;
         bank.set(w.gate, off);
         bank.set(w.up, off + gateSize);
         bank.set(w.down, off + 2 * gateSize);
+        if (spec.expertAct) {
+          bank.set(w.gateBias!, off + 3 * gateSize);
+          bank.set(w.upBias!, off + 3 * gateSize + spec.expertIntermediate);
+          bank.set(w.downBias!, off + 3 * gateSize + 2 * spec.expertIntermediate);
+        }
       };
       hot.forEach((e, r) => place(hotBank, r, e));
       cold.forEach((e, r) => place(coldBank, r, e));

@@ -4,7 +4,7 @@ import { heapAlloc, type Alloc } from './alloc.ts';
 
 export interface SequenceCache {
   readonly capacity: number;
-  /** Per layer: [capacity][numKvHeads*headDim]. */
+  /** Per layer: [capacity][numKvHeads*headDim] (MLA: keys [capacity][heads*(nope+rope)], values [capacity][heads*v]). */
   readonly keys: Float32Array[];
   readonly values: Float32Array[];
   /** Positions written so far (0..filled-1 are valid). */
@@ -20,6 +20,8 @@ export class KvCaches {
     private readonly maxPositions: number,
     /** Where caches live (shared memory when worker threads read them). */
     private readonly alloc: Alloc = heapAlloc,
+    /** Floats per position of the value cache (MLA: narrower than the keys); default kvWidth. */
+    private readonly valueWidth: number = kvWidth,
   ) {}
 
   open(seq: number, capacity: number): void {
@@ -35,7 +37,7 @@ export class KvCaches {
     const values: Float32Array[] = [];
     for (let l = 0; l < this.layers; l++) {
       keys.push(this.alloc.f32(capacity * this.kvWidth));
-      values.push(this.alloc.f32(capacity * this.kvWidth));
+      values.push(this.alloc.f32(capacity * this.valueWidth));
     }
     this.seqs.set(seq, { capacity, keys, values, filled: 0 });
   }

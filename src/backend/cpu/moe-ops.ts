@@ -200,3 +200,37 @@ function dot2Rows(r: Float64Array, a: Float32Array, a0: number, a1: number, x: F
   r[0] = s0 + s1 + (s2 + s3);
   r[1] = t0 + t1 + (t2 + t3);
 }
+
+/**
+ * One gpt-oss expert on one token (transformers GptOssExperts, float32): gate = gate x + bg clamped above
+ * at `limit`, up = up x + bu clamped to [-limit, limit], act = (up + 1) * gate * sigmoid(alpha gate),
+ * out = down act + bd. The bank row: gate [I][H] | up [I][H] | down [H][I] | bg [I] | bu [I] | bd [H].
+ * act: scratch of I floats.
+ */
+export function clampedSwigluExpert(
+  out: Float32Array,
+  outOff: number,
+  bank: Float32Array,
+  rowOff: number,
+  x: Float32Array,
+  xOff: number,
+  hidden: number,
+  inter: number,
+  c: { readonly limit: number; readonly alpha: number },
+  act: Float32Array,
+): void {
+  const upOff = rowOff + inter * hidden;
+  const downOff = upOff + inter * hidden;
+  const biasOff = downOff + hidden * inter;
+  const limit = Math.fround(c.limit);
+  const alpha = Math.fround(c.alpha);
+  for (let j = 0; j < inter; j++) {
+    const g = Math.min(Math.fround(Math.fround(dot(bank, rowOff + j * hidden, x, xOff, hidden)) + bank[biasOff + j]!), limit);
+    const u = Math.min(Math.max(Math.fround(Math.fround(dot(bank, upOff + j * hidden, x, xOff, hidden)) + bank[biasOff + inter + j]!), -limit), limit);
+    const glu = Math.fround(g * Math.fround(1 / (1 + Math.exp(-Math.fround(g * alpha)))));
+    act[j] = Math.fround(u + 1) * glu;
+  }
+  for (let o = 0; o < hidden; o++) {
+    out[outOff + o] = Math.fround(dot(bank, downOff + o * inter, act, 0, inter)) + bank[biasOff + 2 * inter + o]!;
+  }
+}

@@ -1,6 +1,8 @@
 // The MoE op of one layer, the CPU twin of the GPU route-and-split kernel: route every token, split the
 // picks into hot and cold by the slot table, count them, then compute each pick from its bank row.
-import { softmax, topk } from './moe-ops.ts';
+import { clampedSwigluExpert, softmax, topk } from './moe-ops.ts';
+import { groupLimitedTopk, topkSoftmax } from './routers.ts';
+import type { ClampedSwiglu, RouterSpec } from '../../model/spec.ts';
 import { UNIT, expertUnits } from './expert-units.ts';
 import { heapAlloc, type Alloc } from './alloc.ts';
 import type { CpuExpertBanks } from './banks.ts';
@@ -19,10 +21,12 @@ export interface MoeScratch {
   readonly slotStart: Int32Array; // [E+1]
   /** The expert compute as units (see expert-units.ts). */
   readonly units: Int32Array; // [T*K][UNIT]
+  /** Activation scratch of the JS expert loops run on the calling thread (2*I floats). */
+  readonly act: Float32Array;
 }
 
 /** Arrays other threads read or write (router logits, the normed input, pick outputs, units) come from `alloc`. */
-export function moeScratch(tokens: number, hidden: number, experts: number, topK: number, alloc: Alloc = heapAlloc): MoeScratch {
+export function moeScratch(tokens: number, hidden: number, experts: number, topK: number, alloc: Alloc = heapAlloc, inter = 0): MoeScratch {
   return {
     routerLogits: alloc.f32(tokens * experts),
     routerProbs: new Float32Array(tokens * experts),
@@ -32,6 +36,7 @@ export function moeScratch(tokens: number, hidden: number, experts: number, topK
     order: new Int32Array(tokens * topK),
     slotStart: new Int32Array(experts + 1),
     units: alloc.i32(tokens * topK * UNIT),
+    act: new Float32Array(2 * inter),
   };
 }
 
@@ -41,6 +46,16 @@ export interface MoeShape {
   readonly topK: number;
   readonly inter: number;
   readonly normTopkProb: boolean;
+  /** The family's router (absent: softmax over all experts, top-k). */
+  readonly router?: RouterSpec;
+  /** gpt-oss experts (bank rows carry their biases; computed by the JS loop on the calling thread). */
+  readonly clamped?: ClampedSwiglu;
+}
+
+/** A layer's router tensors beyond the weight: gpt-oss's logit bias, DeepSeek's correction bias. */
+export interface RouterExtras {
+  readonly bias?: Float32Array;
+  readonly correction?: Float32Array;
 }
 
 /**
@@ -58,14 +73,17 @@ export function moeLayer(
   s: MoeScratch,
   counter: Uint32Array | null,
   compute: RowCompute,
+  extras: RouterExtras = {},
 ): number {
   const { hidden: H, experts: E, topK: K, inter: I } = shape;
-  // Route: logits = gate W x, softmax over all experts, top-k, renormalize.
   compute.linear(s.routerLogits, router, 0, x, tokens, E, H);
-  for (let t = 0; t < tokens; t++) {
-    softmax(s.routerProbs, t * E, s.routerLogits, t * E, E);
-    topk(s.ids, t * K, s.weights, t * K, s.routerProbs, t * E, E, K, shape.normTopkProb);
-  }
+  if (shape.router === undefined || shape.router.kind === 'softmax_topk') {
+    // Route: logits = gate W x, softmax over all experts, top-k, renormalize.
+    for (let t = 0; t < tokens; t++) {
+      softmax(s.routerProbs, t * E, s.routerLogits, t * E, E);
+      topk(s.ids, t * K, s.weights, t * K, s.routerProbs, t * E, E, K, shape.normTopkProb);
+    }
+  } else routeFamily(shape.router, s, tokens, E, K, shape.normTopkProb, extras);
   // Split: order picks by slot (a counting sort), so hot rows come first and a row's tokens are adjacent.
   const slots = banks.slots[layer]!;
   const picks = tokens * K;
@@ -83,7 +101,8 @@ export function moeLayer(
   // Compute: hot picks from the hot bank, cold picks read in place from the cold bank, as units (a row
   // and its one or two picks) that the compute may share out between threads.
   const units = expertUnits(s.units, s.order, s.ids, slots, picks, layer, banks.hotPerLayer, banks.rowSize, K, H);
-  compute.experts(s.pickOut, s.units, units, x, H, I);
+  if (shape.clamped) clampedExpertUnits(s.pickOut, s.units, units, banks, x, H, I, shape.clamped, s.act);
+  else compute.experts(s.pickOut, s.units, units, x, H, I);
   // Combine in router order (independent of bank placement).
   for (let t = 0; t < tokens; t++) {
     for (let o = 0; o < H; o++) {
@@ -93,4 +112,46 @@ export function moeLayer(
     }
   }
   return coldPicks;
+}
+
+/** The non-softmax routers (routers.ts); routerProbs receives each token's choice scores. */
+function routeFamily(r: RouterSpec, s: MoeScratch, tokens: number, E: number, K: number, normalize: boolean, extras: RouterExtras): void {
+  if (r.kind === 'topk_softmax') {
+    const b = extras.bias;
+    for (let t = 0; t < tokens; t++) {
+      if (b) for (let e = 0; e < E; e++) s.routerLogits[t * E + e] = s.routerLogits[t * E + e]! + b[e]!;
+      s.routerProbs.set(s.routerLogits.subarray(t * E, t * E + E), t * E);
+      topkSoftmax(s.ids, t * K, s.weights, t * K, s.routerLogits, t * E, E, K);
+    }
+    return;
+  }
+  if (r.kind === 'sigmoid_group') {
+    const group = new Float32Array(r.nGroup);
+    const params = { ...r, normalize };
+    for (let t = 0; t < tokens; t++) {
+      groupLimitedTopk(s.ids, t * K, s.weights, t * K, s.routerProbs, s.routerLogits, t * E, E, K, extras.correction!, params, group);
+    }
+  }
+}
+
+/** gpt-oss expert units on the calling thread: each pick's output from its bank row (rows carry the biases). */
+function clampedExpertUnits(
+  out: Float32Array,
+  units: Int32Array,
+  count: number,
+  banks: CpuExpertBanks,
+  x: Float32Array,
+  hidden: number,
+  inter: number,
+  act: ClampedSwiglu,
+  scratch: Float32Array,
+): void {
+  for (let n = 0; n < count; n++) {
+    const u = n * UNIT;
+    const b = units[u]!;
+    const bank = (b & 1 ? banks.cold : banks.hot)[b >> 1]!;
+    const row = units[u + 1]!;
+    clampedSwigluExpert(out, units[u + 2]!, bank, row, x, units[u + 4]!, hidden, inter, act, scratch);
+    if (units[u + 3]! >= 0) clampedSwigluExpert(out, units[u + 3]!, bank, row, x, units[u + 5]!, hidden, inter, act, scratch);
+  }
 }

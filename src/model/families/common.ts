@@ -1,0 +1,170 @@
+// What the family modules share: config field types, errors that name the field, the fields every family
+// spells alike (sizes, heads, norms, RoPE, tokens), and the float32 reads of a family's tensors.
+
+import { z } from 'zod';
+import { ResidencyError } from '../../errors.ts';
+import { tensorToFloat32 } from '../convert.ts';
+import type { ModelSpec, YarnSpec } from '../spec.ts';
+import type { ExpertWeights, RawTensor } from '../weights.ts';
+
+export const posInt = z.number().int().positive();
+const tokenId = z.number().int().nonnegative();
+
+/** Fields every family's config.json spells the same way (types only; rules are checked after). */
+export const baseFields = {
+  model_type: z.string(),
+  vocab_size: posInt,
+  hidden_size: posInt,
+  num_hidden_layers: posInt,
+  num_attention_heads: posInt,
+  num_key_value_heads: posInt.nullish(),
+  head_dim: posInt.nullish(),
+  num_experts_per_tok: posInt,
+  rms_norm_eps: z.number().positive().optional(),
+  rope_theta: z.number().positive().nullish(),
+  rope_parameters: z.looseObject({}).nullish(),
+  rope_scaling: z.looseObject({}).nullish(),
+  partial_rotary_factor: z.number().nullish(),
+  tie_word_embeddings: z.boolean().optional(),
+  max_position_embeddings: posInt.optional(),
+  bos_token_id: tokenId.nullish(),
+  eos_token_id: z.union([tokenId, z.array(tokenId)], { error: 'expected a token id or an array of token ids' }).nullish(),
+  hidden_act: z.string().optional(),
+  attention_bias: z.boolean().optional(),
+  quantization_config: z.unknown().optional(),
+};
+
+export function badConfig(message: string): ResidencyError {
+  return new ResidencyError('BAD_CONFIG', `config.json: ${message}`);
+}
+
+export function unsupported(type: string, key: string, message: string): ResidencyError {
+  return new ResidencyError('UNSUPPORTED_MODEL', `config.json (${type}): ${key}: ${message}`);
+}
+
+/** Parses with `schema`, naming the first bad field and what it held. */
+export function parseFields<T extends z.ZodType>(schema: T, json: unknown): z.infer<T> {
+  const parsed = schema.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const field = issue.path.join('.') || '(root)';
+    const got = issue.path.reduce<unknown>((o, k) => (o as Record<PropertyKey, unknown> | undefined)?.[k as PropertyKey], json);
+    throw badConfig(`field ${field}: ${issue.message} (got ${JSON.stringify(got) ?? 'nothing'})`);
+  }
+  return parsed.data;
+}
+
+type Base = z.infer<z.ZodObject<typeof baseFields>>;
+
+/** The RoPE parameters (rope_parameters, or the older rope_scaling) with theta and type resolved. */
+export function ropeOf(type: string, c: Base): { theta: number; ropeType: string; params: Record<string, unknown> } {
+  const params = (c.rope_parameters ?? c.rope_scaling ?? {}) as Record<string, unknown>;
+  const inner = params['rope_theta'];
+  if (inner !== undefined && typeof inner !== 'number') throw badConfig(`field rope_parameters.rope_theta: expected a number (got ${JSON.stringify(inner)})`);
+  if (c.rope_theta != null && inner !== undefined && inner !== c.rope_theta) {
+    throw badConfig(`rope_theta=${c.rope_theta} and rope_parameters.rope_theta=${inner} disagree`);
+  }
+  const ropeType = String(params['rope_type'] ?? params['type'] ?? 'default');
+  const prf = c.partial_rotary_factor ?? (params['partial_rotary_factor'] as number | undefined);
+  if (prf != null && prf !== 1) throw unsupported(type, 'partial_rotary_factor', `${prf} is not supported; RoPE must cover the whole rotary width`);
+  return { theta: c.rope_theta ?? (inner as number | undefined) ?? 10000, ropeType, params };
+}
+
+/** YaRN parameters as transformers reads them (`_compute_yarn_parameters`, attention factor by get_mscale). */
+export function yarnOf(type: string, p: Record<string, unknown>, maxPositions: number): YarnSpec {
+  const num = (key: string): number | undefined => {
+    const v = p[key];
+    if (v == null) return undefined;
+    if (typeof v !== 'number' || !Number.isFinite(v)) throw badConfig(`field rope_parameters.${key}: expected a number (got ${JSON.stringify(v)})`);
+    return v;
+  };
+  const original = num('original_max_position_embeddings');
+  if (original === undefined) throw badConfig('field rope_parameters.original_max_position_embeddings: YaRN needs it');
+  const factor = num('factor') ?? maxPositions / original;
+  if (num('mscale') || num('mscale_all_dim')) {
+    throw unsupported(type, 'rope_parameters.mscale', 'YaRN with mscale / mscale_all_dim is not supported');
+  }
+  const mscale = (s: number): number => (s <= 1 ? 1 : 0.1 * Math.log(s) + 1);
+  const truncate = p['truncate'] ?? true;
+  if (typeof truncate !== 'boolean') throw badConfig(`field rope_parameters.truncate: expected a boolean (got ${JSON.stringify(truncate)})`);
+  return {
+    factor,
+    originalMaxPositions: original,
+    betaFast: num('beta_fast') || 32,
+    betaSlow: num('beta_slow') || 1,
+    truncate,
+    attentionFactor: num('attention_factor') ?? mscale(factor),
+  };
+}
+
+/** The fields of ModelSpec every family fills the same way. */
+export function baseSpec(type: string, c: Base, name: string): Omit<ModelSpec, 'architecture' | 'numExperts' | 'expertIntermediate' | 'normTopkProb'> {
+  if (c.hidden_act !== undefined && c.hidden_act !== 'silu') {
+    throw unsupported(type, 'hidden_act', `"${c.hidden_act}" is not supported; only "silu" (SwiGLU)`);
+  }
+  const numKvHeads = c.num_key_value_heads ?? c.num_attention_heads;
+  if (c.num_attention_heads % numKvHeads !== 0) {
+    throw badConfig(`field num_key_value_heads: ${numKvHeads} must divide num_attention_heads ${c.num_attention_heads}`);
+  }
+  let headDim = c.head_dim ?? undefined;
+  if (headDim === undefined) {
+    if (c.hidden_size % c.num_attention_heads !== 0) {
+      throw badConfig(`field head_dim: absent, and hidden_size ${c.hidden_size} is not divisible by num_attention_heads ${c.num_attention_heads}`);
+    }
+    headDim = c.hidden_size / c.num_attention_heads;
+  }
+  if (headDim % 2 !== 0) throw badConfig(`field head_dim: ${headDim} must be even: RoPE rotates pairs`);
+  const eos = c.eos_token_id;
+  return {
+    name,
+    vocabSize: c.vocab_size,
+    hiddenSize: c.hidden_size,
+    numLayers: c.num_hidden_layers,
+    numHeads: c.num_attention_heads,
+    numKvHeads,
+    headDim,
+    topK: c.num_experts_per_tok,
+    rmsNormEps: c.rms_norm_eps ?? 1e-6,
+    ropeTheta: ropeOf(type, c).theta,
+    tieWordEmbeddings: c.tie_word_embeddings ?? false,
+    maxPositions: c.max_position_embeddings ?? 4096,
+    bosTokenId: c.bos_token_id ?? null,
+    eosTokenIds: Object.freeze(eos == null ? [] : typeof eos === 'number' ? [eos] : [...eos]),
+  };
+}
+
+/** Refuses a top-k larger than the experts of a layer. */
+export function checkTopK(k: number, experts: number): void {
+  if (k > experts) throw badConfig(`field num_experts_per_tok: ${k} exceeds the ${experts} experts per layer`);
+}
+
+/** Refuses a quantization_config: only bf16/f16/f32 checkpoints (gpt-oss's MXFP4 is read by its module). */
+export function refuseQuantized(type: string, q: unknown): void {
+  if (q !== undefined && q !== null) {
+    throw unsupported(type, 'quantization_config', 'quantized checkpoints of this family are not supported; use a BF16/F16/F32 checkpoint');
+  }
+}
+
+/** Float32 reads of a checkpoint's tensors by name, reporting each one's raw size. */
+export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void) {
+  const rawOf = (name: string): RawTensor => {
+    const t = raw.get(name);
+    if (!t) throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is missing`);
+    onTensor?.(name, t.bytes.length);
+    return t;
+  };
+  return { raw: rawOf, f32: (name: string): Float32Array => tensorToFloat32(rawOf(name)) };
+}
+
+/** A SwiGLU MLP's three tensors (gate [I][H], up [I][H], down [H][I]). */
+export function swigluShapes(out: Map<string, readonly number[]>, names: { gate: string; up: string; down: string }, I: number, H: number): void {
+  out.set(names.gate, [I, H]);
+  out.set(names.up, [I, H]);
+  out.set(names.down, [H, I]);
+}
+
+export function swigluWeights(f32: (n: string) => Float32Array, names: { gate: string; up: string; down: string }): ExpertWeights {
+  return { gate: f32(names.gate), up: f32(names.up), down: f32(names.down) };
+}
+
+export const EMPTY = new Float32Array(0);

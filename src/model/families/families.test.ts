@@ -1,0 +1,48 @@
+// Config parsing of the families beyond qwen3_moe: the fixtures' configs parse into the specs the CPU
+// backend computes, and what the engine does not implement is refused naming the key.
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseConfig } from '../config.ts';
+import { moeLayerIds } from '../spec.ts';
+import { rejectsWith } from '../test-helpers.ts';
+import { REPO_ROOT } from '../test-helpers.ts';
+
+const FIXTURES = join(REPO_ROOT, '..', 'shared', 'fixtures');
+const config = (dir: string): Record<string, unknown> => JSON.parse(readFileSync(join(FIXTURES, dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+const have = (dir: string): boolean => existsSync(join(FIXTURES, dir, 'config.json'));
+
+describe('mixtral config', { skip: !have('mixtral-tiny') && 'no fixture' }, () => {
+  it('parses: softmax top-2 renormalized, GQA, no q/k norm', () => {
+    const s = parseConfig(config('mixtral-tiny'), 'm');
+    assert.equal(s.architecture, 'mixtral');
+    assert.equal(s.numExperts, 8);
+    assert.equal(s.topK, 2);
+    assert.equal(s.normTopkProb, true);
+    assert.equal(s.qkNorm, 'none');
+    assert.equal(s.numKvHeads, 2);
+    assert.equal(s.ropeTheta, 1e6);
+    assert.deepEqual(moeLayerIds(s), [0, 1, 2, 3]);
+  });
+  for (const [key, over] of [
+    ['sliding_window', { sliding_window: 4096 }],
+    ['rope_parameters.rope_type', { rope_parameters: { rope_type: 'yarn', rope_theta: 1e6 } }],
+    ['hidden_act', { hidden_act: 'gelu' }],
+    ['quantization_config', { quantization_config: { quant_method: 'gptq' } }],
+  ] as const) {
+    it(`refuses ${key}`, async () => {
+      await rejectsWith(() => parseConfig({ ...config('mixtral-tiny'), ...over }, 'm'), 'UNSUPPORTED_MODEL', new RegExp(`\\(mixtral\\): ${key.replace('.', '\\.')}:`));
+    });
+  }
+});
+
+describe('model_type', () => {
+  it('an unknown one is refused, listing the supported ones', async () => {
+    await rejectsWith(() => parseConfig({ model_type: 'llama' }, 'x'), 'UNSUPPORTED_MODEL', /"llama" is not supported; only "qwen3_moe", "mixtral"/);
+  });
+  it('a wrong field type names the field', async () => {
+    if (!have('mixtral-tiny')) return;
+    await rejectsWith(() => parseConfig({ ...config('mixtral-tiny'), num_local_experts: 'eight' }, 'm'), 'BAD_CONFIG', /field num_local_experts/);
+  });
+});

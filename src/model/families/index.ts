@@ -1,0 +1,29 @@
+// The registry of model families beyond qwen3_moe (config.ts, architecture.ts and convert.ts keep that one):
+// per model_type, its config parser, its tensor map and its weight assembly.
+
+import type { Architecture, ModelSpec } from '../spec.ts';
+import type { ModelWeights, RawTensor } from '../weights.ts';
+import { mixtralTensors, mixtralWeights, parseMixtral } from './mixtral.ts';
+
+export interface Family {
+  /** config.json's object -> a frozen spec, refusing by name what the engine does not compute. */
+  parse(json: unknown, name: string): ModelSpec;
+  /** Every tensor the spec needs with its shape (checked before any weight is read). */
+  tensors(spec: ModelSpec): Map<string, readonly number[]>;
+  /** The float32 weights from validated raw tensors (`onTensor`: progress, raw bytes per tensor). */
+  weights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void): ModelWeights;
+}
+
+const FAMILIES: Partial<Record<Architecture, Family>> = {
+  mixtral: { parse: parseMixtral, tensors: mixtralTensors, weights: mixtralWeights },
+};
+
+/** The family of a model_type other than qwen3_moe, if the engine has one. */
+export function familyOf(modelType: unknown): Family | undefined {
+  return typeof modelType === 'string' && modelType !== 'qwen3_moe' && Object.hasOwn(FAMILIES, modelType) ? FAMILIES[modelType as Architecture] : undefined;
+}
+
+/** model_types the engine computes, for messages. */
+export function supportedModelTypes(): string[] {
+  return ['qwen3_moe', ...Object.keys(FAMILIES)];
+}

@@ -1,0 +1,31 @@
+// Parity of the CPU backend with the transformers float32 references of the family fixtures (mixtral,
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { checkReport, configsAgree, roundTrip, runParity } from './parity-harness.ts';
+
+const FIXTURES = resolve(process.cwd(), '../shared/fixtures');
+
+/** Each fixture with a hot share that leaves cold rows in every MoE layer. */
+const FAMILIES: { dir: string; hot: number }[] = [
+  { dir: 'mixtral-tiny', hot: 6 },
+];
+
+for (const { dir, hot } of FAMILIES) {
+  const path = resolve(FIXTURES, dir);
+  describe(dir, { skip: !existsSync(path) && `no fixture at ${path}` }, () => {
+    it('matches the transformers float32 reference on all 8 cases (24 greedy steps each)', async (t) => {
+      const r = await runParity(path, { hot });
+      assert.equal(r.cases, 8);
+      checkReport(t, r);
+    });
+    it('residency round trip: swaps keep the logits, restore gives back the boot digest', async (t) => {
+      const { swaps, restoreSwaps } = await roundTrip(path, hot);
+      t.diagnostic(`${swaps} random swaps, restored in ${restoreSwaps}`);
+    });
+    it('bit-identical with two threads and with the SIMD kernels off', async () => {
+      await configsAgree(path, hot);
+    });
+  });
+}
