@@ -1,4 +1,5 @@
 // Parity of the CPU backend with the transformers float32 references of the family fixtures (mixtral,
+// olmoe, deepseek-v3, gpt-oss), and a residency round trip on each: harness in parity-harness.ts.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -10,6 +11,7 @@ const FIXTURES = resolve(process.cwd(), '../shared/fixtures');
 /** Each fixture with a hot share that leaves cold rows in every MoE layer. */
 const FAMILIES: { dir: string; hot: number }[] = [
   { dir: 'mixtral-tiny', hot: 6 },
+  { dir: 'olmoe-tiny', hot: 24 },
 ];
 
 for (const { dir, hot } of FAMILIES) {

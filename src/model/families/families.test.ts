@@ -37,6 +37,25 @@ describe('mixtral config', { skip: !have('mixtral-tiny') && 'no fixture' }, () =
   }
 });
 
+describe('olmoe config', { skip: !have('olmoe-tiny') && 'no fixture' }, () => {
+  it('parses: top-8 of 32 without renormalization, q/k norm over the whole projection', () => {
+    const s = parseConfig(config('olmoe-tiny'), 'o');
+    assert.equal(s.architecture, 'olmoe');
+    assert.equal(s.numExperts, 32);
+    assert.equal(s.topK, 8);
+    assert.equal(s.normTopkProb, false);
+    assert.equal(s.qkNorm, 'whole');
+  });
+  for (const [key, over] of [
+    ['clip_qkv', { clip_qkv: 8 }],
+    ['attention_bias', { attention_bias: true }],
+  ] as const) {
+    it(`refuses ${key}`, async () => {
+      await rejectsWith(() => parseConfig({ ...config('olmoe-tiny'), ...over }, 'o'), 'UNSUPPORTED_MODEL', new RegExp(`\\(olmoe\\): ${key}:`));
+    });
+  }
+});
+
 describe('model_type', () => {
   it('an unknown one is refused, listing the supported ones', async () => {
     await rejectsWith(() => parseConfig({ model_type: 'llama' }, 'x'), 'UNSUPPORTED_MODEL', /"llama" is not supported; only "qwen3_moe", "mixtral"/);
