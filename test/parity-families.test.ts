@@ -12,6 +12,7 @@ const FIXTURES = resolve(process.cwd(), '../shared/fixtures');
 const FAMILIES: { dir: string; hot: number }[] = [
   { dir: 'mixtral-tiny', hot: 6 },
   { dir: 'olmoe-tiny', hot: 24 },
+  { dir: 'deepseek-v3-tiny', hot: 24 },
 ];
 
 for (const { dir, hot } of FAMILIES) {

@@ -1,7 +1,7 @@
 // Test-only helpers shared by the CPU backend's bit-identity suites (maps, threads, SIMD): a random map, and
 // a recorded run (every step's output bytes, then counter and digest) to compare configurations byte for byte.
 import type { Backend } from '../backend.ts';
-import type { ModelSpec } from '../../model/spec.ts';
+import { moeLayerCount, type ModelSpec } from '../../model/spec.ts';
 import type { RowMap } from '../../residency/rowmap.ts';
 import { mulberry32, shuffled } from '../../util/rng.ts';
 
@@ -11,11 +11,12 @@ export const bytesOf = (a: Float32Array | Int32Array | Uint32Array): Buffer => B
 /** A map with `hot` experts per layer, each layer's experts in a seeded random order. */
 export function randomMap(spec: ModelSpec, hot: number, seed: number): RowMap {
   const rand = mulberry32(seed);
-  const layers_map = Array.from({ length: spec.numLayers }, () => {
+  const layers = moeLayerCount(spec);
+  const layers_map = Array.from({ length: layers }, () => {
     const ids = shuffled(Array.from({ length: spec.numExperts }, (_, e) => e), rand);
     return { hot: ids.slice(0, hot), cold: ids.slice(hot) };
   });
-  return { version: 1, model: spec.name, layers: spec.numLayers, experts: spec.numExperts, hot_per_layer: hot, layers_map };
+  return { version: 1, model: spec.name, layers, experts: spec.numExperts, hot_per_layer: hot, layers_map };
 }
 
 /** What a recorded run does between and in its decode steps. */
@@ -55,7 +56,7 @@ export function recordRun(b: Backend, batches: number[][][], decode: number, sch
     for (let i = 0; i < decode; i++) {
       if (hot > 0 && cold > 0) {
         for (let k = 0; k < sched.swapsPerStep; k++) {
-          b.banks.swapRows(Math.floor(rand() * spec.numLayers), Math.floor(rand() * hot), Math.floor(rand() * cold));
+          b.banks.swapRows(Math.floor(rand() * b.banks.layers), Math.floor(rand() * hot), Math.floor(rand() * cold));
         }
       }
       const chunks = prompts.map((p, s) => ({ seq: s, tokens: [sched.token(p[0]!, i, s) % spec.vocabSize], startPos: p.length + i }));

@@ -56,6 +56,36 @@ describe('olmoe config', { skip: !have('olmoe-tiny') && 'no fixture' }, () => {
   }
 });
 
+describe('deepseek_v3 config', { skip: !have('deepseek-v3-tiny') && 'no fixture' }, () => {
+  it('parses: MLA, layer 0 dense, group-limited sigmoid router x 2.5, one shared expert', () => {
+    const s = parseConfig(config('deepseek-v3-tiny'), 'd');
+    assert.equal(s.architecture, 'deepseek_v3');
+    assert.deepEqual(moeLayerIds(s), [1, 2, 3]);
+    assert.equal(s.headDim, 16);
+    assert.deepEqual(s.mla, { qLoraRank: 64, kvLoraRank: 32, qkNopeDim: 32, vHeadDim: 32 });
+    assert.deepEqual(s.router, { kind: 'sigmoid_group', nGroup: 4, topkGroup: 2, scalingFactor: 2.5 });
+    assert.equal(s.normTopkProb, true);
+    assert.equal(s.denseIntermediate, 256);
+    assert.equal(s.sharedIntermediate, 64);
+    assert.deepEqual(s.rope, { interleaved: true });
+  });
+  for (const [key, over] of [
+    ['num_nextn_predict_layers', { num_nextn_predict_layers: 1 }],
+    ['q_lora_rank', { q_lora_rank: null }],
+    ['topk_method', { topk_method: 'greedy' }],
+    ['scoring_func', { scoring_func: 'softmax' }],
+    ['rope_parameters.rope_type', { rope_parameters: { rope_type: 'yarn', rope_theta: 10000, factor: 40, original_max_position_embeddings: 4096 } }],
+  ] as const) {
+    it(`refuses ${key}`, async () => {
+      await rejectsWith(() => parseConfig({ ...config('deepseek-v3-tiny'), ...over }, 'd'), 'UNSUPPORTED_MODEL', new RegExp(`\\(deepseek_v3\\): ${key.replace('.', '\\.')}:`));
+    });
+  }
+  it('refuses groups that cannot hold the top-k', async () => {
+    await rejectsWith(() => parseConfig({ ...config('deepseek-v3-tiny'), n_group: 5 }, 'd'), 'BAD_CONFIG', /n_group: 5 must divide/);
+    await rejectsWith(() => parseConfig({ ...config('deepseek-v3-tiny'), topk_group: 1, num_experts_per_tok: 9 }, 'd'), 'BAD_CONFIG', /num_experts_per_tok: 9 exceeds the 8 experts/);
+  });
+});
+
 describe('model_type', () => {
   it('an unknown one is refused, listing the supported ones', async () => {
     await rejectsWith(() => parseConfig({ model_type: 'llama' }, 'x'), 'UNSUPPORTED_MODEL', /"llama" is not supported; only "qwen3_moe", "mixtral"/);

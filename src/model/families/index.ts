@@ -5,6 +5,7 @@ import type { Architecture, ModelSpec } from '../spec.ts';
 import type { ModelWeights, RawTensor } from '../weights.ts';
 import { mixtralTensors, mixtralWeights, parseMixtral } from './mixtral.ts';
 import { olmoeTensors, olmoeWeights, parseOlmoe } from './olmoe.ts';
+import { deepseekV3Tensors, deepseekV3Weights, parseDeepseekV3 } from './deepseek-v3.ts';
 
 export interface Family {
   /** config.json's object -> a frozen spec, refusing by name what the engine does not compute. */
@@ -18,6 +19,7 @@ export interface Family {
 const FAMILIES: Partial<Record<Architecture, Family>> = {
   mixtral: { parse: parseMixtral, tensors: mixtralTensors, weights: mixtralWeights },
   olmoe: { parse: parseOlmoe, tensors: olmoeTensors, weights: olmoeWeights },
+  deepseek_v3: { parse: parseDeepseekV3, tensors: deepseekV3Tensors, weights: deepseekV3Weights },
 };
 
 /** The family of a model_type other than qwen3_moe, if the engine has one. */

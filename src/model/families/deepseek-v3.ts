@@ -1,0 +1,159 @@
+// DeepSeek-V3 (model_type deepseek_v3; R1, V3.1 and Kimi K2 share it): multi-head latent attention (low-rank
+// q and kv projections with their norms, interleaved RoPE on a decoupled part), the first
+// first_k_dense_replace layers dense, then MoE layers with a group-limited sigmoid router (noaux_tc) and
+// shared experts beside the routed ones.
+
+import { z } from 'zod';
+import { EMBED, FINAL_NORM, LM_HEAD } from '../architecture.ts';
+import type { ModelSpec } from '../spec.ts';
+import type { LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
+import { badConfig, baseFields, baseSpec, checkTopK, EMPTY, parseFields, posInt, refuseQuantized, ropeOf, swigluShapes, swigluWeights, tensorReader, unsupported } from './common.ts';
+
+const T = 'deepseek_v3';
+
+const DeepseekV3Config = z.looseObject({
+  ...baseFields,
+  intermediate_size: posInt,
+  moe_intermediate_size: posInt,
+  n_routed_experts: posInt,
+  n_shared_experts: z.number().int().nonnegative().nullish(),
+  first_k_dense_replace: z.number().int().nonnegative().optional(),
+  n_group: posInt.optional(),
+  topk_group: posInt.optional(),
+  routed_scaling_factor: z.number().positive().optional(),
+  norm_topk_prob: z.boolean().optional(),
+  topk_method: z.string().optional(),
+  scoring_func: z.string().optional(),
+  q_lora_rank: posInt.nullish(),
+  kv_lora_rank: posInt,
+  qk_nope_head_dim: posInt,
+  qk_rope_head_dim: posInt,
+  v_head_dim: posInt,
+  rope_interleave: z.boolean().optional(),
+  num_nextn_predict_layers: z.number().int().nonnegative().optional(),
+});
+
+export function parseDeepseekV3(json: unknown, name: string): ModelSpec {
+  const c = parseFields(DeepseekV3Config, json);
+  if (c.num_nextn_predict_layers) {
+    throw unsupported(T, 'num_nextn_predict_layers', `${c.num_nextn_predict_layers} multi-token-prediction (MTP) layers are not supported; only 0`);
+  }
+  if (c.q_lora_rank == null) throw unsupported(T, 'q_lora_rank', 'a full-rank q projection (q_lora_rank null, as DeepSeek-V2-Lite) is not supported');
+  if (c.topk_method !== undefined && c.topk_method !== 'noaux_tc') throw unsupported(T, 'topk_method', `"${c.topk_method}" is not supported; only "noaux_tc"`);
+  if (c.scoring_func !== undefined && c.scoring_func !== 'sigmoid') throw unsupported(T, 'scoring_func', `"${c.scoring_func}" is not supported; only "sigmoid"`);
+  if (c.attention_bias === true) throw unsupported(T, 'attention_bias', 'attention projections with bias are not supported');
+  const rope = ropeOf(T, c);
+  if (rope.ropeType !== 'default') throw unsupported(T, 'rope_parameters.rope_type', `"${rope.ropeType}" is not supported; only "default" (DeepSeek's YaRN with mscale is not implemented)`);
+  if (c.qk_rope_head_dim % 2 !== 0) throw badConfig(`field qk_rope_head_dim: ${c.qk_rope_head_dim} must be even: RoPE rotates pairs`);
+  refuseQuantized(T, c.quantization_config);
+  const E = c.n_routed_experts;
+  checkTopK(c.num_experts_per_tok, E);
+  const nGroup = c.n_group ?? 1;
+  const topkGroup = c.topk_group ?? 1;
+  if (E % nGroup !== 0) throw badConfig(`field n_group: ${nGroup} must divide n_routed_experts ${E}`);
+  if (topkGroup > nGroup) throw badConfig(`field topk_group: ${topkGroup} exceeds n_group ${nGroup}`);
+  if (E / nGroup < 2) throw badConfig(`field n_group: ${nGroup} leaves fewer than 2 experts per group (a group is scored by its best two)`);
+  if (c.num_experts_per_tok > (E / nGroup) * topkGroup) {
+    throw badConfig(`field num_experts_per_tok: ${c.num_experts_per_tok} exceeds the ${(E / nGroup) * topkGroup} experts of the ${topkGroup} groups kept`);
+  }
+  const firstDense = c.first_k_dense_replace ?? 0;
+  const moeLayers = Array.from({ length: c.num_hidden_layers }, (_, l) => l).filter((l) => l >= firstDense);
+  if (moeLayers.length === 0) throw unsupported(T, 'first_k_dense_replace', `${firstDense} leaves no MoE layer of ${c.num_hidden_layers}`);
+  const shared = c.n_shared_experts ?? 0;
+  const base = baseSpec(T, { ...c, head_dim: c.qk_rope_head_dim, num_key_value_heads: c.num_attention_heads }, name);
+  return Object.freeze({
+    architecture: T,
+    ...base,
+    numExperts: E,
+    expertIntermediate: c.moe_intermediate_size,
+    normTopkProb: c.norm_topk_prob ?? false,
+    moeLayers: Object.freeze(moeLayers),
+    qkNorm: 'none',
+    router: { kind: 'sigmoid_group', nGroup, topkGroup, scalingFactor: c.routed_scaling_factor ?? 1 },
+    rope: { interleaved: c.rope_interleave ?? true },
+    mla: { qLoraRank: c.q_lora_rank, kvLoraRank: c.kv_lora_rank, qkNopeDim: c.qk_nope_head_dim, vHeadDim: c.v_head_dim },
+    ...(moeLayers.length < c.num_hidden_layers ? { denseIntermediate: c.intermediate_size } : {}),
+    ...(shared > 0 ? { sharedIntermediate: c.moe_intermediate_size * shared } : {}),
+  } satisfies ModelSpec);
+}
+
+function names(l: number) {
+  const p = `model.layers.${l}`;
+  const a = `${p}.self_attn`;
+  const mlp = (q: string) => ({ gate: `${q}.gate_proj.weight`, up: `${q}.up_proj.weight`, down: `${q}.down_proj.weight` });
+  return {
+    inputNorm: `${p}.input_layernorm.weight`,
+    postAttnNorm: `${p}.post_attention_layernorm.weight`,
+    qA: `${a}.q_a_proj.weight`,
+    qANorm: `${a}.q_a_layernorm.weight`,
+    qB: `${a}.q_b_proj.weight`,
+    kvA: `${a}.kv_a_proj_with_mqa.weight`,
+    kvANorm: `${a}.kv_a_layernorm.weight`,
+    kvB: `${a}.kv_b_proj.weight`,
+    oProj: `${a}.o_proj.weight`,
+    dense: mlp(`${p}.mlp`),
+    router: `${p}.mlp.gate.weight`,
+    correction: `${p}.mlp.gate.e_score_correction_bias`,
+    shared: mlp(`${p}.mlp.shared_experts`),
+    expert: (e: number) => mlp(`${p}.mlp.experts.${e}`),
+  };
+}
+
+export function deepseekV3Tensors(spec: ModelSpec): Map<string, readonly number[]> {
+  const { vocabSize: V, hiddenSize: H, numHeads: nH, headDim: rope, numExperts: E, expertIntermediate: I } = spec;
+  const m = spec.mla!;
+  const moe = new Set(spec.moeLayers);
+  const out = new Map<string, readonly number[]>();
+  out.set(EMBED, [V, H]);
+  for (let l = 0; l < spec.numLayers; l++) {
+    const n = names(l);
+    out.set(n.inputNorm, [H]);
+    out.set(n.qA, [m.qLoraRank, H]);
+    out.set(n.qANorm, [m.qLoraRank]);
+    out.set(n.qB, [nH * (m.qkNopeDim + rope), m.qLoraRank]);
+    out.set(n.kvA, [m.kvLoraRank + rope, H]);
+    out.set(n.kvANorm, [m.kvLoraRank]);
+    out.set(n.kvB, [nH * (m.qkNopeDim + m.vHeadDim), m.kvLoraRank]);
+    out.set(n.oProj, [H, nH * m.vHeadDim]);
+    out.set(n.postAttnNorm, [H]);
+    if (!moe.has(l)) {
+      swigluShapes(out, n.dense, spec.denseIntermediate!, H);
+      continue;
+    }
+    out.set(n.router, [E, H]);
+    out.set(n.correction, [E]);
+    if (spec.sharedIntermediate) swigluShapes(out, n.shared, spec.sharedIntermediate, H);
+    for (let e = 0; e < E; e++) swigluShapes(out, n.expert(e), I, H);
+  }
+  out.set(FINAL_NORM, [H]);
+  if (!spec.tieWordEmbeddings) out.set(LM_HEAD, [V, H]);
+  return out;
+}
+
+export function deepseekV3Weights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void): ModelWeights {
+  const { f32 } = tensorReader(raw, onTensor);
+  const moe = new Set(spec.moeLayers);
+  const embed = f32(EMBED);
+  const layers: LayerWeights[] = [];
+  for (let l = 0; l < spec.numLayers; l++) {
+    const n = names(l);
+    const isMoe = moe.has(l);
+    layers.push({
+      inputNorm: f32(n.inputNorm),
+      qProj: EMPTY,
+      kProj: EMPTY,
+      vProj: EMPTY,
+      oProj: f32(n.oProj),
+      qNorm: EMPTY,
+      kNorm: EMPTY,
+      postAttnNorm: f32(n.postAttnNorm),
+      mla: { qA: f32(n.qA), qANorm: f32(n.qANorm), qB: f32(n.qB), kvA: f32(n.kvA), kvANorm: f32(n.kvANorm), kvB: f32(n.kvB) },
+      router: isMoe ? f32(n.router) : EMPTY,
+      experts: isMoe ? Array.from({ length: spec.numExperts }, (_, e) => swigluWeights(f32, n.expert(e))) : [],
+      ...(isMoe ? { correctionBias: f32(n.correction) } : { dense: swigluWeights(f32, n.dense) }),
+      ...(isMoe && spec.sharedIntermediate ? { shared: swigluWeights(f32, n.shared) } : {}),
+    });
+  }
+  const finalNorm = f32(FINAL_NORM);
+  return { embed, layers, finalNorm, lmHead: spec.tieWordEmbeddings ? embed : f32(LM_HEAD) };
+}
