@@ -13,6 +13,7 @@ const FAMILIES: { dir: string; hot: number }[] = [
   { dir: 'mixtral-tiny', hot: 6 },
   { dir: 'olmoe-tiny', hot: 24 },
   { dir: 'deepseek-v3-tiny', hot: 24 },
+  { dir: 'gpt-oss-tiny-mxfp4', hot: 12 },
 ];
 
 for (const { dir, hot } of FAMILIES) {

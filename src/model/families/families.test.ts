@@ -8,6 +8,7 @@ import { parseConfig } from '../config.ts';
 import { moeLayerIds } from '../spec.ts';
 import { rejectsWith } from '../test-helpers.ts';
 import { REPO_ROOT } from '../test-helpers.ts';
+import { dequantMxfp4 } from './mxfp4.ts';
 
 const FIXTURES = join(REPO_ROOT, '..', 'shared', 'fixtures');
 const config = (dir: string): Record<string, unknown> => JSON.parse(readFileSync(join(FIXTURES, dir, 'config.json'), 'utf8')) as Record<string, unknown>;
@@ -83,6 +84,43 @@ describe('deepseek_v3 config', { skip: !have('deepseek-v3-tiny') && 'no fixture'
   it('refuses groups that cannot hold the top-k', async () => {
     await rejectsWith(() => parseConfig({ ...config('deepseek-v3-tiny'), n_group: 5 }, 'd'), 'BAD_CONFIG', /n_group: 5 must divide/);
     await rejectsWith(() => parseConfig({ ...config('deepseek-v3-tiny'), topk_group: 1, num_experts_per_tok: 9 }, 'd'), 'BAD_CONFIG', /num_experts_per_tok: 9 exceeds the 8 experts/);
+  });
+});
+
+describe('gpt_oss config', { skip: !have('gpt-oss-tiny-mxfp4') && 'no fixture' }, () => {
+  it('parses: sinks, alternating sliding (16) and full layers, YaRN, biased router, clamped SwiGLU', () => {
+    const s = parseConfig(config('gpt-oss-tiny-mxfp4'), 'g');
+    assert.equal(s.architecture, 'gpt_oss');
+    assert.deepEqual(s.slidingWindows, [16, 0, 16, 0]);
+    assert.equal(s.attentionSinks, true);
+    assert.equal(s.attentionBias, true);
+    assert.deepEqual(s.router, { kind: 'topk_softmax', bias: true });
+    assert.deepEqual(s.expertAct, { kind: 'clamped_swiglu', limit: 7, alpha: 1.702 });
+    assert.equal(s.rope?.yarn?.factor, 32);
+    assert.equal(s.rope?.yarn?.truncate, false);
+    assert.ok(Math.abs(s.rope!.yarn!.attentionFactor - (0.1 * Math.log(32) + 1)) < 1e-12);
+  });
+  for (const [key, over] of [
+    ['quantization_config', { quantization_config: null }],
+    ['layer_types.1', { layer_types: ['sliding_attention', 'chunked_attention', 'sliding_attention', 'full_attention'] }],
+    ['rope_parameters.rope_type', { rope_parameters: { rope_type: 'longrope', rope_theta: 150000 } }],
+  ] as const) {
+    it(`refuses ${key}`, async () => {
+      await rejectsWith(() => parseConfig({ ...config('gpt-oss-tiny-mxfp4'), ...over }, 'g'), 'UNSUPPORTED_MODEL', new RegExp(`\\(gpt_oss\\): ${key.replace(/\./g, '\\.')}:`));
+    });
+  }
+});
+
+describe('MXFP4', () => {
+  it('dequantizes E2M1 pairs (low nibble first) times 2^(scale - 127)', () => {
+    // One expert, one row of 32 values: bytes 0x10 (0, 0.5), 0xF7 (6, -6), then zeros; scale 128 (x2).
+    const blocks = new Uint8Array(16);
+    blocks[0] = 0x10;
+    blocks[1] = 0xf7;
+    const w = dequantMxfp4(blocks, new Uint8Array([128]), 0, 1, 32);
+    assert.deepEqual([...w.subarray(0, 4)], [0, 1, 12, -12]);
+    assert.ok(w.subarray(4).every((v) => v === 0));
+    assert.equal(dequantMxfp4(blocks, new Uint8Array([125]), 0, 1, 32)[3], -1.5);
   });
 });
 

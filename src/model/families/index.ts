@@ -6,6 +6,7 @@ import type { ModelWeights, RawTensor } from '../weights.ts';
 import { mixtralTensors, mixtralWeights, parseMixtral } from './mixtral.ts';
 import { olmoeTensors, olmoeWeights, parseOlmoe } from './olmoe.ts';
 import { deepseekV3Tensors, deepseekV3Weights, parseDeepseekV3 } from './deepseek-v3.ts';
+import { gptOssTensors, gptOssWeights, parseGptOss } from './gpt-oss.ts';
 
 export interface Family {
   /** config.json's object -> a frozen spec, refusing by name what the engine does not compute. */
@@ -20,6 +21,7 @@ const FAMILIES: Partial<Record<Architecture, Family>> = {
   mixtral: { parse: parseMixtral, tensors: mixtralTensors, weights: mixtralWeights },
   olmoe: { parse: parseOlmoe, tensors: olmoeTensors, weights: olmoeWeights },
   deepseek_v3: { parse: parseDeepseekV3, tensors: deepseekV3Tensors, weights: deepseekV3Weights },
+  gpt_oss: { parse: parseGptOss, tensors: gptOssTensors, weights: gptOssWeights },
 };
 
 /** The family of a model_type other than qwen3_moe, if the engine has one. */

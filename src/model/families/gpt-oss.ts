@@ -1,0 +1,165 @@
+// gpt-oss (model_type gpt_oss) with MXFP4 experts (the hub format; dequantized to float32 on load): biases on
+// q/k/v/o and the router, a sink logit per head, sliding-window (layer_types) and full layers, YaRN RoPE,
+// softmax over the top-k router logits, and clamped SwiGLU experts whose gate and up rows interleave.
+
+import { z } from 'zod';
+import { ResidencyError } from '../../errors.ts';
+import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../architecture.ts';
+import type { ModelSpec } from '../spec.ts';
+import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
+import { badConfig, baseFields, baseSpec, checkTopK, EMPTY, parseFields, posInt, ropeOf, tensorReader, unsupported, yarnOf } from './common.ts';
+import { dequantMxfp4 } from './mxfp4.ts';
+
+const T = 'gpt_oss';
+/** transformers GptOssExperts' alpha (not a config key). */
+const ALPHA = 1.702;
+
+const GptOssConfig = z.looseObject({
+  ...baseFields,
+  intermediate_size: posInt,
+  num_local_experts: posInt,
+  layer_types: z.array(z.string()).optional(),
+  sliding_window: posInt.nullish(),
+  swiglu_limit: z.number().positive().optional(),
+});
+
+export function parseGptOss(json: unknown, name: string): ModelSpec {
+  const c = parseFields(GptOssConfig, json);
+  const q = c.quantization_config as { quant_method?: unknown } | null | undefined;
+  if (q == null || q.quant_method !== 'mxfp4') {
+    throw unsupported(T, 'quantization_config', `${q == null ? 'absent' : `quant_method ${JSON.stringify(q.quant_method)}`}: only MXFP4 experts (quant_method "mxfp4", the hub format) are supported`);
+  }
+  const L = c.num_hidden_layers;
+  const types = c.layer_types ?? Array.from({ length: L }, (_, l) => ((l + 1) % 2 ? 'sliding_attention' : 'full_attention'));
+  if (types.length !== L) throw badConfig(`field layer_types: ${types.length} entries for ${L} layers`);
+  const bad = types.findIndex((t) => t !== 'sliding_attention' && t !== 'full_attention');
+  if (bad >= 0) throw unsupported(T, `layer_types.${bad}`, `"${types[bad]}" is not supported; only "sliding_attention" and "full_attention"`);
+  if (types.includes('sliding_attention') && c.sliding_window == null) throw badConfig('field sliding_window: sliding_attention layers need it');
+  const base = baseSpec(T, c, name);
+  const rope = ropeOf(T, c);
+  if (rope.ropeType !== 'yarn' && rope.ropeType !== 'default') throw unsupported(T, 'rope_parameters.rope_type', `"${rope.ropeType}" is not supported; only "yarn" and "default"`);
+  if (base.hiddenSize % 32 !== 0 || c.intermediate_size % 32 !== 0) {
+    throw badConfig(`fields hidden_size ${base.hiddenSize} and intermediate_size ${c.intermediate_size} must be multiples of 32 (the MXFP4 group)`);
+  }
+  checkTopK(c.num_experts_per_tok, c.num_local_experts);
+  return Object.freeze({
+    architecture: T,
+    ...base,
+    rmsNormEps: c.rms_norm_eps ?? 1e-5,
+    numExperts: c.num_local_experts,
+    expertIntermediate: c.intermediate_size,
+    normTopkProb: false,
+    qkNorm: 'none',
+    router: { kind: 'topk_softmax', bias: true },
+    rope: { interleaved: false, ...(rope.ropeType === 'yarn' ? { yarn: yarnOf(T, rope.params, base.maxPositions) } : {}) },
+    attentionBias: c.attention_bias ?? true,
+    attentionSinks: true,
+    slidingWindows: Object.freeze(types.map((t) => (t === 'sliding_attention' ? c.sliding_window! : 0))),
+    expertAct: { kind: 'clamped_swiglu', limit: c.swiglu_limit ?? 7, alpha: ALPHA },
+  } satisfies ModelSpec);
+}
+
+function names(l: number) {
+  const a = `model.layers.${l}.self_attn`;
+  const x = `model.layers.${l}.mlp.experts`;
+  return {
+    qBias: `${a}.q_proj.bias`,
+    kBias: `${a}.k_proj.bias`,
+    vBias: `${a}.v_proj.bias`,
+    oBias: `${a}.o_proj.bias`,
+    sinks: `${a}.sinks`,
+    router: `model.layers.${l}.mlp.router.weight`,
+    routerBias: `model.layers.${l}.mlp.router.bias`,
+    gateUpBlocks: `${x}.gate_up_proj_blocks`,
+    gateUpScales: `${x}.gate_up_proj_scales`,
+    gateUpBias: `${x}.gate_up_proj_bias`,
+    downBlocks: `${x}.down_proj_blocks`,
+    downScales: `${x}.down_proj_scales`,
+    downBias: `${x}.down_proj_bias`,
+  };
+}
+
+export function gptOssTensors(spec: ModelSpec): Map<string, readonly number[]> {
+  const { vocabSize: V, hiddenSize: H, numHeads: nH, numKvHeads: nKv, headDim: d, numExperts: E, expertIntermediate: I } = spec;
+  const out = new Map<string, readonly number[]>();
+  out.set(EMBED, [V, H]);
+  for (let l = 0; l < spec.numLayers; l++) {
+    const s = layerTensorNames(l);
+    const n = names(l);
+    out.set(s.inputNorm, [H]);
+    out.set(s.qProj, [nH * d, H]);
+    out.set(s.kProj, [nKv * d, H]);
+    out.set(s.vProj, [nKv * d, H]);
+    out.set(s.oProj, [H, nH * d]);
+    if (spec.attentionBias) {
+      out.set(n.qBias, [nH * d]);
+      out.set(n.kBias, [nKv * d]);
+      out.set(n.vBias, [nKv * d]);
+      out.set(n.oBias, [H]);
+    }
+    out.set(n.sinks, [nH]);
+    out.set(s.postAttnNorm, [H]);
+    out.set(n.router, [E, H]);
+    out.set(n.routerBias, [E]);
+    out.set(n.gateUpBlocks, [E, 2 * I, H / 32, 16]);
+    out.set(n.gateUpScales, [E, 2 * I, H / 32]);
+    out.set(n.gateUpBias, [E, 2 * I]);
+    out.set(n.downBlocks, [E, H, I / 32, 16]);
+    out.set(n.downScales, [E, H, I / 32]);
+    out.set(n.downBias, [E, H]);
+  }
+  out.set(FINAL_NORM, [H]);
+  if (!spec.tieWordEmbeddings) out.set(LM_HEAD, [V, H]);
+  return out;
+}
+
+export function gptOssWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void): ModelWeights {
+  const { f32, raw: rawOf } = tensorReader(raw, onTensor);
+  const u8 = (name: string): Uint8Array => {
+    const t = rawOf(name);
+    if (t.dtype !== 'U8') throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is ${t.dtype}: MXFP4 blocks and scales are U8`);
+    return t.bytes;
+  };
+  const { hiddenSize: H, expertIntermediate: I } = spec;
+  const embed = f32(EMBED);
+  const layers: LayerWeights[] = [];
+  for (let l = 0; l < spec.numLayers; l++) {
+    const s = layerTensorNames(l);
+    const n = names(l);
+    const gateUp = { blocks: u8(n.gateUpBlocks), scales: u8(n.gateUpScales), bias: f32(n.gateUpBias) };
+    const down = { blocks: u8(n.downBlocks), scales: u8(n.downScales), bias: f32(n.downBias) };
+    const experts: ExpertWeights[] = [];
+    for (let e = 0; e < spec.numExperts; e++) {
+      // Rows of gate_up interleave: 2j is gate unit j, 2j + 1 up unit j (transformers: [..., ::2], [..., 1::2]).
+      const gu = dequantMxfp4(gateUp.blocks, gateUp.scales, e, 2 * I, H);
+      const gate = new Float32Array(I * H);
+      const up = new Float32Array(I * H);
+      const gateBias = new Float32Array(I);
+      const upBias = new Float32Array(I);
+      for (let j = 0; j < I; j++) {
+        gate.set(gu.subarray(2 * j * H, (2 * j + 1) * H), j * H);
+        up.set(gu.subarray((2 * j + 1) * H, (2 * j + 2) * H), j * H);
+        gateBias[j] = gateUp.bias[e * 2 * I + 2 * j]!;
+        upBias[j] = gateUp.bias[e * 2 * I + 2 * j + 1]!;
+      }
+      experts.push({ gate, up, down: dequantMxfp4(down.blocks, down.scales, e, H, I), gateBias, upBias, downBias: down.bias.slice(e * H, e * H + H) });
+    }
+    layers.push({
+      inputNorm: f32(s.inputNorm),
+      qProj: f32(s.qProj),
+      kProj: f32(s.kProj),
+      vProj: f32(s.vProj),
+      oProj: f32(s.oProj),
+      qNorm: EMPTY,
+      kNorm: EMPTY,
+      postAttnNorm: f32(s.postAttnNorm),
+      router: f32(n.router),
+      routerBias: f32(n.routerBias),
+      sinks: f32(n.sinks),
+      experts,
+      ...(spec.attentionBias ? { qBias: f32(n.qBias), kBias: f32(n.kBias), vBias: f32(n.vBias), oBias: f32(n.oBias) } : {}),
+    });
+  }
+  const finalNorm = f32(FINAL_NORM);
+  return { embed, layers, finalNorm, lmHead: spec.tieWordEmbeddings ? embed : f32(LM_HEAD) };
+}
