@@ -4,7 +4,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { checkReport, configsAgree, roundTrip, runParity } from './parity-harness.ts';
+import { checkReport, configsAgree, liveResidency, roundTrip, runParity } from './parity-harness.ts';
 
 const FIXTURES = resolve(process.cwd(), '../shared/fixtures');
 
@@ -27,6 +27,10 @@ for (const { dir, hot } of FAMILIES) {
     it('residency round trip: swaps keep the logits, restore gives back the boot digest', async (t) => {
       const { swaps, restoreSwaps } = await roundTrip(path, hot);
       t.diagnostic(`${swaps} random swaps, restored in ${restoreSwaps}`);
+    });
+    it('live residency: counts over the MoE layers only, swaps while decoding change no logit, restore_map gives back the boot digest', async (t) => {
+      const { applied, restored } = await liveResidency(path, hot);
+      t.diagnostic(`${applied} swaps applied live, ${restored} to restore`);
     });
     it('bit-identical with two threads and with the SIMD kernels off', async () => {
       await configsAgree(path, hot);

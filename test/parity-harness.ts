@@ -9,7 +9,7 @@ import type { TestContext } from 'node:test';
 import { loadModel } from '../src/model/load.ts';
 import { moeLayerCount, moeLayerIds } from '../src/model/spec.ts';
 import { createCpuBackend, type CpuBackend, type CpuBackendOptions } from '../src/backend/cpu/cpu-backend.ts';
-import { mapFromBanks, placeMap } from '../src/engine/residency-driver.ts';
+import { mapFromBanks, placeMap, ResidencyDriver } from '../src/engine/residency-driver.ts';
 import { mulberry32 } from '../src/util/rng.ts';
 import { recordRun } from '../src/backend/cpu/test-helpers.ts';
 
@@ -192,4 +192,59 @@ export async function configsAgree(dir: string, hot: number): Promise<void> {
   const base = await record({ threads: 1 });
   assert.deepEqual(await record({ threads: 2 }), base);
   assert.deepEqual(await record({ threads: 1, simd: false }), base);
+}
+
+/**
+ * The live residency loop on a family: the same driver and controller as serving (count, drain, decide,
+ * swap between steps), over greedy decode of four sequences. Checks the counts' geometry (MoE layers x
+ * routed experts), that swaps were applied without changing a token or a logit (against an all-hot run),
+ * and that restore_map brings the banks back to the boot digest.
+ */
+export async function liveResidency(dir: string, hot: number): Promise<{ applied: number; restored: number }> {
+  const { spec, weights } = await loadModel(dir);
+  const prompts = [[1, 2, 3, 400, 5000, 17, 99, 1024], [7, 7, 7, 300, 8000, 12], [42, 4242, 8000, 5], [100, 200, 300]];
+  const STEPS = 48;
+  const decode = (b: CpuBackend, hook?: ResidencyDriver): Buffer[] => {
+    const out: Buffer[] = [];
+    prompts.forEach((p, i) => b.openSequence(i, p.length + STEPS + 1));
+    let logits = b.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 })), count: false }).logits;
+    for (let s = 0; s < STEPS; s++) {
+      out.push(Buffer.from(logits.buffer, logits.byteOffset, logits.byteLength));
+      const next = prompts.map((_, i) => {
+        let best = 0;
+        for (let v = 1; v < spec.vocabSize; v++) if (logits[i * spec.vocabSize + v]! > logits[i * spec.vocabSize + best]!) best = v;
+        return best;
+      });
+      const count = hook?.countStep(prompts.length) ?? false;
+      logits = b.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: [next[i]!], startPos: p.length + s })), count }).logits;
+      hook?.afterStep({ step: s, tokens: prompts.length, counted: count, durationNs: 1000 });
+    }
+    prompts.forEach((_, i) => b.closeSequence(i));
+    return out;
+  };
+  const reference = decode(createCpuBackend(spec, weights));
+  const b = createCpuBackend(spec, weights, { placement: { hotPerLayer: hot } });
+  const digest = b.banks.digest();
+  const driver = new ResidencyDriver({
+    backend: b, frozen: false, log: () => {},
+    budgets: { drain_every: 4, half_life_steps: 32, hysteresis: 1, min_average: 0.01, swaps_per_layer_per_drain: 4, swaps_per_step: 16 },
+  });
+  assert.deepEqual(decode(b, driver), reference);
+  const dump = driver.controller.dumpCounts();
+  assert.equal(dump.cumulative.length, moeLayerCount(spec));
+  assert.ok(dump.cumulative.every((row) => row.length === spec.numExperts));
+  const applied = driver.controller.stats.applied;
+  assert.ok(applied > 0, 'the controller applied no swap');
+  assert.equal(driver.controller.stats.refused, 0);
+  assert.notEqual(b.banks.digest(), digest, 'the controller swapped no rows');
+  const res = driver.control({ restore_map: true });
+  assert.ok(res.ok);
+  const before = driver.controller.stats.applied;
+  for (let s = STEPS; driver.controller.queueDepth > 0 && s < STEPS + 64; s++) {
+    driver.afterStep({ step: s, tokens: 1, counted: false, durationNs: 1000 });
+  }
+  assert.equal(driver.controller.queueDepth, 0);
+  assert.equal(b.banks.digest(), digest);
+  assert.deepEqual(decode(b), reference);
+  return { applied, restored: driver.controller.stats.applied - before };
 }
