@@ -11,9 +11,11 @@ const root = resolve(new URL('..', import.meta.url).pathname);
 const entries = [
   ['src/cli/main.ts', 'dist/residency.mjs'],
   ['src/backend/cpu/parallel/worker.ts', 'dist/cpu-worker.mjs'],
+  ['src/server/tokenizer-worker.ts', 'dist/tokenizer-worker.mjs'],
   ['test/gpu/run.ts', 'dist/gpu-tests.mjs'],
   ['bench/gpu/decode.ts', 'dist/bench-gpu.mjs'],
   ['bench/gpu/profile.ts', 'dist/profile-gpu.mjs'],
+  ['bench/gpu/real-size.ts', 'dist/bench-real.mjs'],
 ];
 for (const [src, out] of entries) {
   if (!existsSync(resolve(root, src))) { console.log(`build: ${src} not present, skipped`); continue; }

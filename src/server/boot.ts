@@ -10,12 +10,16 @@ import { ResidencyDriver } from '../engine/residency-driver.ts';
 import type { SchedulerConfig } from '../engine/scheduler.ts';
 import { ResidencyError } from '../errors.ts';
 import { loadModelFor, type LoadedModel } from '../model/load.ts';
+import { progressLine } from '../model/progress.ts';
+import { withMaxModelLen } from '../cli/memory-flags.ts';
+import { DEFAULT_SCHEDULER } from '../engine/scheduler.ts';
 import type { CountsDump } from '../residency/counts.ts';
 import type { Budgets } from '../residency/policy.ts';
 import type { RowMap } from '../residency/rowmap.ts';
 import { checkFolderPath } from '../util/folders.ts';
 import { accessWarnings } from './access.ts';
 import { DriverView } from './driver-view.ts';
+import { OffThreadEncoder } from './prompt-tokenizer.ts';
 import { startServer, type RunningServer } from './server.ts';
 import { defaultServerConfig, type ServerConfig, type ServerModel } from './types.ts';
 
@@ -27,6 +31,10 @@ export interface ServeOptions {
   readonly backend: BackendName;
   /** cpu: worker threads (a count or 'auto'); default RESIDENCY_CPU_THREADS, else 1. */
   readonly threads?: number | 'auto';
+  /** cuda: share of the GPU's memory to use (default 0.9). */
+  readonly gpuMemoryUtilization?: number;
+  /** Positions a sequence may hold (--max-model-len; default the model's). */
+  readonly maxModelLen?: number;
   /** Hot experts per layer; equal to the expert count means all hot and no residency controller. */
   readonly hot?: number;
   readonly map?: RowMap;
@@ -81,13 +89,26 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
   if (opts.residencyDir !== undefined) checkFolderPath(opts.residencyDir, '--residency-dir');
   // Only the tensors this backend computes with: holding both raw and float32 would cost ~4x the checkpoint.
   const model = opts.model ?? (await loadModelFor(opts.modelDir, opts.backend));
+  model.spec = withMaxModelLen(model.spec, opts.maxModelLen); // bounds requests and sizes the KV cache
   const { spec } = model;
   const hot = opts.hot ?? Math.round(spec.numExperts * DEFAULT_HOT_SHARE);
   if (!opts.map && (hot < 1 || hot > spec.numExperts)) {
     throw new ResidencyError('BAD_ARGUMENT', `--hot ${hot}: expected 1..${spec.numExperts} experts per layer`);
   }
   const placement: BankPlacement = opts.map ?? { hotPerLayer: hot };
-  const backend: Backend = await createBackend(opts.backend, model, { placement, ...(opts.threads !== undefined ? { threads: opts.threads } : {}) });
+  const progress = progressLine({ label: 'loading' });
+  let backend: Backend;
+  try {
+    backend = await createBackend(opts.backend, model, {
+      placement,
+      ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
+      ...(opts.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: opts.gpuMemoryUtilization } : {}),
+      maxNumSeqs: opts.scheduler?.maxRunning ?? DEFAULT_SCHEDULER.maxRunning,
+      onProgress: progress.onProgress,
+    });
+  } finally {
+    progress.finish();
+  }
   try {
     return await serveOn(backend);
   } catch (err) {
@@ -116,7 +137,9 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
       scheduler: { ...opts.scheduler, maxWaiting: Math.max(config.maxQueue + 1, opts.scheduler?.maxWaiting ?? 0) },
       onError: (e) => log(`engine: ${e.message}`),
     });
-    const serverModel: ServerModel = { name: spec.name, maxPositions: spec.maxPositions, tokenizer: model.tokenizer, ...(await chatInfo(model.dir)) };
+    // Long prompts are tokenized in a worker thread, so one big prompt does not freeze every running stream.
+    const encoder = new OffThreadEncoder(model.dir, model.tokenizer, log);
+    const serverModel: ServerModel = { name: spec.name, maxPositions: spec.maxPositions, tokenizer: encoder.tokenizer(), ...(await chatInfo(model.dir)) };
     const server = await startServer({ engine, model: serverModel, ...(view ? { residency: view } : {}), config }, { port: opts.port, host: opts.host });
     for (const line of accessWarnings(opts.host, config)) log(line);
     // The driver polls the control and GO files between steps; an idle server takes no steps, so poll
@@ -129,6 +152,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
         if (idlePoll) clearInterval(idlePoll);
         await server.close();
         await engine.close();
+        await encoder.close();
         driver?.close();
         backend.dispose();
       },

@@ -5,6 +5,7 @@ import { ApiError } from './api-error.ts';
 import { readJsonBody } from './body.ts';
 import type { ChatFormatter } from './chat-template.ts';
 import { checkModel, clientGone, stopsOf, usageOf } from './completions.ts';
+import { checkPromptChars, encodePrompt } from './prompt-tokenizer.ts';
 import { admit, relay, resolveMaxTokens, samplingFrom } from './relay.ts';
 import type { RelayContext } from './relay.ts';
 import { chatSchema } from './schemas.ts';
@@ -16,13 +17,16 @@ const DEFAULT_MAX_TOKENS = 256;
 export async function handleChat(c: Context, ctx: RelayContext, model: ServerModel, chat: ChatFormatter, config: ServerConfig): Promise<Response> {
   const req = await readJsonBody(c, chatSchema(model.maxPositions), config.maxBodyBytes);
   checkModel(model, req.model);
+  const chars = req.messages.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : m.content.reduce((k, p) => k + p.text.length, 0)), 0);
+  checkPromptChars(chars, model.maxPositions, config, 'messages');
   let prompt: string;
   try {
     prompt = chat.render(req.messages);
   } catch (e) {
     throw new ApiError(400, `the chat template could not render these messages: ${(e as Error).message}`, { param: 'messages', code: 'invalid_value' });
   }
-  const promptIds = model.tokenizer.encode(prompt);
+  checkPromptChars(prompt.length, model.maxPositions, config, 'messages');
+  const promptIds = await encodePrompt(model.tokenizer, prompt);
   const asked = req.max_completion_tokens ?? req.max_tokens;
   const param = req.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
   const maxTokens = resolveMaxTokens(asked, promptIds.length, model.maxPositions, param, DEFAULT_MAX_TOKENS);

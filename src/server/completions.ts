@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { Context } from 'hono';
 import { ApiError } from './api-error.ts';
 import { readJsonBody } from './body.ts';
+import { checkPromptChars, encodePrompt } from './prompt-tokenizer.ts';
 import { admit, relay, resolveMaxTokens, samplingFrom } from './relay.ts';
 import type { RelayContext, RelayItem } from './relay.ts';
 import { completionSchema } from './schemas.ts';
@@ -41,7 +42,8 @@ export function clientGone(c: Context): AbortController {
 export async function handleCompletion(c: Context, ctx: RelayContext, model: ServerModel, config: ServerConfig): Promise<Response> {
   const req = await readJsonBody(c, completionSchema(model.maxPositions), config.maxBodyBytes);
   checkModel(model, req.model);
-  const promptIds = typeof req.prompt === 'string' ? model.tokenizer.encode(req.prompt) : req.prompt;
+  if (typeof req.prompt === 'string') checkPromptChars(req.prompt.length, model.maxPositions, config, 'prompt');
+  const promptIds = typeof req.prompt === 'string' ? await encodePrompt(model.tokenizer, req.prompt) : req.prompt;
   if (typeof req.prompt !== 'string') {
     const bad = req.prompt.findIndex((t) => t >= model.tokenizer.vocabSize);
     if (bad >= 0) throw new ApiError(400, `prompt[${bad}] is token id ${req.prompt[bad]}, outside the vocabulary (0..${model.tokenizer.vocabSize - 1})`, { param: `prompt[${bad}]`, code: 'invalid_value' });

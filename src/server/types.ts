@@ -5,6 +5,8 @@ import type { RowMap } from '../residency/rowmap.ts';
 /** The tokenizer as the server uses it (the model loader's tokenizer fits this shape). */
 export interface ServerTokenizer {
   encode(text: string): number[];
+  /** The same ids as `encode`, computed off the main thread (long prompts use it when present). */
+  encodeAsync?(text: string): Promise<number[]>;
   decode(ids: readonly number[]): string;
   readonly eosTokenIds: readonly number[];
   readonly vocabSize: number;
@@ -73,6 +75,11 @@ export interface ServerConfig {
   readonly allowedOrigins: readonly string[];
   /** Requests waiting to join the batch before new ones get 429. */
   readonly maxQueue: number;
+  /**
+   * Prompts longer than this many characters are refused (400) before tokenizing; default
+   * PROMPT_CHARS_PER_TOKEN x the model's context (real text averages 3-5 characters per token).
+   */
+  readonly maxPromptChars?: number;
   /** Request bodies above this many bytes get 413. */
   readonly maxBodyBytes: number;
   /** Seconds between samples of the dashboard's history (cold share, swaps, throughput). */
