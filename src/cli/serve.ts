@@ -32,6 +32,8 @@ export const SERVE_HELP = `usage: residency serve [--model DIR] [options]
   --max-running N      sequences in the running batch at most (default 8)
   --threads N|auto     cpu: worker threads sharing each step (bit-identical; default RESIDENCY_CPU_THREADS, else 1)
   --max-body BYTES     request body limit (default ${defaultServerConfig.maxBodyBytes})
+  --shutdown-timeout S on SIGTERM/SIGINT: stop accepting, refuse queued requests at once, give running streams
+                       S seconds to finish, then end them (default 30)
 
 Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
 GET /v1/residency, POST /v1/residency/control, GET /v1/residency/stats, GET /metrics, dashboard at /.`;
@@ -52,6 +54,7 @@ const OPTIONS = {
   'max-queue': { type: 'string' },
   'max-running': { type: 'string' },
   'max-body': { type: 'string' },
+  'shutdown-timeout': { type: 'string' },
   threads: { type: 'string' },
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
@@ -79,6 +82,7 @@ export const serveCommand: CliCommand = {
     const maxQueue = int('max-queue', v['max-queue'], 1);
     const maxRunning = int('max-running', v['max-running'], 1);
     const maxBody = int('max-body', v['max-body'], 1024);
+    const shutdownS = int('shutdown-timeout', v['shutdown-timeout'], 0, 86_400) ?? 30;
     const apiKey = v['api-key'] ?? process.env['RESIDENCY_API_KEY'];
     const controlApiKey = v['control-api-key'] ?? process.env['RESIDENCY_CONTROL_API_KEY'];
     const allowedOrigins = (v['allowed-origins'] ?? '').split(',').map((o) => o.trim()).filter((o) => o !== '');
@@ -105,10 +109,12 @@ export const serveCommand: CliCommand = {
     console.error(`dashboard: ${serving.server.url}/   metrics: ${serving.server.url}/metrics`);
     await new Promise<void>((done) => {
       const stop = (sig: string) => {
-        console.error(`${sig}: finishing in-flight requests and stopping (again to stop at once)`);
-        // The engine first: it refuses new requests (503) and finishes the ones in flight; only then are
-        // the connections closed (closing them first cut every streaming response short).
-        void serving.engine.close().then(() => serving.close()).then(done);
+        console.error(`${sig}: refusing queued requests, giving running streams up to ${shutdownS} s, then stopping (again to stop at once)`);
+        // The engine first: it refuses new and queued requests (503) and finishes the running ones within
+        // the deadline; only then are the connections closed (closing them first cut every stream short).
+        void serving.shutdown(shutdownS * 1000).then(({ refused, cut }) => {
+          console.error(`stopped: ${refused} queued requests refused, ${cut} running streams ended by the timeout`);
+        }).then(done);
       };
       process.once('SIGINT', () => stop('SIGINT'));
       process.once('SIGTERM', () => stop('SIGTERM'));

@@ -67,6 +67,29 @@ export class Engine implements GenerationEngine {
     };
   }
 
+  /**
+   * Shutting down: new requests are refused from now on, and the waiting ones (never started) end at once
+   * with 'cancelled' and `reason`; the running ones go on. Returns how many waiting requests were ended.
+   */
+  stopAdmitting(reason: string): number {
+    this.closing = true;
+    const waiting = this.scheduler.waiting.splice(0);
+    for (const req of waiting) this.finish(req, 'cancelled', reason);
+    return waiting.length;
+  }
+
+  /** Ends every running sequence at the next step boundary with 'cancelled' and `reason`; returns how many. */
+  cancelRunning(reason: string): number {
+    let n = 0;
+    for (const req of this.scheduler.running) {
+      if (req.cancelled || req.finished) continue;
+      req.cancelled = true;
+      req.cancelReason = reason;
+      n++;
+    }
+    return n;
+  }
+
   async close(): Promise<void> {
     this.closing = true;
     while (this.loop) await this.loop;
@@ -94,7 +117,7 @@ export class Engine implements GenerationEngine {
   /** One engine step. */
   private step(): void {
     let step = this.scheduler.schedule();
-    for (const req of step.cancelled) this.finish(req, 'cancelled');
+    for (const req of step.cancelled) this.finish(req, 'cancelled', req.cancelReason);
     for (const req of step.admitted) {
       try {
         this.runner.admit(req);

@@ -13,6 +13,8 @@ export class RequestState {
   /** KV positions reserved for the sequence. */
   capacity = 0;
   cancelled = false;
+  /** Why the server (not the client) cancelled it, told to the client in the 'done' event. */
+  cancelReason: string | undefined = undefined;
   finished: FinishReason | null = null;
   firstTokenAt: number | null = null;
   readonly sampler: Sampler;

@@ -58,6 +58,12 @@ export interface Serving {
   readonly backend: Backend;
   readonly driver?: ResidencyDriver;
   readonly model: LoadedModel;
+  /**
+   * A deadline-bound stop (SIGTERM): stop accepting; end the queued requests at once with a clear error
+   * (they never started); let the running streams finish for up to `timeoutMs`, then end them with an
+   * error naming the timeout; then close. Returns how many were refused and how many cut.
+   */
+  shutdown(timeoutMs: number): Promise<{ refused: number; cut: number }>;
   close(): Promise<void>;
 }
 
@@ -146,8 +152,22 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
     // here too (between steps as well: a timer never runs inside a step).
     const idlePoll = driver && opts.residencyDir ? setInterval(() => driver.pollControl(), IDLE_POLL_MS) : undefined;
     idlePoll?.unref();
-    return {
+    const serving: Serving = {
       server, engine, backend, driver, model,
+      async shutdown(timeoutMs) {
+        const refused = engine.stopAdmitting('the server is shutting down: this request was still queued and never started; send it again (to another server)');
+        const connectionsEnded = server.stopAccepting();
+        const idle = engine.close();
+        let timer: NodeJS.Timeout | undefined;
+        const late = await Promise.race([idle.then(() => false), new Promise<boolean>((r) => { timer = setTimeout(() => r(true), timeoutMs); })]);
+        clearTimeout(timer);
+        const cut = late ? engine.cancelRunning(`the server is shutting down: this stream was ended by the shutdown timeout (${timeoutMs / 1000} s)`) : 0;
+        await idle;
+        // The streams' last events are written after the engine's last step: give the sockets a moment.
+        await Promise.race([connectionsEnded, new Promise((r) => setTimeout(r, 2000).unref())]);
+        await serving.close();
+        return { refused, cut };
+      },
       async close() {
         if (idlePoll) clearInterval(idlePoll);
         await server.close();
@@ -157,5 +177,6 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
         backend.dispose();
       },
     };
+    return serving;
   }
 }

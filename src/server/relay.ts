@@ -100,7 +100,7 @@ function finishReason(reason: FinishReason, stoppedByText: boolean, aborted: boo
   if (reason === 'error') throw new ApiError(500, `generation failed: ${error ?? 'unknown engine error'}`, { code: 'engine_error' });
   if (reason === 'cancelled') {
     if (aborted) throw new ApiError(499 as never, 'client closed the request', { code: 'cancelled' });
-    throw new ApiError(503, 'the request was cancelled by the server (shutting down?)', { code: 'cancelled' });
+    throw new ApiError(503, error ?? 'the request was cancelled by the server (shutting down?)', { code: error ? 'shutting_down' : 'cancelled' });
   }
   return reason;
 }

@@ -9,6 +9,11 @@ import type { ServerDeps } from './types.ts';
 export interface RunningServer extends ServerApp {
   /** http://host:port, with the port actually bound (0 asks for an ephemeral one). */
   readonly url: string;
+  /**
+   * Stops accepting connections (idle keep-alive ones are closed too); resolves once every open
+   * connection has ended on its own, i.e. its response is done. `close()` ends whatever is left.
+   */
+  stopAccepting(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -28,6 +33,12 @@ export async function startServer(deps: ServerDeps, listen: { port: number; host
   return {
     ...built,
     url: `http://${host}:${addr.port}`,
+    stopAccepting() {
+      return new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        (server as { closeIdleConnections?: () => void }).closeIdleConnections?.();
+      });
+    },
     async close() {
       built.history.stop();
       await new Promise<void>((resolve) => {
