@@ -5,6 +5,7 @@ import type { Backend } from './backend.ts';
 import type { BankPlacement } from './slot-tables.ts';
 import type { ModelSpec } from '../model/spec.ts';
 import type { ModelWeights, RawTensor } from '../model/weights.ts';
+import type { TensorSource } from '../model/tensor-source.ts';
 
 export const BACKEND_NAMES = ['cpu', 'cuda'] as const;
 export type BackendName = (typeof BACKEND_NAMES)[number];
@@ -13,6 +14,8 @@ export interface BackendModel {
   readonly spec: ModelSpec;
   readonly raw: ReadonlyMap<string, RawTensor>;
   readonly weights: ModelWeights;
+  /** The stored tensors on demand (the cuda backend streams them); default: `raw`. */
+  readonly tensors?: TensorSource;
 }
 
 export interface CreateBackendOptions {
@@ -21,6 +24,12 @@ export interface CreateBackendOptions {
   readonly graphs?: boolean;
   /** cpu: worker threads sharing each step by rows (bit-identical to 1); 'auto' = one per core (max 8). */
   readonly threads?: number | 'auto';
+  /** cuda: share of the device's memory to use (weights, KV cache, workspace; default 0.9). */
+  readonly gpuMemoryUtilization?: number;
+  /** cuda: sequences with a KV cache at once (the scheduler's running batch). */
+  readonly maxNumSeqs?: number;
+  /** cuda: upload progress in bytes. */
+  readonly onProgress?: (done: number, total: number, what: string) => void;
 }
 
 /** Parses a `--threads` value: a count in 1..64 or `auto`. */
@@ -51,6 +60,12 @@ export async function createBackend(name: string, model: BackendModel, opts: Cre
     await backend.ready(); // the first steps should not run on one thread while workers start
     return backend;
   }
-  const { createCudaBackend } = await import('./cuda/cuda-backend.ts');
-  return createCudaBackend(model, { ...(opts.placement ? { placement: opts.placement } : {}), ...(opts.graphs !== undefined ? { graphs: opts.graphs } : {}) });
+  const { createCuda } = await import('./cuda/create.ts');
+  return createCuda(model, {
+    ...(opts.placement ? { placement: opts.placement } : {}),
+    ...(opts.graphs !== undefined ? { graphs: opts.graphs } : {}),
+    ...(opts.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: opts.gpuMemoryUtilization } : {}),
+    ...(opts.maxNumSeqs !== undefined ? { maxNumSeqs: opts.maxNumSeqs } : {}),
+    ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
+  });
 }

@@ -159,20 +159,31 @@ describe('loading only what the backend computes with', () => {
   });
 
   it('the cpu backend gets float32 weights and no raw tensors', async () => {
-    assert.deepEqual(loadOptionsFor('cpu'), { weights: true, raw: false });
+    assert.deepEqual(loadOptionsFor('cpu'), { weights: true, raw: false, stream: false });
     const m = await loadModelFor(SHIPPED_MODEL, 'cpu', { name: 'tiny' });
     assert.equal(m.spec.name, 'tiny');
     assert.equal(m.raw.size, 0);
     assert.equal(m.weights.embed.length, 8192 * 128);
   });
 
-  it('the cuda backend gets raw tensors as stored and no float32 conversion', async () => {
-    assert.deepEqual(loadOptionsFor('cuda'), { weights: false, raw: true });
+  it('the cuda backend streams the stored tensors: nothing read or converted at load', async () => {
+    assert.deepEqual(loadOptionsFor('cuda'), { weights: false, raw: false, stream: true });
     const steps: string[] = [];
     const m = await loadModelFor(SHIPPED_MODEL, 'cuda', { onProgress: (_d, _t, what) => steps.push(what) });
-    assert.equal(m.raw.size, 1208);
-    assert.equal(m.raw.get('model.embed_tokens.weight')!.dtype, 'BF16');
+    assert.equal(m.raw.size, 0);
+    assert.equal(steps.length, 0, 'no shard was read');
     assert.ok(weightArrays(m.weights).every((a) => a.length === 0), 'every float32 array is empty');
-    assert.ok(steps.length > 0 && !steps.some((w) => w.startsWith('converting')), 'no tensor went through the float32 conversion');
+    const e = m.tensors.info('model.embed_tokens.weight');
+    assert.equal(e.dtype, 'BF16');
+    assert.deepEqual(e.shape, [8192, 128]);
+    // A positioned read gives the same bytes as the whole-checkpoint reader.
+    const full = await loadModel(SHIPPED_MODEL, { weights: false, raw: true });
+    const want = full.raw.get('model.layers.3.mlp.experts.7.down_proj.weight')!.bytes;
+    const got = new Uint8Array(64);
+    m.tensors.read('model.layers.3.mlp.experts.7.down_proj.weight', got, 256);
+    assert.deepEqual(got, want.subarray(256, 320));
+    assert.equal([...m.tensors.names()].length, 1208);
+    assert.throws(() => m.tensors.info('nope'), /tensor nope is missing/);
+    m.tensors.close();
   });
 });

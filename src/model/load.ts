@@ -11,6 +11,7 @@ import { loadTokenizer } from './tokenizer.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import type { ModelSpec } from './spec.ts';
 import type { ModelWeights, RawTensor } from './weights.ts';
+import { fileTensorSource, mapTensorSource, type TensorSource } from './tensor-source.ts';
 import type { BackendName } from '../backend/registry.ts';
 
 export interface LoadedModel {
@@ -19,6 +20,11 @@ export interface LoadedModel {
   raw: ReadonlyMap<string, RawTensor>;
   /** float32 weights; when loaded with `weights: false`, every array is empty (length 0). */
   weights: ModelWeights;
+  /**
+   * The stored tensors on demand: the shard files themselves when loaded with `stream: true` (nothing read
+   * yet: a backend streams them), else the raw tensors above.
+   */
+  tensors: TensorSource;
   tokenizer: Tokenizer;
   dir: string;
 }
@@ -35,6 +41,11 @@ export interface LoadOptions {
    * converted, for callers that compute with the float32 weights only. Needs `weights` (both false loads nothing).
    */
   raw?: boolean;
+  /**
+   * Read no tensor data: `tensors` reads each tensor from its shard when asked (the CUDA backend streams
+   * them to the device, so host memory stays bounded by its staging). Implies weights: false, raw: false.
+   */
+  stream?: boolean;
 }
 
 /**
@@ -42,12 +53,12 @@ export interface LoadOptions {
  * the float32 weights (the raw shards, a third of their size, would sit unused beside them), the CUDA
  * backend the raw bf16 tensors (it uploads them as stored; float32 copies would be 2x the checkpoint).
  */
-export function loadOptionsFor(backend: BackendName): Required<Pick<LoadOptions, 'weights' | 'raw'>> {
-  return backend === 'cuda' ? { weights: false, raw: true } : { weights: true, raw: false };
+export function loadOptionsFor(backend: BackendName): Required<Pick<LoadOptions, 'weights' | 'raw' | 'stream'>> {
+  return backend === 'cuda' ? { weights: false, raw: false, stream: true } : { weights: true, raw: false, stream: false };
 }
 
 /** loadModel with only the tensors `backend` uses (see loadOptionsFor); the CLI and server load this way. */
-export function loadModelFor(dir: string, backend: BackendName, opts: Omit<LoadOptions, 'weights' | 'raw'> = {}): Promise<LoadedModel> {
+export function loadModelFor(dir: string, backend: BackendName, opts: Omit<LoadOptions, 'weights' | 'raw' | 'stream'> = {}): Promise<LoadedModel> {
   return loadModel(dir, { ...opts, ...loadOptionsFor(backend) });
 }
 
@@ -79,6 +90,9 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
     spec = Object.freeze({ ...spec, eosTokenIds: tokenizer.eosTokenIds });
   }
 
+  if (opts.stream === true) {
+    return { spec, raw: new Map(), weights: emptyWeights(spec), tensors: fileTensorSource(layout), tokenizer, dir: root };
+  }
   const convert = opts.weights ?? true;
   const keepRaw = opts.raw ?? true;
   if (!convert && !keepRaw) {
@@ -96,5 +110,6 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   if (convert && done < total) opts.onProgress?.(total, total, 'done'); // unconverted extras still count
 
   // Without raw, only the float32 arrays (fresh copies) survive this call: the shard buffers become garbage.
-  return { spec, raw: keepRaw ? raw : new Map(), weights, tokenizer, dir: root };
+  const kept = keepRaw ? raw : new Map<string, RawTensor>();
+  return { spec, raw: kept, weights, tensors: mapTensorSource(kept), tokenizer, dir: root };
 }

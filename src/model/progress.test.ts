@@ -23,7 +23,7 @@ describe('progress line', () => {
     for (let d = 0; d <= 100; d++) p.onProgress(d * 1e6, 100e6, 'x');
     p.finish();
     assert.equal(chunks.length, 11);
-    assert.equal(chunks[10], 'tiny 100% 100.0/100.0 MB x\n');
+    assert.equal(chunks[10], 'tiny 100% 100.0/100.0 MB 100.00 GB/s x\n');
   });
   it('on a TTY: redraws in place, throttled, always draws the end, then ends the line', () => {
     const { stream, chunks } = sink(true);

@@ -34,11 +34,15 @@ export function progressLine(opts: ProgressOptions = {}): ProgressLine {
   let lastDraw = -Infinity;
   let lastDecile = -1;
   let drew = false;
+  let t0 = -1;
 
   const onProgress = (done: number, total: number, what: string): void => {
     if (!enabled) return;
     const pct = total > 0 ? Math.min(100, Math.floor((done / total) * 100)) : 100;
-    const text = `${label} ${String(pct).padStart(3)}% ${mb(done)}/${mb(total)} MB ${what}`;
+    const t = now();
+    if (t0 < 0) t0 = t;
+    const rate = t > t0 ? ` ${(done / ((t - t0) / 1000) / 1e9).toFixed(2)} GB/s` : '';
+    const text = `${label} ${String(pct).padStart(3)}% ${mb(done)}/${mb(total)} MB${rate} ${what}`;
     if (tty) {
       const t = now();
       if (t - lastDraw < interval && done < total) return; // redraw at most every `interval` ms

@@ -7,5 +7,6 @@ import './swaps.gpu.ts';
 import './serve.gpu.ts';
 import './lifecycle.gpu.ts';
 import './long-context.gpu.ts';
+import './real-size.gpu.ts';
 
 after(() => writeReport(process.env['OUT']));

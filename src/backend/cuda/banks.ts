@@ -6,6 +6,8 @@ import { ResidencyError } from '../../errors.ts';
 import type { ExpertBanks } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { RawTensor } from '../../model/weights.ts';
+import type { TensorSource } from '../../model/tensor-source.ts';
+import type { TensorUploader } from './uploader.ts';
 import { layerTensorNames } from '../../model/architecture.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
 import type { CudaDriver } from './driver.ts';
@@ -30,7 +32,7 @@ export class CudaExpertBanks implements ExpertBanks {
   constructor(
     private readonly d: CudaDriver,
     spec: ModelSpec,
-    raw: ReadonlyMap<string, RawTensor>,
+    uploader: TensorUploader,
     placement?: BankPlacement,
     onReleaseFailure?: ReleaseFailureSink,
   ) {
@@ -53,21 +55,24 @@ export class CudaExpertBanks implements ExpertBanks {
       for (let l = 0; l < this.layers; l++) {
         const names = layerTensorNames(l);
         const { hot, cold } = rows[l]!;
-        const rowOf = (e: number): Uint8Array => {
-          const n = names.expert(e);
-          const row = new Uint8Array(this.rowBytes);
-          [n.gate, n.up, n.down].forEach((name, i) => row.set(bf16(raw, name, part), i * part));
-          return row;
-        };
-        const hotHost = new Uint8Array(this.hotPerLayer * this.rowBytes);
-        hot.forEach((e, r) => hotHost.set(rowOf(e), r * this.rowBytes));
-        const hotDev = alloc(hotHost.byteLength, `hot bank layer ${l} (${this.hotPerLayer} rows)`);
-        d.htod(hotDev, hotHost);
+        // Each expert's three matrices go straight to their place in its row: hot rows through the uploader's
+        // staging to the device, cold rows read from the shard into the mapped host bank.
+        const hotDev = alloc(this.hotPerLayer * this.rowBytes, `hot bank layer ${l} (${this.hotPerLayer} rows)`);
         this.hotDev.push(hotDev);
+        hot.forEach((e, r) => {
+          const n = names.expert(e);
+          [n.gate, n.up, n.down].forEach((name, i) => uploader.toDevice(name, hotDev + BigInt(r * this.rowBytes + i * part), part));
+        });
         if (coldRows > 0) {
           const what = `cold bank layer ${l} (${coldRows} rows)`;
           const m = scope.acquire(what, () => d.allocMappedHost(coldRows * this.rowBytes, what), (c) => d.freeHost(c.hostPtr));
-          cold.forEach((e, r) => m.host.set(rowOf(e), r * this.rowBytes));
+          cold.forEach((e, r) => {
+            const n = names.expert(e);
+            [n.gate, n.up, n.down].forEach((name, i) => {
+              const at = r * this.rowBytes + i * part;
+              uploader.toHost(name, m.host.subarray(at, at + part), m.dev + BigInt(at));
+            });
+          });
           this.coldHost.push(m);
           this.coldDev.push(m.dev);
         } else {
@@ -107,10 +112,16 @@ export class CudaExpertBanks implements ExpertBanks {
 
   digest(): string {
     const h = createHash('sha256');
+    const rowsAtOnce = Math.max(1, Math.floor((64 * 1024 * 1024) / this.rowBytes));
+    const buf = new Uint8Array(Math.min(this.hotPerLayer, rowsAtOnce) * this.rowBytes);
     for (let l = 0; l < this.layers; l++) {
-      const hot = new Uint8Array(this.hotPerLayer * this.rowBytes);
-      this.d.dtoh(hot, this.hotDev[l]!);
-      h.update(hot);
+      // In pieces, so the host never holds a whole layer's hot bank (1.2 GB at Qwen3-30B-A3B shapes).
+      for (let r = 0; r < this.hotPerLayer; r += rowsAtOnce) {
+        const n = Math.min(rowsAtOnce, this.hotPerLayer - r);
+        const part = buf.subarray(0, n * this.rowBytes);
+        this.d.dtoh(part, this.hotDev[l]! + BigInt(r * this.rowBytes));
+        h.update(part);
+      }
       h.update(this.coldHost[l]!.host);
     }
     return h.digest('hex');

@@ -9,9 +9,11 @@ import type { ModelSpec } from '../../model/spec.ts';
 import type { RawTensor } from '../../model/weights.ts';
 import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/architecture.ts';
 import type { BankPlacement } from '../slot-tables.ts';
-import { CudaExpertBanks, bf16 } from './banks.ts';
+import { CudaExpertBanks } from './banks.ts';
+import { mapTensorSource, type TensorSource } from '../../model/tensor-source.ts';
+import { TensorUploader, type UploadProgress } from './uploader.ts';
 import { loadDriver, type CudaDriver, type KernelArg } from './driver.ts';
-import { loadKernelModules, setModelConstants, type KernelName, type LoadedKernels } from './kernels.ts';
+import { ROW_PATH_GROUPS, loadKernelModules, setModelConstants, type KernelName, type LoadedKernels } from './kernels.ts';
 import {
   ROW_DEV_BYTES, STEP_HEADER_BYTES, decodeLayersSmemBytes, encodeLayers, expertFfnSmemBytes, lmHeadSmemBytes, rowSmemBytes, encodeModel, encodeStep, encodeWork,
   type ModelDims, type RowInput, type WorkPointers,
@@ -46,6 +48,22 @@ export interface CudaBackendOptions {
   readonly kernelDir?: string;
   /** Where a failed release during dispose() or a failed construction is reported (default: a warning line). */
   readonly onReleaseFailure?: ReleaseFailureSink;
+  /** Upload progress in bytes (the CLI's progress line). */
+  readonly onProgress?: UploadProgress;
+}
+
+/** A model as the CUDA backends take it: the spec and its stored tensors (streamed from the shards, or in memory). */
+export interface CudaModel {
+  readonly spec: ModelSpec;
+  readonly tensors?: TensorSource;
+  readonly raw?: ReadonlyMap<string, RawTensor>;
+}
+
+/** The stored tensors of a model: its source, or its raw map as one. */
+export function tensorsOf(model: CudaModel): TensorSource {
+  if (model.tensors) return model.tensors;
+  if (model.raw) return mapTensorSource(model.raw);
+  throw new ResidencyError('INTERNAL', 'cuda backend: the model has neither a tensor source nor raw tensors');
 }
 
 const ROW_THREADS = 1024; // decode_layers / attn_route: one block per row (default)
@@ -53,12 +71,10 @@ const FFN_THREADS = 128; // expert_ffn: a thread per output row (>= expert inter
 const LM_THREADS = 256; // lm_head_argmax: 16 row groups x 4 rows in flight
 const LM_ROWS_PER_BLOCK = 128;
 
-export async function createCudaBackend(
-  model: { spec: ModelSpec; raw: ReadonlyMap<string, RawTensor> },
-  opts: CudaBackendOptions = {},
-): Promise<CudaBackend> {
+/** The row path (this class: one block per token's layer, for tiny models). Real shapes: createCuda in op/. */
+export async function createCudaBackend(model: CudaModel, opts: CudaBackendOptions = {}): Promise<CudaBackend> {
   const d = await loadDriver();
-  return new CudaBackend(d, model.spec, model.raw, opts);
+  return new CudaBackend(d, model.spec, tensorsOf(model), opts);
 }
 
 export class CudaBackend implements Backend {
@@ -99,7 +115,8 @@ export class CudaBackend implements Backend {
   /** Device buffer for decode_layers' phase clocks (0: off). */
   private profileDev = 0n;
 
-  constructor(readonly driver: CudaDriver, readonly spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, opts: CudaBackendOptions = {}) {
+  constructor(readonly driver: CudaDriver, readonly spec: ModelSpec, tensors: TensorSource | ReadonlyMap<string, RawTensor>, opts: CudaBackendOptions = {}) {
+    const source = tensors instanceof Map ? mapTensorSource(tensors) : (tensors as TensorSource);
     const d = driver;
     const s = spec;
     this.buckets = opts.buckets ?? DEFAULT_BUCKETS;
@@ -116,14 +133,14 @@ export class CudaBackend implements Backend {
     // All or nothing: every module, stream and buffer is recorded in the scope as it is acquired, so a
     // failure half way (out of memory, a tensor that is not bf16, a missing fatbin) releases all of them.
     try {
-      const kernels: LoadedKernels = loadKernelModules(d, scope, opts.kernelDir, new Set(opts.attnSplits === 1 ? ['attn_route_split'] as const : []));
+      const kernels: LoadedKernels = loadKernelModules(d, scope, opts.kernelDir, new Set(opts.attnSplits === 1 ? ['attn_route_split'] as const : []), ROW_PATH_GROUPS);
       this.fns = kernels.fns;
       this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
-      this.banks = scope.adopt(new CudaExpertBanks(d, s, raw, opts.placement, opts.onReleaseFailure), 'expert banks', (b) => b.dispose());
+      const uploader = scope.adopt(new TensorUploader(d, source, this.fns.get('op_check_finite_bf16')!, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
+      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, opts.placement, opts.onReleaseFailure), 'expert banks', (b) => b.dispose());
       const up = (name: string): bigint => {
-        const bytes = bf16(raw, name);
-        const p = this.alloc(bytes.byteLength, name);
-        d.htod(p, bytes);
+        const p = this.alloc(uploader.expectBf16(name), name);
+        uploader.toDevice(name, p);
         return p;
       };
       const E = s.numExperts;
@@ -180,6 +197,7 @@ export class CudaBackend implements Backend {
         }
       }
       if (this.decodeSmem > 48 * 1024) d.setMaxDynamicSmem(this.fns.get('decode_layers')!, this.decodeSmem, 'decode_layers');
+      uploader.finish(); // every weight landed and is finite, before the first step
     } catch (e) {
       throw scope.unwind(e);
     }

@@ -50,6 +50,8 @@ export interface CudaDriver {
   eventCreate(): bigint;
   eventDestroy(ev: bigint): void;
   eventRecord(ev: bigint, stream: bigint): void;
+  /** Waits until the work recorded before `ev` has completed. */
+  eventSync(ev: bigint): void;
   /** Milliseconds between two recorded events (after the second completed). */
   eventElapsed(start: bigint, end: bigint): number;
   /** Free and total device memory (cuMemGetInfo): the GPU tests check that dispose() gives it back. */
@@ -299,6 +301,9 @@ export function makeDriver(koffi: Koffi, f: Record<string, Fn>): CudaDriver {
     },
     eventRecord(ev, stream) {
       call('cuEventRecord', '', ev, stream);
+    },
+    eventSync(ev) {
+      call('cuEventSynchronize', '', ev);
     },
     eventElapsed(start, end) {
       call('cuEventSynchronize', '', end);

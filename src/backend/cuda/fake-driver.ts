@@ -167,6 +167,10 @@ export class FakeCudaDriver implements CudaDriver {
     this.use(ev, 0);
     this.use(stream, 0);
   }
+  eventSync(ev: bigint): void {
+    this.tick('eventSync');
+    this.use(ev, 0);
+  }
   eventElapsed(start: bigint, end: bigint): number {
     this.tick('eventElapsed');
     this.use(start, 0);

@@ -7,14 +7,33 @@ import { ResidencyError } from '../../errors.ts';
 import type { CudaDriver } from './driver.ts';
 import { ResourceScope } from './resource-scope.ts';
 
+/** The op path's products: rows per group (bucket), output features per warp, epilogue (kernels/op.cu). */
+export const GEMV_ROWS = [1, 2, 4, 8, 16] as const;
+export type GemvEpilogue = 'store' | 'add' | 'swiglu';
+export type GemvName = `op_gemv_b${(typeof GEMV_ROWS)[number]}_r${1 | 2}_${GemvEpilogue}`;
+export type AttendName = `op_attend_hd${64 | 128}_g${1 | 2 | 4 | 8 | 16}`;
+const GEMV_NAMES = GEMV_ROWS.flatMap((b) => ([1, 2] as const).flatMap((r) => (['store', 'add', 'swiglu'] as const).map((e): GemvName => `op_gemv_b${b}_r${r}_${e}`)));
+const ATTEND_NAMES = ([64, 128] as const).flatMap((hd) => ([1, 2, 4, 8, 16] as const).map((g): AttendName => `op_attend_hd${hd}_g${g}`));
+const OP_KERNELS = [
+  ...GEMV_NAMES, 'op_gemm_tc_store', 'op_gemm_tc_add', 'op_gemm_tc_swiglu', 'op_qk_rope_kv', ...ATTEND_NAMES, 'op_attend_merge',
+  'op_route_group', 'op_route', 'op_group', 'op_residual_norm',
+] as const;
+
 /** Kernel entry points by fatbin (one per kernels/<group>.cu). */
 export const KERNEL_GROUPS = {
   layer: ['decode_layers', 'attn_route', 'attn_route_split', 'lm_head_argmax'],
   moe: ['expert_ffn'],
   ops: ['op_embed', 'op_gemm_bf16', 'op_rmsnorm', 'op_headnorm_rope', 'op_route'],
+  load: ['op_check_finite_bf16'],
+  op: OP_KERNELS,
 } as const;
 
 export type KernelName = (typeof KERNEL_GROUPS)[keyof typeof KERNEL_GROUPS][number];
+export type KernelGroup = keyof typeof KERNEL_GROUPS;
+
+/** The modules each path loads (the row path: layer.cu, moe.cu, ops.cu; the op path: op.cu; both: load.cu). */
+export const ROW_PATH_GROUPS: readonly KernelGroup[] = ['layer', 'moe', 'ops', 'load'];
+export const OP_PATH_GROUPS: readonly KernelGroup[] = ['op', 'load'];
 
 /** Where the fatbins are: $RESIDENCY_KERNELS, next to a bundle (dist/kernels), or the repo's dist/kernels. */
 export function kernelDirCandidates(): string[] {
@@ -43,10 +62,14 @@ export interface LoadedKernels {
  * Entry points in `unused` are not looked up (a backend with the attention split off never launches
  * attn_route_split, and may then run on kernels built before it existed).
  */
-export function loadKernelModules(d: CudaDriver, scope: ResourceScope, dir = findKernelDir(), unused: ReadonlySet<KernelName> = new Set()): LoadedKernels {
+export function loadKernelModules(
+  d: CudaDriver, scope: ResourceScope, dir = findKernelDir(), unused: ReadonlySet<KernelName> = new Set(),
+  groups: readonly KernelGroup[] = Object.keys(KERNEL_GROUPS) as KernelGroup[],
+): LoadedKernels {
   const fns = new Map<KernelName, bigint>();
   const modules = new Map<keyof typeof KERNEL_GROUPS, bigint>();
-  for (const [group, names] of Object.entries(KERNEL_GROUPS) as [keyof typeof KERNEL_GROUPS, readonly KernelName[]][]) {
+  for (const [group, names] of Object.entries(KERNEL_GROUPS) as [KernelGroup, readonly KernelName[]][]) {
+    if (!groups.includes(group)) continue;
     const image = readFileSync(join(dir, `${group}.fatbin`));
     const mod = scope.acquire(`module ${group}.fatbin`, () => d.loadModule(image, `${group}.fatbin`), (m) => d.unloadModule(m));
     modules.set(group, mod);

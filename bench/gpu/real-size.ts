@@ -1,0 +1,105 @@
+// bench:gpu at real size (H200): loads a make-checkpoint checkpoint through the product's CUDA backend (op
+// path: streamed from the shards, finite-checked on the device) and prints load time, GB/s and peak host RSS;
+// decode tok/s at batch 1/4/16 (graphs, position ~64); prefill tok/s at 512 and 2048 tokens (one chunk);
+// each kernel's time and share of HBM bandwidth in a batch-1 decode step; llama.cpp's figures beside them.
+//   node dist/bench-real.mjs --model /tmp/q30 [--out DIR]
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { loadModelFor } from '../../src/model/load.ts';
+import { createCuda } from '../../src/backend/cuda/create.ts';
+import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
+import { planPieces } from '../../src/backend/cuda/op/plan.ts';
+
+const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' } } });
+if (!values.model) throw new Error('--model DIR (a make-checkpoint folder)');
+const HBM = 4.3e12; // measured device copy bandwidth on this H200 (bytes read + written per second)
+const LLAMA = { tg128: 518, pp512: 8152 }; // llama.cpp, same geometry, 16 layers, bf16, all on the GPU (issue 11)
+
+const t0 = performance.now();
+const m = await loadModelFor(values.model, 'cuda');
+let last = 0;
+const be = (await createCuda(m, {
+  path: 'op', maxModelLen: 4096, maxNumSeqs: 16,
+  onProgress: (done, total) => { if (done - last > total / 10 || done === total) { last = done; process.stderr.write(`load ${((100 * done) / total).toFixed(0)}% ${(done / 1e9 / ((performance.now() - t0) / 1000)).toFixed(2)} GB/s\n`); } },
+})) as CudaOpBackend;
+const loadS = (performance.now() - t0) / 1000;
+const bytes = m.tensors.totalBytes;
+const rssGiB = (process.resourceUsage().maxRSS * 1024) / 2 ** 30;
+const s = m.spec;
+const V = s.vocabSize;
+const prompt = Array.from({ length: 4096 }, (_, i) => (i * 7919 + 13) % V);
+
+function decode(B: number, steps: number): { tokS: number; msStep: number } {
+  for (let i = 0; i < B; i++) be.openSequence(i, 64 + steps + 8);
+  be.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: prompt.slice(i, i + 64), startPos: 0 })), count: false });
+  const step = (k: number): void => {
+    be.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: [prompt[(i + k) % V]!], startPos: 64 + k })), count: true });
+  };
+  for (let k = 0; k < 4; k++) step(k);
+  const t = performance.now();
+  for (let k = 4; k < steps + 4; k++) step(k);
+  const ms = (performance.now() - t) / steps;
+  for (let i = 0; i < B; i++) be.closeSequence(i);
+  return { tokS: (1000 * B) / ms, msStep: ms };
+}
+
+function prefill(n: number): number {
+  be.openSequence(0, n + 1);
+  be.forward({ chunks: [{ seq: 0, tokens: prompt.slice(0, n), startPos: 0 }], count: false });
+  be.closeSequence(0);
+  be.openSequence(0, n + 1);
+  const t = performance.now();
+  be.forward({ chunks: [{ seq: 0, tokens: prompt.slice(0, n), startPos: 0 }], count: false });
+  const sec = (performance.now() - t) / 1000;
+  be.closeSequence(0);
+  return n / sec;
+}
+
+const steps = Number(values.steps);
+const dec = [1, 4, 16].map((B) => ({ B, ...decode(B, steps) }));
+const pre = [512, 2048].map((n) => ({ n, tokS: prefill(n) }));
+
+// Per-kernel device time of one batch-1 decode step at position 64, and the weight bytes each role reads.
+be.openSequence(0, 128);
+be.forward({ chunks: [{ seq: 0, tokens: prompt.slice(0, 64), startPos: 0 }], count: false });
+const { launches: prof, stepUs } = be.profilePiece(planPieces([{ seq: 0, tokens: [prompt[64]!], startPos: 64 }], 2048, 16)[0]!);
+be.closeSequence(0);
+const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, expertIntermediate: I, numLayers: L } = s;
+const perRole: Record<string, number> = {
+  qkv: (nh + 2 * nkv) * hd * H * 2, o_proj: H * nh * hd * 2, router: E * H * 2, experts_gate_up: K * 2 * I * H * 2, experts_down: K * H * I * 2, lm_head: V * H * 2,
+};
+const roles = new Map<string, { us: number; n: number }>();
+for (const p of prof) {
+  const r = roles.get(p.role) ?? { us: 0, n: 0 };
+  r.us += p.us;
+  r.n++;
+  roles.set(p.role, r);
+}
+const deviceUs = prof.reduce((a, p) => a + p.us, 0);
+be.dispose();
+
+const lines: string[] = [];
+lines.push(`| kernel (batch-1 decode step, pos 64; device time in a graph) | launches | us / step | weight bytes / step | GB/s | share of ${HBM / 1e12} TB/s |`, '|---|---|---|---|---|---|');
+for (const [role, r] of [...roles].sort((a, b) => b[1].us - a[1].us)) {
+  const b = (perRole[role] ?? 0) * r.n;
+  const gbs = b / (r.us / 1e6) / 1e9;
+  lines.push(`| ${role} | ${r.n} | ${r.us.toFixed(1)} | ${b ? (b / 1e6).toFixed(1) + ' MB' : '-'} | ${b ? gbs.toFixed(0) : '-'} | ${b ? ((100 * gbs * 1e9) / HBM).toFixed(0) + '%' : '-'} |`);
+}
+lines.push(`| all kernels, each alone (sum) | ${prof.length} | ${deviceUs.toFixed(1)} | | | |`);
+lines.push(`| the step's graph (device time) | ${prof.length} | ${stepUs.toFixed(1)} | ${(perRoleTotal() / 1e6).toFixed(0)} MB | ${(perRoleTotal() / (stepUs / 1e6) / 1e9).toFixed(0)} | ${((100 * perRoleTotal() / (stepUs / 1e6)) / HBM).toFixed(0)}% |`);
+function perRoleTotal(): number {
+  return L * (perRole['qkv']! + perRole['o_proj']! + perRole['router']! + perRole['experts_gate_up']! + perRole['experts_down']!) + perRole['lm_head']!;
+}
+const table = [
+  `# bench:gpu at real size: ${s.name} (${L} layers, hidden ${H}, ${E} experts of ${I}, top-${K}, ${nh}/${nkv} heads of ${hd}), all experts in HBM`,
+  `load: ${(bytes / 1e9).toFixed(2)} GB in ${loadS.toFixed(1)} s = ${(bytes / 1e9 / loadS).toFixed(2)} GB/s; peak host RSS ${rssGiB.toFixed(2)} GiB`,
+  '',
+  '| measure | ours | llama.cpp (issue 11) | ratio |', '|---|---|---|---|',
+  ...dec.map((d) => `| decode batch ${d.B} (tok/s; ${d.msStep.toFixed(3)} ms/step) | ${d.tokS.toFixed(0)} | ${d.B === 1 ? LLAMA.tg128 : '-'} | ${d.B === 1 ? (d.tokS / LLAMA.tg128).toFixed(2) + 'x' : ''} |`),
+  ...pre.map((p) => `| prefill ${p.n} tokens (tok/s) | ${p.tokS.toFixed(0)} | ${p.n === 512 ? LLAMA.pp512 : '-'} | ${p.n === 512 ? (p.tokS / LLAMA.pp512).toFixed(2) + 'x' : ''} |`),
+  '',
+  ...lines,
+].join('\n');
+console.log(table);
+if (values.out) writeFileSync(join(values.out, 'bench-real.json'), JSON.stringify({ spec: s, loadS, bytes, rssGiB, dec, pre, prof, stepUs }, null, 1));

@@ -1,0 +1,96 @@
+// The op path's entry points (src/backend/cuda/op/): a decode or prefill step is, per layer, residual+norm,
+// qkv product, q/k norm + RoPE + KV write, attention (+ merge of its splits), o product + residual, router
+// product (after the post-attention norm), route + group, expert gate/up (SwiGLU fused), expert down; then
+// the final norm of the rows whose logits are wanted and the LM head. Products: gemv (<= 16 rows a group,
+// decode) or gemm_tc (tensor cores, prefill). See op_common.cuh for the conventions.
+#include "op_common.cuh"
+#include "op_gemv.cuh"
+#include "op_gemm_tc.cuh"
+#include "op_attention.cuh"
+#include "op_moe.cuh"
+
+#define GEMV_ENTRY(B, R, EPI, NAME) \
+  extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) op_gemv_b##B##_r##R##_##NAME(GemmProblem p) { gemv_body<B, R, EPI>(p); }
+#define GEMV_ENTRIES(B) \
+  GEMV_ENTRY(B, 1, EPI_STORE, store) GEMV_ENTRY(B, 2, EPI_STORE, store) GEMV_ENTRY(B, 1, EPI_ADD, add) \
+  GEMV_ENTRY(B, 2, EPI_ADD, add) GEMV_ENTRY(B, 1, EPI_SWIGLU, swiglu) GEMV_ENTRY(B, 2, EPI_SWIGLU, swiglu)
+GEMV_ENTRIES(1)
+GEMV_ENTRIES(2)
+GEMV_ENTRIES(4)
+GEMV_ENTRIES(8)
+GEMV_ENTRIES(16)
+
+extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_store(GemmProblem p) { gemm_tc_body<EPI_STORE>(p); }
+extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_add(GemmProblem p) { gemm_tc_body<EPI_ADD>(p); }
+extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_swiglu(GemmProblem p) { gemm_tc_body<EPI_SWIGLU>(p); }
+
+extern "C" __global__ void op_qk_rope_kv(float* qkv, int ld, OpRows rows, const bf16_t* q_norm, const bf16_t* k_norm, int layer,
+                                         int nh, int nkv, int hd, float eps, float theta) {
+  qk_rope_kv_body(qkv, ld, rows, q_norm, k_norm, layer, nh, nkv, hd, eps, theta);
+}
+
+// 8 warps a block (4 at G = 16, whose shared partials would pass 48 KiB): ATTEND_WARPS in op/op-backend.ts.
+#define ATTEND_ENTRY(HD, G)                                                                                          \
+  extern "C" __global__ void __launch_bounds__(32 * ((G) == 16 ? 4 : 8))                                             \
+      op_attend_hd##HD##_g##G(const float* qkv, int ld, OpRows rows, float* att, float* part, int layer, int nh, int nkv) { \
+    attend_body<HD, G, (G) == 16 ? 4 : 8>(qkv, ld, rows, att, part, layer, nh, nkv);                                 \
+  }
+ATTEND_ENTRY(64, 1) ATTEND_ENTRY(64, 2) ATTEND_ENTRY(64, 4) ATTEND_ENTRY(64, 8) ATTEND_ENTRY(64, 16)
+ATTEND_ENTRY(128, 1) ATTEND_ENTRY(128, 2) ATTEND_ENTRY(128, 4) ATTEND_ENTRY(128, 8) ATTEND_ENTRY(128, 16)
+
+extern "C" __global__ void op_attend_merge(const float* part, float* att, int nh, int hd, int S) {
+  attend_merge_body(part, att, nh, hd, S);
+}
+
+// Decode steps (T <= 32 rows): route every row (a warp each) and group the picks in one block.
+extern "C" __global__ void op_route_group(OpRoute r, OpGroups g) {
+  extern __shared__ __align__(16) float sm[]; // [warps][E] logits | cnt[E] | cur[E]
+  __shared__ unsigned long long red[33];
+  const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int t = warp; t < r.T; t += nw) route_row(r, t, sm + warp * r.E);
+  __syncthreads();
+  int* cnt = reinterpret_cast<int*>(sm + nw * r.E);
+  group_picks(r, g, cnt, cnt + r.E, red);
+}
+
+// Prefill steps: route (a warp per row, grid over rows), then op_group in one block.
+extern "C" __global__ void op_route(OpRoute r) {
+  extern __shared__ __align__(16) float sm[]; // [warps][E]
+  const int warp = threadIdx.x >> 5, t = blockIdx.x * (blockDim.x >> 5) + warp;
+  if (t < r.T) route_row(r, t, sm + warp * r.E);
+}
+
+extern "C" __global__ void op_group(OpRoute r, OpGroups g) {
+  extern __shared__ __align__(16) int smi[]; // cnt[E] | cur[E]
+  __shared__ unsigned long long red[33];
+  group_picks(r, g, smi, smi + r.E, red);
+}
+
+// Row i of the output: x = the residual of input row rows[i] (or i): mode 0 the embedding of its token,
+// mode 1 hidden + the previous MoE layer's picks combined in router order (fp32), mode 2 hidden as it is;
+// x goes back to hidden (modes 0, 1), and xn[i] = RMSNorm(x) * w. Grid (rows), any block size.
+extern "C" __global__ void op_residual_norm(int mode, float* hidden, const float* partial, const float* pick_weight, int LK,
+                                            int prev_layer, int K, const int32_t* rows, const int32_t* tokens,
+                                            const bf16_t* embed, const bf16_t* w, float* xn, int H, float eps) {
+  extern __shared__ __align__(16) float x[]; // [H] | red[32]
+  float* red = x + ((H + 3) & ~3);
+  const int i = blockIdx.x, r = rows ? rows[i] : i;
+  float* h = hidden + (size_t)r * H;
+  if (mode == 0) {
+    const bf16_t* e = embed + (size_t)tokens[r] * H;
+    for (int c = threadIdx.x; c < H; c += blockDim.x) { x[c] = bf2f(e[c]); h[c] = x[c]; }
+  } else if (mode == 1) {
+    const float* wk = pick_weight + (size_t)r * LK + (size_t)prev_layer * K;
+    for (int c = threadIdx.x; c < H; c += blockDim.x) {
+      float acc = 0.f;
+      for (int k = 0; k < K; k++) acc += wk[k] * partial[((size_t)r * K + k) * H + c];
+      x[c] = h[c] + acc;
+      h[c] = x[c];
+    }
+  } else {
+    for (int c = threadIdx.x; c < H; c += blockDim.x) x[c] = h[c];
+  }
+  __syncthreads();
+  block_rmsnorm(x, w, x, H, eps, red);
+  for (int c = threadIdx.x; c < H; c += blockDim.x) xn[(size_t)i * H + c] = x[c];
+}

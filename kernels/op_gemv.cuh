@@ -1,0 +1,110 @@
+// Decode products (at most B rows per group, B <= 16): bandwidth-bound, so every weight byte is read once per
+// step and the whole chip streams. Grid (ceil(O / (8 R)), groups); a block of 8 warps, each warp R output
+// features (SWIGLU: R (gate, up) pairs) for all of the group's rows. A lane reads 16 bytes of a weight row
+// per pass (a warp: 512 consecutive bytes), several passes in flight; the group's input rows sit in shared
+// memory (K in chunks that fit), read as float4. Sums are fp32 in a fixed order (lane partials, then a
+// butterfly): the same bits whatever the placement of the rows in the banks.
+#pragma once
+#include "op_common.cuh"
+
+#define GEMV_WARPS 8
+
+template <int B, int R, int EPI>
+__device__ __forceinline__ void gemv_body(const GemmProblem& p) {
+  extern __shared__ __align__(16) float xs[]; // [B][KC]
+  const int g = blockIdx.y;
+  if (p.grp_n && g >= *p.grp_n) return;
+  int start;
+  const int n = group_rows(p, g, &start);
+  if (n <= 0) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int K = p.K;
+  // Rows of weights this warp reads: STORE/ADD: features o0 + r; SWIGLU: gate rows j0 + r and up rows O + j0 + r.
+  constexpr int NW = EPI == EPI_SWIGLU ? 2 * R : R;
+  const int f0 = (blockIdx.x * GEMV_WARPS + warp) * R;
+  const bf16_t* W = group_weights(p, g);
+  const bf16_t* wrow[NW];
+  bool live[NW];
+#pragma unroll
+  for (int r = 0; r < NW; r++) {
+    const int f = f0 + (EPI == EPI_SWIGLU ? (r % R) : r);
+    live[r] = f < p.O;
+    const int wr = EPI == EPI_SWIGLU ? (r < R ? f : p.O + f) : f;
+    wrow[r] = W + (size_t)(live[r] ? wr : 0) * K;
+  }
+  int in_rows[B];
+#pragma unroll
+  for (int b = 0; b < B; b++) {
+    int ir = 0, orow = 0;
+    if (b < n) row_of(p, start, b, &ir, &orow);
+    in_rows[b] = ir;
+  }
+  float acc[NW][B];
+#pragma unroll
+  for (int r = 0; r < NW; r++)
+#pragma unroll
+    for (int b = 0; b < B; b++) acc[r][b] = 0.f;
+  // K chunk held in shared memory: B * KS floats <= 64 KiB, KC a multiple of 256.
+  constexpr int KC = (16384 / B) < 256 ? 256 : (16384 / B);
+  const int KS = min(KC, K); // row stride in shared memory (K % 8 == 0)
+  for (int k0 = 0; k0 < K; k0 += KC) {
+    const int kc = min(KC, K - k0);
+    __syncthreads();
+#pragma unroll
+    for (int b = 0; b < B; b++) {
+      if (b < n) {
+        const float4* src = reinterpret_cast<const float4*>(p.x + (size_t)in_rows[b] * p.ldx + k0);
+        for (int c = threadIdx.x; c < (kc >> 2); c += blockDim.x) reinterpret_cast<float4*>(xs + b * KS)[c] = src[c];
+      }
+    }
+    __syncthreads();
+    const int chunks = kc >> 3;
+    // U passes of 16 bytes per weight row in flight before any product (fewer as B's accumulators grow).
+    constexpr int LOADS = B <= 2 ? 16 : (B <= 4 ? 8 : 4);
+    constexpr int U = LOADS / NW > 0 ? LOADS / NW : 1;
+    for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+      uint4 u[U][NW];
+#pragma unroll
+      for (int j = 0; j < U; j++)
+#pragma unroll
+        for (int r = 0; r < NW; r++) {
+          const int c = c0 + 32 * j;
+          u[j][r] = (live[r] && c < chunks) ? __ldg(reinterpret_cast<const uint4*>(wrow[r] + k0) + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+      for (int j = 0; j < U; j++) {
+        const int c = c0 + 32 * j;
+        if (c < chunks) {
+#pragma unroll
+          for (int b = 0; b < B; b++) {
+            if (b < n) {
+#pragma unroll
+              for (int r = 0; r < NW; r++) acc[r][b] += dot8_bf16(u[j][r], xs + b * KS + 8 * c);
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NW; r++)
+#pragma unroll
+    for (int b = 0; b < B; b++) acc[r][b] = warp_sum(acc[r][b]);
+  // Lane b writes row b's outputs (every lane holds every sum after the butterfly).
+#pragma unroll
+  for (int b = 0; b < B; b++) {
+    if (b < n && lane == b) {
+      int ir, orow;
+      row_of(p, start, b, &ir, &orow);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const int f = f0 + r;
+        if (f >= p.O) continue;
+        if (EPI == EPI_SWIGLU) p.y[(size_t)orow * p.ldy + f] = silu(acc[r][b]) * acc[R + r][b];
+        else epi_store(p, EPI, orow, f, acc[r][b]);
+      }
+    }
+  }
+}
+
+// Shared memory of a launch: 4 * B * min(max(16384 / B, 256), K) bytes (gemvSmemBytes in op/layout.ts).

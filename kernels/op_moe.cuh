@@ -1,0 +1,114 @@
+// Routing of the op path: each row's router logits -> softmax -> top-k (warp_route, the row path's own code:
+// same choices, same counting), then the step's picks grouped by expert, so each expert's weights are read
+// once per step however many rows picked it: groups (expert, its picks) in expert order, and for the tensor-
+// core path 64-row tiles of each group. Within a group the order of the picks is free (atomics): every row of
+// a product is computed on its own, so it changes no result.
+#pragma once
+#include "op_common.cuh"
+#include "route.cuh"
+
+struct OpGroups {
+  int32_t* n;          // [1] groups
+  int32_t* expert;     // [E] group -> expert
+  int32_t* start;      // [E + 1] group -> first pick in rows
+  int32_t* rows;       // [T * K] pick indices (t * K + k), by group
+  int32_t* tile_n;     // [1]
+  int32_t* tile_group; // [max tiles]
+  int32_t* tile_row0;  // [max tiles]
+};
+
+struct OpRoute {
+  const float* logits;   // [T][E] router logits
+  int32_t* pick_expert;  // [T][L][K] (this layer's at + layer * K)
+  float* pick_weight;    // [T][L][K]
+  int32_t* pick_slot;    // [T][K] scratch
+  const int32_t* slots;  // [E]
+  uint32_t* counter;     // this layer's [E] row
+  const int32_t* header; // [0] valid rows, [1] count flag
+  int32_t T, E, K, LK, layer, norm_topk;
+};
+
+// Row t's route (one warp); `lg` is E floats of shared scratch for it.
+__device__ __forceinline__ void route_row(const OpRoute& r, int t, float* lg) {
+  const int lane = threadIdx.x & 31;
+  for (int e = lane; e < r.E; e += 32) lg[e] = r.logits[(size_t)t * r.E + e];
+  __syncwarp();
+  const size_t pk = (size_t)t * r.LK + (size_t)r.layer * r.K;
+  const bool counted = r.header[1] != 0 && t < r.header[0];
+  warp_route(lg, r.E, r.K, r.norm_topk, r.slots, r.pick_expert + pk, r.pick_weight + pk, r.pick_slot + (size_t)t * r.K,
+             counted ? r.counter : nullptr);
+}
+
+// Block-wide exclusive scan of one 64-bit value per thread (blockDim.x % 32 == 0); `red` >= 33 words.
+__device__ __forceinline__ unsigned long long block_scan_u64(unsigned long long v, unsigned long long* red, unsigned long long* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  unsigned long long inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long u = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += u;
+  }
+  if (lane == 31) red[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    unsigned long long w = lane < nw ? red[lane] : 0ull, wi = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned long long u = __shfl_up_sync(0xffffffffu, wi, o);
+      if (lane >= o) wi += u;
+    }
+    if (lane < nw) red[lane] = wi - w; // exclusive prefix of the warp totals
+    if (lane == 31) red[32] = wi;
+  }
+  __syncthreads();
+  const unsigned long long out = red[warp] + inc - v;
+  *total = red[32];
+  __syncthreads();
+  return out;
+}
+
+// The groups of this layer's picks of the valid rows; one block. `cnt` and `cur` are E ints of shared memory.
+// Scan fields (21 bits each): picks, active experts, 64-row tiles.
+__device__ __forceinline__ void group_picks(const OpRoute& r, OpGroups gr, int* cnt, int* cur, unsigned long long* red) {
+  const int nv = r.header[0], E = r.E, K = r.K;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < nv * K; i += blockDim.x) {
+    const int t = i / K, k = i - t * K;
+    atomicAdd(&cnt[r.pick_expert[(size_t)t * r.LK + (size_t)r.layer * K + k]], 1);
+  }
+  __syncthreads();
+  const int per = (E + blockDim.x - 1) / blockDim.x, e0 = threadIdx.x * per;
+  unsigned long long mine = 0ull;
+  for (int e = e0; e < min(E, e0 + per); e++) {
+    const unsigned long long c = (unsigned long long)cnt[e];
+    mine += c | ((c > 0 ? 1ull : 0ull) << 21) | (((c + TC_TILE_ROWS - 1) / TC_TILE_ROWS) << 42);
+  }
+  unsigned long long total;
+  unsigned long long pre = block_scan_u64(mine, red, &total);
+  const unsigned long long M = (1ull << 21) - 1;
+  for (int e = e0; e < min(E, e0 + per); e++) {
+    const int c = cnt[e];
+    const int s = (int)(pre & M), gi = (int)((pre >> 21) & M), ti = (int)(pre >> 42);
+    cur[e] = s;
+    if (c > 0) {
+      gr.expert[gi] = e;
+      gr.start[gi] = s;
+      const int nt = (c + TC_TILE_ROWS - 1) / TC_TILE_ROWS;
+      for (int q = 0; q < nt; q++) { gr.tile_group[ti + q] = gi; gr.tile_row0[ti + q] = q * TC_TILE_ROWS; }
+    }
+    pre += (unsigned long long)c | ((c > 0 ? 1ull : 0ull) << 21) | ((unsigned long long)((c + TC_TILE_ROWS - 1) / TC_TILE_ROWS) << 42);
+  }
+  if (threadIdx.x == 0) {
+    const int groups = (int)((total >> 21) & M);
+    *gr.n = groups;
+    gr.start[groups] = (int)(total & M);
+    *gr.tile_n = (int)(total >> 42);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < nv * K; i += blockDim.x) {
+    const int t = i / K, k = i - t * K;
+    const int e = r.pick_expert[(size_t)t * r.LK + (size_t)r.layer * K + k];
+    gr.rows[atomicAdd(&cur[e], 1)] = i;
+  }
+}

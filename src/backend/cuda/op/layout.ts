@@ -1,0 +1,62 @@
+// Byte layouts of the op path's kernel arguments (kernels/op_common.cuh GemmProblem, op_attention.cuh OpRows,
+// op_moe.cuh OpRoute and OpGroups), passed by value. Keep the two in step: each field at the C offset.
+
+/** One product of a step (GemmProblem). Grouped when `grpN` is set (the experts), else dense over `rows`. */
+export interface GemmArgs {
+  x: bigint; y: bigint; res?: bigint; w?: bigint;
+  grpN?: bigint; grpExpert?: bigint; grpStart?: bigint; grpRows?: bigint;
+  slots?: bigint; hot?: bigint; cold?: bigint;
+  tileN?: bigint; tileGroup?: bigint; tileRow0?: bigint;
+  rowElems?: number; wOff?: number;
+  ldx: number; ldy: number; O: number; K: number; rows?: number; xDiv?: number; hotRows?: number;
+}
+
+export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4;
+
+export function encodeGemm(a: GemmArgs): Uint8Array {
+  const b = Buffer.alloc(GEMM_PROBLEM_BYTES);
+  const ptrs = [a.x, a.y, a.res, a.w, a.grpN, a.grpExpert, a.grpStart, a.grpRows, a.slots, a.hot, a.cold, a.tileN, a.tileGroup, a.tileRow0];
+  ptrs.forEach((p, i) => b.writeBigUInt64LE(p ?? 0n, 8 * i));
+  b.writeBigInt64LE(BigInt(a.rowElems ?? 0), 112);
+  b.writeBigInt64LE(BigInt(a.wOff ?? 0), 120);
+  [a.ldx, a.ldy, a.O, a.K, a.rows ?? 0, a.xDiv ?? 1, a.hotRows ?? 0, 0].forEach((v, i) => b.writeInt32LE(v, 128 + 4 * i));
+  return b;
+}
+
+export interface RowArrays { token: bigint; pos: bigint; cap: bigint; kv: bigint }
+
+export function encodeRows(r: RowArrays): Uint8Array {
+  const b = Buffer.alloc(32);
+  [r.token, r.pos, r.cap, r.kv].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
+  return b;
+}
+
+export interface RouteArgs {
+  logits: bigint; pickExpert: bigint; pickWeight: bigint; pickSlot: bigint; slots: bigint; counter: bigint; header: bigint;
+  T: number; E: number; K: number; LK: number; layer: number; normTopk: boolean;
+}
+
+export function encodeRoute(a: RouteArgs): Uint8Array {
+  const b = Buffer.alloc(7 * 8 + 6 * 4);
+  [a.logits, a.pickExpert, a.pickWeight, a.pickSlot, a.slots, a.counter, a.header].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
+  [a.T, a.E, a.K, a.LK, a.layer, a.normTopk ? 1 : 0].forEach((v, i) => b.writeInt32LE(v, 56 + 4 * i));
+  return b;
+}
+
+export interface GroupArrays { n: bigint; expert: bigint; start: bigint; rows: bigint; tileN: bigint; tileGroup: bigint; tileRow0: bigint }
+
+export function encodeGroups(g: GroupArrays): Uint8Array {
+  const b = Buffer.alloc(7 * 8);
+  [g.n, g.expert, g.start, g.rows, g.tileN, g.tileGroup, g.tileRow0].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
+  return b;
+}
+
+/** Dynamic shared memory of a gemv launch with B rows a group (op_gemv.cuh: B * min(max(16384 / B, 256), K) floats). */
+export function gemvSmemBytes(B: number, K: number): number {
+  return 4 * B * Math.min(Math.max(Math.floor(16384 / B), 256), K);
+}
+
+/** Tensor-core tiles of a grouped product over `picks` picks of at most `E` experts (64-row tiles). */
+export function maxGroupedTiles(picks: number, E: number): number {
+  return Math.ceil(picks / 64) + Math.min(E, picks);
+}

@@ -1,0 +1,470 @@
+// The CUDA backend at real shapes (the op path): one kernel per op over every SM, each expert's rows read
+// once per step, a prefill chunk run as one batch (tensor-core products), decode pieces of <= 16 rows replayed
+// as CUDA graphs keyed by (bucket, attention splits). Weights stay bf16 as stored, streamed from the shards;
+// activations and the KV cache are fp32 (the CPU spec's numbers within the vs-CPU bar). Memory is planned
+// from --gpu-memory-utilization and --max-model-len before anything is allocated.
+import { ResidencyError } from '../../../errors.ts';
+import type { Backend, SequenceChunk, StepInput, StepOutput } from '../../backend.ts';
+import type { ModelSpec } from '../../../model/spec.ts';
+import type { TensorSource } from '../../../model/tensor-source.ts';
+import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../../model/architecture.ts';
+import { placementRows, type BankPlacement } from '../../slot-tables.ts';
+import { CudaExpertBanks } from '../banks.ts';
+import type { CudaDriver, KernelArg } from '../driver.ts';
+import { OP_PATH_GROUPS, loadKernelModules, type KernelName } from '../kernels.ts';
+import { ResourceScope, type ReleaseFailureSink } from '../resource-scope.ts';
+import { TensorUploader, type UploadProgress } from '../uploader.ts';
+import { bucketFor, DEFAULT_BUCKETS } from '../plan.ts';
+import { encodeGemm, encodeGroups, encodeRoute, encodeRows, gemvSmemBytes, maxGroupedTiles, type GemmArgs } from './layout.ts';
+import { planMemory, type MemoryPlan } from './memory.ts';
+import { DECODE_MAX_ROWS, attendSplits, gemvRowsPerWarp, planPieces, type OpPiece } from './plan.ts';
+import { checkOpSupport } from './support.ts';
+
+export interface OpBackendOptions {
+  readonly placement?: BankPlacement;
+  /** Decode graph buckets (ascending, at most 16 rows). */
+  readonly buckets?: readonly number[];
+  /** Replay CUDA graphs for decode pieces (default) or launch eagerly. */
+  readonly graphs?: boolean;
+  readonly kernelDir?: string;
+  readonly onReleaseFailure?: ReleaseFailureSink;
+  readonly onProgress?: UploadProgress;
+  /** Positions a sequence may hold (default: the model's max_position_embeddings). */
+  readonly maxModelLen?: number;
+  /** Sequences with a KV cache at once (default 8: the scheduler's running batch). */
+  readonly maxNumSeqs?: number;
+  /** Share of the device's memory this backend may use (default 0.9). */
+  readonly gpuMemoryUtilization?: number;
+  /** Rows of one piece at most (prefill chunk; default 2048). */
+  readonly maxPieceRows?: number;
+  /** Most splits of one decode row's positions (default 32). */
+  readonly maxSplits?: number;
+}
+
+interface LayerDev { inNorm: bigint; qkv: bigint; o: bigint; qNorm: bigint; kNorm: bigint; postNorm: bigint; router: bigint }
+
+const GEMV_WARPS = 8;
+const TC_THREADS = 128;
+const MAX_OUT = 16;
+
+export class CudaOpBackend implements Backend {
+  readonly name = 'cuda';
+  readonly path = 'op';
+  readonly banks: CudaExpertBanks;
+  readonly stream: bigint;
+  readonly memory: MemoryPlan;
+  readonly buckets: readonly number[];
+  useGraphs: boolean;
+  private readonly fns = new Map<KernelName, bigint>();
+  private readonly scope: ResourceScope;
+  private readonly layers: LayerDev[] = [];
+  private readonly embed: bigint;
+  private readonly lmHead: bigint;
+  private readonly finalNorm: bigint;
+  private readonly counterDev: bigint;
+  private readonly b: Record<string, bigint> = {};
+  private readonly stepDev: bigint;
+  private readonly stepHost: { host: Uint8Array; hostPtr: bigint };
+  private readonly outHost: { host: Uint8Array; hostPtr: bigint };
+  private readonly maxRows: number;
+  private readonly maxSplits: number;
+  private readonly kvPool: bigint;
+  private readonly kvSlotBytes: number;
+  private readonly freeSlots: number[];
+  private readonly seqs = new Map<number, number>();
+  private readonly graphs = new Map<string, bigint>();
+  private readonly d: CudaDriver;
+  private disposed = false;
+  readonly QKV: number;
+  private recording: { name: string; role: string; run: () => void }[] | null = null;
+  private role = '';
+
+  constructor(driver: CudaDriver, readonly spec: ModelSpec, source: TensorSource, opts: OpBackendOptions = {}) {
+    const d = driver;
+    this.d = d;
+    const s = spec;
+    checkOpSupport(s);
+    this.buckets = opts.buckets ?? DEFAULT_BUCKETS;
+    if (this.buckets.some((b) => !Number.isInteger(b) || b < 1 || b > DECODE_MAX_ROWS || ![1, 2, 4, 8, 16].includes(b))) {
+      throw new ResidencyError('BAD_ARGUMENT', `buckets [${this.buckets.join(', ')}]: each must be one of 1, 2, 4, 8, 16`);
+    }
+    this.useGraphs = opts.graphs ?? true;
+    this.maxRows = opts.maxPieceRows ?? 2048;
+    if (!Number.isInteger(this.maxRows) || this.maxRows < DECODE_MAX_ROWS || this.maxRows % 2 !== 0) {
+      throw new ResidencyError('BAD_ARGUMENT', `maxPieceRows ${this.maxRows}: expected an even integer >= ${DECODE_MAX_ROWS}`);
+    }
+    this.maxSplits = opts.maxSplits ?? 32;
+    const maxModelLen = opts.maxModelLen ?? s.maxPositions;
+    const maxNumSeqs = opts.maxNumSeqs ?? 8;
+    if (!Number.isInteger(maxModelLen) || maxModelLen < 1 || maxModelLen > s.maxPositions) {
+      throw new ResidencyError('BAD_ARGUMENT', `--max-model-len ${maxModelLen}: expected an integer in [1, ${s.maxPositions}] (the model's max_position_embeddings)`);
+    }
+    if (!Number.isInteger(maxNumSeqs) || maxNumSeqs < 1) throw new ResidencyError('BAD_ARGUMENT', `max running sequences ${maxNumSeqs}: expected an integer >= 1`);
+    const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, expertIntermediate: I, vocabSize: V, numLayers: L } = s;
+    const QD = nh * hd, KD = nkv * hd;
+    this.QKV = QD + 2 * KD;
+    const T = this.maxRows;
+
+    // The plan first: nothing is allocated for a model that cannot fit.
+    const hotPerLayer = placementRows(s, opts.placement)[0]!.hot.length;
+    const attnW = (this.QKV * H + H * QD + E * H + 2 * H + 2 * hd) * 2;
+    const weights = (V * H * (s.tieWordEmbeddings ? 1 : 2) + H) * 2 + L * attnW + L * hotPerLayer * 3 * I * H * 2;
+    const kvPerPosition = L * 2 * KD * 4;
+    const work = this.workspaceBytes(T);
+    const total = d.memInfo().total;
+    this.memory = planMemory({ weights, kvPerPosition, workspace: work }, total, opts.gpuMemoryUtilization ?? 0.9, maxModelLen, maxNumSeqs);
+
+    const scope = new ResourceScope('cuda op backend', opts.onReleaseFailure);
+    this.scope = scope;
+    try {
+      const k = loadKernelModules(d, scope, opts.kernelDir, new Set(), OP_PATH_GROUPS);
+      for (const [n, f] of k.fns) this.fns.set(n, f);
+      this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
+      const uploader = scope.adopt(new TensorUploader(d, source, this.fns.get('op_check_finite_bf16')!, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
+      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, opts.placement, opts.onReleaseFailure), 'expert banks', (b) => b.dispose());
+      const up = (name: string): bigint => {
+        const p = this.alloc(uploader.expectBf16(name), name);
+        uploader.toDevice(name, p);
+        return p;
+      };
+      this.embed = up(EMBED);
+      for (let l = 0; l < L; l++) {
+        const n = layerTensorNames(l);
+        const qkv = this.alloc(this.QKV * H * 2, `qkv layer ${l}`);
+        uploader.toDevice(n.qProj, qkv, QD * H * 2);
+        uploader.toDevice(n.kProj, qkv + BigInt(QD * H * 2), KD * H * 2);
+        uploader.toDevice(n.vProj, qkv + BigInt((QD + KD) * H * 2), KD * H * 2);
+        this.layers.push({ inNorm: up(n.inputNorm), qkv, o: up(n.oProj), qNorm: up(n.qNorm), kNorm: up(n.kNorm), postNorm: up(n.postAttnNorm), router: up(n.router) });
+      }
+      this.finalNorm = up(FINAL_NORM);
+      this.lmHead = s.tieWordEmbeddings ? this.embed : up(LM_HEAD);
+      this.counterDev = this.alloc(4 * L * E, 'counter table');
+      d.memsetD8(this.counterDev, 0, 4 * L * E);
+
+      // Workspace of one piece (T rows); zeroed so padding rows never read uninitialized memory.
+      const buf = (name: string, bytes: number): void => {
+        this.b[name] = this.alloc(bytes, name);
+        d.memsetD8(this.b[name]!, 0, bytes);
+      };
+      const maxTiles = maxGroupedTiles(T * K, E);
+      for (const [name, bytes] of this.workspaceLayout(T, maxTiles)) buf(name, bytes);
+      // The KV cache: one slot of maxModelLen positions per sequence, reserved now; a 1-position scratch for padding rows.
+      this.kvSlotBytes = kvPerPosition * maxModelLen;
+      this.kvPool = this.alloc(this.kvSlotBytes * maxNumSeqs, `KV cache (${maxNumSeqs} x ${maxModelLen} positions)`);
+      this.freeSlots = Array.from({ length: maxNumSeqs }, (_, i) => maxNumSeqs - 1 - i);
+      buf('kvScratch', kvPerPosition);
+      const stepBytes = this.kvOffset() + 8 * T;
+      this.stepDev = this.alloc(stepBytes, 'step rows');
+      this.stepHost = scope.acquire('pinned step rows', () => d.allocPinned(stepBytes, 'step rows'), (h) => d.freeHost(h.hostPtr));
+      this.outHost = scope.acquire('pinned outputs', () => d.allocPinned(Math.max(4 * MAX_OUT * V, 8 * T * L * K), 'outputs'), (h) => d.freeHost(h.hostPtr));
+      // A gemv's input rows fill up to 64 KiB of shared memory (B rows x K chunk): over the 48 KiB default.
+      for (const [name, fn] of this.fns) if (name.startsWith('op_gemv_')) d.setMaxDynamicSmem(fn, 64 * 1024, name);
+      uploader.finish(); // every weight landed and is finite, before the first step
+    } catch (e) {
+      throw scope.unwind(e);
+    }
+  }
+
+  /** Workspace buffers of a piece of T rows: name -> bytes. */
+  private workspaceLayout(T: number, maxTiles: number): [string, number][] {
+    const { hiddenSize: H, numHeads: nh, headDim: hd, numExperts: E, topK: K, expertIntermediate: I, vocabSize: V, numLayers: L } = this.spec;
+    return [
+      ['hidden', 4 * T * H], ['xn', 4 * T * H], ['qkv', 4 * T * this.QKV], ['att', 4 * T * nh * hd], ['rlog', 4 * T * E],
+      ['pickE', 4 * T * L * K], ['pickW', 4 * T * L * K], ['pickSlot', 4 * T * K],
+      ['grpN', 16], ['grpExpert', 4 * E], ['grpStart', 4 * (E + 1)], ['grpRows', 4 * T * K], ['tileN', 16], ['tileGroup', 4 * maxTiles], ['tileRow0', 4 * maxTiles],
+      ['act', 4 * T * K * I], ['partial', 4 * T * K * H],
+      ['attnPart', 4 * DECODE_MAX_ROWS * nh * (this.maxSplits ?? 32) * (hd + 2)],
+      ['xf', 4 * MAX_OUT * H], ['logits', 4 * MAX_OUT * V],
+    ];
+  }
+
+  private workspaceBytes(T: number): number {
+    const { numExperts: E, topK: K } = this.spec;
+    return this.workspaceLayout(T, maxGroupedTiles(T * K, E)).reduce((a, [, b]) => a + b, 0) + 16 + 20 * T;
+  }
+
+  openSequence(seq: number, capacity: number): void {
+    if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend used after dispose()');
+    if (this.seqs.has(seq)) throw new ResidencyError('BAD_ARGUMENT', `openSequence: seq ${seq} is already open`);
+    if (!Number.isInteger(capacity) || capacity < 1 || capacity > this.memory.maxModelLen) {
+      throw new ResidencyError('BAD_ARGUMENT', `openSequence: capacity ${capacity} must be an integer in [1, ${this.memory.maxModelLen}] (--max-model-len)`);
+    }
+    const slot = this.freeSlots.pop();
+    if (slot === undefined) throw new ResidencyError('NOT_AVAILABLE', `every KV cache slot is in use (${this.memory.maxNumSeqs} sequences): close one first`);
+    this.seqs.set(seq, slot);
+  }
+
+  closeSequence(seq: number): void {
+    const slot = this.seqs.get(seq);
+    if (slot === undefined) return;
+    this.d.streamSync(this.stream, 'closeSequence');
+    this.seqs.delete(seq);
+    this.freeSlots.push(slot);
+  }
+
+  forward(input: StepInput): StepOutput {
+    const { vocabSize: V, numLayers: L, topK: K } = this.spec;
+    const T = this.validate(input.chunks);
+    const record = input.recordRouting === true;
+    const logits = new Float32Array(input.chunks.length * V);
+    const routing = record ? new Int32Array(T * L * K) : undefined;
+    const routingWeights = record ? new Float32Array(T * L * K) : undefined;
+    for (const piece of planPieces(input.chunks, this.maxRows, MAX_OUT)) {
+      const { rowsRun, outRows } = this.runPiece(piece, input.count);
+      const n = piece.rows.length;
+      const oh = this.outHost;
+      if (piece.outs.length > 0) this.d.dtohAsync(oh.hostPtr, this.b['logits']!, 4 * outRows * V, this.stream);
+      this.d.streamSync(this.stream, 'forward');
+      const lh = new Float32Array(oh.host.buffer, oh.host.byteOffset, outRows * V);
+      // Decode pieces compute every row's logits (out row = row); prefill pieces only their outputs, in order.
+      piece.outs.forEach((o, i) => logits.set(lh.subarray((rowsRun ? o.row : i) * V, ((rowsRun ? o.row : i) + 1) * V), o.chunk * V));
+      if (routing && routingWeights) {
+        const LK = L * K;
+        this.d.dtohAsync(oh.hostPtr, this.b['pickE']!, 4 * n * LK, this.stream);
+        this.d.dtohAsync(oh.hostPtr + BigInt(4 * n * LK), this.b['pickW']!, 4 * n * LK, this.stream);
+        this.d.streamSync(this.stream, 'forward routing');
+        const ids = new Int32Array(oh.host.buffer, oh.host.byteOffset, n * LK);
+        const ws = new Float32Array(oh.host.buffer, oh.host.byteOffset + 4 * n * LK, n * LK);
+        piece.rows.forEach((r, i) => {
+          routing.set(ids.subarray(i * LK, (i + 1) * LK), r.tokenIndex * LK);
+          routingWeights.set(ws.subarray(i * LK, (i + 1) * LK), r.tokenIndex * LK);
+        });
+      }
+    }
+    const out: StepOutput = { logits };
+    return record ? { ...out, routing, routingWeights } : out;
+  }
+
+  readCounter(): Uint32Array {
+    const out = new Uint32Array(this.spec.numLayers * this.spec.numExperts);
+    this.d.streamSync(this.stream, 'readCounter');
+    this.d.dtoh(out, this.counterDev);
+    return out;
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.scope.defer('wait for the stream', () => this.d.streamSync(this.stream, 'dispose'));
+    this.scope.close();
+    this.graphs.clear();
+    this.seqs.clear();
+  }
+
+  /** The keys of the decode graphs captured so far (`${bucket}/${splits}`). */
+  graphKeys(): string[] {
+    return [...this.graphs.keys()];
+  }
+
+  /**
+   * Uploads one piece's rows and runs it. Decode pieces (<= 16 rows) are padded to a bucket and every padded
+   * row computes logits (rowsRun: out row = row); prefill pieces run their rows as they are and compute logits
+   * for their outputs only. Returns the rows whose logits sit in the logits buffer.
+   */
+  runPiece(piece: OpPiece, count: boolean): { rowsRun: boolean; outRows: number } {
+    const n = piece.rows.length;
+    const decode = n <= DECODE_MAX_ROWS && n <= this.buckets[this.buckets.length - 1]!;
+    const T = decode ? bucketFor(n, this.buckets) : n;
+    const maxPos = Math.max(...piece.rows.map((r) => r.pos));
+    const S = attendSplits(T, maxPos, this.maxSplits);
+    const outs = decode ? T : piece.outs.length;
+    this.writeRows(piece, T, count, decode);
+    if (decode && this.useGraphs) this.d.graphLaunch(this.graphFor(T, S), this.stream);
+    else this.enqueue(T, decode, S, decode ? T : Math.max(1, outs));
+    return { rowsRun: decode, outRows: decode ? T : Math.max(1, outs) };
+  }
+
+  private graphFor(T: number, S: number): bigint {
+    const key = `${T}/${S}`;
+    let g = this.graphs.get(key);
+    if (g === undefined) {
+      const what = `op decode graph, bucket ${T}, ${S} attention split(s)`;
+      g = this.scope.acquire(what, () => this.d.captureGraph(this.stream, () => this.enqueue(T, true, S, T), what), (x) => this.d.graphDestroy(x));
+      this.graphs.set(key, g);
+    }
+    return g;
+  }
+
+  /** Step rows into pinned memory, then one copy: header | token | pos | cap | out rows ... | kv pointers. */
+  private writeRows(piece: OpPiece, T: number, count: boolean, decode: boolean): void {
+    const h = Buffer.from(this.stepHost.host.buffer, this.stepHost.host.byteOffset, this.stepHost.host.byteLength);
+    const M = this.maxRows;
+    h.writeInt32LE(piece.rows.length, 0);
+    h.writeInt32LE(count ? 1 : 0, 4);
+    for (let i = 0; i < T; i++) {
+      const r = piece.rows[i];
+      const slot = r ? this.seqs.get(r.seq)! : -1;
+      h.writeInt32LE(r ? r.token : 0, 16 + 4 * i);
+      h.writeInt32LE(r ? r.pos : 0, 16 + 4 * (M + i));
+      h.writeInt32LE(r ? this.memory.maxModelLen : 1, 16 + 4 * (2 * M + i));
+      h.writeBigUInt64LE(r ? this.kvPool + BigInt(slot * this.kvSlotBytes) : this.b['kvScratch']!, this.kvOffset() + 8 * i);
+    }
+    // Output rows (the lm head's gather), padded with the last one.
+    const outs = decode ? Array.from({ length: T }, (_, i) => i) : piece.outs.map((o) => o.row);
+    if (outs.length === 0) outs.push(0);
+    const ob = bucketFor(outs.length, [1, 2, 4, 8, 16]);
+    for (let i = 0; i < ob; i++) h.writeInt32LE(outs[Math.min(i, outs.length - 1)]!, this.outOffset() + 4 * i);
+    this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, this.stepHost.host.byteLength, this.stream);
+  }
+
+  /** Step rows: header (16 B) | token, pos, cap [maxRows] int32 | out rows [16] int32 | kv [maxRows] u64. */
+  private outOffset(): number {
+    return 16 + 12 * this.maxRows;
+  }
+
+  private kvOffset(): number {
+    return this.outOffset() + 4 * MAX_OUT;
+  }
+
+  private ptr(name: string): bigint {
+    return this.b[name]!;
+  }
+
+  /** Every kernel of a piece of T rows, in stream order. */
+  private enqueue(T: number, decode: boolean, S: number, nOut: number): void {
+    const s = this.spec;
+    const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, expertIntermediate: I, vocabSize: V, numLayers: L } = s;
+    const QD = nh * hd;
+    const LK = L * K;
+    const M = this.maxRows;
+    const rows = encodeRows({ token: this.stepDev + 16n, pos: this.stepDev + BigInt(16 + 4 * M), cap: this.stepDev + BigInt(16 + 8 * M), kv: this.stepDev + BigInt(this.kvOffset()) });
+    const header = this.stepDev;
+    const outRows = this.stepDev + BigInt(this.outOffset());
+    const f32 = (v: number): KernelArg => ({ f32: v });
+    const i32 = (v: number): KernelArg => ({ i32: v });
+    const u64 = (v: bigint): KernelArg => ({ u64: v });
+    const norm = (mode: number, prev: number, rowsPtr: bigint, w: bigint, out: bigint, grid: number): void => {
+      this.launch('op_residual_norm', [grid, 1, 1], 512, 4 * (((H + 3) & ~3) + 32),
+        [i32(mode), u64(this.ptr('hidden')), u64(this.ptr('partial')), u64(this.ptr('pickW')), i32(LK), i32(prev), i32(K), u64(rowsPtr),
+          u64(this.stepDev + 16n), u64(this.embed), u64(w), u64(out), i32(H), f32(s.rmsNormEps)]);
+    };
+    const banks = this.banks;
+    for (let l = 0; l < L; l++) {
+      const ly = this.layers[l]!;
+      norm(l === 0 ? 0 : 1, l - 1, 0n, ly.inNorm, this.ptr('xn'), T);
+      this.product('qkv', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: ly.qkv, ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T });
+      this.launch('op_qk_rope_kv', [T, Math.ceil((nh + nkv) / 4), 1], 128, 0, [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(ly.qNorm), u64(ly.kNorm), i32(l), i32(nh), i32(nkv), i32(hd), f32(s.rmsNormEps), f32(s.ropeTheta)]);
+      const G = nh / nkv;
+      this.launch(`op_attend_hd${hd as 64 | 128}_g${G as 1 | 2 | 4 | 8 | 16}`, [T, nkv, S], G === 16 ? 128 : 256, 0,
+        [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(this.ptr('att')), u64(this.ptr('attnPart')), i32(l), i32(nh), i32(nkv)]);
+      if (S > 1) this.launch('op_attend_merge', [T, nh, 1], Math.max(32, hd), 0, [u64(this.ptr('attnPart')), u64(this.ptr('att')), i32(nh), i32(hd), i32(S)]);
+      this.product('o_proj', decode, T, 'add', { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), w: ly.o, ldx: QD, ldy: H, O: H, K: QD, rows: T });
+      norm(2, 0, 0n, ly.postNorm, this.ptr('xn'), T);
+      this.product('router', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T });
+      const route = encodeRoute({
+        logits: this.ptr('rlog'), pickExpert: this.ptr('pickE'), pickWeight: this.ptr('pickW'), pickSlot: this.ptr('pickSlot'),
+        slots: banks.slotTableDev + BigInt(4 * l * E), counter: this.counterDev + BigInt(4 * l * E), header, T, E, K, LK, layer: l, normTopk: s.normTopkProb,
+      });
+      const groups = encodeGroups({ n: this.ptr('grpN'), expert: this.ptr('grpExpert'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
+      if (decode) {
+        const warps = Math.max(4, T);
+        this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * E + 2 * E), [{ bytes: route }, { bytes: groups }]);
+      } else {
+        this.launch('op_route', [Math.ceil(T / 8), 1, 1], 256, 4 * 8 * E, [{ bytes: route }]);
+        this.launch('op_group', [1, 1, 1], 1024, 4 * 2 * E, [{ bytes: route }, { bytes: groups }]);
+      }
+      const grouped = {
+        grpN: this.ptr('grpN'), grpExpert: this.ptr('grpExpert'), grpStart: this.ptr('grpStart'), grpRows: this.ptr('grpRows'),
+        slots: banks.slotTableDev + BigInt(4 * l * E), hot: banks.hotDev[l]!, cold: banks.coldDev[l]!, hotRows: banks.hotPerLayer,
+        tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0'), rowElems: 3 * I * H,
+      };
+      this.product('experts_gate_up', decode, T, 'swiglu', { ...grouped, x: this.ptr('xn'), y: this.ptr('act'), ldx: H, ldy: I, O: I, K: H, xDiv: K, wOff: 0 });
+      this.product('experts_down', decode, T, 'store', { ...grouped, x: this.ptr('act'), y: this.ptr('partial'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: 2 * I * H });
+    }
+    const nOutB = bucketFor(nOut, [1, 2, 4, 8, 16]);
+    norm(1, L - 1, outRows, this.finalNorm, this.ptr('xf'), nOutB);
+    this.product('lm_head', true, nOutB, 'store', { x: this.ptr('xf'), y: this.ptr('logits'), w: this.lmHead, ldx: H, ldy: V, O: V, K: H, rows: nOutB });
+  }
+
+  /** One product: gemv (decode: B = T rows a group) or the tensor-core tiles (prefill). */
+  private product(role: string, decode: boolean, T: number, epi: 'store' | 'add' | 'swiglu', a: GemmArgs): void {
+    this.role = role;
+    const grouped = a.grpN !== undefined;
+    const { numExperts: E, topK: K } = this.spec;
+    if (decode) {
+      const groups = grouped ? Math.min(T * K, E) : 1;
+      const feats = a.O;
+      const R = gemvRowsPerWarp(feats, groups, this.d.smCount);
+      const name = `op_gemv_b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const;
+      this.launch(name, [Math.ceil(feats / (GEMV_WARPS * R)), groups, 1], GEMV_WARPS * 32, gemvSmemBytes(T, a.K), [{ bytes: encodeGemm(a) }]);
+    } else {
+      const tiles = grouped ? maxGroupedTiles(T * K, E) : Math.ceil(T / 64);
+      const gx = epi === 'swiglu' ? Math.ceil(a.O / 32) : Math.ceil(a.O / 64);
+      this.launch(`op_gemm_tc_${epi}`, [gx, tiles, 1], TC_THREADS, 0, [{ bytes: encodeGemm(a) }]);
+    }
+    this.role = '';
+  }
+
+  private launch(name: KernelName, grid: [number, number, number], block: number, smem: number, args: KernelArg[]): void {
+    const fn = this.fns.get(name);
+    if (fn === undefined) throw new ResidencyError('INTERNAL', `op kernel ${name} is not loaded`);
+    this.d.launch(fn, name, grid, block, smem, this.stream, args);
+    this.recording?.push({ name, role: this.role || name.replace(/^op_/, ''), run: () => this.d.launch(fn, name, grid, block, smem, this.stream, args) });
+  }
+
+  /**
+   * Device time of each launch of one piece (the benchmark's per-kernel table): the piece runs once eagerly,
+   * recording its launches; then each launch is replayed `repeats` times inside a captured graph (so host
+   * launch latency stays out), timed with events. Also the device time of the whole piece's decode graph.
+   * Leaves the work buffers (and the KV cache at these positions) overwritten: use last.
+   */
+  profilePiece(piece: OpPiece, repeats = 20): { launches: { name: string; role: string; us: number }[]; stepUs: number } {
+    const graphs = this.useGraphs;
+    const rec: { name: string; role: string; run: () => void }[] = [];
+    this.useGraphs = false;
+    this.recording = rec;
+    const d = this.d;
+    const [e0, e1] = [d.eventCreate(), d.eventCreate()];
+    try {
+      this.runPiece(piece, false);
+      this.recording = null;
+      d.streamSync(this.stream, 'profilePiece');
+      const time = (body: () => void, times: number): number => {
+        const g = d.captureGraph(this.stream, body, 'profile graph');
+        try {
+          d.graphLaunch(g, this.stream);
+          d.eventRecord(e0, this.stream);
+          for (let i = 0; i < times; i++) d.graphLaunch(g, this.stream);
+          d.eventRecord(e1, this.stream);
+          return (1000 * d.eventElapsed(e0, e1)) / times;
+        } finally {
+          d.streamSync(this.stream, 'profile graph');
+          d.graphDestroy(g);
+        }
+      };
+      const launches = rec.map((r) => ({ name: r.name, role: r.role, us: time(() => { for (let i = 0; i < repeats; i++) r.run(); }, 3) / repeats }));
+      const stepUs = time(() => { for (const r of rec) r.run(); }, 10);
+      return { launches, stepUs };
+    } finally {
+      this.recording = null;
+      this.useGraphs = graphs;
+      d.eventDestroy(e0);
+      d.eventDestroy(e1);
+    }
+  }
+
+  private validate(chunks: readonly SequenceChunk[]): number {
+    if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend used after dispose()');
+    if (chunks.length === 0) throw new ResidencyError('BAD_ARGUMENT', 'forward: a step needs at least one chunk');
+    const seen = new Set<number>();
+    let T = 0;
+    for (const c of chunks) {
+      if (!this.seqs.has(c.seq)) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} is not open (call openSequence first)`);
+      if (seen.has(c.seq)) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} appears twice in one step`);
+      seen.add(c.seq);
+      if (c.tokens.length === 0) throw new ResidencyError('BAD_ARGUMENT', `forward: chunk for seq ${c.seq} has no tokens`);
+      if (!Number.isInteger(c.startPos) || c.startPos < 0 || c.startPos + c.tokens.length > this.memory.maxModelLen) {
+        throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} positions ${c.startPos}..${c.startPos + c.tokens.length - 1} exceed --max-model-len ${this.memory.maxModelLen}`);
+      }
+      for (const t of c.tokens) {
+        if (!Number.isInteger(t) || t < 0 || t >= this.spec.vocabSize) throw new ResidencyError('BAD_ARGUMENT', `forward: token ${t} of seq ${c.seq} is not in [0, ${this.spec.vocabSize})`);
+      }
+      T += c.tokens.length;
+    }
+    return T;
+  }
+
+  private alloc(bytes: number, what: string): bigint {
+    return this.scope.acquire(what, () => this.d.alloc(bytes, what), (p) => this.d.free(p));
+  }
+}

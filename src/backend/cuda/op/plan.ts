@@ -1,0 +1,63 @@
+// Host-side planning of the op path (pure, tested without a GPU): a step's chunks become pieces of at most
+// `maxRows` rows (every token of every chunk, in chunk order: a prefill chunk runs as one batch, not as
+// repeated decode steps) with at most `maxOut` rows whose logits are wanted; decode pieces are padded to a
+// graph bucket; attention splits its positions when few rows read many.
+import type { SequenceChunk } from '../../backend.ts';
+
+export interface OpRow {
+  readonly chunk: number;
+  /** Token index within the whole step, in chunk order (the routing record's row). */
+  readonly tokenIndex: number;
+  readonly seq: number;
+  readonly token: number;
+  readonly pos: number;
+}
+
+export interface OpPiece {
+  readonly rows: readonly OpRow[];
+  /** Row index (within the piece) of each output, and the chunk it answers for. */
+  readonly outs: readonly { row: number; chunk: number }[];
+}
+
+export function planPieces(chunks: readonly SequenceChunk[], maxRows: number, maxOut: number): OpPiece[] {
+  const pieces: OpPiece[] = [];
+  let rows: OpRow[] = [];
+  let outs: { row: number; chunk: number }[] = [];
+  const flush = (): void => {
+    if (rows.length > 0) pieces.push({ rows, outs });
+    rows = [];
+    outs = [];
+  };
+  let tokenIndex = 0;
+  chunks.forEach((c, ci) => {
+    if (outs.length >= maxOut) flush();
+    c.tokens.forEach((token, i) => {
+      if (rows.length >= maxRows) flush();
+      if (i === c.tokens.length - 1) outs.push({ row: rows.length, chunk: ci });
+      rows.push({ chunk: ci, tokenIndex: tokenIndex++, seq: c.seq, token, pos: c.startPos + i });
+    });
+  });
+  flush();
+  return pieces;
+}
+
+/** Rows at most in a piece run by the decode products (gemv) and replayed as a graph. */
+export const DECODE_MAX_ROWS = 16;
+/** Positions one attention block reads at most before a decode row's positions are split. */
+export const ATTEND_CHUNK = 256;
+
+/**
+ * Splits of the positions for a piece: decode pieces whose longest row reads more than ATTEND_CHUNK positions
+ * get a power of two up to maxSplits (so a few graphs cover every context); prefill pieces have rows enough.
+ */
+export function attendSplits(rows: number, maxPos: number, maxSplits: number): number {
+  if (rows > DECODE_MAX_ROWS) return 1;
+  let s = 1;
+  while (s < maxSplits && (maxPos + 1) / s > ATTEND_CHUNK) s *= 2;
+  return s;
+}
+
+/** Output features per warp of a gemv launch: 2 when that still gives every SM two blocks, else 1. */
+export function gemvRowsPerWarp(O: number, groups: number, smCount: number): 1 | 2 {
+  return Math.ceil(O / 16) * groups >= 2 * smCount ? 2 : 1;
+}

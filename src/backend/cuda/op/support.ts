@@ -1,0 +1,23 @@
+// Which model shapes the op path's kernels compute correctly, checked from the spec before anything touches
+// the device (the row path has its own, tighter limits in ../support.ts).
+import { ResidencyError } from '../../../errors.ts';
+import type { ModelSpec } from '../../../model/spec.ts';
+
+export function checkOpSupport(s: ModelSpec): void {
+  const refuse = (why: string): never => {
+    throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: ${why}; use --backend cpu`);
+  };
+  if (s.architecture !== 'qwen3_moe') refuse(`architecture ${s.architecture} is not implemented on CUDA yet (qwen3_moe only)`);
+  const QD = s.numHeads * s.headDim;
+  // The tensor-core tiles read K in slices of 32; the gemv reads 16-byte pieces.
+  for (const [what, v] of [['hidden_size', s.hiddenSize], ['num_heads x head_dim', QD], ['moe_intermediate_size', s.expertIntermediate]] as const) {
+    if (v % 32 !== 0) refuse(`${what} ${v} is not a multiple of 32`);
+  }
+  if (s.headDim !== 64 && s.headDim !== 128) refuse(`head_dim ${s.headDim} (the attention kernels take 64 or 128)`);
+  if (s.numHeads % s.numKvHeads !== 0) refuse(`${s.numHeads} heads are not a multiple of ${s.numKvHeads} kv heads`);
+  const G = s.numHeads / s.numKvHeads;
+  if (![1, 2, 4, 8, 16].includes(G)) refuse(`${G} query heads per kv head (the attention kernels take 1, 2, 4, 8 or 16)`);
+  if (s.numExperts > 1024) refuse(`${s.numExperts} experts per layer (at most 1024)`);
+  if (s.topK > 32) refuse(`top-${s.topK} routing (at most 32)`);
+  if (s.hiddenSize > 16384) refuse(`hidden_size ${s.hiddenSize} (at most 16384: a row's norm sits in shared memory)`);
+}

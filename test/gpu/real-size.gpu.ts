@@ -1,0 +1,114 @@
+// Real shapes on the device (the op path): a make-checkpoint checkpoint ($REAL_CKPT, e.g. qwen3-30b-a3b x 2
+// layers) against make-checkpoint's transformers float32 references (greedy tokens, flips only at reported
+// near-ties) and against the CPU backend, the spec (normalized logit error < 1e-3); prefill as one batch,
+// decode batched in graphs. Also: a corrupt weight is refused naming the tensor, on every CUDA path.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadModel, loadModelFor } from '../../src/model/load.ts';
+import { CpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
+import { argmax } from '../../src/backend/cpu/ops.ts';
+import { createCuda } from '../../src/backend/cuda/create.ts';
+import type { Backend } from '../../src/backend/backend.ts';
+import { modelDir, normErr } from './harness.ts';
+import { report } from './model.gpu.ts';
+
+interface RefCase { domain: string; prompt_ids: number[]; tokens: number[]; top5_ids: number[][]; top5_logits: number[][] }
+
+const dir = process.env['REAL_CKPT'];
+const skip = dir && existsSync(join(dir, 'refs.json')) ? false : 'REAL_CKPT (a make-checkpoint folder with refs.json) not set';
+
+/** Prefill every case in one step, then teacher-forced decode steps (all cases batched): logits per step. */
+function run(be: Backend, cases: RefCase[], steps: number, forced: (c: number, s: number) => number): Float32Array[][] {
+  const V = be.spec.vocabSize;
+  cases.forEach((c, i) => be.openSequence(i, c.prompt_ids.length + steps + 1));
+  const out: Float32Array[][] = cases.map(() => []);
+  let o = be.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: c.prompt_ids, startPos: 0 })), count: false });
+  for (let s = 0; s < steps; s++) {
+    cases.forEach((_, i) => out[i]!.push(o.logits.slice(i * V, (i + 1) * V)));
+    if (s === steps - 1) break;
+    o = be.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: [forced(i, s)], startPos: c.prompt_ids.length + s })), count: true });
+  }
+  cases.forEach((_, i) => be.closeSequence(i));
+  return out;
+}
+
+test('real shapes: greedy tokens equal the transformers float32 references (near-ties reported), CUDA vs CPU < 1e-3', { skip }, async () => {
+  const refs = (JSON.parse(readFileSync(join(dir!, 'refs.json'), 'utf8')) as { cases: RefCase[] }).cases;
+  const steps = refs[0]!.tokens.length;
+  const m = await loadModelFor(dir!, 'cuda');
+  const be = await createCuda(m, { maxModelLen: 256, maxNumSeqs: refs.length });
+  assert.equal((be as { path?: string }).path, 'op');
+  const gpu = run(be, refs, steps, (c, s) => refs[c]!.tokens[s]!);
+  let mismatch = 0, maxTopErr = 0;
+  const nearTies: string[] = [];
+  refs.forEach((c, i) => {
+    for (let s = 0; s < steps; s++) {
+      const lg = gpu[i]![s]!;
+      const tok = argmax(lg, 0, lg.length);
+      c.top5_ids[s]!.forEach((id, j) => { maxTopErr = Math.max(maxTopErr, Math.abs(lg[id]! - c.top5_logits[s]![j]!)); });
+      if (tok !== c.tokens[s]) {
+        mismatch++;
+        nearTies.push(`case ${i} (${c.domain}) step ${s}: got ${tok}, ref ${c.tokens[s]}, ref top-2 margin ${(c.top5_logits[s]![0]! - c.top5_logits[s]![1]!).toFixed(5)}`);
+      }
+    }
+  });
+  // The same cases one at a time (batch 1: other buckets, other graphs) must agree with the batch.
+  const single = run(be, [refs[0]!], steps, (_c, s) => refs[0]!.tokens[s]!);
+  let batchErr = 0;
+  for (let s = 0; s < steps; s++) batchErr = Math.max(batchErr, normErr(single[0]![s]!, gpu[0]![s]!));
+  be.dispose();
+
+  // The spec: the CPU backend on the same checkpoint, two cases, teacher-forced by the references.
+  const cm = await loadModel(dir!, { weights: true, raw: false });
+  const cpu = new CpuBackend(cm.spec, cm.weights, { threads: 8 });
+  await cpu.ready();
+  const few = refs.slice(0, 2);
+  const want = run(cpu, few, steps, (c, s) => few[c]!.tokens[s]!);
+  cpu.dispose();
+  let vsCpu = 0, cpuTokDiff = 0;
+  few.forEach((_, i) => {
+    for (let s = 0; s < steps; s++) {
+      vsCpu = Math.max(vsCpu, normErr(gpu[i]![s]!, want[i]![s]!));
+      if (argmax(gpu[i]![s]!, 0, gpu[i]![s]!.length) !== argmax(want[i]![s]!, 0, want[i]![s]!.length)) cpuTokDiff++;
+    }
+  });
+  report['realSize'] = { dir, cases: refs.length, steps, mismatch, nearTies, maxTopErr, batchVsSingle: batchErr, vsCpu, cpuTokDiff };
+  console.log(`# real size: ${refs.length} cases x ${steps} steps, ${mismatch} token flips vs transformers [${nearTies.join('; ')}], top-5 logit err ${maxTopErr.toExponential(2)}, batch vs single ${batchErr.toExponential(2)}, vs CPU ${vsCpu.toExponential(2)} (${cpuTokDiff} argmax diffs)`);
+  assert.ok(vsCpu < 1e-3, `CUDA vs CPU normalized logit error ${vsCpu}`);
+  assert.ok(batchErr < 1e-4, `batch vs single ${batchErr}`);
+  for (const t of nearTies) assert.ok(Number(t.split('margin ')[1]) < 0.05, `a flip away from a near-tie: ${t}`);
+});
+
+/** A copy of checkpoint `src` whose tensor `name` starts with a NaN (0xFFFF bf16) in its shard. */
+function poisonedCopy(src: string, name: string): string {
+  const tmp = mkdtempSync(join(tmpdir(), 'nan-ckpt-'));
+  cpSync(src, tmp, { recursive: true, dereference: true });
+  const indexPath = join(tmp, 'model.safetensors.index.json');
+  const file = existsSync(indexPath) ? (JSON.parse(readFileSync(indexPath, 'utf8')) as { weight_map: Record<string, string> }).weight_map[name]! : 'model.safetensors';
+  const shard = join(tmp, file);
+  const buf = readFileSync(shard);
+  const hlen = Number(buf.readBigUInt64LE(0));
+  const header = JSON.parse(buf.subarray(8, 8 + hlen).toString('utf8')) as Record<string, { data_offsets: [number, number] }>;
+  const at = 8 + hlen + header[name]!.data_offsets[0];
+  buf[at] = 0xff;
+  buf[at + 1] = 0xff;
+  writeFileSync(shard, buf);
+  return tmp;
+}
+
+for (const [path, src] of [['row', modelDir()], ['op', dir]] as const) {
+  test(`a NaN weight is refused at load naming the tensor (${path} path)`, { skip: path === 'op' ? skip : false }, async () => {
+    const name = 'model.norm.weight';
+    const tmp = poisonedCopy(src!, name);
+    try {
+      const mm = await loadModelFor(tmp, 'cuda');
+      await assert.rejects(createCuda(mm, { path, maxModelLen: 64, maxNumSeqs: 1 }), (e: Error & { code?: string }) => e.code === 'BAD_CHECKPOINT' && e.message.includes(name));
+      mm.tensors.close();
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+}
