@@ -145,7 +145,7 @@ export function refuseQuantized(type: string, q: unknown): void {
   }
 }
 
-/** Float32 reads of a checkpoint's tensors by name, reporting each one's raw size. */
+/** Float32 reads of a checkpoint's tensors by name (a NaN or infinity refused), reporting each one's raw size. */
 export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void) {
   const rawOf = (name: string): RawTensor => {
     const t = raw.get(name);
@@ -153,7 +153,7 @@ export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (na
     onTensor?.(name, t.bytes.length);
     return t;
   };
-  return { raw: rawOf, f32: (name: string): Float32Array => tensorToFloat32(rawOf(name)) };
+  return { raw: rawOf, f32: (name: string): Float32Array => tensorToFloat32(rawOf(name), { finite: true }) };
 }
 
 /** A SwiGLU MLP's three tensors (gate [I][H], up [I][H], down [H][I]). */

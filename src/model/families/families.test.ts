@@ -121,6 +121,7 @@ describe('MXFP4', () => {
     assert.deepEqual([...w.subarray(0, 4)], [0, 1, 12, -12]);
     assert.ok(w.subarray(4).every((v) => v === 0));
     assert.equal(dequantMxfp4(blocks, new Uint8Array([125]), 0, 1, 32)[3], -1.5);
+    assert.throws(() => dequantMxfp4(blocks, new Uint8Array([255]), 0, 1, 32), /scale 0xFF/);
   });
 });
 
