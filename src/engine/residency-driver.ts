@@ -3,7 +3,7 @@ import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import type { Backend, ExpertBanks } from '../backend/backend.ts';
 import { ResidencyError } from '../errors.ts';
 import { Controller, type DrainReport } from '../residency/controller.ts';
-import { parseControl, type ControlCommand, type ControlResult } from '../residency/control.ts';
+import { parseControl, printable, type ControlCommand, type ControlResult } from '../residency/control.ts';
 import type { CountsDump } from '../residency/counts.ts';
 import { ControlFileWatcher } from '../residency/control-watcher.ts';
 import { saveCountsDump, saveCountsDumpIn } from '../residency/files.ts';
@@ -177,7 +177,7 @@ export class ResidencyDriver implements ResidencyHook {
       if (result.ok) this.log(`control ${event.source}: ${result.changes.join('; ') || 'no change'}`);
       else {
         this.watcher?.rejected(event);
-        this.log(`control file ${event.source} rejected, nothing changed: ${result.error}`);
+        this.log(`control file ${event.source} rejected, nothing changed: ${printable(result.error)}`);
       }
     }
   }

@@ -59,3 +59,18 @@ test('a FIFO at the control path is refused without a blocking open (it hung the
   assert.deepEqual(r.second, [], 'reported once, not on every poll');
   assert.equal(r.logs, 1);
 });
+
+test('a rejected control file\'s bytes reach the log escaped and bounded (NUL and terminal escapes were echoed raw)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'control-'));
+  const logs: string[] = [];
+  const w = new ControlFileWatcher({ controlPath: join(dir, 'control.json'), log: (m) => logs.push(m) });
+  for (const bad of ['\u0000\u0000\u001b[2J' + 'x'.repeat(5000), '{"\\u0000\\u001b[31m": 1}'] /* an unknown key spelled with JSON escapes */) {
+    writeFileSync(join(dir, 'control.json'), bad);
+    w.poll();
+    const line = logs.at(-1)!;
+    assert.match(line, /rejected, nothing changed/);
+    assert.doesNotMatch(line, /[\u0000-\u001f\u007f]/, JSON.stringify(line.slice(0, 200)));
+    assert.ok(line.length < 600, `${line.length} characters`);
+  }
+  assert.match(logs.at(-1)!, /\\u0000\\u001b\[31m/);
+});

@@ -60,7 +60,18 @@ export function parseControlText(text: string): ParsedControl {
   try {
     json = JSON.parse(text);
   } catch (err) {
-    return { ok: false, error: `not JSON: ${(err as Error).message}` };
+    return { ok: false, error: `not JSON: ${printable((err as Error).message)}` };
   }
-  return parseControl(json);
+  const parsed = parseControl(json);
+  return parsed.ok ? parsed : { ok: false, error: printable(parsed.error) };
+}
+
+/**
+ * A message quoting file bytes, made safe for a log line: control characters (NUL, ESC, newlines) as
+ * \\uXXXX escapes, and at most `max` characters. JSON.parse quotes the text it failed on, and a control
+ * file may hold anything, terminal escapes included.
+ */
+export function printable(message: string, max = 300): string {
+  const safe = message.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  return safe.length > max ? `${safe.slice(0, max)}... (${safe.length - max} more characters)` : safe;
 }

@@ -57,6 +57,31 @@ export function issueToError(error: z.ZodError): ApiError {
   return new ApiError(400, `${param || 'body'}: ${issue.message}`, { param: param || null, code: 'invalid_value' });
 }
 
+/**
+ * The path of the first string (or key) with an unpaired surrogate, '' for the top level, null when all
+ * are well formed. JSON's \\u escapes can spell what UTF-8 cannot; a tokenizer would see garbage. Walked
+ * with an explicit stack: a body is at most maxBodyBytes, but nesting depth is the client's to choose.
+ */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+function loneSurrogateAt(root: unknown): string | null {
+  const stack: [unknown, (string | number)[]][] = [[root, []]];
+  while (stack.length > 0) {
+    const [v, path] = stack.pop()!;
+    if (typeof v === 'string') {
+      if (LONE_SURROGATE.test(v)) return fieldPath(path);
+    } else if (Array.isArray(v)) {
+      for (let i = v.length - 1; i >= 0; i--) stack.push([v[i], [...path, i]]);
+    } else if (typeof v === 'object' && v !== null) {
+      for (const [k, x] of Object.entries(v)) {
+        if (LONE_SURROGATE.test(k)) return fieldPath(path);
+        stack.push([x, [...path, k]]);
+      }
+    }
+  }
+  return null;
+}
+
 export async function readJsonBody<S extends z.ZodType>(c: Context, schema: S, maxBytes: number): Promise<z.output<S>> {
   // Required, not just checked when present: a web page can send a body without one (or as text/plain)
   // with no CORS preflight, and only application/json forces the browser to ask first.
@@ -76,6 +101,10 @@ export async function readJsonBody<S extends z.ZodType>(c: Context, schema: S, m
     json = JSON.parse(text);
   } catch (e) {
     throw new ApiError(400, `request body is not valid JSON: ${(e as Error).message}`, { code: 'invalid_json' });
+  }
+  const lone = loneSurrogateAt(json);
+  if (lone !== null) {
+    throw new ApiError(400, `${lone || 'body'}: a string holds an unpaired UTF-16 surrogate (a \\ud800-\\udfff escape without its pair); send valid Unicode`, { param: lone || null, code: 'invalid_unicode' });
   }
   const parsed = schema.safeParse(json);
   if (!parsed.success) throw issueToError(parsed.error);

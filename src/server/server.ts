@@ -21,7 +21,12 @@ export async function startServer(deps: ServerDeps, listen: { port: number; host
   const built = createApp(deps, { ...opts, listenHost: listen.host });
   built.history.start(deps.config.sampleSeconds);
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
-    const s = serve({ fetch: built.app.fetch, port: listen.port, hostname: listen.host }, () => resolve(s));
+    const { headersTimeoutMs, requestTimeoutMs } = deps.config;
+    // Node's defaults hold a stalled request for 300 s and check only every 30 s: a slow-body client keeps
+    // its connection (and a parser) for minutes. These bound receiving the request, never the response.
+    const serverOptions = { headersTimeout: headersTimeoutMs, requestTimeout: requestTimeoutMs, connectionsCheckingInterval: Math.max(50, Math.min(1000, headersTimeoutMs / 2)) };
+    const s = serve({ fetch: built.app.fetch, port: listen.port, hostname: listen.host, serverOptions }, () => resolve(s));
+    (s as { maxConnections?: number }).maxConnections = deps.config.maxConnections;
     s.once('error', (err: NodeJS.ErrnoException) => {
       built.history.stop();
       const why = err.code === 'EADDRINUSE' ? `${listen.host}:${listen.port} is already in use: pick another --port (0 = any free one)` : err.message;

@@ -84,6 +84,11 @@ export interface ServerConfig {
   readonly maxBodyBytes: number;
   /** Seconds between samples of the dashboard's history (cold share, swaps, throughput). */
   readonly sampleSeconds: number;
+  /** A client must send its request headers within this, and its whole request (body too) within requestTimeoutMs; responses are not timed. */
+  readonly headersTimeoutMs: number;
+  readonly requestTimeoutMs: number;
+  /** Open connections at most; more are refused (closed) at once, so stalled clients cannot pile up. */
+  readonly maxConnections: number;
 }
 
 export const defaultServerConfig: ServerConfig = Object.freeze({
@@ -91,6 +96,9 @@ export const defaultServerConfig: ServerConfig = Object.freeze({
   allowedOrigins: Object.freeze([]) as readonly string[],
   maxBodyBytes: 1 << 20,
   sampleSeconds: 1,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 30_000,
+  maxConnections: 1024,
 });
 
 export interface ServerDeps {
