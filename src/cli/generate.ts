@@ -1,5 +1,6 @@
 // `residency generate`: load a checkpoint, run one prompt through the engine on the CPU backend, print the
 // tokens (or one JSON object) and the prefill/decode speed.
+import { MEMORY_HELP, MEMORY_OPTIONS, parseMemoryFlags, withMaxModelLen } from './memory-flags.ts';
 import { existsSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -37,6 +38,7 @@ export const GENERATE_HELP = `usage: residency generate [--model DIR] (--prompt 
                        (worth budgets.prior_picks_per_expert pseudo-picks per expert; see residency serve)
   --record-trace FILE  write every step's routing as a JSONL trace (residency simulate --traces FILE --phases recorded)
   --threads N|auto     cpu: worker threads sharing each step (bit-identical; default RESIDENCY_CPU_THREADS, else 1)
+${MEMORY_HELP}
   --backend NAME       cpu (default) or cuda (an NVIDIA GPU, kernels built by npm run build:kernels)
   --json               print exactly one JSON object {"prompt_ids","tokens","text"} on stdout`;
 
@@ -56,6 +58,7 @@ export const GENERATE_OPTIONS = {
   prior: { type: 'string' },
   'record-trace': { type: 'string' },
   threads: { type: 'string' },
+  ...MEMORY_OPTIONS,
   backend: { type: 'string', default: 'cpu' },
   json: { type: 'boolean', default: false },
   help: { type: 'boolean', short: 'h', default: false },
@@ -77,6 +80,8 @@ export interface GenerateOptions {
   readonly recordTrace?: string;
   /** cpu: worker threads (a count or 'auto'); default RESIDENCY_CPU_THREADS, else 1. */
   readonly threads?: number | 'auto';
+  readonly gpuMemoryUtilization?: number;
+  readonly maxModelLen?: number;
 }
 
 /** What an extending command may add: a placement for the banks and a residency hook for the engine. */
@@ -142,6 +147,7 @@ export function generateOptionsFrom(values: { [K in keyof typeof GENERATE_OPTION
     backend: parseBackendName(str('backend') ?? 'cpu'),
     recordTrace: str('record-trace'),
     threads: str('threads') === undefined ? undefined : parseThreads(str('threads')!),
+    ...parseMemoryFlags(values as { 'gpu-memory-utilization'?: string; 'max-model-len'?: string }),
   };
 }
 
@@ -149,18 +155,24 @@ export function generateOptionsFrom(values: { [K in keyof typeof GENERATE_OPTION
 export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions = {}): Promise<GenerateResult> {
   const progress = progressLine({ label: 'loading' });
   let model: LoadedModel;
+  let backend: Backend;
+  let promptIds: number[];
   try {
     model = await loadModelFor(opts.modelDir, opts.backend ?? 'cpu', { onProgress: progress.onProgress });
+    model.spec = withMaxModelLen(model.spec, opts.maxModelLen);
+    promptIds = opts.promptIds ? [...opts.promptIds] : model.tokenizer.encode(opts.prompt!);
+    if (promptIds.length === 0) throw new ResidencyError('BAD_ARGUMENT', '--prompt encodes to no tokens: give a longer prompt');
+    const placement = ext.placement?.(model) ?? (opts.hot !== undefined ? { hotPerLayer: opts.hot } : undefined);
+    backend = await createBackend(opts.backend ?? 'cpu', model, {
+      ...(placement ? { placement } : {}),
+      ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
+      ...(opts.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: opts.gpuMemoryUtilization } : {}),
+      maxNumSeqs: 1,
+      onProgress: progress.onProgress,
+    });
   } finally {
     progress.finish();
   }
-  const promptIds = opts.promptIds ? [...opts.promptIds] : model.tokenizer.encode(opts.prompt!);
-  if (promptIds.length === 0) throw new ResidencyError('BAD_ARGUMENT', '--prompt encodes to no tokens: give a longer prompt');
-  const placement = ext.placement?.(model) ?? (opts.hot !== undefined ? { hotPerLayer: opts.hot } : undefined);
-  const backend: Backend = await createBackend(opts.backend ?? 'cpu', model, {
-    ...(placement ? { placement } : {}),
-    ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
-  });
   let engine: ReturnType<typeof createEngine> | undefined;
   let trace: ReturnType<typeof openTraceFile> | undefined;
   const tokens: number[] = [];

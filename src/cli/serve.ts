@@ -1,4 +1,5 @@
 // `residency serve`: the OpenAI-compatible server with live residency control, /metrics and a dashboard.
+import { MEMORY_HELP, MEMORY_OPTIONS, parseMemoryFlags } from './memory-flags.ts';
 import { resolve, join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import { parseBackendName, parseThreads } from '../backend/registry.ts';
@@ -31,6 +32,7 @@ export const SERVE_HELP = `usage: residency serve [--model DIR] [options]
   --max-queue N        requests waiting to join the batch before new ones get 429 (default ${defaultServerConfig.maxQueue})
   --max-running N      sequences in the running batch at most (default 8)
   --threads N|auto     cpu: worker threads sharing each step (bit-identical; default RESIDENCY_CPU_THREADS, else 1)
+${MEMORY_HELP}
   --max-body BYTES     request body limit (default ${defaultServerConfig.maxBodyBytes})
   --shutdown-timeout S on SIGTERM/SIGINT: stop accepting, refuse queued requests at once, give running streams
                        S seconds to finish, then end them (default 30)
@@ -56,6 +58,7 @@ const OPTIONS = {
   'max-body': { type: 'string' },
   'shutdown-timeout': { type: 'string' },
   threads: { type: 'string' },
+  ...MEMORY_OPTIONS,
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
 
@@ -99,6 +102,7 @@ export const serveCommand: CliCommand = {
       config: { ...(apiKey ? { apiKey } : {}), ...(controlApiKey ? { controlApiKey } : {}), allowedOrigins, ...(maxQueue ? { maxQueue } : {}), ...(maxBody ? { maxBodyBytes: maxBody } : {}) },
       scheduler: maxRunning ? { maxRunning } : undefined,
       ...(v.threads !== undefined ? { threads: parseThreads(v.threads) } : {}),
+      ...parseMemoryFlags(v),
     });
     const { spec } = serving.model;
     const banks = serving.backend.banks;

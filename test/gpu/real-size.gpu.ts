@@ -4,7 +4,7 @@
 // decode batched in graphs. Also: a corrupt weight is refused naming the tensor, on every CUDA path.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, cpSync, existsSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadModel, loadModelFor } from '../../src/model/load.ts';
@@ -89,13 +89,19 @@ function poisonedCopy(src: string, name: string): string {
   const indexPath = join(tmp, 'model.safetensors.index.json');
   const file = existsSync(indexPath) ? (JSON.parse(readFileSync(indexPath, 'utf8')) as { weight_map: Record<string, string> }).weight_map[name]! : 'model.safetensors';
   const shard = join(tmp, file);
-  const buf = readFileSync(shard);
-  const hlen = Number(buf.readBigUInt64LE(0));
-  const header = JSON.parse(buf.subarray(8, 8 + hlen).toString('utf8')) as Record<string, { data_offsets: [number, number] }>;
-  const at = 8 + hlen + header[name]!.data_offsets[0];
-  buf[at] = 0xff;
-  buf[at + 1] = 0xff;
-  writeFileSync(shard, buf);
+  // Positioned reads and one 2-byte write: shards are larger than a Buffer may be.
+  const fd = openSync(shard, 'r+');
+  try {
+    const len = Buffer.alloc(8);
+    readSync(fd, len, 0, 8, 0);
+    const hlen = Number(len.readBigUInt64LE(0));
+    const hb = Buffer.alloc(hlen);
+    readSync(fd, hb, 0, hlen, 8);
+    const header = JSON.parse(hb.toString('utf8')) as Record<string, { data_offsets: [number, number] }>;
+    writeSync(fd, Buffer.from([0xff, 0xff]), 0, 2, 8 + hlen + header[name]!.data_offsets[0]);
+  } finally {
+    closeSync(fd);
+  }
   return tmp;
 }
 
