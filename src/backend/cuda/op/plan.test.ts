@@ -1,0 +1,44 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { attendSplits, gemvRowsPerWarp, planPieces } from './plan.ts';
+import { planMemory } from './memory.ts';
+import { gemvSmemBytes, maxGroupedTiles } from './layout.ts';
+
+describe('op path planning', () => {
+  it('a prefill chunk is one piece; pieces split at maxRows in order, outputs only at chunk ends', () => {
+    const p = planPieces([{ seq: 1, tokens: [1, 2, 3, 4, 5], startPos: 0 }, { seq: 2, tokens: [9], startPos: 7 }], 4, 16);
+    assert.equal(p.length, 2);
+    assert.deepEqual(p[0]!.rows.map((r) => [r.seq, r.pos]), [[1, 0], [1, 1], [1, 2], [1, 3]]);
+    assert.deepEqual(p[0]!.outs, []);
+    assert.deepEqual(p[1]!.rows.map((r) => [r.seq, r.pos, r.tokenIndex]), [[1, 4, 4], [2, 7, 5]]);
+    assert.deepEqual(p[1]!.outs, [{ row: 0, chunk: 0 }, { row: 1, chunk: 1 }]);
+  });
+  it('at most maxOut outputs a piece (the LM head gathers <= 16 rows)', () => {
+    const chunks = Array.from({ length: 20 }, (_, i) => ({ seq: i, tokens: [i], startPos: 0 }));
+    const p = planPieces(chunks, 2048, 16);
+    assert.deepEqual(p.map((x) => x.outs.length), [16, 4]);
+  });
+  it('decode rows split their positions past 256, by powers of two; prefill pieces never', () => {
+    assert.equal(attendSplits(1, 64, 32), 1);
+    assert.equal(attendSplits(1, 255, 32), 1);
+    assert.equal(attendSplits(1, 256, 32), 2);
+    assert.equal(attendSplits(4, 2047, 32), 8);
+    assert.equal(attendSplits(16, 100000, 32), 32);
+    assert.equal(attendSplits(17, 4000, 32), 1);
+  });
+  it('gemv shapes: two features a warp only when the grid stays two blocks an SM; shared memory within 64 KiB', () => {
+    assert.equal(gemvRowsPerWarp(5120, 1, 132), 2);
+    assert.equal(gemvRowsPerWarp(2048, 1, 132), 1);
+    for (const B of [1, 2, 4, 8, 16]) for (const K of [768, 2048, 4096, 7168]) assert.ok(gemvSmemBytes(B, K) <= 64 * 1024);
+    assert.equal(maxGroupedTiles(2048 * 8, 128), 256 + 128);
+  });
+  it('memory: refused with what would fit; accepted within the budget', () => {
+    const n = { weights: 20e9, kvPerPosition: 16 * 2 * 512 * 4, workspace: 0.5e9 };
+    const ok = planMemory(n, 143e9, 0.9, 8192, 8);
+    assert.equal(ok.kv, n.kvPerPosition * 8192 * 8);
+    assert.throws(() => planMemory(n, 30e9, 0.9, 40960, 64), (e: Error & { code?: string }) =>
+      e.code === 'BAD_ARGUMENT' && /does not fit/.test(e.message) && /would fit: --max-model-len \d+ at 64 sequences/.test(e.message));
+    assert.throws(() => planMemory(n, 143e9, 1.5, 8192, 8), /--gpu-memory-utilization 1.5: expected a fraction/);
+    assert.throws(() => planMemory({ ...n, weights: 200e9 }, 143e9, 0.9, 8192, 8), /the weights and workspace alone need/);
+  });
+});

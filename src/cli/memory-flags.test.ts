@@ -1,0 +1,16 @@
+import { it } from 'node:test';
+import assert from 'node:assert/strict';
+import { parseMemoryFlags, withMaxModelLen } from './memory-flags.ts';
+import type { ModelSpec } from '../model/spec.ts';
+
+it('--gpu-memory-utilization and --max-model-len: parsed, refused naming the flag, N lowers the positions', () => {
+  assert.deepEqual(parseMemoryFlags({ 'gpu-memory-utilization': '0.9', 'max-model-len': '8192' }), { gpuMemoryUtilization: 0.9, maxModelLen: 8192 });
+  assert.deepEqual(parseMemoryFlags({}), {});
+  assert.throws(() => parseMemoryFlags({ 'gpu-memory-utilization': '0' }), /--gpu-memory-utilization 0: expected a fraction in \(0, 1\]/);
+  assert.throws(() => parseMemoryFlags({ 'gpu-memory-utilization': '' }), /--gpu-memory-utilization '': expected/);
+  assert.throws(() => parseMemoryFlags({ 'max-model-len': '1.5' }), /--max-model-len '1.5': expected an integer >= 2/);
+  const spec = { maxPositions: 40960 } as ModelSpec;
+  assert.equal(withMaxModelLen(spec, 8192).maxPositions, 8192);
+  assert.equal(withMaxModelLen(spec, undefined), spec);
+  assert.throws(() => withMaxModelLen(spec, 50000), /--max-model-len 50000 is over the model's max_position_embeddings \(40960\)/);
+});
