@@ -53,8 +53,8 @@ extern "C" __global__ void op_route_group(OpRoute r, OpGroups g) {
   group_picks(r, g, cnt, cnt + r.E, red);
 }
 
-// Prefill steps: route (a warp per row, grid over rows), then op_group in one block.
-extern "C" __global__ void op_route(OpRoute r) {
+// Prefill steps: route (a warp per row, grid over rows: op_route_rows), then op_group in one block.
+extern "C" __global__ void op_route_rows(OpRoute r) {
   extern __shared__ __align__(16) float sm[]; // [warps][E]
   const int warp = threadIdx.x >> 5, t = blockIdx.x * (blockDim.x >> 5) + warp;
   if (t < r.T) route_row(r, t, sm + warp * r.E);

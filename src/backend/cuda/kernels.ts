@@ -16,7 +16,7 @@ const GEMV_NAMES = GEMV_ROWS.flatMap((b) => ([1, 2] as const).flatMap((r) => (['
 const ATTEND_NAMES = ([64, 128] as const).flatMap((hd) => ([1, 2, 4, 8, 16] as const).map((g): AttendName => `op_attend_hd${hd}_g${g}`));
 const OP_KERNELS = [
   ...GEMV_NAMES, 'op_gemm_tc_store', 'op_gemm_tc_add', 'op_gemm_tc_swiglu', 'op_qk_rope_kv', ...ATTEND_NAMES, 'op_attend_merge',
-  'op_route_group', 'op_route', 'op_group', 'op_residual_norm',
+  'op_route_group', 'op_route_rows', 'op_group', 'op_residual_norm',
 ] as const;
 
 /** Kernel entry points by fatbin (one per kernels/<group>.cu). */
@@ -73,7 +73,11 @@ export function loadKernelModules(
     const image = readFileSync(join(dir, `${group}.fatbin`));
     const mod = scope.acquire(`module ${group}.fatbin`, () => d.loadModule(image, `${group}.fatbin`), (m) => d.unloadModule(m));
     modules.set(group, mod);
-    for (const n of names) if (!unused.has(n)) fns.set(n, d.getFunction(mod, n));
+    for (const n of names) {
+      // One name, one kernel: a second module's entry of the same name would silently replace the first.
+      if (fns.has(n)) throw new ResidencyError('INTERNAL', `kernel ${n} is defined in two kernel groups`);
+      if (!unused.has(n)) fns.set(n, d.getFunction(mod, n));
+    }
   }
   return { fns, modules };
 }

@@ -360,7 +360,7 @@ export class CudaOpBackend implements Backend {
         const warps = Math.max(4, T);
         this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * E + 2 * E), [{ bytes: route }, { bytes: groups }]);
       } else {
-        this.launch('op_route', [Math.ceil(T / 8), 1, 1], 256, 4 * 8 * E, [{ bytes: route }]);
+        this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, 4 * 8 * E, [{ bytes: route }]);
         this.launch('op_group', [1, 1, 1], 1024, 4 * 2 * E, [{ bytes: route }, { bytes: groups }]);
       }
       const grouped = {
