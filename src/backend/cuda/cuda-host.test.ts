@@ -32,6 +32,8 @@ test('packArgs: one pointer per argument, each at its value, 8-byte values align
   assert.equal(values.readFloatLE(12), 1.5);
   assert.equal(values.readBigUInt64LE(16), 7n);
   assert.deepEqual([...values.subarray(24, 32)], [1, 2, 3, 4, 5, 6, 7, 8]);
+  // The values live in the pointers' own allocation: the buffer handed to the driver keeps them alive.
+  assert.equal(pointers.buffer, values.buffer);
 });
 
 test('descriptor layouts match kernels/common.cuh', () => {

@@ -37,7 +37,12 @@ export interface CudaDriver {
   /** A module-scope __constant__ / __device__ variable: its device address and size. */
   getGlobal(module: bigint, name: string): { ptr: bigint; bytes: number };
   setMaxDynamicSmem(fn: bigint, bytes: number, name: string): void;
-  launch(fn: bigint, name: string, grid: [number, number, number], block: number, smem: number, stream: bigint, args: KernelArg[]): void;
+  /**
+   * cuLaunchKernel; with `pdl`, cuLaunchKernelEx with programmatic stream serialization: the kernel may be
+   * launched while the one before it on the stream finishes, and waits for it in griddepcontrol.wait (every op
+   * path kernel does so at entry), so launch latency overlaps the previous kernel's tail, in graphs too.
+   */
+  launch(fn: bigint, name: string, grid: [number, number, number], block: number, smem: number, stream: bigint, args: KernelArg[], pdl?: boolean): void;
   streamCreate(): bigint;
   /** Destroys a stream (work already queued on it still completes). */
   streamDestroy(stream: bigint): void;
@@ -63,6 +68,7 @@ const CU_STREAM_NON_BLOCKING = 0x1;
 const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
+const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
 
 const PROTOTYPES: Record<string, string> = {
   cuInit: 'int cuInit(uint32_t flags)',
@@ -89,6 +95,7 @@ const PROTOTYPES: Record<string, string> = {
   cuModuleGetFunction: 'int cuModuleGetFunction(void *fn, uint64_t module, const char *name)',
   cuModuleGetGlobal: 'int cuModuleGetGlobal_v2(void *dptr, void *bytes, uint64_t module, const char *name)',
   cuFuncSetAttribute: 'int cuFuncSetAttribute(uint64_t fn, int attrib, int value)',
+  cuLaunchKernelEx: 'int cuLaunchKernelEx(void *config, uint64_t f, void *params, uint64_t extra)',
   cuLaunchKernel:
     'int cuLaunchKernel(uint64_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t smem, uint64_t stream, void *params, uint64_t extra)',
   cuStreamCreate: 'int cuStreamCreate(void *stream, uint32_t flags)',
@@ -240,10 +247,26 @@ export function makeDriver(koffi: Koffi, f: Record<string, Fn>): CudaDriver {
     setMaxDynamicSmem(fn, bytes, name) {
       call('cuFuncSetAttribute', `${name}: dynamic shared memory ${formatBytes(bytes)}`, fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
     },
-    launch(fn, name, grid, block, smem, stream, args) {
+    launch(fn, name, grid, block, smem, stream, args, pdl = false) {
       const params = packArgs(koffi, args);
-      call('cuLaunchKernel', `${name} grid ${grid.join('x')} block ${block} smem ${smem}`,
-        fn, grid[0], grid[1], grid[2], block, 1, 1, smem, stream, params.pointers, 0n);
+      const what = `${name} grid ${grid.join('x')} block ${block} smem ${smem}`;
+      if (!pdl) {
+        call('cuLaunchKernel', what, fn, grid[0], grid[1], grid[2], block, 1, 1, smem, stream, params.pointers, 0n);
+        return;
+      }
+      // CUlaunchAttribute {id u32, pad, value[64]}: PROGRAMMATIC_STREAM_SERIALIZATION (6) = 1.
+      // One buffer for the config and the attribute it points at (both stay alive for the call).
+      const both = Buffer.alloc(56 + 72);
+      const cfg = both.subarray(0, 56);
+      const attr = both.subarray(56);
+      attr.writeUInt32LE(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 0);
+      attr.writeInt32LE(1, 8);
+      // CUlaunchConfig {grid xyz, block xyz, smem (u32 x 7), pad, stream u64, attrs ptr, numAttrs u32}.
+      [grid[0], grid[1], grid[2], block, 1, 1, smem].forEach((v, i) => cfg.writeUInt32LE(v, 4 * i));
+      cfg.writeBigUInt64LE(stream, 32);
+      cfg.writeBigUInt64LE(koffi.address(attr), 40);
+      cfg.writeUInt32LE(1, 48);
+      call('cuLaunchKernelEx', what, cfg, fn, params.pointers, 0n);
     },
     streamCreate() {
       const s = out8();
@@ -339,7 +362,13 @@ export function packArgs(koffi: { address(v: unknown): bigint }, args: KernelArg
     offsets.push(size);
     size += n;
   }
-  const values = Buffer.alloc(Math.max(size, 8));
+  // One allocation holds the pointer array and the values it points at: passing the pointers to the driver
+  // keeps the values alive for the call. (Two buffers let the collector free the values while the call ran,
+  // since nothing used them after their address was taken: launches then read garbage arguments.)
+  const nptr = 8 * Math.max(args.length, 1);
+  const all = Buffer.alloc(nptr + Math.max(size, 8));
+  const pointers = all.subarray(0, nptr);
+  const values = all.subarray(nptr);
   args.forEach((a, i) => {
     const o = offsets[i]!;
     if ('u64' in a) values.writeBigUInt64LE(a.u64, o);
@@ -348,7 +377,6 @@ export function packArgs(koffi: { address(v: unknown): bigint }, args: KernelArg
     else values.set(a.bytes, o);
   });
   const base = koffi.address(values);
-  const pointers = Buffer.alloc(8 * Math.max(args.length, 1));
   offsets.forEach((o, i) => pointers.writeBigUInt64LE(base + BigInt(o), 8 * i));
   return { pointers, values };
 }

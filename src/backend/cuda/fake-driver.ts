@@ -126,7 +126,7 @@ export class FakeCudaDriver implements CudaDriver {
     this.tick('setMaxDynamicSmem');
     this.use(fn, 0);
   }
-  launch(fn: bigint, name: string, grid: [number, number, number], _block: number, _smem: number, stream: bigint, _args: KernelArg[]): void {
+  launch(fn: bigint, name: string, grid: [number, number, number], _block: number, _smem: number, stream: bigint, _args: KernelArg[], _pdl?: boolean): void {
     this.tick('launch');
     this.launches.push({ name, grid: [...grid] });
     this.use(fn, 0);
