@@ -10,7 +10,7 @@
 #include "op_moe.cuh"
 
 #define GEMV_ENTRY(B, R, EPI, NAME) \
-  extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) op_gemv_b##B##_r##R##_##NAME(GemmProblem p) { gemv_body<B, R, EPI>(p); }
+  extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) op_gemv_b##B##_r##R##_##NAME(GemmProblem p) { pdl_enter(); gemv_body<B, R, EPI>(p); }
 #define GEMV_ENTRIES(B) \
   GEMV_ENTRY(B, 1, EPI_STORE, store) GEMV_ENTRY(B, 2, EPI_STORE, store) GEMV_ENTRY(B, 1, EPI_ADD, add) \
   GEMV_ENTRY(B, 2, EPI_ADD, add) GEMV_ENTRY(B, 1, EPI_SWIGLU, swiglu) GEMV_ENTRY(B, 2, EPI_SWIGLU, swiglu)
@@ -20,47 +20,56 @@ GEMV_ENTRIES(4)
 GEMV_ENTRIES(8)
 GEMV_ENTRIES(16)
 
-extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_store(GemmProblem p) { gemm_tc_body<EPI_STORE>(p); }
-extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_add(GemmProblem p) { gemm_tc_body<EPI_ADD>(p); }
-extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_swiglu(GemmProblem p) { gemm_tc_body<EPI_SWIGLU>(p); }
+extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_store(GemmProblem p) { pdl_enter(); gemm_tc_body<EPI_STORE>(p); }
+extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_add(GemmProblem p) { pdl_enter(); gemm_tc_body<EPI_ADD>(p); }
+extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_swiglu(GemmProblem p) { pdl_enter(); gemm_tc_body<EPI_SWIGLU>(p); }
 
 extern "C" __global__ void op_qk_rope_kv(float* qkv, int ld, OpRows rows, const bf16_t* q_norm, const bf16_t* k_norm, int layer,
-                                         int nh, int nkv, int hd, float eps, float theta) {
+                                         int nh, int nkv, int hd, float eps, float theta) { pdl_enter();
   qk_rope_kv_body(qkv, ld, rows, q_norm, k_norm, layer, nh, nkv, hd, eps, theta);
 }
 
-// 8 warps a block (4 at G = 16, whose shared partials would pass 48 KiB): ATTEND_WARPS in op/op-backend.ts.
+// 8 warps a block (4 at G = 16, whose shared partials would pass 48 KiB): attendThreads in op/op-backend.ts.
+// op_attend_*: prefill rows (q and k already normalized by op_qk_rope_kv); op_attend_decode_*: decode rows,
+// the norm, RoPE and KV write fused in.
 #define ATTEND_ENTRY(HD, G)                                                                                          \
   extern "C" __global__ void __launch_bounds__(32 * ((G) == 16 ? 4 : 8))                                             \
-      op_attend_hd##HD##_g##G(const float* qkv, int ld, OpRows rows, float* att, float* part, int layer, int nh, int nkv) { \
-    attend_body<HD, G, (G) == 16 ? 4 : 8>(qkv, ld, rows, att, part, layer, nh, nkv);                                 \
+      op_attend_hd##HD##_g##G(const float* qkv, int ld, OpRows rows, float* att, float* part, int layer, int nh, int nkv) { pdl_enter(); \
+    attend_body<HD, G, (G) == 16 ? 4 : 8, false>(qkv, ld, rows, att, part, layer, nh, nkv, QkNorm{});               \
+  }                                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(32 * ((G) == 16 ? 4 : 8))                                             \
+      op_attend_decode_hd##HD##_g##G(const float* qkv, int ld, OpRows rows, float* att, float* part, int layer, int nh, \
+                                     int nkv, QkNorm qn) { pdl_enter();                                                           \
+    attend_body<HD, G, (G) == 16 ? 4 : 8, true>(qkv, ld, rows, att, part, layer, nh, nkv, qn);                      \
   }
 ATTEND_ENTRY(64, 1) ATTEND_ENTRY(64, 2) ATTEND_ENTRY(64, 4) ATTEND_ENTRY(64, 8) ATTEND_ENTRY(64, 16)
 ATTEND_ENTRY(128, 1) ATTEND_ENTRY(128, 2) ATTEND_ENTRY(128, 4) ATTEND_ENTRY(128, 8) ATTEND_ENTRY(128, 16)
 
-extern "C" __global__ void op_attend_merge(const float* part, float* att, int nh, int hd, int S) {
+extern "C" __global__ void op_attend_merge(const float* part, float* att, int nh, int hd, int S) { pdl_enter();
   attend_merge_body(part, att, nh, hd, S);
 }
 
-// Decode steps (T <= 32 rows): route every row (a warp each) and group the picks in one block.
-extern "C" __global__ void op_route_group(OpRoute r, OpGroups g) {
-  extern __shared__ __align__(16) float sm[]; // [warps][E] logits | cnt[E] | cur[E]
-  __shared__ unsigned long long red[33];
+// Decode steps (T <= 16 rows): route every row (a warp each) and group the picks, in one block and its
+// shared memory. blockDim.x >= T * K.
+extern "C" __global__ void op_route_group(OpRoute r, OpGroups g) { pdl_enter();
+  extern __shared__ __align__(16) float sm[]; // [warps][E] logits | se[T*K] | sw[T*K] | cnt[E]
   const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  for (int t = warp; t < r.T; t += nw) route_row(r, t, sm + warp * r.E);
+  int32_t* se = reinterpret_cast<int32_t*>(sm + nw * r.E);
+  float* sw = reinterpret_cast<float*>(se + r.T * r.K);
+  int* cnt = reinterpret_cast<int*>(sw + r.T * r.K);
+  for (int t = warp; t < r.T; t += nw) route_row(r, t, sm + warp * r.E, se, sw);
   __syncthreads();
-  int* cnt = reinterpret_cast<int*>(sm + nw * r.E);
-  group_picks(r, g, cnt, cnt + r.E, red);
+  group_picks_small(r, g, se, cnt);
 }
 
 // Prefill steps: route (a warp per row, grid over rows: op_route_rows), then op_group in one block.
-extern "C" __global__ void op_route_rows(OpRoute r) {
+extern "C" __global__ void op_route_rows(OpRoute r) { pdl_enter();
   extern __shared__ __align__(16) float sm[]; // [warps][E]
   const int warp = threadIdx.x >> 5, t = blockIdx.x * (blockDim.x >> 5) + warp;
   if (t < r.T) route_row(r, t, sm + warp * r.E);
 }
 
-extern "C" __global__ void op_group(OpRoute r, OpGroups g) {
+extern "C" __global__ void op_group(OpRoute r, OpGroups g) { pdl_enter();
   extern __shared__ __align__(16) int smi[]; // cnt[E] | cur[E]
   __shared__ unsigned long long red[33];
   group_picks(r, g, smi, smi + r.E, red);
@@ -71,7 +80,7 @@ extern "C" __global__ void op_group(OpRoute r, OpGroups g) {
 // x goes back to hidden (modes 0, 1), and xn[i] = RMSNorm(x) * w. Grid (rows), any block size.
 extern "C" __global__ void op_residual_norm(int mode, float* hidden, const float* partial, const float* pick_weight, int LK,
                                             int prev_layer, int K, const int32_t* rows, const int32_t* tokens,
-                                            const bf16_t* embed, const bf16_t* w, float* xn, int H, float eps) {
+                                            const bf16_t* embed, const bf16_t* w, float* xn, int H, float eps) { pdl_enter();
   extern __shared__ __align__(16) float x[]; // [H] | red[32]
   float* red = x + ((H + 3) & ~3);
   const int i = blockIdx.x, r = rows ? rows[i] : i;

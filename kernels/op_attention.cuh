@@ -40,9 +40,18 @@ __device__ __forceinline__ void qk_rope_kv_body(float* qkv, int ld, OpRows rows,
 // One (row, kv head, split): G query heads against positions [j*chunk, min(n, (j+1)*chunk)) of the row's
 // cache. A warp per position in turn (lane l holds dims l*HD/32..), each warp an online softmax; the NW warps
 // merge in shared memory. S == 1: the normalized output into att; else the partial (max, sum, acc) into part.
-template <int HD, int G, int NW>
+// The norm/RoPE pass a decode row's attention does first (FUSED: the row's q and k are normalized and
+// rotated in shared memory, and the block whose split holds the row's position writes its k and v into the
+// cache before any position is read), so a decode layer needs no separate qk_rope_kv launch.
+struct QkNorm {
+  const bf16_t* q_norm;
+  const bf16_t* k_norm;
+  float eps, theta;
+};
+
+template <int HD, int G, int NW, bool FUSED>
 __device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows rows, float* att, float* part, int layer, int nh,
-                                            int nkv) {
+                                            int nkv, QkNorm qn) {
   constexpr int D = HD / 32; // dims per lane
   const int t = blockIdx.x, kh = blockIdx.y, j = blockIdx.z, S = gridDim.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = NW;
@@ -54,10 +63,32 @@ __device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows row
   __shared__ __align__(16) float sm_acc[NW][G][HD];
   float q[G][D];
   const float scale = 1.0f / sqrtf((float)HD);
+  const float* qsrc = qkv + (size_t)t * ld + kh * G * HD;
+  if (FUSED) {
+    // sm_acc doubles as the scratch of the G query heads and the kv head (G + 1 <= NW * G rows of HD).
+    float* sq = &sm_acc[0][0][0];
+    const float* x = qkv + (size_t)t * ld;
+    for (int i = threadIdx.x; i < (G + 1) * HD; i += blockDim.x) sq[i] = i < G * HD ? x[kh * G * HD + i] : x[(nh + kh) * HD + i - G * HD];
+    __syncthreads();
+    for (int h = warp; h < G + 1; h += NW) {
+      warp_rmsnorm(sq + h * HD, h < G ? qn.q_norm : qn.k_norm, HD, qn.eps);
+      warp_rope(sq + h * HD, HD, n - 1, qn.theta);
+    }
+    __syncthreads();
+    if ((n - 1) / chunk == j) { // this split holds the row's own position: its k and v go to the cache first
+      float* kvrow = rows.kv[t] + ((size_t)layer * rows.cap[t] + (n - 1)) * 2 * KD;
+      for (int i = threadIdx.x; i < HD; i += blockDim.x) {
+        kvrow[kh * HD + i] = sq[G * HD + i];
+        kvrow[KD + kh * HD + i] = x[(nh + nkv + kh) * HD + i];
+      }
+    }
+    qsrc = sq;
+  }
 #pragma unroll
   for (int g = 0; g < G; g++)
 #pragma unroll
-    for (int d = 0; d < D; d++) q[g][d] = qkv[(size_t)t * ld + (kh * G + g) * HD + lane * D + d];
+    for (int d = 0; d < D; d++) q[g][d] = qsrc[g * HD + lane * D + d];
+  if (FUSED) __syncthreads(); // q read, the cache row written: sm_acc is free again
   float m[G], l[G], acc[G][D];
 #pragma unroll
   for (int g = 0; g < G; g++) {
@@ -67,11 +98,20 @@ __device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows row
     for (int d = 0; d < D; d++) acc[g][d] = 0.f;
   }
   const float* base = rows.kv[t] + (size_t)layer * rows.cap[t] * 2 * KD + kh * HD + lane * D;
-  for (int p = p0 + warp; p < p1; p += nw) {
-    const float* kp = base + (size_t)p * 2 * KD;
-    float k[D], v[D];
+  // The next position's k and v are in flight while this one's scores and values are computed.
+  float k[D], v[D];
+  if (p0 + warp < p1) {
+    const float* kp = base + (size_t)(p0 + warp) * 2 * KD;
 #pragma unroll
     for (int d = 0; d < D; d++) { k[d] = kp[d]; v[d] = kp[KD + d]; }
+  }
+  for (int p = p0 + warp; p < p1; p += nw) {
+    float kn[D], vn[D];
+    if (p + nw < p1) {
+      const float* kp = base + (size_t)(p + nw) * 2 * KD;
+#pragma unroll
+      for (int d = 0; d < D; d++) { kn[d] = kp[d]; vn[d] = kp[KD + d]; }
+    }
 #pragma unroll
     for (int g = 0; g < G; g++) {
       float s = 0.f;
@@ -85,6 +125,8 @@ __device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows row
       for (int d = 0; d < D; d++) acc[g][d] = acc[g][d] * a + e * v[d];
       m[g] = mn;
     }
+#pragma unroll
+    for (int d = 0; d < D; d++) { k[d] = kn[d]; v[d] = vn[d]; }
   }
   if (lane == 0) {
 #pragma unroll

@@ -32,6 +32,15 @@ struct GemmProblem {
 
 enum { EPI_STORE = 0, EPI_ADD = 1, EPI_SWIGLU = 2 };
 
+// Programmatic dependent launch: every op kernel is launched with programmatic stream serialization, so it
+// may start while the kernel before it finishes. It waits here for that kernel (and so, transitively, for every
+// earlier one) to complete and flush before reading or writing anything, then lets the next one launch.
+// Without PDL at launch both are no-ops.
+__device__ __forceinline__ void pdl_enter() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 // Rows of one tensor-core tile (the routing builds the grouped tiles of this size).
 #define TC_TILE_ROWS 64
 

@@ -47,9 +47,25 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   // K chunk held in shared memory: B * KS floats <= 64 KiB, KC a multiple of 256.
   constexpr int KC = (16384 / B) < 256 ? 256 : (16384 / B);
   const int KS = min(KC, K); // row stride in shared memory (K % 8 == 0)
+  // U passes of 16 bytes per weight row a group, double-buffered: the next group's loads are in flight while
+  // this one's products run, and a chunk's first group is issued before its inputs are staged.
+  constexpr int LOADS = B <= 2 ? 8 : (B <= 4 ? 4 : 2);
+  constexpr int U = LOADS / NW > 0 ? LOADS / NW : 1;
+  uint4 u[U][NW];
+  auto load = [&](uint4 (&dst)[U][NW], int k0, int c0, int chunks) {
+#pragma unroll
+    for (int j = 0; j < U; j++)
+#pragma unroll
+      for (int r = 0; r < NW; r++) {
+        const int c = c0 + 32 * j;
+        dst[j][r] = (live[r] && c < chunks) ? __ldg(reinterpret_cast<const uint4*>(wrow[r] + k0) + c) : make_uint4(0, 0, 0, 0);
+      }
+  };
   for (int k0 = 0; k0 < K; k0 += KC) {
     const int kc = min(KC, K - k0);
+    const int chunks = kc >> 3;
     __syncthreads();
+    load(u, k0, lane, chunks);
 #pragma unroll
     for (int b = 0; b < B; b++) {
       if (b < n) {
@@ -58,19 +74,9 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
       }
     }
     __syncthreads();
-    const int chunks = kc >> 3;
-    // U passes of 16 bytes per weight row in flight before any product (fewer as B's accumulators grow).
-    constexpr int LOADS = B <= 2 ? 16 : (B <= 4 ? 8 : 4);
-    constexpr int U = LOADS / NW > 0 ? LOADS / NW : 1;
     for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
-      uint4 u[U][NW];
-#pragma unroll
-      for (int j = 0; j < U; j++)
-#pragma unroll
-        for (int r = 0; r < NW; r++) {
-          const int c = c0 + 32 * j;
-          u[j][r] = (live[r] && c < chunks) ? __ldg(reinterpret_cast<const uint4*>(wrow[r] + k0) + c) : make_uint4(0, 0, 0, 0);
-        }
+      uint4 nx[U][NW];
+      load(nx, k0, c0 + 32 * U, chunks);
 #pragma unroll
       for (int j = 0; j < U; j++) {
         const int c = c0 + 32 * j;
@@ -84,6 +90,10 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
           }
         }
       }
+#pragma unroll
+      for (int j = 0; j < U; j++)
+#pragma unroll
+        for (int r = 0; r < NW; r++) u[j][r] = nx[j][r];
     }
   }
 #pragma unroll

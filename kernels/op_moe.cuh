@@ -28,15 +28,48 @@ struct OpRoute {
   int32_t T, E, K, LK, layer, norm_topk;
 };
 
-// Row t's route (one warp); `lg` is E floats of shared scratch for it.
-__device__ __forceinline__ void route_row(const OpRoute& r, int t, float* lg) {
+// Row t's route (one warp); `lg` is E floats of shared scratch for it. With `se`/`sw` (shared, [T*K]) the
+// picks are also kept there for a grouping in the same block.
+__device__ __forceinline__ void route_row(const OpRoute& r, int t, float* lg, int32_t* se = nullptr, float* sw = nullptr) {
   const int lane = threadIdx.x & 31;
   for (int e = lane; e < r.E; e += 32) lg[e] = r.logits[(size_t)t * r.E + e];
   __syncwarp();
   const size_t pk = (size_t)t * r.LK + (size_t)r.layer * r.K;
   const bool counted = r.header[1] != 0 && t < r.header[0];
-  warp_route(lg, r.E, r.K, r.norm_topk, r.slots, r.pick_expert + pk, r.pick_weight + pk, r.pick_slot + (size_t)t * r.K,
-             counted ? r.counter : nullptr);
+  if (!se) {
+    warp_route(lg, r.E, r.K, r.norm_topk, r.slots, r.pick_expert + pk, r.pick_weight + pk, r.pick_slot + (size_t)t * r.K,
+               counted ? r.counter : nullptr);
+    return;
+  }
+  int32_t* e = se + t * r.K;
+  float* w = sw + t * r.K;
+  warp_route(lg, r.E, r.K, r.norm_topk, r.slots, e, w, r.pick_slot + (size_t)t * r.K, counted ? r.counter : nullptr);
+  if (lane < r.K) { r.pick_expert[pk + lane] = e[lane]; r.pick_weight[pk + lane] = w[lane]; }
+}
+
+// The groups of a decode step's picks (P = valid rows x K <= blockDim.x), all in shared memory: se holds the
+// picks (route_row's), cnt is E ints. Pick i of expert e goes to slot start(e) + (picks of e before i);
+// groups in expert order. Same groups as group_picks (whose within-group order is free anyway).
+__device__ __forceinline__ void group_picks_small(const OpRoute& r, OpGroups gr, const int32_t* se, int* cnt) {
+  const int P = r.header[0] * r.K, E = r.E, i = threadIdx.x;
+  for (int e = i; e < E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  if (i < P) atomicAdd(&cnt[se[i]], 1);
+  __syncthreads();
+  if (i < P) {
+    const int e = se[i];
+    int start = 0, rank = 0, before = 0;
+    for (int f = 0; f < e; f++) { const int c = cnt[f]; start += c; rank += c > 0 ? 1 : 0; }
+    for (int j = 0; j < i; j++) before += se[j] == e ? 1 : 0;
+    gr.rows[start + before] = i;
+    if (before == 0) { gr.expert[rank] = e; gr.start[rank] = start; }
+  }
+  if (i == 0) {
+    int groups = 0;
+    for (int e = 0; e < E; e++) groups += cnt[e] > 0 ? 1 : 0;
+    *gr.n = groups;
+    gr.start[groups] = P;
+  }
 }
 
 // Block-wide exclusive scan of one 64-bit value per thread (blockDim.x % 32 == 0); `red` >= 33 words.

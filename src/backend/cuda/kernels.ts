@@ -11,9 +11,9 @@ import { ResourceScope } from './resource-scope.ts';
 export const GEMV_ROWS = [1, 2, 4, 8, 16] as const;
 export type GemvEpilogue = 'store' | 'add' | 'swiglu';
 export type GemvName = `op_gemv_b${(typeof GEMV_ROWS)[number]}_r${1 | 2}_${GemvEpilogue}`;
-export type AttendName = `op_attend_hd${64 | 128}_g${1 | 2 | 4 | 8 | 16}`;
+export type AttendName = `op_attend${'' | '_decode'}_hd${64 | 128}_g${1 | 2 | 4 | 8 | 16}`;
 const GEMV_NAMES = GEMV_ROWS.flatMap((b) => ([1, 2] as const).flatMap((r) => (['store', 'add', 'swiglu'] as const).map((e): GemvName => `op_gemv_b${b}_r${r}_${e}`)));
-const ATTEND_NAMES = ([64, 128] as const).flatMap((hd) => ([1, 2, 4, 8, 16] as const).map((g): AttendName => `op_attend_hd${hd}_g${g}`));
+const ATTEND_NAMES = (['', '_decode'] as const).flatMap((v) => ([64, 128] as const).flatMap((hd) => ([1, 2, 4, 8, 16] as const).map((g): AttendName => `op_attend${v}_hd${hd}_g${g}`)));
 const OP_KERNELS = [
   ...GEMV_NAMES, 'op_gemm_tc_store', 'op_gemm_tc_add', 'op_gemm_tc_swiglu', 'op_qk_rope_kv', ...ATTEND_NAMES, 'op_attend_merge',
   'op_route_group', 'op_route_rows', 'op_group', 'op_residual_norm',

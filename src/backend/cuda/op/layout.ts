@@ -23,11 +23,32 @@ export function encodeGemm(a: GemmArgs): Uint8Array {
   return b;
 }
 
+/**
+ * The step rows of a piece of T rows, as one host -> device copy: header (valid rows, count flag) | token,
+ * pos, cap [T] int32 | out rows [16] int32 | kv [T] u64 (8-aligned). Offsets depend on T, so a captured graph
+ * (one bucket) and its copy agree, and a batch-1 step copies ~100 bytes.
+ */
+export function stepLayout(T: number): { token: number; pos: number; cap: number; out: number; kv: number; bytes: number } {
+  const token = 16, pos = token + 4 * T, cap = pos + 4 * T, out = cap + 4 * T;
+  const kv = Math.ceil((out + 4 * 16) / 8) * 8;
+  return { token, pos, cap, out, kv, bytes: kv + 8 * T };
+}
+
 export interface RowArrays { token: bigint; pos: bigint; cap: bigint; kv: bigint }
 
 export function encodeRows(r: RowArrays): Uint8Array {
   const b = Buffer.alloc(32);
   [r.token, r.pos, r.cap, r.kv].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
+  return b;
+}
+
+/** QkNorm (op_attention.cuh): the decode attention's q/k norm weights, eps and RoPE theta. */
+export function encodeQkNorm(qNorm: bigint, kNorm: bigint, eps: number, theta: number): Uint8Array {
+  const b = Buffer.alloc(24);
+  b.writeBigUInt64LE(qNorm, 0);
+  b.writeBigUInt64LE(kNorm, 8);
+  b.writeFloatLE(eps, 16);
+  b.writeFloatLE(theta, 20);
   return b;
 }
 

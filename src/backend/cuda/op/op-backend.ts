@@ -15,7 +15,7 @@ import { OP_PATH_GROUPS, loadKernelModules, type KernelName } from '../kernels.t
 import { ResourceScope, type ReleaseFailureSink } from '../resource-scope.ts';
 import { TensorUploader, type UploadProgress } from '../uploader.ts';
 import { bucketFor, DEFAULT_BUCKETS } from '../plan.ts';
-import { encodeGemm, encodeGroups, encodeRoute, encodeRows, gemvSmemBytes, maxGroupedTiles, type GemmArgs } from './layout.ts';
+import { encodeGemm, encodeGroups, encodeQkNorm, encodeRoute, encodeRows, gemvSmemBytes, maxGroupedTiles, stepLayout, type GemmArgs } from './layout.ts';
 import { planMemory, type MemoryPlan } from './memory.ts';
 import { DECODE_MAX_ROWS, attendSplits, gemvRowsPerWarp, planPieces, type OpPiece } from './plan.ts';
 import { checkOpSupport } from './support.ts';
@@ -39,6 +39,8 @@ export interface OpBackendOptions {
   readonly maxPieceRows?: number;
   /** Most splits of one decode row's positions (default 32). */
   readonly maxSplits?: number;
+  /** Programmatic dependent launch between the op kernels (default on; off for A/B timing). */
+  readonly pdl?: boolean;
 }
 
 interface LayerDev { inNorm: bigint; qkv: bigint; o: bigint; qNorm: bigint; kNorm: bigint; postNorm: bigint; router: bigint }
@@ -78,6 +80,9 @@ export class CudaOpBackend implements Backend {
   readonly QKV: number;
   private recording: { name: string; role: string; run: () => void }[] | null = null;
   private role = '';
+  private readonly pdl: boolean;
+  /** The next launch follows a kernel on the stream (a piece's first follows the copy of its rows). */
+  private afterKernel = false;
 
   constructor(driver: CudaDriver, readonly spec: ModelSpec, source: TensorSource, opts: OpBackendOptions = {}) {
     const d = driver;
@@ -89,6 +94,7 @@ export class CudaOpBackend implements Backend {
       throw new ResidencyError('BAD_ARGUMENT', `buckets [${this.buckets.join(', ')}]: each must be one of 1, 2, 4, 8, 16`);
     }
     this.useGraphs = opts.graphs ?? true;
+    this.pdl = opts.pdl ?? true;
     this.maxRows = opts.maxPieceRows ?? 2048;
     if (!Number.isInteger(this.maxRows) || this.maxRows < DECODE_MAX_ROWS || this.maxRows % 2 !== 0) {
       throw new ResidencyError('BAD_ARGUMENT', `maxPieceRows ${this.maxRows}: expected an even integer >= ${DECODE_MAX_ROWS}`);
@@ -153,7 +159,7 @@ export class CudaOpBackend implements Backend {
       this.kvPool = this.alloc(this.kvSlotBytes * maxNumSeqs, `KV cache (${maxNumSeqs} x ${maxModelLen} positions)`);
       this.freeSlots = Array.from({ length: maxNumSeqs }, (_, i) => maxNumSeqs - 1 - i);
       buf('kvScratch', kvPerPosition);
-      const stepBytes = this.kvOffset() + 8 * T;
+      const stepBytes = stepLayout(T).bytes;
       this.stepDev = this.alloc(stepBytes, 'step rows');
       this.stepHost = scope.acquire('pinned step rows', () => d.allocPinned(stepBytes, 'step rows'), (h) => d.freeHost(h.hostPtr));
       this.outHost = scope.acquire('pinned outputs', () => d.allocPinned(Math.max(4 * MAX_OUT * V, 8 * T * L * K), 'outputs'), (h) => d.freeHost(h.hostPtr));
@@ -266,7 +272,7 @@ export class CudaOpBackend implements Backend {
     const decode = n <= DECODE_MAX_ROWS && n <= this.buckets[this.buckets.length - 1]!;
     const T = decode ? bucketFor(n, this.buckets) : n;
     const maxPos = Math.max(...piece.rows.map((r) => r.pos));
-    const S = attendSplits(T, maxPos, this.maxSplits);
+    const S = attendSplits(T, maxPos, this.maxSplits, this.spec.numKvHeads);
     const outs = decode ? T : piece.outs.length;
     this.writeRows(piece, T, count, decode);
     if (decode && this.useGraphs) this.d.graphLaunch(this.graphFor(T, S), this.stream);
@@ -285,35 +291,26 @@ export class CudaOpBackend implements Backend {
     return g;
   }
 
-  /** Step rows into pinned memory, then one copy: header | token | pos | cap | out rows ... | kv pointers. */
+  /** Step rows into pinned memory, then one copy of the bytes a piece of T rows uses (stepLayout). */
   private writeRows(piece: OpPiece, T: number, count: boolean, decode: boolean): void {
     const h = Buffer.from(this.stepHost.host.buffer, this.stepHost.host.byteOffset, this.stepHost.host.byteLength);
-    const M = this.maxRows;
+    const o = stepLayout(T);
     h.writeInt32LE(piece.rows.length, 0);
     h.writeInt32LE(count ? 1 : 0, 4);
     for (let i = 0; i < T; i++) {
       const r = piece.rows[i];
       const slot = r ? this.seqs.get(r.seq)! : -1;
-      h.writeInt32LE(r ? r.token : 0, 16 + 4 * i);
-      h.writeInt32LE(r ? r.pos : 0, 16 + 4 * (M + i));
-      h.writeInt32LE(r ? this.memory.maxModelLen : 1, 16 + 4 * (2 * M + i));
-      h.writeBigUInt64LE(r ? this.kvPool + BigInt(slot * this.kvSlotBytes) : this.b['kvScratch']!, this.kvOffset() + 8 * i);
+      h.writeInt32LE(r ? r.token : 0, o.token + 4 * i);
+      h.writeInt32LE(r ? r.pos : 0, o.pos + 4 * i);
+      h.writeInt32LE(r ? this.memory.maxModelLen : 1, o.cap + 4 * i);
+      h.writeBigUInt64LE(r ? this.kvPool + BigInt(slot * this.kvSlotBytes) : this.b['kvScratch']!, o.kv + 8 * i);
     }
     // Output rows (the lm head's gather), padded with the last one.
-    const outs = decode ? Array.from({ length: T }, (_, i) => i) : piece.outs.map((o) => o.row);
+    const outs = decode ? Array.from({ length: T }, (_, i) => i) : piece.outs.map((x) => x.row);
     if (outs.length === 0) outs.push(0);
     const ob = bucketFor(outs.length, [1, 2, 4, 8, 16]);
-    for (let i = 0; i < ob; i++) h.writeInt32LE(outs[Math.min(i, outs.length - 1)]!, this.outOffset() + 4 * i);
-    this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, this.stepHost.host.byteLength, this.stream);
-  }
-
-  /** Step rows: header (16 B) | token, pos, cap [maxRows] int32 | out rows [16] int32 | kv [maxRows] u64. */
-  private outOffset(): number {
-    return 16 + 12 * this.maxRows;
-  }
-
-  private kvOffset(): number {
-    return this.outOffset() + 4 * MAX_OUT;
+    for (let i = 0; i < ob; i++) h.writeInt32LE(outs[Math.min(i, outs.length - 1)]!, o.out + 4 * i);
+    this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, o.bytes, this.stream);
   }
 
   private ptr(name: string): bigint {
@@ -322,31 +319,40 @@ export class CudaOpBackend implements Backend {
 
   /** Every kernel of a piece of T rows, in stream order. */
   private enqueue(T: number, decode: boolean, S: number, nOut: number): void {
+    this.afterKernel = false;
     const s = this.spec;
     const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, expertIntermediate: I, vocabSize: V, numLayers: L } = s;
     const QD = nh * hd;
     const LK = L * K;
-    const M = this.maxRows;
-    const rows = encodeRows({ token: this.stepDev + 16n, pos: this.stepDev + BigInt(16 + 4 * M), cap: this.stepDev + BigInt(16 + 8 * M), kv: this.stepDev + BigInt(this.kvOffset()) });
+    const o = stepLayout(T);
+    const at = (off: number): bigint => this.stepDev + BigInt(off);
+    const rows = encodeRows({ token: at(o.token), pos: at(o.pos), cap: at(o.cap), kv: at(o.kv) });
     const header = this.stepDev;
-    const outRows = this.stepDev + BigInt(this.outOffset());
+    const outRows = at(o.out);
     const f32 = (v: number): KernelArg => ({ f32: v });
     const i32 = (v: number): KernelArg => ({ i32: v });
     const u64 = (v: bigint): KernelArg => ({ u64: v });
     const norm = (mode: number, prev: number, rowsPtr: bigint, w: bigint, out: bigint, grid: number): void => {
       this.launch('op_residual_norm', [grid, 1, 1], 512, 4 * (((H + 3) & ~3) + 32),
         [i32(mode), u64(this.ptr('hidden')), u64(this.ptr('partial')), u64(this.ptr('pickW')), i32(LK), i32(prev), i32(K), u64(rowsPtr),
-          u64(this.stepDev + 16n), u64(this.embed), u64(w), u64(out), i32(H), f32(s.rmsNormEps)]);
+          u64(at(o.token)), u64(this.embed), u64(w), u64(out), i32(H), f32(s.rmsNormEps)]);
     };
     const banks = this.banks;
     for (let l = 0; l < L; l++) {
       const ly = this.layers[l]!;
       norm(l === 0 ? 0 : 1, l - 1, 0n, ly.inNorm, this.ptr('xn'), T);
       this.product('qkv', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: ly.qkv, ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T });
-      this.launch('op_qk_rope_kv', [T, Math.ceil((nh + nkv) / 4), 1], 128, 0, [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(ly.qNorm), u64(ly.kNorm), i32(l), i32(nh), i32(nkv), i32(hd), f32(s.rmsNormEps), f32(s.ropeTheta)]);
       const G = nh / nkv;
-      this.launch(`op_attend_hd${hd as 64 | 128}_g${G as 1 | 2 | 4 | 8 | 16}`, [T, nkv, S], G === 16 ? 128 : 256, 0,
-        [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(this.ptr('att')), u64(this.ptr('attnPart')), i32(l), i32(nh), i32(nkv)]);
+      const attend = [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(this.ptr('att')), u64(this.ptr('attnPart')), i32(l), i32(nh), i32(nkv)];
+      const threads = G === 16 ? 128 : 256;
+      if (decode) {
+        // Decode rows: q/k norm, RoPE and the KV write happen inside the attention blocks.
+        this.launch(`op_attend_decode_hd${hd as 64 | 128}_g${G as 1 | 2 | 4 | 8 | 16}`, [T, nkv, S], threads, 0, [...attend, { bytes: encodeQkNorm(ly.qNorm, ly.kNorm, s.rmsNormEps, s.ropeTheta) }]);
+      } else {
+        // Prefill rows read each other's k and v: every row's are written first.
+        this.launch('op_qk_rope_kv', [T, Math.ceil((nh + nkv) / 4), 1], 128, 0, [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(ly.qNorm), u64(ly.kNorm), i32(l), i32(nh), i32(nkv), i32(hd), f32(s.rmsNormEps), f32(s.ropeTheta)]);
+        this.launch(`op_attend_hd${hd as 64 | 128}_g${G as 1 | 2 | 4 | 8 | 16}`, [T, nkv, S], threads, 0, attend);
+      }
       if (S > 1) this.launch('op_attend_merge', [T, nh, 1], Math.max(32, hd), 0, [u64(this.ptr('attnPart')), u64(this.ptr('att')), i32(nh), i32(hd), i32(S)]);
       this.product('o_proj', decode, T, 'add', { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), w: ly.o, ldx: QD, ldy: H, O: H, K: QD, rows: T });
       norm(2, 0, 0n, ly.postNorm, this.ptr('xn'), T);
@@ -358,7 +364,7 @@ export class CudaOpBackend implements Backend {
       const groups = encodeGroups({ n: this.ptr('grpN'), expert: this.ptr('grpExpert'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
       if (decode) {
         const warps = Math.max(4, T);
-        this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * E + 2 * E), [{ bytes: route }, { bytes: groups }]);
+        this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * E + 2 * T * K + E), [{ bytes: route }, { bytes: groups }]);
       } else {
         this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, 4 * 8 * E, [{ bytes: route }]);
         this.launch('op_group', [1, 1, 1], 1024, 4 * 2 * E, [{ bytes: route }, { bytes: groups }]);
@@ -398,8 +404,10 @@ export class CudaOpBackend implements Backend {
   private launch(name: KernelName, grid: [number, number, number], block: number, smem: number, args: KernelArg[]): void {
     const fn = this.fns.get(name);
     if (fn === undefined) throw new ResidencyError('INTERNAL', `op kernel ${name} is not loaded`);
-    this.d.launch(fn, name, grid, block, smem, this.stream, args);
-    this.recording?.push({ name, role: this.role || name.replace(/^op_/, ''), run: () => this.d.launch(fn, name, grid, block, smem, this.stream, args) });
+    const pdl = this.pdl && this.afterKernel;
+    this.afterKernel = true;
+    this.d.launch(fn, name, grid, block, smem, this.stream, args, pdl);
+    this.recording?.push({ name, role: this.role || name.replace(/^op_/, ''), run: () => this.d.launch(fn, name, grid, block, smem, this.stream, args, this.pdl) });
   }
 
   /**

@@ -19,12 +19,15 @@ describe('op path planning', () => {
     assert.deepEqual(p.map((x) => x.outs.length), [16, 4]);
   });
   it('decode rows split their positions past 256, by powers of two; prefill pieces never', () => {
-    assert.equal(attendSplits(1, 64, 32), 1);
-    assert.equal(attendSplits(1, 255, 32), 1);
-    assert.equal(attendSplits(1, 256, 32), 2);
-    assert.equal(attendSplits(4, 2047, 32), 8);
+    assert.equal(attendSplits(1, 64, 32), 1 * 4); // few blocks: 65 positions in 4 splits of >= 16
+    assert.equal(attendSplits(1, 255, 32), 16); // 256 positions, one kv head: 16 splits of 16
+    assert.equal(attendSplits(1, 255, 32, 4), 8); // 4 kv heads: 32 blocks at 8 splits
+    assert.equal(attendSplits(16, 255, 32, 4), 1);
+    assert.equal(attendSplits(16, 256, 32, 4), 2);
+    assert.equal(attendSplits(4, 2047, 32, 4), 8);
     assert.equal(attendSplits(16, 100000, 32), 32);
     assert.equal(attendSplits(17, 4000, 32), 1);
+    assert.equal(attendSplits(1, 10, 32), 1); // too few positions to split
   });
   it('gemv shapes: two features a warp only when the grid stays two blocks an SM; shared memory within 64 KiB', () => {
     assert.equal(gemvRowsPerWarp(5120, 1, 132), 2);

@@ -46,14 +46,24 @@ export const DECODE_MAX_ROWS = 16;
 /** Positions one attention block reads at most before a decode row's positions are split. */
 export const ATTEND_CHUNK = 256;
 
+/** Attention blocks a decode piece aims for (rows x kv heads x splits) before it stops splitting short rows. */
+export const ATTEND_MIN_BLOCKS = 32;
+/** Positions a split reads at least. */
+export const ATTEND_MIN_CHUNK = 16;
+
 /**
- * Splits of the positions for a piece: decode pieces whose longest row reads more than ATTEND_CHUNK positions
- * get a power of two up to maxSplits (so a few graphs cover every context); prefill pieces have rows enough.
+ * Splits of the positions for a piece, a power of two up to maxSplits (so a few graphs cover every context):
+ * decode pieces split until no block reads more than ATTEND_CHUNK positions, and further while the piece has
+ * fewer than ATTEND_MIN_BLOCKS blocks and a split keeps ATTEND_MIN_CHUNK positions (batch 1 has only as many
+ * rows x kv heads as there are kv heads: one block per SM would leave the chip idle); prefill pieces have rows
+ * enough.
  */
-export function attendSplits(rows: number, maxPos: number, maxSplits: number): number {
+export function attendSplits(rows: number, maxPos: number, maxSplits: number, kvHeads = 1): number {
   if (rows > DECODE_MAX_ROWS) return 1;
+  const n = maxPos + 1;
   let s = 1;
-  while (s < maxSplits && (maxPos + 1) / s > ATTEND_CHUNK) s *= 2;
+  while (s < maxSplits && n / s > ATTEND_CHUNK) s *= 2;
+  while (s < maxSplits && rows * kvHeads * s < ATTEND_MIN_BLOCKS && n / (2 * s) >= ATTEND_MIN_CHUNK) s *= 2;
   return s;
 }
 
