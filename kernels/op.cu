@@ -52,14 +52,15 @@ extern "C" __global__ void op_attend_merge(const float* part, float* att, int nh
 // Decode steps (T <= 16 rows): route every row (a warp each) and group the picks, in one block and its
 // shared memory. blockDim.x >= T * K.
 extern "C" __global__ void op_route_group(OpRoute r, OpGroups g) { pdl_enter();
-  extern __shared__ __align__(16) float sm[]; // [warps][E] logits | se[T*K] | sw[T*K] | cnt[E]
+  extern __shared__ __align__(16) float sm[]; // [warps][E] logits | se[T*K] | sw[T*K] | cnt[E] | cur[E]
+  __shared__ unsigned long long red[33];
   const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   int32_t* se = reinterpret_cast<int32_t*>(sm + nw * r.E);
   float* sw = reinterpret_cast<float*>(se + r.T * r.K);
   int* cnt = reinterpret_cast<int*>(sw + r.T * r.K);
   for (int t = warp; t < r.T; t += nw) route_row(r, t, sm + warp * r.E, se, sw);
   __syncthreads();
-  group_picks_small(r, g, se, cnt);
+  group_picks_small(r, g, se, cnt, cnt + r.E, red);
 }
 
 // Prefill steps: route (a warp per row, grid over rows: op_route_rows), then op_group in one block.

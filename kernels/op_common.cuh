@@ -28,6 +28,12 @@ struct GemmProblem {
   long long row_elems;       // elements of one bank row (3 * I * H)
   long long w_off;           // offset of this product's matrix inside a bank row
   int32_t ldx, ldy, O, K, rows, x_div, hot_rows, pad;
+  // Dense gemv only, K staged whole: the input rows are RMSNorm'ed (times norm_w) in shared memory first,
+  // and block (0, 0) writes the normalized rows to norm_out (the post-attention norm fused into the router).
+  const bf16_t* norm_w;
+  float* norm_out;
+  float eps;
+  int32_t pad2;
 };
 
 enum { EPI_STORE = 0, EPI_ADD = 1, EPI_SWIGLU = 2 };

@@ -9,6 +9,36 @@
 
 #define GEMV_WARPS 8
 
+// RMSNorm of the n staged rows (K == KS: whole rows in shared memory), in place, as block_rmsnorm computes
+// it; block (0, 0) also writes them out. Ends with a barrier.
+template <int B>
+__device__ __forceinline__ void norm_staged(const GemmProblem& p, float* xs, int K, int n, const int* in_rows) {
+  __shared__ float red[GEMV_WARPS][B];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int b = 0; b < B; b++) {
+    float ss = 0.f;
+    if (b < n) for (int k = threadIdx.x; k < K; k += blockDim.x) ss += xs[b * K + k] * xs[b * K + k];
+    ss = warp_sum(ss);
+    if (lane == 0) red[warp][b] = ss;
+  }
+  __syncthreads();
+  const bool out = blockIdx.x == 0 && blockIdx.y == 0;
+#pragma unroll
+  for (int b = 0; b < B; b++) {
+    if (b >= n) continue;
+    float ss = 0.f;
+    for (int w = 0; w < GEMV_WARPS; w++) ss += red[w][b];
+    const float inv = 1.0f / sqrtf(ss / (float)K + p.eps);
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+      const float v = bf2f(p.norm_w[k]) * (xs[b * K + k] * inv);
+      xs[b * K + k] = v;
+      if (out) p.norm_out[(size_t)in_rows[b] * K + k] = v;
+    }
+  }
+  __syncthreads();
+}
+
 template <int B, int R, int EPI>
 __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   extern __shared__ __align__(16) float xs[]; // [B][KC]
@@ -74,6 +104,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
       }
     }
     __syncthreads();
+    if (p.norm_w) norm_staged<B>(p, xs, KS, n, in_rows);
     for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
       uint4 nx[U][NW];
       load(nx, k0, c0 + 32 * U, chunks);

@@ -47,31 +47,6 @@ __device__ __forceinline__ void route_row(const OpRoute& r, int t, float* lg, in
   if (lane < r.K) { r.pick_expert[pk + lane] = e[lane]; r.pick_weight[pk + lane] = w[lane]; }
 }
 
-// The groups of a decode step's picks (P = valid rows x K <= blockDim.x), all in shared memory: se holds the
-// picks (route_row's), cnt is E ints. Pick i of expert e goes to slot start(e) + (picks of e before i);
-// groups in expert order. Same groups as group_picks (whose within-group order is free anyway).
-__device__ __forceinline__ void group_picks_small(const OpRoute& r, OpGroups gr, const int32_t* se, int* cnt) {
-  const int P = r.header[0] * r.K, E = r.E, i = threadIdx.x;
-  for (int e = i; e < E; e += blockDim.x) cnt[e] = 0;
-  __syncthreads();
-  if (i < P) atomicAdd(&cnt[se[i]], 1);
-  __syncthreads();
-  if (i < P) {
-    const int e = se[i];
-    int start = 0, rank = 0, before = 0;
-    for (int f = 0; f < e; f++) { const int c = cnt[f]; start += c; rank += c > 0 ? 1 : 0; }
-    for (int j = 0; j < i; j++) before += se[j] == e ? 1 : 0;
-    gr.rows[start + before] = i;
-    if (before == 0) { gr.expert[rank] = e; gr.start[rank] = start; }
-  }
-  if (i == 0) {
-    int groups = 0;
-    for (int e = 0; e < E; e++) groups += cnt[e] > 0 ? 1 : 0;
-    *gr.n = groups;
-    gr.start[groups] = P;
-  }
-}
-
 // Block-wide exclusive scan of one 64-bit value per thread (blockDim.x % 32 == 0); `red` >= 33 words.
 __device__ __forceinline__ unsigned long long block_scan_u64(unsigned long long v, unsigned long long* red, unsigned long long* total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -98,6 +73,35 @@ __device__ __forceinline__ unsigned long long block_scan_u64(unsigned long long 
   *total = red[32];
   __syncthreads();
   return out;
+}
+
+// The groups of a decode step's picks (P = valid rows x K <= blockDim.x), in shared memory: se holds the
+// picks (route_row's); cnt, cur are E ints; red is the scan's scratch. Counts, one scan over the experts
+// (start and rank of each), then every pick takes its slot: the same groups as group_picks.
+__device__ __forceinline__ void group_picks_small(const OpRoute& r, OpGroups gr, const int32_t* se, int* cnt, int* cur,
+                                                  unsigned long long* red) {
+  const int P = r.header[0] * r.K, E = r.E, i = threadIdx.x;
+  for (int e = i; e < E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  if (i < P) atomicAdd(&cnt[se[i]], 1);
+  __syncthreads();
+  const int per = (E + blockDim.x - 1) / blockDim.x, e0 = i * per;
+  unsigned long long mine = 0ull;
+  for (int e = e0; e < min(E, e0 + per); e++) mine += (unsigned long long)cnt[e] | ((cnt[e] > 0 ? 1ull : 0ull) << 32);
+  unsigned long long total;
+  unsigned long long pre = block_scan_u64(mine, red, &total);
+  for (int e = e0; e < min(E, e0 + per); e++) {
+    const int c = cnt[e];
+    cur[e] = (int)(pre & 0xffffffffull);
+    if (c > 0) { gr.expert[pre >> 32] = e; gr.start[pre >> 32] = (int)(pre & 0xffffffffull); }
+    pre += (unsigned long long)c | ((c > 0 ? 1ull : 0ull) << 32);
+  }
+  if (i == 0) {
+    *gr.n = (int)(total >> 32);
+    gr.start[total >> 32] = (int)(total & 0xffffffffull);
+  }
+  __syncthreads();
+  if (i < P) gr.rows[atomicAdd(&cur[se[i]], 1)] = i;
 }
 
 // The groups of this layer's picks of the valid rows; one block. `cnt` and `cur` are E ints of shared memory.

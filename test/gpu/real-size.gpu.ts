@@ -59,6 +59,21 @@ test('real shapes: greedy tokens equal the transformers float32 references (near
   const single = run(be, [refs[0]!], steps, (_c, s) => refs[0]!.tokens[s]!);
   let batchErr = 0;
   for (let s = 0; s < steps; s++) batchErr = Math.max(batchErr, normErr(single[0]![s]!, gpu[0]![s]!));
+  // The prompt fed 8 tokens a step (decode-sized pieces whose rows read each other's positions) must agree
+  // with the one-chunk prefill (tensor-core path).
+  const c0 = refs[0]!;
+  be.openSequence(0, c0.prompt_ids.length + steps + 1);
+  let last: Float32Array = new Float32Array(0);
+  for (let at = 0; at < c0.prompt_ids.length; at += 8) {
+    last = be.forward({ chunks: [{ seq: 0, tokens: c0.prompt_ids.slice(at, at + 8), startPos: at }], count: false }).logits;
+  }
+  const chunked: Float32Array[] = [last];
+  for (let st = 0; st < steps - 1; st++) {
+    chunked.push(be.forward({ chunks: [{ seq: 0, tokens: [c0.tokens[st]!], startPos: c0.prompt_ids.length + st }], count: false }).logits);
+  }
+  be.closeSequence(0);
+  let chunkErr = 0;
+  for (let st = 0; st < steps; st++) chunkErr = Math.max(chunkErr, normErr(chunked[st]!, gpu[0]![st]!));
   be.dispose();
 
   // The spec: the CPU backend on the same checkpoint, two cases, teacher-forced by the references.
@@ -75,10 +90,11 @@ test('real shapes: greedy tokens equal the transformers float32 references (near
       if (argmax(gpu[i]![s]!, 0, gpu[i]![s]!.length) !== argmax(want[i]![s]!, 0, want[i]![s]!.length)) cpuTokDiff++;
     }
   });
-  report['realSize'] = { dir, cases: refs.length, steps, mismatch, nearTies, maxTopErr, batchVsSingle: batchErr, vsCpu, cpuTokDiff };
-  console.log(`# real size: ${refs.length} cases x ${steps} steps, ${mismatch} token flips vs transformers [${nearTies.join('; ')}], top-5 logit err ${maxTopErr.toExponential(2)}, batch vs single ${batchErr.toExponential(2)}, vs CPU ${vsCpu.toExponential(2)} (${cpuTokDiff} argmax diffs)`);
+  report['realSize'] = { dir, cases: refs.length, steps, mismatch, nearTies, maxTopErr, batchVsSingle: batchErr, chunkedVsPrefill: chunkErr, vsCpu, cpuTokDiff };
+  console.log(`# real size: ${refs.length} cases x ${steps} steps, ${mismatch} token flips vs transformers [${nearTies.join('; ')}], top-5 logit err ${maxTopErr.toExponential(2)}, batch vs single ${batchErr.toExponential(2)}, prompt in 8-token steps vs one prefill ${chunkErr.toExponential(2)}, vs CPU ${vsCpu.toExponential(2)} (${cpuTokDiff} argmax diffs)`);
   assert.ok(vsCpu < 1e-3, `CUDA vs CPU normalized logit error ${vsCpu}`);
   assert.ok(batchErr < 1e-4, `batch vs single ${batchErr}`);
+  assert.ok(chunkErr < 1e-4, `prompt in 8-token steps vs one prefill ${chunkErr}`);
   for (const t of nearTies) assert.ok(Number(t.split('margin ')[1]) < 0.05, `a flip away from a near-tie: ${t}`);
 });
 

@@ -9,9 +9,11 @@ export interface GemmArgs {
   tileN?: bigint; tileGroup?: bigint; tileRow0?: bigint;
   rowElems?: number; wOff?: number;
   ldx: number; ldy: number; O: number; K: number; rows?: number; xDiv?: number; hotRows?: number;
+  /** Dense gemv with K staged whole: RMSNorm the input rows (times normW) first, writing them to normOut. */
+  normW?: bigint; normOut?: bigint; eps?: number;
 }
 
-export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4;
+export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8;
 
 export function encodeGemm(a: GemmArgs): Uint8Array {
   const b = Buffer.alloc(GEMM_PROBLEM_BYTES);
@@ -20,6 +22,9 @@ export function encodeGemm(a: GemmArgs): Uint8Array {
   b.writeBigInt64LE(BigInt(a.rowElems ?? 0), 112);
   b.writeBigInt64LE(BigInt(a.wOff ?? 0), 120);
   [a.ldx, a.ldy, a.O, a.K, a.rows ?? 0, a.xDiv ?? 1, a.hotRows ?? 0, 0].forEach((v, i) => b.writeInt32LE(v, 128 + 4 * i));
+  b.writeBigUInt64LE(a.normW ?? 0n, 160);
+  b.writeBigUInt64LE(a.normOut ?? 0n, 168);
+  b.writeFloatLE(a.eps ?? 0, 176);
   return b;
 }
 
@@ -70,6 +75,11 @@ export function encodeGroups(g: GroupArrays): Uint8Array {
   const b = Buffer.alloc(7 * 8);
   [g.n, g.expert, g.start, g.rows, g.tileN, g.tileGroup, g.tileRow0].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
   return b;
+}
+
+/** Whether a gemv of B rows stages all K of a row at once (the condition for its fused norm). */
+export function gemvStagesWhole(B: number, K: number): boolean {
+  return Math.max(Math.floor(16384 / B), 256) >= K;
 }
 
 /** Dynamic shared memory of a gemv launch with B rows a group (op_gemv.cuh: B * min(max(16384 / B, 256), K) floats). */

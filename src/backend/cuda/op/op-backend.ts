@@ -15,7 +15,7 @@ import { OP_PATH_GROUPS, loadKernelModules, type KernelName } from '../kernels.t
 import { ResourceScope, type ReleaseFailureSink } from '../resource-scope.ts';
 import { TensorUploader, type UploadProgress } from '../uploader.ts';
 import { bucketFor, DEFAULT_BUCKETS } from '../plan.ts';
-import { encodeGemm, encodeGroups, encodeQkNorm, encodeRoute, encodeRows, gemvSmemBytes, maxGroupedTiles, stepLayout, type GemmArgs } from './layout.ts';
+import { encodeGemm, encodeGroups, encodeQkNorm, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, maxGroupedTiles, stepLayout, type GemmArgs } from './layout.ts';
 import { planMemory, type MemoryPlan } from './memory.ts';
 import { DECODE_MAX_ROWS, attendSplits, gemvRowsPerWarp, planPieces, type OpPiece } from './plan.ts';
 import { checkOpSupport } from './support.ts';
@@ -219,7 +219,6 @@ export class CudaOpBackend implements Backend {
       const { rowsRun, outRows } = this.runPiece(piece, input.count);
       const n = piece.rows.length;
       const oh = this.outHost;
-      if (piece.outs.length > 0) this.d.dtohAsync(oh.hostPtr, this.b['logits']!, 4 * outRows * V, this.stream);
       this.d.streamSync(this.stream, 'forward');
       const lh = new Float32Array(oh.host.buffer, oh.host.byteOffset, outRows * V);
       // Decode pieces compute every row's logits (out row = row); prefill pieces only their outputs, in order.
@@ -257,7 +256,7 @@ export class CudaOpBackend implements Backend {
     this.seqs.clear();
   }
 
-  /** The keys of the decode graphs captured so far (`${bucket}/${splits}`). */
+  /** The keys of the decode graphs captured so far (`${bucket}/${splits}/${fused|unfused attention}`). */
   graphKeys(): string[] {
     return [...this.graphs.keys()];
   }
@@ -273,25 +272,41 @@ export class CudaOpBackend implements Backend {
     const T = decode ? bucketFor(n, this.buckets) : n;
     const maxPos = Math.max(...piece.rows.map((r) => r.pos));
     const S = attendSplits(T, maxPos, this.maxSplits, this.spec.numKvHeads);
+    // The fused decode attention writes a row's k/v in the same launch that reads the cache: right only when
+    // no row reads another's position, i.e. every row is a different sequence (not a short prefill chunk).
+    const fused = decode && new Set(piece.rows.map((r) => r.seq)).size === n;
     const outs = decode ? T : piece.outs.length;
+    const outRows = decode ? T : Math.max(1, outs);
     this.writeRows(piece, T, count, decode);
-    if (decode && this.useGraphs) this.d.graphLaunch(this.graphFor(T, S), this.stream);
-    else this.enqueue(T, decode, S, decode ? T : Math.max(1, outs));
-    return { rowsRun: decode, outRows: decode ? T : Math.max(1, outs) };
+    if (decode && this.useGraphs) {
+      // The graph holds the copies too: rows in, logits out (one submission a decode step).
+      this.d.graphLaunch(this.graphFor(T, S, fused), this.stream);
+    } else {
+      this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, stepLayout(T).bytes, this.stream);
+      this.enqueue(T, decode, S, outRows, fused);
+      if (piece.outs.length > 0) this.d.dtohAsync(this.outHost.hostPtr, this.ptr('logits'), 4 * outRows * this.spec.vocabSize, this.stream);
+    }
+    return { rowsRun: decode, outRows };
   }
 
-  private graphFor(T: number, S: number): bigint {
-    const key = `${T}/${S}`;
+  private graphFor(T: number, S: number, fused: boolean): bigint {
+    const key = `${T}/${S}/${fused ? 'fused' : 'unfused'}`;
     let g = this.graphs.get(key);
     if (g === undefined) {
-      const what = `op decode graph, bucket ${T}, ${S} attention split(s)`;
-      g = this.scope.acquire(what, () => this.d.captureGraph(this.stream, () => this.enqueue(T, true, S, T), what), (x) => this.d.graphDestroy(x));
+      const what = `op decode graph, bucket ${T}, ${S} attention split(s), ${fused ? 'fused' : 'unfused'} attention`;
+      const V = this.spec.vocabSize;
+      const body = (): void => {
+        this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, stepLayout(T).bytes, this.stream);
+        this.enqueue(T, true, S, T, fused);
+        this.d.dtohAsync(this.outHost.hostPtr, this.ptr('logits'), 4 * T * V, this.stream);
+      };
+      g = this.scope.acquire(what, () => this.d.captureGraph(this.stream, body, what), (x) => this.d.graphDestroy(x));
       this.graphs.set(key, g);
     }
     return g;
   }
 
-  /** Step rows into pinned memory, then one copy of the bytes a piece of T rows uses (stepLayout). */
+  /** Step rows into pinned memory (the caller copies the stepLayout(T) bytes a piece of T rows uses). */
   private writeRows(piece: OpPiece, T: number, count: boolean, decode: boolean): void {
     const h = Buffer.from(this.stepHost.host.buffer, this.stepHost.host.byteOffset, this.stepHost.host.byteLength);
     const o = stepLayout(T);
@@ -310,7 +325,6 @@ export class CudaOpBackend implements Backend {
     if (outs.length === 0) outs.push(0);
     const ob = bucketFor(outs.length, [1, 2, 4, 8, 16]);
     for (let i = 0; i < ob; i++) h.writeInt32LE(outs[Math.min(i, outs.length - 1)]!, o.out + 4 * i);
-    this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, o.bytes, this.stream);
   }
 
   private ptr(name: string): bigint {
@@ -318,7 +332,7 @@ export class CudaOpBackend implements Backend {
   }
 
   /** Every kernel of a piece of T rows, in stream order. */
-  private enqueue(T: number, decode: boolean, S: number, nOut: number): void {
+  private enqueue(T: number, decode: boolean, S: number, nOut: number, fusedAttention: boolean): void {
     this.afterKernel = false;
     const s = this.spec;
     const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, expertIntermediate: I, vocabSize: V, numLayers: L } = s;
@@ -345,18 +359,23 @@ export class CudaOpBackend implements Backend {
       const G = nh / nkv;
       const attend = [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(this.ptr('att')), u64(this.ptr('attnPart')), i32(l), i32(nh), i32(nkv)];
       const threads = G === 16 ? 128 : 256;
-      if (decode) {
-        // Decode rows: q/k norm, RoPE and the KV write happen inside the attention blocks.
+      if (fusedAttention) {
+        // Decode rows of distinct sequences: q/k norm, RoPE and the KV write happen inside the attention blocks.
         this.launch(`op_attend_decode_hd${hd as 64 | 128}_g${G as 1 | 2 | 4 | 8 | 16}`, [T, nkv, S], threads, 0, [...attend, { bytes: encodeQkNorm(ly.qNorm, ly.kNorm, s.rmsNormEps, s.ropeTheta) }]);
       } else {
-        // Prefill rows read each other's k and v: every row's are written first.
+        // Rows that read each other's k and v (a prefill chunk): every row's are written first.
         this.launch('op_qk_rope_kv', [T, Math.ceil((nh + nkv) / 4), 1], 128, 0, [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(ly.qNorm), u64(ly.kNorm), i32(l), i32(nh), i32(nkv), i32(hd), f32(s.rmsNormEps), f32(s.ropeTheta)]);
         this.launch(`op_attend_hd${hd as 64 | 128}_g${G as 1 | 2 | 4 | 8 | 16}`, [T, nkv, S], threads, 0, attend);
       }
       if (S > 1) this.launch('op_attend_merge', [T, nh, 1], Math.max(32, hd), 0, [u64(this.ptr('attnPart')), u64(this.ptr('att')), i32(nh), i32(hd), i32(S)]);
       this.product('o_proj', decode, T, 'add', { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), w: ly.o, ldx: QD, ldy: H, O: H, K: QD, rows: T });
-      norm(2, 0, 0n, ly.postNorm, this.ptr('xn'), T);
-      this.product('router', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T });
+      if (decode && gemvStagesWhole(T, H)) {
+        // The post-attention norm inside the router's gemv (each block normalizes the rows it staged).
+        this.product('router', decode, T, 'store', { x: this.ptr('hidden'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, normW: ly.postNorm, normOut: this.ptr('xn'), eps: s.rmsNormEps });
+      } else {
+        norm(2, 0, 0n, ly.postNorm, this.ptr('xn'), T);
+        this.product('router', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T });
+      }
       const route = encodeRoute({
         logits: this.ptr('rlog'), pickExpert: this.ptr('pickE'), pickWeight: this.ptr('pickW'), pickSlot: this.ptr('pickSlot'),
         slots: banks.slotTableDev + BigInt(4 * l * E), counter: this.counterDev + BigInt(4 * l * E), header, T, E, K, LK, layer: l, normTopk: s.normTopkProb,
@@ -364,7 +383,7 @@ export class CudaOpBackend implements Backend {
       const groups = encodeGroups({ n: this.ptr('grpN'), expert: this.ptr('grpExpert'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
       if (decode) {
         const warps = Math.max(4, T);
-        this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * E + 2 * T * K + E), [{ bytes: route }, { bytes: groups }]);
+        this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * E + 2 * T * K + 2 * E), [{ bytes: route }, { bytes: groups }]);
       } else {
         this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, 4 * 8 * E, [{ bytes: route }]);
         this.launch('op_group', [1, 1, 1], 1024, 4 * 2 * E, [{ bytes: route }, { bytes: groups }]);

@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { attendSplits, gemvRowsPerWarp, planPieces } from './plan.ts';
 import { planMemory } from './memory.ts';
-import { gemvSmemBytes, maxGroupedTiles } from './layout.ts';
+import { GEMM_PROBLEM_BYTES, encodeGemm, gemvSmemBytes, gemvStagesWhole, maxGroupedTiles, stepLayout } from './layout.ts';
 
 describe('op path planning', () => {
   it('a prefill chunk is one piece; pieces split at maxRows in order, outputs only at chunk ends', () => {
@@ -34,6 +34,25 @@ describe('op path planning', () => {
     assert.equal(gemvRowsPerWarp(2048, 1, 132), 1);
     for (const B of [1, 2, 4, 8, 16]) for (const K of [768, 2048, 4096, 7168]) assert.ok(gemvSmemBytes(B, K) <= 64 * 1024);
     assert.equal(maxGroupedTiles(2048 * 8, 128), 256 + 128);
+  });
+  it('layouts: GemmProblem fields at the C offsets (op_common.cuh), step rows 8-aligned and compact', () => {
+    const b = Buffer.from(encodeGemm({ x: 1n, y: 2n, tileRow0: 14n, rowElems: 99, wOff: 7, ldx: 3, ldy: 4, O: 5, K: 6, rows: 8, xDiv: 9, hotRows: 10, normW: 11n, normOut: 12n, eps: 0.5 }));
+    assert.equal(b.byteLength, GEMM_PROBLEM_BYTES);
+    assert.equal(b.byteLength, 184);
+    assert.equal(b.readBigUInt64LE(8 * 13), 14n);
+    assert.equal(b.readBigInt64LE(112), 99n);
+    assert.equal(b.readBigInt64LE(120), 7n);
+    assert.deepEqual([0, 1, 2, 3, 4, 5, 6].map((i) => b.readInt32LE(128 + 4 * i)), [3, 4, 5, 6, 8, 9, 10]);
+    assert.equal(b.readBigUInt64LE(160), 11n);
+    assert.equal(b.readBigUInt64LE(168), 12n);
+    assert.equal(b.readFloatLE(176), 0.5);
+    for (const T of [1, 2, 4, 16, 2048]) {
+      const o = stepLayout(T);
+      assert.equal(o.kv % 8, 0);
+      assert.ok(o.out + 64 <= o.kv && o.bytes === o.kv + 8 * T);
+    }
+    assert.ok(stepLayout(1).bytes < 128);
+    assert.ok(gemvStagesWhole(1, 7168) && gemvStagesWhole(8, 2048) && !gemvStagesWhole(16, 2048));
   });
   it('memory: refused with what would fit; accepted within the budget', () => {
     const n = { weights: 20e9, kvPerPosition: 16 * 2 * 512 * 4, workspace: 0.5e9 };
