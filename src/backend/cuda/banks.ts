@@ -2,11 +2,8 @@
 // memory (read in place by the expert kernel), rows of bf16 gate [I][H] | up [I][H] | down [H][I] exactly
 // as stored in the checkpoint. The slot tables live on the device so a swap never invalidates a graph.
 import { createHash } from 'node:crypto';
-import { ResidencyError } from '../../errors.ts';
 import type { ExpertBanks } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
-import type { RawTensor } from '../../model/weights.ts';
-import type { TensorSource } from '../../model/tensor-source.ts';
 import type { TensorUploader } from './uploader.ts';
 import { layerTensorNames } from '../../model/architecture.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
@@ -131,17 +128,4 @@ export class CudaExpertBanks implements ExpertBanks {
   dispose(): void {
     this.scope.close();
   }
-}
-
-/** A tensor's bf16 bytes, checked: the device keeps weights exactly as stored. */
-export function bf16(raw: ReadonlyMap<string, RawTensor>, name: string, bytes?: number): Uint8Array {
-  const t = raw.get(name);
-  if (!t) throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} is missing`);
-  if (t.dtype !== 'BF16') {
-    throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend keeps weights as bf16: tensor ${name} is ${t.dtype}; use --backend cpu`);
-  }
-  if (bytes !== undefined && t.bytes.byteLength !== bytes) {
-    throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} has ${t.bytes.byteLength} bytes: expected ${bytes}`);
-  }
-  return t.bytes;
 }

@@ -10,6 +10,7 @@ import type { RawTensor } from '../../model/weights.ts';
 import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/architecture.ts';
 import type { BankPlacement } from '../slot-tables.ts';
 import { CudaExpertBanks } from './banks.ts';
+import { checkStepChunks } from './step-chunks.ts';
 import { mapTensorSource, type TensorSource } from '../../model/tensor-source.ts';
 import { TensorUploader, type UploadProgress } from './uploader.ts';
 import { loadDriver, type CudaDriver, type KernelArg } from './driver.ts';
@@ -403,26 +404,7 @@ export class CudaBackend implements Backend {
 
   private validate(chunks: readonly SequenceChunk[]): number {
     if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend used after dispose()');
-    if (chunks.length === 0) throw new ResidencyError('BAD_ARGUMENT', 'forward: a step needs at least one chunk');
-    const seen = new Set<number>();
-    let T = 0;
-    for (const c of chunks) {
-      const s = this.seqs.get(c.seq);
-      if (!s) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} is not open (call openSequence first)`);
-      if (seen.has(c.seq)) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} appears twice in one step`);
-      seen.add(c.seq);
-      if (c.tokens.length === 0) throw new ResidencyError('BAD_ARGUMENT', `forward: chunk for seq ${c.seq} has no tokens`);
-      if (!Number.isInteger(c.startPos) || c.startPos < 0 || c.startPos + c.tokens.length > s.cap) {
-        throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} positions ${c.startPos}..${c.startPos + c.tokens.length - 1} exceed its capacity ${s.cap}`);
-      }
-      for (const t of c.tokens) {
-        if (!Number.isInteger(t) || t < 0 || t >= this.dims.V) {
-          throw new ResidencyError('BAD_ARGUMENT', `forward: token ${t} of seq ${c.seq} is not in [0, ${this.dims.V})`);
-        }
-      }
-      T += c.tokens.length;
-    }
-    return T;
+    return checkStepChunks(chunks, (seq) => this.seqs.get(seq)?.cap, this.dims.V, (cap) => `its capacity ${cap}`);
   }
 
   private alloc(bytes: number, what: string): bigint {

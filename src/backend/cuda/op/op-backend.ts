@@ -19,6 +19,8 @@ import { encodeGemm, encodeGroups, encodeQkNorm, encodeRoute, encodeRows, gemvSm
 import { planMemory, type MemoryPlan } from './memory.ts';
 import { DECODE_MAX_ROWS, attendSplits, gemvRowsPerWarp, planPieces, type OpPiece } from './plan.ts';
 import { checkOpSupport } from './support.ts';
+import { MAX_OUT, memoryNeeds, workspaceLayout } from './workspace.ts';
+import { checkStepChunks } from '../step-chunks.ts';
 
 export interface OpBackendOptions {
   readonly placement?: BankPlacement;
@@ -47,7 +49,6 @@ interface LayerDev { inNorm: bigint; qkv: bigint; o: bigint; qNorm: bigint; kNor
 
 const GEMV_WARPS = 8;
 const TC_THREADS = 128;
-const MAX_OUT = 16;
 
 export class CudaOpBackend implements Backend {
   readonly name = 'cuda';
@@ -106,19 +107,15 @@ export class CudaOpBackend implements Backend {
       throw new ResidencyError('BAD_ARGUMENT', `--max-model-len ${maxModelLen}: expected an integer in [1, ${s.maxPositions}] (the model's max_position_embeddings)`);
     }
     if (!Number.isInteger(maxNumSeqs) || maxNumSeqs < 1) throw new ResidencyError('BAD_ARGUMENT', `max running sequences ${maxNumSeqs}: expected an integer >= 1`);
-    const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, expertIntermediate: I, vocabSize: V, numLayers: L } = s;
+    const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, vocabSize: V, numLayers: L } = s;
     const QD = nh * hd, KD = nkv * hd;
     this.QKV = QD + 2 * KD;
     const T = this.maxRows;
 
     // The plan first: nothing is allocated for a model that cannot fit.
-    const hotPerLayer = placementRows(s, opts.placement)[0]!.hot.length;
-    const attnW = (this.QKV * H + H * QD + E * H + 2 * H + 2 * hd) * 2;
-    const weights = (V * H * (s.tieWordEmbeddings ? 1 : 2) + H) * 2 + L * attnW + L * hotPerLayer * 3 * I * H * 2;
-    const kvPerPosition = L * 2 * KD * 4;
-    const work = this.workspaceBytes(T);
-    const total = d.memInfo().total;
-    this.memory = planMemory({ weights, kvPerPosition, workspace: work }, total, opts.gpuMemoryUtilization ?? 0.9, maxModelLen, maxNumSeqs);
+    const needs = memoryNeeds(s, placementRows(s, opts.placement)[0]!.hot.length, T, this.maxSplits);
+    const kvPerPosition = needs.kvPerPosition;
+    this.memory = planMemory(needs, d.memInfo().total, opts.gpuMemoryUtilization ?? 0.9, maxModelLen, maxNumSeqs);
 
     const scope = new ResourceScope('cuda op backend', opts.onReleaseFailure);
     this.scope = scope;
@@ -152,8 +149,7 @@ export class CudaOpBackend implements Backend {
         this.b[name] = this.alloc(bytes, name);
         d.memsetD8(this.b[name]!, 0, bytes);
       };
-      const maxTiles = maxGroupedTiles(T * K, E);
-      for (const [name, bytes] of this.workspaceLayout(T, maxTiles)) buf(name, bytes);
+      for (const [name, bytes] of workspaceLayout(s, T, this.maxSplits)) buf(name, bytes);
       // The KV cache: one slot of maxModelLen positions per sequence, reserved now; a 1-position scratch for padding rows.
       this.kvSlotBytes = kvPerPosition * maxModelLen;
       this.kvPool = this.alloc(this.kvSlotBytes * maxNumSeqs, `KV cache (${maxNumSeqs} x ${maxModelLen} positions)`);
@@ -169,24 +165,6 @@ export class CudaOpBackend implements Backend {
     } catch (e) {
       throw scope.unwind(e);
     }
-  }
-
-  /** Workspace buffers of a piece of T rows: name -> bytes. */
-  private workspaceLayout(T: number, maxTiles: number): [string, number][] {
-    const { hiddenSize: H, numHeads: nh, headDim: hd, numExperts: E, topK: K, expertIntermediate: I, vocabSize: V, numLayers: L } = this.spec;
-    return [
-      ['hidden', 4 * T * H], ['xn', 4 * T * H], ['qkv', 4 * T * this.QKV], ['att', 4 * T * nh * hd], ['rlog', 4 * T * E],
-      ['pickE', 4 * T * L * K], ['pickW', 4 * T * L * K], ['pickSlot', 4 * T * K],
-      ['grpN', 16], ['grpExpert', 4 * E], ['grpStart', 4 * (E + 1)], ['grpRows', 4 * T * K], ['tileN', 16], ['tileGroup', 4 * maxTiles], ['tileRow0', 4 * maxTiles],
-      ['act', 4 * T * K * I], ['partial', 4 * T * K * H],
-      ['attnPart', 4 * DECODE_MAX_ROWS * nh * (this.maxSplits ?? 32) * (hd + 2)],
-      ['xf', 4 * MAX_OUT * H], ['logits', 4 * MAX_OUT * V],
-    ];
-  }
-
-  private workspaceBytes(T: number): number {
-    const { numExperts: E, topK: K } = this.spec;
-    return this.workspaceLayout(T, maxGroupedTiles(T * K, E)).reduce((a, [, b]) => a + b, 0) + 16 + 20 * T;
   }
 
   openSequence(seq: number, capacity: number): void {
@@ -472,23 +450,8 @@ export class CudaOpBackend implements Backend {
 
   private validate(chunks: readonly SequenceChunk[]): number {
     if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend used after dispose()');
-    if (chunks.length === 0) throw new ResidencyError('BAD_ARGUMENT', 'forward: a step needs at least one chunk');
-    const seen = new Set<number>();
-    let T = 0;
-    for (const c of chunks) {
-      if (!this.seqs.has(c.seq)) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} is not open (call openSequence first)`);
-      if (seen.has(c.seq)) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} appears twice in one step`);
-      seen.add(c.seq);
-      if (c.tokens.length === 0) throw new ResidencyError('BAD_ARGUMENT', `forward: chunk for seq ${c.seq} has no tokens`);
-      if (!Number.isInteger(c.startPos) || c.startPos < 0 || c.startPos + c.tokens.length > this.memory.maxModelLen) {
-        throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} positions ${c.startPos}..${c.startPos + c.tokens.length - 1} exceed --max-model-len ${this.memory.maxModelLen}`);
-      }
-      for (const t of c.tokens) {
-        if (!Number.isInteger(t) || t < 0 || t >= this.spec.vocabSize) throw new ResidencyError('BAD_ARGUMENT', `forward: token ${t} of seq ${c.seq} is not in [0, ${this.spec.vocabSize})`);
-      }
-      T += c.tokens.length;
-    }
-    return T;
+    const len = this.memory.maxModelLen;
+    return checkStepChunks(chunks, (seq) => (this.seqs.has(seq) ? len : undefined), this.spec.vocabSize, () => `--max-model-len ${len}`);
   }
 
   private alloc(bytes: number, what: string): bigint {

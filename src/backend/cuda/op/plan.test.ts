@@ -64,3 +64,16 @@ describe('op path planning', () => {
     assert.throws(() => planMemory({ ...n, weights: 200e9 }, 143e9, 0.9, 8192, 8), /the weights and workspace alone need/);
   });
 });
+
+describe('op path workspace', () => {
+  it('counts the bf16 weights, the fp32 KV per position and the work buffers of a piece', async () => {
+    const { memoryNeeds, workspaceLayout } = await import('./workspace.ts');
+    const spec = { hiddenSize: 2048, numHeads: 32, numKvHeads: 4, headDim: 128, numExperts: 128, topK: 8, expertIntermediate: 768, vocabSize: 8192, numLayers: 16, tieWordEmbeddings: false } as import('../../../model/spec.ts').ModelSpec;
+    const n = memoryNeeds(spec, 128, 2048, 32);
+    // Qwen3-30B-A3B geometry, 16 layers, every expert hot: the checkpoint's 20.0 GB less nothing of note.
+    assert.ok(Math.abs(n.weights - 20.01e9) < 0.02e9, `weights ${n.weights}`);
+    assert.equal(n.kvPerPosition, 16 * 2 * 512 * 4);
+    assert.ok(n.workspace > 0.25e9 && n.workspace < 0.4e9, `workspace ${n.workspace}`);
+    assert.equal(new Set(workspaceLayout(spec, 16, 32).map(([k]) => k)).size, workspaceLayout(spec, 16, 32).length);
+  });
+});

@@ -1,0 +1,53 @@
+// The op path without a GPU, on the fake driver (kernels are no-ops): memory planned before anything is
+// allocated, the KV pool's limits, pieces planned and graphs keyed as documented, nothing left after dispose.
+import { after, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expectedTensors } from '../../../model/architecture.ts';
+import type { RawTensor } from '../../../model/weights.ts';
+import { mapTensorSource } from '../../../model/tensor-source.ts';
+import { syntheticModel } from '../../cpu/synthetic.ts';
+import { FakeCudaDriver } from '../fake-driver.ts';
+import { KERNEL_GROUPS } from '../kernels.ts';
+import { CudaOpBackend, type OpBackendOptions } from './op-backend.ts';
+
+const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-op-'));
+for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');
+after(() => rmSync(kernelDir, { recursive: true, force: true }));
+
+// Shapes the op path accepts (multiples of 32, head_dim 64, 2 query heads a kv head), 6 of 8 experts hot.
+const { spec } = syntheticModel({ hiddenSize: 64, headDim: 64, numHeads: 2, numKvHeads: 1, expertIntermediate: 32, numExperts: 8, topK: 2, tieWordEmbeddings: false });
+const raw = new Map<string, RawTensor>();
+for (const [name, shape] of expectedTensors(spec)) raw.set(name, { name, dtype: 'BF16', shape, bytes: new Uint8Array(2 * shape.reduce((a, b) => a * b, 1)) });
+
+function build(opts: OpBackendOptions = {}) {
+  const d = new FakeCudaDriver();
+  const be = new CudaOpBackend(d, spec, mapTensorSource(raw), { kernelDir, placement: { hotPerLayer: 6 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32, ...opts });
+  return { d, be };
+}
+
+test('op path on the fake driver: prefill in pieces, decode graphs by bucket, splits and attention kind; dispose leaves nothing', () => {
+  const { d, be } = build();
+  be.openSequence(1, 64);
+  be.openSequence(2, 64);
+  assert.throws(() => be.openSequence(3, 8), /every KV cache slot is in use \(2 sequences\)/);
+  assert.throws(() => be.forward({ chunks: [{ seq: 1, tokens: [1], startPos: 64 }], count: false }), /exceed --max-model-len 64/);
+  // A 40-token prompt: a 32-row prefill piece (eager) then an 8-row piece of one sequence (unfused graph; 40 positions in 2 splits).
+  const p = be.forward({ chunks: [{ seq: 1, tokens: Array.from({ length: 40 }, (_, i) => i % 50), startPos: 0 }], count: false });
+  assert.equal(p.logits.length, spec.vocabSize);
+  be.forward({ chunks: [{ seq: 1, tokens: [3], startPos: 40 }, { seq: 2, tokens: [4], startPos: 0 }], count: true, recordRouting: true });
+  assert.deepEqual(be.graphKeys().sort(), ['2/2/fused', '8/2/unfused'].sort());
+  be.closeSequence(2);
+  be.openSequence(2, 64); // its slot came back
+  be.dispose();
+  assert.deepEqual(d.liveByKind(), {});
+});
+
+test('op path: a model that does not fit the budget is refused before any allocation, with what would fit', () => {
+  const d = new FakeCudaDriver(); // 16 GiB
+  assert.throws(() => new CudaOpBackend(d, { ...spec, maxPositions: 1 << 24 }, mapTensorSource(raw), { kernelDir, maxModelLen: 1 << 24, maxNumSeqs: 64 }),
+    /does not fit the GPU memory budget.*would fit: --max-model-len \d+ at 64 sequences/);
+  assert.equal(d.acquisitions, 0);
+});
