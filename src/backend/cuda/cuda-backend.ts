@@ -11,6 +11,7 @@ import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/archit
 import type { BankPlacement } from '../slot-tables.ts';
 import { CudaExpertBanks } from './banks.ts';
 import { checkStepChunks } from './step-chunks.ts';
+import { scatterRouting } from './routing-record.ts';
 import { mapTensorSource, type TensorSource } from '../../model/tensor-source.ts';
 import { TensorUploader, type UploadProgress } from './uploader.ts';
 import { loadDriver, type CudaDriver, type KernelArg } from './driver.ts';
@@ -244,15 +245,7 @@ export class CudaBackend implements Backend {
       this.driver.streamSync(this.stream, 'forward');
       const lh = new Float32Array(this.logitsHost.host.buffer, this.logitsHost.host.byteOffset, n * V);
       for (const i of lastRows) logits.set(lh.subarray(i * V, (i + 1) * V), rows[i]!.chunk * V);
-      if (routing && routingWeights) {
-        const ph = this.picksHost.host;
-        const ids = new Int32Array(ph.buffer, ph.byteOffset, n * L * K);
-        const ws = new Float32Array(ph.buffer, ph.byteOffset + 4 * n * L * K, n * L * K);
-        rows.forEach((r, i) => {
-          routing.set(ids.subarray(i * L * K, (i + 1) * L * K), r.tokenIndex * L * K);
-          routingWeights.set(ws.subarray(i * L * K, (i + 1) * L * K), r.tokenIndex * L * K);
-        });
-      }
+      if (routing && routingWeights) scatterRouting(this.picksHost.host, rows, L * K, routing, routingWeights);
     }
     const out: StepOutput = { logits };
     return record ? { ...out, routing, routingWeights } : out;

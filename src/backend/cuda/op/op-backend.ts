@@ -21,6 +21,7 @@ import { DECODE_MAX_ROWS, attendSplits, gemvRowsPerWarp, planPieces, type OpPiec
 import { checkOpSupport } from './support.ts';
 import { MAX_OUT, memoryNeeds, workspaceLayout } from './workspace.ts';
 import { checkStepChunks } from '../step-chunks.ts';
+import { scatterRouting } from '../routing-record.ts';
 
 export interface OpBackendOptions {
   readonly placement?: BankPlacement;
@@ -206,12 +207,7 @@ export class CudaOpBackend implements Backend {
         this.d.dtohAsync(oh.hostPtr, this.b['pickE']!, 4 * n * LK, this.stream);
         this.d.dtohAsync(oh.hostPtr + BigInt(4 * n * LK), this.b['pickW']!, 4 * n * LK, this.stream);
         this.d.streamSync(this.stream, 'forward routing');
-        const ids = new Int32Array(oh.host.buffer, oh.host.byteOffset, n * LK);
-        const ws = new Float32Array(oh.host.buffer, oh.host.byteOffset + 4 * n * LK, n * LK);
-        piece.rows.forEach((r, i) => {
-          routing.set(ids.subarray(i * LK, (i + 1) * LK), r.tokenIndex * LK);
-          routingWeights.set(ws.subarray(i * LK, (i + 1) * LK), r.tokenIndex * LK);
-        });
+        scatterRouting(oh.host, piece.rows, LK, routing, routingWeights);
       }
     }
     const out: StepOutput = { logits };
