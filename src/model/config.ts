@@ -7,9 +7,7 @@ import { z } from 'zod';
 import { ResidencyError } from '../errors.ts';
 import type { ModelSpec } from './spec.ts';
 import { familyOf, supportedModelTypes } from './families/index.ts';
-
-const posInt = z.number().int().positive();
-const tokenId = z.number().int().nonnegative();
+import { badConfig, eosTokenIds, headDimOf, parseFields, posInt, sharedFields } from './families/common.ts';
 
 // Field types only; cross-field rules and unsupported options are checked after. Unknown keys pass:
 // configs carry many training-only fields (initializer_range, router_aux_loss_coef, ...).
@@ -33,12 +31,7 @@ const Qwen3MoeConfig = z.looseObject({
     rope_type: z.string().optional(),
   }).nullish(),
   rope_scaling: z.unknown().optional(),
-  tie_word_embeddings: z.boolean().optional(),
-  max_position_embeddings: posInt.optional(),
-  bos_token_id: tokenId.nullish(),
-  eos_token_id: z.union([tokenId, z.array(tokenId)], { error: 'expected a token id or an array of token ids' }).nullish(),
-  hidden_act: z.string().optional(),
-  attention_bias: z.boolean().optional(),
+  ...sharedFields,
   use_sliding_window: z.boolean().optional(),
   sliding_window: z.number().int().nullish(),
   mlp_only_layers: z.array(z.number().int()).optional(),
@@ -50,9 +43,6 @@ const Qwen3MoeConfig = z.looseObject({
 });
 type Qwen3MoeConfig = z.infer<typeof Qwen3MoeConfig>;
 
-function badConfig(message: string): ResidencyError {
-  return new ResidencyError('BAD_CONFIG', `config.json: ${message}`);
-}
 function unsupported(key: string, message: string): ResidencyError {
   return new ResidencyError('UNSUPPORTED_MODEL', `config.json: ${key}: ${message}`);
 }
@@ -110,14 +100,7 @@ export function parseConfig(json: unknown, name: string): ModelSpec {
     const known = supportedModelTypes().map((t) => `"${t}"`).join(', ');
     throw new ResidencyError('UNSUPPORTED_MODEL', `config.json: model_type: ${JSON.stringify(modelType)} is not supported; only ${known}`);
   }
-  const parsed = Qwen3MoeConfig.safeParse(json);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const field = issue.path.join('.') || '(root)';
-    const got = issue.path.reduce<unknown>((o, k) => (o as Record<PropertyKey, unknown> | undefined)?.[k as PropertyKey], json);
-    throw badConfig(`field ${field}: ${issue.message} (got ${JSON.stringify(got) ?? 'nothing'})`);
-  }
-  const c = parsed.data;
+  const c = parseFields(Qwen3MoeConfig, json);
   checkSupported(c);
 
   const numExperts = eitherSpelling(['num_experts', c.num_experts], ['num_local_experts', c.num_local_experts]);
@@ -126,21 +109,10 @@ export function parseConfig(json: unknown, name: string): ModelSpec {
   if (c.num_experts_per_tok > numExperts) {
     throw badConfig(`field num_experts_per_tok: ${c.num_experts_per_tok} exceeds the ${numExperts} experts per layer`);
   }
-  if (c.num_attention_heads % c.num_key_value_heads !== 0) {
-    throw badConfig(`field num_key_value_heads: ${c.num_key_value_heads} must divide num_attention_heads ${c.num_attention_heads}`);
-  }
-  let headDim = c.head_dim ?? undefined;
-  if (headDim === undefined) {
-    if (c.hidden_size % c.num_attention_heads !== 0) {
-      throw badConfig(`field head_dim: absent, and hidden_size ${c.hidden_size} is not divisible by num_attention_heads ${c.num_attention_heads}`);
-    }
-    headDim = c.hidden_size / c.num_attention_heads;
-  }
+  const headDim = headDimOf(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
   if (headDim % 2 !== 0) {
     throw badConfig(`field head_dim: ${headDim}${c.head_dim == null ? ` (hidden_size / num_attention_heads)` : ''} must be even: RoPE rotates the two halves of each head`);
   }
-  const eos = c.eos_token_id;
-  const eosTokenIds = eos == null ? [] : typeof eos === 'number' ? [eos] : [...eos];
 
   return Object.freeze({
     architecture: 'qwen3_moe',
@@ -160,7 +132,7 @@ export function parseConfig(json: unknown, name: string): ModelSpec {
     tieWordEmbeddings: c.tie_word_embeddings ?? false,
     maxPositions: c.max_position_embeddings ?? DEFAULTS.maxPositions,
     bosTokenId: c.bos_token_id ?? null,
-    eosTokenIds: Object.freeze(eosTokenIds),
+    eosTokenIds: eosTokenIds(c.eos_token_id),
   } satisfies ModelSpec);
 }
 

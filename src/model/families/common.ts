@@ -10,6 +10,16 @@ import type { ExpertWeights, RawTensor } from '../weights.ts';
 export const posInt = z.number().int().positive();
 const tokenId = z.number().int().nonnegative();
 
+/** Fields that every config.json, qwen3_moe's included, spells and types alike (a run of them, in this order). */
+export const sharedFields = {
+  tie_word_embeddings: z.boolean().optional(),
+  max_position_embeddings: posInt.optional(),
+  bos_token_id: tokenId.nullish(),
+  eos_token_id: z.union([tokenId, z.array(tokenId)], { error: 'expected a token id or an array of token ids' }).nullish(),
+  hidden_act: z.string().optional(),
+  attention_bias: z.boolean().optional(),
+};
+
 /** Fields every family's config.json spells the same way (types only; rules are checked after). */
 export const baseFields = {
   model_type: z.string(),
@@ -25,12 +35,7 @@ export const baseFields = {
   rope_parameters: z.looseObject({}).nullish(),
   rope_scaling: z.looseObject({}).nullish(),
   partial_rotary_factor: z.number().nullish(),
-  tie_word_embeddings: z.boolean().optional(),
-  max_position_embeddings: posInt.optional(),
-  bos_token_id: tokenId.nullish(),
-  eos_token_id: z.union([tokenId, z.array(tokenId)], { error: 'expected a token id or an array of token ids' }).nullish(),
-  hidden_act: z.string().optional(),
-  attention_bias: z.boolean().optional(),
+  ...sharedFields,
   quantization_config: z.unknown().optional(),
 };
 
@@ -103,18 +108,8 @@ export function baseSpec(type: string, c: Base, name: string): Omit<ModelSpec, '
     throw unsupported(type, 'hidden_act', `"${c.hidden_act}" is not supported; only "silu" (SwiGLU)`);
   }
   const numKvHeads = c.num_key_value_heads ?? c.num_attention_heads;
-  if (c.num_attention_heads % numKvHeads !== 0) {
-    throw badConfig(`field num_key_value_heads: ${numKvHeads} must divide num_attention_heads ${c.num_attention_heads}`);
-  }
-  let headDim = c.head_dim ?? undefined;
-  if (headDim === undefined) {
-    if (c.hidden_size % c.num_attention_heads !== 0) {
-      throw badConfig(`field head_dim: absent, and hidden_size ${c.hidden_size} is not divisible by num_attention_heads ${c.num_attention_heads}`);
-    }
-    headDim = c.hidden_size / c.num_attention_heads;
-  }
+  const headDim = headDimOf(c.hidden_size, c.num_attention_heads, numKvHeads, c.head_dim);
   if (headDim % 2 !== 0) throw badConfig(`field head_dim: ${headDim} must be even: RoPE rotates pairs`);
-  const eos = c.eos_token_id;
   return {
     name,
     vocabSize: c.vocab_size,
@@ -129,8 +124,24 @@ export function baseSpec(type: string, c: Base, name: string): Omit<ModelSpec, '
     tieWordEmbeddings: c.tie_word_embeddings ?? false,
     maxPositions: c.max_position_embeddings ?? 4096,
     bosTokenId: c.bos_token_id ?? null,
-    eosTokenIds: Object.freeze(eos == null ? [] : typeof eos === 'number' ? [eos] : [...eos]),
+    eosTokenIds: eosTokenIds(c.eos_token_id),
   };
+}
+
+/**
+ * Refuses kv heads that do not divide the heads; the head size is head_dim, or when absent hidden_size /
+ * heads (refused unless whole). Whether it is even is the caller's check (their messages differ).
+ */
+export function headDimOf(hidden: number, heads: number, kvHeads: number, headDim: number | null | undefined): number {
+  if (heads % kvHeads !== 0) throw badConfig(`field num_key_value_heads: ${kvHeads} must divide num_attention_heads ${heads}`);
+  if (headDim != null) return headDim;
+  if (hidden % heads !== 0) throw badConfig(`field head_dim: absent, and hidden_size ${hidden} is not divisible by num_attention_heads ${heads}`);
+  return hidden / heads;
+}
+
+/** eos_token_id (absent, one id or a list) as a frozen list. */
+export function eosTokenIds(eos: number | readonly number[] | null | undefined): readonly number[] {
+  return Object.freeze(eos == null ? [] : typeof eos === 'number' ? [eos] : [...eos]);
 }
 
 /** Refuses a top-k larger than the experts of a layer. */
