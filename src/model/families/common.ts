@@ -3,9 +3,10 @@
 
 import { z } from 'zod';
 import { ResidencyError } from '../../errors.ts';
+import { EMBED, FINAL_NORM, LM_HEAD } from '../architecture.ts';
 import { tensorToFloat32 } from '../convert.ts';
 import type { ModelSpec, YarnSpec } from '../spec.ts';
-import type { ExpertWeights, RawTensor } from '../weights.ts';
+import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
 
 export const posInt = z.number().int().positive();
 const tokenId = z.number().int().nonnegative();
@@ -167,14 +168,62 @@ export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (na
   return { raw: rawOf, f32: (name: string): Float32Array => tensorToFloat32(rawOf(name), { finite: true }) };
 }
 
+export type TensorShapes = Map<string, readonly number[]>;
+type SwigluNames = { gate: string; up: string; down: string };
+type ProjNames = { qProj: string; kProj: string; vProj: string; oProj: string };
+
+/** A tensor map in checkpoint order: the embedding, each layer's tensors (`layer`), the final norm, an untied head. */
+export function tensorMap(spec: ModelSpec, layer: (out: TensorShapes, l: number) => void): TensorShapes {
+  const { vocabSize: V, hiddenSize: H } = spec;
+  const out: TensorShapes = new Map();
+  out.set(EMBED, [V, H]);
+  for (let l = 0; l < spec.numLayers; l++) layer(out, l);
+  out.set(FINAL_NORM, [H]);
+  if (!spec.tieWordEmbeddings) out.set(LM_HEAD, [V, H]);
+  return out;
+}
+
+/** Grouped-query attention's projections: q [heads*d][H], k and v [kvHeads*d][H], o [H][heads*d]. */
+export function attentionShapes(out: TensorShapes, n: ProjNames, spec: ModelSpec): void {
+  const { hiddenSize: H, numHeads, numKvHeads, headDim: d } = spec;
+  out.set(n.qProj, [numHeads * d, H]);
+  out.set(n.kProj, [numKvHeads * d, H]);
+  out.set(n.vProj, [numKvHeads * d, H]);
+  out.set(n.oProj, [H, numHeads * d]);
+}
+
+/** A layer's routed experts, each a SwiGLU MLP of spec.expertIntermediate units. */
+export function expertShapes(out: TensorShapes, expert: (e: number) => SwigluNames, spec: ModelSpec): void {
+  for (let e = 0; e < spec.numExperts; e++) swigluShapes(out, expert(e), spec.expertIntermediate, spec.hiddenSize);
+}
+
+/** The float32 weights in tensorMap's order: the embedding, each layer's (`layer`), the final norm, an untied head. */
+export function modelWeights(spec: ModelSpec, f32: (n: string) => Float32Array, layer: (l: number) => LayerWeights): ModelWeights {
+  const embed = f32(EMBED);
+  const layers: LayerWeights[] = [];
+  for (let l = 0; l < spec.numLayers; l++) layers.push(layer(l));
+  const finalNorm = f32(FINAL_NORM);
+  return { embed, layers, finalNorm, lmHead: spec.tieWordEmbeddings ? embed : f32(LM_HEAD) };
+}
+
+/** Grouped-query attention's projections, read in the order q, k, v, o. */
+export function attentionWeights(f32: (n: string) => Float32Array, n: ProjNames): Pick<LayerWeights, 'qProj' | 'kProj' | 'vProj' | 'oProj'> {
+  return { qProj: f32(n.qProj), kProj: f32(n.kProj), vProj: f32(n.vProj), oProj: f32(n.oProj) };
+}
+
+/** A layer's routed experts, read in expert order. */
+export function expertWeights(f32: (n: string) => Float32Array, expert: (e: number) => SwigluNames, spec: ModelSpec): ExpertWeights[] {
+  return Array.from({ length: spec.numExperts }, (_, e) => swigluWeights(f32, expert(e)));
+}
+
 /** A SwiGLU MLP's three tensors (gate [I][H], up [I][H], down [H][I]). */
-export function swigluShapes(out: Map<string, readonly number[]>, names: { gate: string; up: string; down: string }, I: number, H: number): void {
+export function swigluShapes(out: TensorShapes, names: SwigluNames, I: number, H: number): void {
   out.set(names.gate, [I, H]);
   out.set(names.up, [I, H]);
   out.set(names.down, [H, I]);
 }
 
-export function swigluWeights(f32: (n: string) => Float32Array, names: { gate: string; up: string; down: string }): ExpertWeights {
+export function swigluWeights(f32: (n: string) => Float32Array, names: SwigluNames): ExpertWeights {
   return { gate: f32(names.gate), up: f32(names.up), down: f32(names.down) };
 }
 

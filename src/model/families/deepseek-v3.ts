@@ -4,10 +4,12 @@
 // shared experts beside the routed ones.
 
 import { z } from 'zod';
-import { EMBED, FINAL_NORM, LM_HEAD } from '../architecture.ts';
 import type { ModelSpec } from '../spec.ts';
-import type { LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
-import { badConfig, baseFields, baseSpec, checkTopK, EMPTY, parseFields, posInt, refuseQuantized, ropeOf, swigluShapes, swigluWeights, tensorReader, unsupported } from './common.ts';
+import type { ModelWeights, RawTensor } from '../weights.ts';
+import {
+  badConfig, baseFields, baseSpec, checkTopK, EMPTY, expertShapes, expertWeights, modelWeights, parseFields, posInt, refuseQuantized, ropeOf,
+  swigluShapes, swigluWeights, tensorMap, tensorReader, unsupported, type TensorShapes,
+} from './common.ts';
 
 const T = 'deepseek_v3';
 
@@ -99,13 +101,11 @@ function names(l: number) {
   };
 }
 
-export function deepseekV3Tensors(spec: ModelSpec): Map<string, readonly number[]> {
-  const { vocabSize: V, hiddenSize: H, numHeads: nH, headDim: rope, numExperts: E, expertIntermediate: I } = spec;
+export function deepseekV3Tensors(spec: ModelSpec): TensorShapes {
+  const { hiddenSize: H, numHeads: nH, headDim: rope, numExperts: E } = spec;
   const m = spec.mla!;
   const moe = new Set(spec.moeLayers);
-  const out = new Map<string, readonly number[]>();
-  out.set(EMBED, [V, H]);
-  for (let l = 0; l < spec.numLayers; l++) {
+  return tensorMap(spec, (out, l) => {
     const n = names(l);
     out.set(n.inputNorm, [H]);
     out.set(n.qA, [m.qLoraRank, H]);
@@ -118,27 +118,22 @@ export function deepseekV3Tensors(spec: ModelSpec): Map<string, readonly number[
     out.set(n.postAttnNorm, [H]);
     if (!moe.has(l)) {
       swigluShapes(out, n.dense, spec.denseIntermediate!, H);
-      continue;
+      return;
     }
     out.set(n.router, [E, H]);
     out.set(n.correction, [E]);
     if (spec.sharedIntermediate) swigluShapes(out, n.shared, spec.sharedIntermediate, H);
-    for (let e = 0; e < E; e++) swigluShapes(out, n.expert(e), I, H);
-  }
-  out.set(FINAL_NORM, [H]);
-  if (!spec.tieWordEmbeddings) out.set(LM_HEAD, [V, H]);
-  return out;
+    expertShapes(out, n.expert, spec);
+  });
 }
 
 export function deepseekV3Weights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void): ModelWeights {
   const { f32 } = tensorReader(raw, onTensor);
   const moe = new Set(spec.moeLayers);
-  const embed = f32(EMBED);
-  const layers: LayerWeights[] = [];
-  for (let l = 0; l < spec.numLayers; l++) {
+  return modelWeights(spec, f32, (l) => {
     const n = names(l);
     const isMoe = moe.has(l);
-    layers.push({
+    return {
       inputNorm: f32(n.inputNorm),
       qProj: EMPTY,
       kProj: EMPTY,
@@ -149,11 +144,9 @@ export function deepseekV3Weights(spec: ModelSpec, raw: ReadonlyMap<string, RawT
       postAttnNorm: f32(n.postAttnNorm),
       mla: { qA: f32(n.qA), qANorm: f32(n.qANorm), qB: f32(n.qB), kvA: f32(n.kvA), kvANorm: f32(n.kvANorm), kvB: f32(n.kvB) },
       router: isMoe ? f32(n.router) : EMPTY,
-      experts: isMoe ? Array.from({ length: spec.numExperts }, (_, e) => swigluWeights(f32, n.expert(e))) : [],
+      experts: isMoe ? expertWeights(f32, n.expert, spec) : [],
       ...(isMoe ? { correctionBias: f32(n.correction) } : { dense: swigluWeights(f32, n.dense) }),
       ...(isMoe && spec.sharedIntermediate ? { shared: swigluWeights(f32, n.shared) } : {}),
-    });
-  }
-  const finalNorm = f32(FINAL_NORM);
-  return { embed, layers, finalNorm, lmHead: spec.tieWordEmbeddings ? embed : f32(LM_HEAD) };
+    };
+  });
 }

@@ -4,10 +4,13 @@
 
 import { z } from 'zod';
 import { ResidencyError } from '../../errors.ts';
-import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../architecture.ts';
+import { layerTensorNames } from '../architecture.ts';
 import type { ModelSpec } from '../spec.ts';
-import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
-import { badConfig, baseFields, baseSpec, checkTopK, EMPTY, parseFields, posInt, ropeOf, tensorReader, unsupported, yarnOf } from './common.ts';
+import type { ExpertWeights, ModelWeights, RawTensor } from '../weights.ts';
+import {
+  attentionShapes, attentionWeights, badConfig, baseFields, baseSpec, checkTopK, EMPTY, modelWeights, parseFields, posInt, ropeOf, tensorMap,
+  tensorReader, unsupported, yarnOf, type TensorShapes,
+} from './common.ts';
 import { dequantMxfp4 } from './mxfp4.ts';
 
 const T = 'gpt_oss';
@@ -79,18 +82,13 @@ function names(l: number) {
   };
 }
 
-export function gptOssTensors(spec: ModelSpec): Map<string, readonly number[]> {
-  const { vocabSize: V, hiddenSize: H, numHeads: nH, numKvHeads: nKv, headDim: d, numExperts: E, expertIntermediate: I } = spec;
-  const out = new Map<string, readonly number[]>();
-  out.set(EMBED, [V, H]);
-  for (let l = 0; l < spec.numLayers; l++) {
+export function gptOssTensors(spec: ModelSpec): TensorShapes {
+  const { hiddenSize: H, numHeads: nH, numKvHeads: nKv, headDim: d, numExperts: E, expertIntermediate: I } = spec;
+  return tensorMap(spec, (out, l) => {
     const s = layerTensorNames(l);
     const n = names(l);
     out.set(s.inputNorm, [H]);
-    out.set(s.qProj, [nH * d, H]);
-    out.set(s.kProj, [nKv * d, H]);
-    out.set(s.vProj, [nKv * d, H]);
-    out.set(s.oProj, [H, nH * d]);
+    attentionShapes(out, s, spec);
     if (spec.attentionBias) {
       out.set(n.qBias, [nH * d]);
       out.set(n.kBias, [nKv * d]);
@@ -107,10 +105,7 @@ export function gptOssTensors(spec: ModelSpec): Map<string, readonly number[]> {
     out.set(n.downBlocks, [E, H, I / 32, 16]);
     out.set(n.downScales, [E, H, I / 32]);
     out.set(n.downBias, [E, H]);
-  }
-  out.set(FINAL_NORM, [H]);
-  if (!spec.tieWordEmbeddings) out.set(LM_HEAD, [V, H]);
-  return out;
+  });
 }
 
 export function gptOssWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void): ModelWeights {
@@ -121,9 +116,7 @@ export function gptOssWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTenso
     return t.bytes;
   };
   const { hiddenSize: H, expertIntermediate: I } = spec;
-  const embed = f32(EMBED);
-  const layers: LayerWeights[] = [];
-  for (let l = 0; l < spec.numLayers; l++) {
+  return modelWeights(spec, f32, (l) => {
     const s = layerTensorNames(l);
     const n = names(l);
     const gateUp = { blocks: u8(n.gateUpBlocks), scales: u8(n.gateUpScales), bias: f32(n.gateUpBias) };
@@ -144,12 +137,9 @@ export function gptOssWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTenso
       }
       experts.push({ gate, up, down: dequantMxfp4(down.blocks, down.scales, e, H, I), gateBias, upBias, downBias: down.bias.slice(e * H, e * H + H) });
     }
-    layers.push({
+    return {
       inputNorm: f32(s.inputNorm),
-      qProj: f32(s.qProj),
-      kProj: f32(s.kProj),
-      vProj: f32(s.vProj),
-      oProj: f32(s.oProj),
+      ...attentionWeights(f32, s),
       qNorm: EMPTY,
       kNorm: EMPTY,
       postAttnNorm: f32(s.postAttnNorm),
@@ -158,8 +148,6 @@ export function gptOssWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTenso
       sinks: f32(n.sinks),
       experts,
       ...(spec.attentionBias ? { qBias: f32(n.qBias), kBias: f32(n.kBias), vBias: f32(n.vBias), oBias: f32(n.oBias) } : {}),
-    });
-  }
-  const finalNorm = f32(FINAL_NORM);
-  return { embed, layers, finalNorm, lmHead: spec.tieWordEmbeddings ? embed : f32(LM_HEAD) };
+    };
+  });
 }

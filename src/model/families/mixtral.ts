@@ -2,10 +2,13 @@
 // block_sparse_moe.experts.E.w1 (gate) / w3 (up) / w2 (down), softmax over all experts then top-k renormalized.
 
 import { z } from 'zod';
-import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../architecture.ts';
+import { layerTensorNames } from '../architecture.ts';
 import type { ModelSpec } from '../spec.ts';
-import type { LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
-import { baseFields, baseSpec, checkTopK, parseFields, posInt, refuseQuantized, ropeOf, swigluShapes, swigluWeights, tensorReader, unsupported, EMPTY } from './common.ts';
+import type { ModelWeights, RawTensor } from '../weights.ts';
+import {
+  attentionShapes, attentionWeights, baseFields, baseSpec, checkTopK, EMPTY, expertShapes, expertWeights, modelWeights, parseFields, posInt,
+  refuseQuantized, ropeOf, tensorMap, tensorReader, unsupported, type TensorShapes,
+} from './common.ts';
 
 const MixtralConfig = z.looseObject({
   ...baseFields,
@@ -42,47 +45,32 @@ function names(l: number) {
   };
 }
 
-export function mixtralTensors(spec: ModelSpec): Map<string, readonly number[]> {
-  const { vocabSize: V, hiddenSize: H, numHeads, numKvHeads, headDim: d, numExperts: E, expertIntermediate: I } = spec;
-  const out = new Map<string, readonly number[]>();
-  out.set(EMBED, [V, H]);
-  for (let l = 0; l < spec.numLayers; l++) {
+export function mixtralTensors(spec: ModelSpec): TensorShapes {
+  const { hiddenSize: H, numExperts: E } = spec;
+  return tensorMap(spec, (out, l) => {
     const n = layerTensorNames(l);
-    out.set(n.inputNorm, [H]);
-    out.set(n.qProj, [numHeads * d, H]);
-    out.set(n.kProj, [numKvHeads * d, H]);
-    out.set(n.vProj, [numKvHeads * d, H]);
-    out.set(n.oProj, [H, numHeads * d]);
-    out.set(n.postAttnNorm, [H]);
     const m = names(l);
+    out.set(n.inputNorm, [H]);
+    attentionShapes(out, n, spec);
+    out.set(n.postAttnNorm, [H]);
     out.set(m.router, [E, H]);
-    for (let e = 0; e < E; e++) swigluShapes(out, m.expert(e), I, H);
-  }
-  out.set(FINAL_NORM, [H]);
-  if (!spec.tieWordEmbeddings) out.set(LM_HEAD, [V, H]);
-  return out;
+    expertShapes(out, m.expert, spec);
+  });
 }
 
 export function mixtralWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void): ModelWeights {
   const { f32 } = tensorReader(raw, onTensor);
-  const embed = f32(EMBED);
-  const layers: LayerWeights[] = [];
-  for (let l = 0; l < spec.numLayers; l++) {
+  return modelWeights(spec, f32, (l) => {
     const n = layerTensorNames(l);
     const m = names(l);
-    layers.push({
+    return {
       inputNorm: f32(n.inputNorm),
-      qProj: f32(n.qProj),
-      kProj: f32(n.kProj),
-      vProj: f32(n.vProj),
-      oProj: f32(n.oProj),
+      ...attentionWeights(f32, n),
       qNorm: EMPTY,
       kNorm: EMPTY,
       postAttnNorm: f32(n.postAttnNorm),
       router: f32(m.router),
-      experts: Array.from({ length: spec.numExperts }, (_, e) => swigluWeights(f32, m.expert(e))),
-    });
-  }
-  const finalNorm = f32(FINAL_NORM);
-  return { embed, layers, finalNorm, lmHead: spec.tieWordEmbeddings ? embed : f32(LM_HEAD) };
+      experts: expertWeights(f32, m.expert, spec),
+    };
+  });
 }

@@ -2,10 +2,13 @@
 // (not per head), and by default top-k of the softmax without renormalization (norm_topk_prob false).
 
 import { z } from 'zod';
-import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../architecture.ts';
+import { layerTensorNames } from '../architecture.ts';
 import type { ModelSpec } from '../spec.ts';
-import type { LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
-import { baseFields, baseSpec, checkTopK, parseFields, posInt, refuseQuantized, ropeOf, swigluShapes, swigluWeights, tensorReader, unsupported } from './common.ts';
+import type { ModelWeights, RawTensor } from '../weights.ts';
+import {
+  attentionShapes, attentionWeights, baseFields, baseSpec, checkTopK, expertShapes, expertWeights, modelWeights, parseFields, posInt,
+  refuseQuantized, ropeOf, tensorMap, tensorReader, unsupported, type TensorShapes,
+} from './common.ts';
 
 const OlmoeConfig = z.looseObject({
   ...baseFields,
@@ -35,47 +38,32 @@ export function parseOlmoe(json: unknown, name: string): ModelSpec {
   } satisfies ModelSpec);
 }
 
-export function olmoeTensors(spec: ModelSpec): Map<string, readonly number[]> {
-  const { vocabSize: V, hiddenSize: H, numHeads, numKvHeads, headDim: d, numExperts: E, expertIntermediate: I } = spec;
-  const out = new Map<string, readonly number[]>();
-  out.set(EMBED, [V, H]);
-  for (let l = 0; l < spec.numLayers; l++) {
+export function olmoeTensors(spec: ModelSpec): TensorShapes {
+  const { hiddenSize: H, numHeads, numKvHeads, headDim: d, numExperts: E } = spec;
+  return tensorMap(spec, (out, l) => {
     const n = layerTensorNames(l);
     out.set(n.inputNorm, [H]);
-    out.set(n.qProj, [numHeads * d, H]);
-    out.set(n.kProj, [numKvHeads * d, H]);
-    out.set(n.vProj, [numKvHeads * d, H]);
-    out.set(n.oProj, [H, numHeads * d]);
+    attentionShapes(out, n, spec);
     out.set(n.qNorm, [numHeads * d]);
     out.set(n.kNorm, [numKvHeads * d]);
     out.set(n.postAttnNorm, [H]);
     out.set(n.router, [E, H]);
-    for (let e = 0; e < E; e++) swigluShapes(out, n.expert(e), I, H);
-  }
-  out.set(FINAL_NORM, [H]);
-  if (!spec.tieWordEmbeddings) out.set(LM_HEAD, [V, H]);
-  return out;
+    expertShapes(out, n.expert, spec);
+  });
 }
 
 export function olmoeWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void): ModelWeights {
   const { f32 } = tensorReader(raw, onTensor);
-  const embed = f32(EMBED);
-  const layers: LayerWeights[] = [];
-  for (let l = 0; l < spec.numLayers; l++) {
+  return modelWeights(spec, f32, (l) => {
     const n = layerTensorNames(l);
-    layers.push({
+    return {
       inputNorm: f32(n.inputNorm),
-      qProj: f32(n.qProj),
-      kProj: f32(n.kProj),
-      vProj: f32(n.vProj),
-      oProj: f32(n.oProj),
+      ...attentionWeights(f32, n),
       qNorm: f32(n.qNorm),
       kNorm: f32(n.kNorm),
       postAttnNorm: f32(n.postAttnNorm),
       router: f32(n.router),
-      experts: Array.from({ length: spec.numExperts }, (_, e) => swigluWeights(f32, n.expert(e))),
-    });
-  }
-  const finalNorm = f32(FINAL_NORM);
-  return { embed, layers, finalNorm, lmHead: spec.tieWordEmbeddings ? embed : f32(LM_HEAD) };
+      experts: expertWeights(f32, n.expert, spec),
+    };
+  });
 }
