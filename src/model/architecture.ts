@@ -4,6 +4,7 @@
 import { ResidencyError } from '../errors.ts';
 import type { ModelSpec } from './spec.ts';
 import { familyOf } from './families/index.ts';
+import { attentionShapes, expertShapes, tensorMap } from './families/common.ts';
 
 /** Hub tensor names of one layer; the one place these strings are spelled. */
 export function layerTensorNames(l: number) {
@@ -34,30 +35,17 @@ export const LM_HEAD = 'lm_head.weight';
 export function expectedTensors(spec: ModelSpec): Map<string, readonly number[]> {
   const family = familyOf(spec.architecture);
   if (family) return family.tensors(spec);
-  const { vocabSize: V, hiddenSize: H, numHeads, numKvHeads, headDim: hd, numExperts: E, expertIntermediate: I } = spec;
-  const out = new Map<string, readonly number[]>();
-  out.set(EMBED, [V, H]);
-  for (let l = 0; l < spec.numLayers; l++) {
+  const { hiddenSize: H, headDim: hd, numExperts: E } = spec;
+  return tensorMap(spec, (out, l) => {
     const n = layerTensorNames(l);
     out.set(n.inputNorm, [H]);
-    out.set(n.qProj, [numHeads * hd, H]);
-    out.set(n.kProj, [numKvHeads * hd, H]);
-    out.set(n.vProj, [numKvHeads * hd, H]);
-    out.set(n.oProj, [H, numHeads * hd]);
+    attentionShapes(out, n, spec);
     out.set(n.qNorm, [hd]);
     out.set(n.kNorm, [hd]);
     out.set(n.postAttnNorm, [H]);
     out.set(n.router, [E, H]);
-    for (let e = 0; e < E; e++) {
-      const x = n.expert(e);
-      out.set(x.gate, [I, H]);
-      out.set(x.up, [I, H]);
-      out.set(x.down, [H, I]);
-    }
-  }
-  out.set(FINAL_NORM, [H]);
-  if (!spec.tieWordEmbeddings) out.set(LM_HEAD, [V, H]);
-  return out;
+    expertShapes(out, n.expert, spec);
+  });
 }
 
 /**
