@@ -6,30 +6,8 @@ import type { ModelSpec } from './spec.ts';
 import { familyOf } from './families/index.ts';
 import { attentionShapes, expertShapes, tensorMap } from './families/common.ts';
 
-/** Hub tensor names of one layer; the one place these strings are spelled. */
-export function layerTensorNames(l: number) {
-  const p = `model.layers.${l}`;
-  return {
-    inputNorm: `${p}.input_layernorm.weight`,
-    postAttnNorm: `${p}.post_attention_layernorm.weight`,
-    qProj: `${p}.self_attn.q_proj.weight`,
-    kProj: `${p}.self_attn.k_proj.weight`,
-    vProj: `${p}.self_attn.v_proj.weight`,
-    oProj: `${p}.self_attn.o_proj.weight`,
-    qNorm: `${p}.self_attn.q_norm.weight`,
-    kNorm: `${p}.self_attn.k_norm.weight`,
-    router: `${p}.mlp.gate.weight`,
-    expert: (e: number) => ({
-      gate: `${p}.mlp.experts.${e}.gate_proj.weight`,
-      up: `${p}.mlp.experts.${e}.up_proj.weight`,
-      down: `${p}.mlp.experts.${e}.down_proj.weight`,
-    }),
-  };
-}
-
-export const EMBED = 'model.embed_tokens.weight';
-export const FINAL_NORM = 'model.norm.weight';
-export const LM_HEAD = 'lm_head.weight';
+export { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from './tensor-names.ts';
+import { LM_HEAD, layerTensorNames } from './tensor-names.ts';
 
 /** Every tensor the spec needs, with its expected shape, in checkpoint order (embed, layers, norm, head). */
 export function expectedTensors(spec: ModelSpec): Map<string, readonly number[]> {

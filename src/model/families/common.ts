@@ -3,8 +3,8 @@
 
 import { z } from 'zod';
 import { ResidencyError } from '../../errors.ts';
-import { EMBED, FINAL_NORM, LM_HEAD } from '../architecture.ts';
-import { tensorToFloat32 } from '../convert.ts';
+import { EMBED, FINAL_NORM, LM_HEAD } from '../tensor-names.ts';
+import { tensorToFloat32 } from '../float-convert.ts';
 import type { ModelSpec, YarnSpec } from '../spec.ts';
 import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
 

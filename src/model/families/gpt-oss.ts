@@ -4,7 +4,7 @@
 
 import { z } from 'zod';
 import { ResidencyError } from '../../errors.ts';
-import { layerTensorNames } from '../architecture.ts';
+import { layerTensorNames } from '../tensor-names.ts';
 import type { ModelSpec } from '../spec.ts';
 import type { ExpertWeights, ModelWeights, RawTensor } from '../weights.ts';
 import {

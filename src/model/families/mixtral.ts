@@ -2,7 +2,7 @@
 // block_sparse_moe.experts.E.w1 (gate) / w3 (up) / w2 (down), softmax over all experts then top-k renormalized.
 
 import { z } from 'zod';
-import { layerTensorNames } from '../architecture.ts';
+import { layerTensorNames } from '../tensor-names.ts';
 import type { ModelSpec } from '../spec.ts';
 import type { ModelWeights, RawTensor } from '../weights.ts';
 import {

@@ -2,7 +2,7 @@
 // (not per head), and by default top-k of the softmax without renormalization (norm_topk_prob false).
 
 import { z } from 'zod';
-import { layerTensorNames } from '../architecture.ts';
+import { layerTensorNames } from '../tensor-names.ts';
 import type { ModelSpec } from '../spec.ts';
 import type { ModelWeights, RawTensor } from '../weights.ts';
 import {

@@ -1,0 +1,87 @@
+// Raw checkpoint tensors as float32, exactly (bf16 and f16 are subsets of f32), with the finite check. A leaf
+// module (no family or architecture imports), so the families can use it whichever module loads first.
+
+import { ResidencyError } from '../errors.ts';
+import type { RawTensor } from './weights.ts';
+
+/** f16 bit pattern -> f32 bit pattern, exact for normals, subnormals, infinities and NaN. */
+export function f16BitsToF32Bits(h: number): number {
+  const sign = (h & 0x8000) << 16;
+  const exp = (h >> 10) & 0x1f;
+  let mant = h & 0x3ff;
+  if (exp === 0x1f) return (sign | 0x7f800000 | (mant << 13)) >>> 0; // inf / NaN
+  if (exp !== 0) return (sign | ((exp + 112) << 23) | (mant << 13)) >>> 0; // rebias 15 -> 127
+  if (mant === 0) return sign >>> 0; // +-0
+  // Subnormal: shift the mantissa up until its leading 1 reaches the implicit bit.
+  let e = 113;
+  while ((mant & 0x400) === 0) {
+    mant <<= 1;
+    e--;
+  }
+  return (sign | (e << 23) | ((mant & 0x3ff) << 13)) >>> 0;
+}
+
+/** A weight that is NaN or infinite: the checkpoint is corrupt (served, it gives garbage or no tokens). */
+function nonFinite(t: RawTensor, i: number, f32Bits: number): ResidencyError {
+  const what = (f32Bits & 0x7fffff) !== 0 ? 'NaN' : f32Bits >>> 31 ? '-Infinity' : 'Infinity';
+  return new ResidencyError('BAD_CHECKPOINT',
+    `tensor "${t.name}": element ${i} of ${t.shape.join('x')} is ${what}; the checkpoint is corrupt (download or convert it again)`);
+}
+
+/**
+ * One tensor as float32 (a fresh array). Bytes are little-endian; they are assembled byte by byte
+ * because a tensor's offset in its shard need not be aligned. Assumes a little-endian host (all targets).
+ * `finite`: refuse a NaN or infinite value (BAD_CHECKPOINT naming the tensor), checked in the conversion
+ * loop itself rather than in a second pass over the weights.
+ */
+export function tensorToFloat32(t: RawTensor, opts: { readonly finite?: boolean } = {}): Float32Array {
+  const b = t.bytes;
+  const finite = opts.finite === true;
+  switch (t.dtype) {
+    case 'BF16': {
+      const n = b.length >> 1;
+      const out = new Float32Array(n);
+      // bf16 is the top half of an f32: writing it into the high half of each f32 is exact.
+      if (b.byteOffset % 2 === 0) {
+        // Aligned (the usual case: safetensors pads its header to 8 bytes): 16-bit lanes, 2x faster.
+        const src = new Uint16Array(b.buffer, b.byteOffset, n);
+        const dst = new Uint16Array(out.buffer);
+        for (let i = 0; i < n; i++) {
+          const h = src[i]!;
+          if (finite && (h & 0x7f80) === 0x7f80) throw nonFinite(t, i, h << 16);
+          dst[2 * i + 1] = h;
+        }
+      } else {
+        const bits = new Uint32Array(out.buffer);
+        for (let i = 0; i < n; i++) {
+          const f = ((b[2 * i]! | (b[2 * i + 1]! << 8)) << 16) >>> 0;
+          if (finite && (f & 0x7f800000) === 0x7f800000) throw nonFinite(t, i, f);
+          bits[i] = f;
+        }
+      }
+      return out;
+    }
+    case 'F16': {
+      const n = b.length >> 1;
+      const out = new Float32Array(n);
+      const bits = new Uint32Array(out.buffer);
+      for (let i = 0; i < n; i++) {
+        const f = f16BitsToF32Bits(b[2 * i]! | (b[2 * i + 1]! << 8));
+        if (finite && (f & 0x7f800000) === 0x7f800000) throw nonFinite(t, i, f);
+        bits[i] = f;
+      }
+      return out;
+    }
+    case 'F32': {
+      const out = new Float32Array(b.length >> 2);
+      new Uint8Array(out.buffer).set(b);
+      if (finite) {
+        const bits = new Uint32Array(out.buffer);
+        for (let i = 0; i < bits.length; i++) if ((bits[i]! & 0x7f800000) === 0x7f800000) throw nonFinite(t, i, bits[i]!);
+      }
+      return out;
+    }
+    case 'U8': // packed data (MXFP4 blocks, scales): its family's loader reads it (families/)
+      throw new ResidencyError('BAD_CHECKPOINT', `tensor "${t.name}" is U8 where a float tensor is expected`);
+  }
+}
