@@ -1,5 +1,6 @@
 // Parity of the CPU backend with the transformers float32 references of the family fixtures (mixtral,
-// olmoe, deepseek-v3, gpt-oss), and a residency round trip on each: harness in parity-harness.ts.
+// olmoe, deepseek-v3, gpt-oss with MXFP4 experts, qwen3-moe with block-FP8 projections and experts, both
+// computed from the stored format), and a residency round trip on each: harness in parity-harness.ts.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -14,6 +15,7 @@ const FAMILIES: { dir: string; hot: number }[] = [
   { dir: 'olmoe-tiny', hot: 24 },
   { dir: 'deepseek-v3-tiny', hot: 24 },
   { dir: 'gpt-oss-tiny-mxfp4', hot: 12 },
+  { dir: 'qwen3-moe-fp8-tiny', hot: 12 },
 ];
 
 for (const { dir, hot } of FAMILIES) {

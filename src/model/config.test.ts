@@ -63,12 +63,12 @@ describe('config.json: unsupported options are refused, naming the key', () => {
     ['num_shared_experts', { num_shared_experts: 1 }],
     ['attention_bias', { attention_bias: true }],
     ['hidden_act', { hidden_act: 'gelu' }],
-    ['quantization_config', { quantization_config: { quant_method: 'gptq' } }],
+    ['quantization_config.quant_method', { quantization_config: { quant_method: 'gptq' } }],
   ];
   for (const [key, over] of cases) {
     it(key, async () => {
       const err = await rejectsWith(() => parse(over), 'UNSUPPORTED_MODEL');
-      assert.ok(err.message.includes(`config.json: ${key}:`), err.message);
+      assert.ok(err.message.includes(`config.json: ${key}:`) || err.message.includes(`config.json (qwen3_moe): ${key}:`), err.message);
     });
   }
   it('a missing model_type', async () => {

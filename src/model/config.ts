@@ -8,6 +8,7 @@ import { ResidencyError } from '../errors.ts';
 import type { ModelSpec } from './spec.ts';
 import { familyOf, supportedModelTypes } from './families/index.ts';
 import { badConfig, eosTokenIds, headDimOf, parseFields, posInt, sharedFields } from './families/common.ts';
+import { parseQuantization } from './quant-config.ts';
 
 // Field types only; cross-field rules and unsupported options are checked after. Unknown keys pass:
 // configs carry many training-only fields (initializer_range, router_aux_loss_coef, ...).
@@ -76,9 +77,6 @@ function checkSupported(c: Qwen3MoeConfig): void {
   if (c.hidden_act !== undefined && c.hidden_act !== 'silu') {
     throw unsupported('hidden_act', `"${c.hidden_act}" is not supported; only "silu" (SwiGLU experts)`);
   }
-  if (c.quantization_config !== undefined && c.quantization_config !== null) {
-    throw unsupported('quantization_config', 'quantized checkpoints are not supported; use a BF16/F16/F32 checkpoint');
-  }
 }
 
 /** Two spellings of one value (old hub / new transformers): take whichever is given, refuse a conflict. */
@@ -114,6 +112,8 @@ export function parseConfig(json: unknown, name: string): ModelSpec {
     throw badConfig(`field head_dim: ${headDim}${c.head_dim == null ? ` (hidden_size / num_attention_heads)` : ''} must be even: RoPE rotates the two halves of each head`);
   }
 
+  const quantization = parseQuantization('qwen3_moe', c.quantization_config, ['fp8']);
+
   return Object.freeze({
     architecture: 'qwen3_moe',
     name,
@@ -133,6 +133,7 @@ export function parseConfig(json: unknown, name: string): ModelSpec {
     maxPositions: c.max_position_embeddings ?? DEFAULTS.maxPositions,
     bosTokenId: c.bos_token_id ?? null,
     eosTokenIds: eosTokenIds(c.eos_token_id),
+    ...(quantization ? { quantization } : {}),
   } satisfies ModelSpec);
 }
 

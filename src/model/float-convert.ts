@@ -81,7 +81,8 @@ export function tensorToFloat32(t: RawTensor, opts: { readonly finite?: boolean 
       }
       return out;
     }
-    case 'U8': // packed data (MXFP4 blocks, scales): its family's loader reads it (families/)
-      throw new ResidencyError('BAD_CHECKPOINT', `tensor "${t.name}" is U8 where a float tensor is expected`);
+    case 'U8': // packed data (MXFP4 blocks, scales) and FP8 values stay as stored (quant.ts)
+    case 'F8_E4M3':
+      throw new ResidencyError('BAD_CHECKPOINT', `tensor "${t.name}" is ${t.dtype} where a float tensor (BF16, F16 or F32) is expected`);
   }
 }

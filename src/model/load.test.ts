@@ -1,3 +1,4 @@
+import { dequantize, matrixSize } from './quant.ts';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { loadModel, loadModelFor, loadOptionsFor } from './load.ts';
@@ -27,15 +28,15 @@ describe('loadModel on the shipped tiny-moe', async () => {
     assert.equal(w.lmHead, w.embed, 'tied lm_head is the same array as the embedding');
     assert.equal(w.layers.length, 6);
     for (const l of w.layers) {
-      assert.equal(l.qProj.length, 128 * 128);
-      assert.equal(l.kProj.length, 64 * 128);
-      assert.equal(l.oProj.length, 128 * 128);
+      assert.equal(matrixSize(l.qProj), 128 * 128);
+      assert.equal(matrixSize(l.kProj), 64 * 128);
+      assert.equal(matrixSize(l.oProj), 128 * 128);
       assert.equal(l.qNorm.length, 64);
       assert.equal(l.router.length, 64 * 128);
       assert.equal(l.experts.length, 64);
       for (const e of l.experts) {
-        assert.equal(e.gate.length, 48 * 128);
-        assert.equal(e.down.length, 128 * 48);
+        assert.equal(matrixSize(e.gate), 48 * 128);
+        assert.equal(matrixSize(e.down), 128 * 48);
       }
     }
   });
@@ -48,7 +49,7 @@ describe('loadModel on the shipped tiny-moe', async () => {
     // layers.0 q_norm: 9e 3f 84 3f bd 3f
     assert.deepEqual([...m.weights.layers[0]!.qNorm.subarray(0, 3)], [1.234375, 1.03125, 1.4765625]);
     // layers.5 expert 63 down_proj (second shard): c8 bc e2 3d 80 3c
-    assert.deepEqual([...m.weights.layers[5]!.experts[63]!.down.subarray(0, 3)], [-0.0244140625, 0.1103515625, 0.015625]);
+    assert.deepEqual([...dequantize(m.weights.layers[5]!.experts[63]!.down).subarray(0, 3)], [-0.0244140625, 0.1103515625, 0.015625]);
     // layers.3 router: 4d 3b 09 bd 4c 3a
     assert.deepEqual([...m.weights.layers[3]!.router.subarray(0, 3)], [0.0031280517578125, -0.033447265625, 0.0007781982421875]);
     const raw = m.raw.get('model.layers.5.mlp.experts.63.down_proj.weight')!;
@@ -133,8 +134,8 @@ describe('EOS when config.json names none', () => {
 function weightArrays(w: ModelWeights): Float32Array[] {
   const out = [w.embed, w.finalNorm, ...(w.lmHead === w.embed ? [] : [w.lmHead])];
   for (const l of w.layers) {
-    out.push(l.inputNorm, l.qProj, l.kProj, l.vProj, l.oProj, l.qNorm, l.kNorm, l.postAttnNorm, l.router);
-    for (const e of l.experts) out.push(e.gate, e.up, e.down);
+    out.push(l.inputNorm, ...[l.qProj, l.kProj, l.vProj, l.oProj].map(dequantize), l.qNorm, l.kNorm, l.postAttnNorm, l.router);
+    for (const e of l.experts) out.push(dequantize(e.gate), dequantize(e.up), dequantize(e.down));
   }
   return out;
 }

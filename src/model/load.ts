@@ -4,6 +4,7 @@
 import { basename, resolve } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import { checkArchitecture } from './architecture.ts';
+import { checkQuantTensors } from './quant-check.ts';
 import { openCheckpoint, readCheckpoint } from './checkpoint.ts';
 import { loadConfig } from './config.ts';
 import { toFloat32Weights } from './convert.ts';
@@ -76,7 +77,9 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   let spec = await loadConfig(root, opts.name);
   // Every header and the architecture are validated before a single weight byte is read.
   const layout = await openCheckpoint(root);
-  checkArchitecture(spec, new Map([...layout.tensors].map(([k, v]) => [k, { shape: v.entry.shape, file: basename(v.shard.file) }])));
+  const headers = new Map([...layout.tensors].map(([k, v]) => [k, { dtype: v.entry.dtype, shape: v.entry.shape, file: basename(v.shard.file) }]));
+  checkArchitecture(spec, headers);
+  checkQuantTensors(spec, headers);
   // The tokenizer is small: load it before the weights so a broken one fails fast.
   const tokenizer = await loadTokenizer(root, { eosTokenIds: spec.eosTokenIds });
   if (tokenizer.vocabSize > spec.vocabSize) {
@@ -91,7 +94,7 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   }
 
   if (opts.stream === true) {
-    return { spec, raw: new Map(), weights: emptyWeights(spec), tensors: fileTensorSource(layout), tokenizer, dir: root };
+    return { spec, raw: new Map(), weights: emptyWeights(spec), tensors: fileTensorSource(layout, spec.quantization), tokenizer, dir: root };
   }
   const convert = opts.weights ?? true;
   const keepRaw = opts.raw ?? true;
@@ -111,5 +114,5 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
 
   // Without raw, only the float32 arrays (fresh copies) survive this call: the shard buffers become garbage.
   const kept = keepRaw ? raw : new Map<string, RawTensor>();
-  return { spec, raw: kept, weights, tensors: mapTensorSource(kept), tokenizer, dir: root };
+  return { spec, raw: kept, weights, tensors: mapTensorSource(kept, spec.quantization), tokenizer, dir: root };
 }

@@ -1,4 +1,5 @@
 // The model's shape as the engine and backends need it, parsed from a checkpoint's config.json.
+import type { QuantSpec } from './quant-config.ts';
 
 /** The model families the engine computes (config.json `model_type`). */
 export type Architecture = 'qwen3_moe' | 'mixtral' | 'olmoe' | 'deepseek_v3' | 'gpt_oss';
@@ -58,6 +59,8 @@ export interface ModelSpec {
   readonly sharedIntermediate?: number;
   /** The routed experts' activation (absent: SwiGLU without biases). */
   readonly expertAct?: ClampedSwiglu;
+  /** How the checkpoint stores its linear weights (absent: float tensors only): block FP8 or MXFP4. */
+  readonly quantization?: QuantSpec;
 }
 
 export type RouterSpec =

@@ -76,15 +76,34 @@ export interface SyntheticOptions {
   seed?: number;
   /** 1 writes model.safetensors; more writes model-0000i-of-0000n.safetensors + index.json. */
   shards?: number;
+  /** Changes the tensors before they are written (tests of corrupt checkpoints). */
+  edit?: (tensors: TensorToWrite[]) => TensorToWrite[];
 }
 
-/** The tensors a synthetic config needs, in expectedTensors order, with seeded random values. */
+/**
+ * The tensors a synthetic config needs, in expectedTensors order, with seeded random values. With an fp8
+ * quantization_config, every linear projection is stored as random float8_e4m3fn bytes (no NaN) followed by
+ * its `weight_scale_inv` (F32, one random scale in [2^-8, 2^-6) per weight_block_size block).
+ */
 export function syntheticTensors(config: Record<string, unknown>, dtype: DType = 'BF16', seed = 1): TensorToWrite[] {
   const spec = parseConfig(config, 'synthetic');
   const rand = seededRandom(seed);
   const out: TensorToWrite[] = [];
+  const q = spec.quantization;
   for (const [name, shape] of expectedTensors(spec)) {
     const n = shape.reduce((a, b) => a * b, 1);
+    if (q?.method === 'fp8' && /_proj\.weight$/.test(name)) {
+      // Random bytes whose low seven bits are not all set (0x7F / 0xFF are NaN).
+      const bytes = Uint8Array.from({ length: n }, () => {
+        const b = Math.floor((rand() + 0.5) * 256) & 0xff;
+        return (b & 0x7f) === 0x7f ? b ^ 1 : b;
+      });
+      out.push({ name, dtype: 'F8_E4M3', shape, bytes });
+      const sShape = [Math.ceil(shape[0]! / q.blockSize[0]), Math.ceil(shape[1]! / q.blockSize[1])];
+      const scales = Array.from({ length: sShape[0]! * sShape[1]! }, () => 2 ** -8 * (1.5 + rand() * 2));
+      out.push({ name: `${name}_scale_inv`, dtype: 'F32', shape: sShape, bytes: float32Bytes(scales) });
+      continue;
+    }
     const isNorm = name.endsWith('norm.weight') || name.endsWith('layernorm.weight');
     const values = Array.from({ length: n }, () => (isNorm ? 1 + rand() * 0.1 : rand()));
     const bytes = dtype === 'F32' ? float32Bytes(values) : dtype === 'BF16' ? float32ToBF16Bytes(values) : f16Bytes(values);
@@ -114,7 +133,8 @@ function f32ToF16Bits(v: number): number {
 /** Writes a loadable checkpoint folder to `dir`; returns the tensors written. */
 export async function writeSyntheticCheckpoint(dir: string, opts: SyntheticOptions = {}): Promise<TensorToWrite[]> {
   const config = opts.config ?? syntheticConfig();
-  const tensors = syntheticTensors(config, opts.dtype ?? 'BF16', opts.seed ?? 1);
+  const made = syntheticTensors(config, opts.dtype ?? 'BF16', opts.seed ?? 1);
+  const tensors = opts.edit ? opts.edit(made) : made;
   await mkdir(dir, { recursive: true });
   await writeFile(join(dir, 'config.json'), JSON.stringify(config, null, 2));
   await writeFile(join(dir, 'tokenizer.json'), JSON.stringify(syntheticTokenizerJson()));

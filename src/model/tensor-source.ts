@@ -6,6 +6,8 @@ import { basename } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import type { CheckpointLayout } from './checkpoint.ts';
 import type { RawTensor } from './weights.ts';
+import type { QuantSpec } from './quant-config.ts';
+import { fp8ScaleName } from './quant-read.ts';
 
 export interface TensorInfo {
   readonly name: string;
@@ -13,6 +15,43 @@ export interface TensorInfo {
   readonly shape: readonly number[];
   /** Stored bytes. */
   readonly bytes: number;
+  /**
+   * Present on a quantized weight's data tensor (block-FP8 values, MXFP4 blocks): how to read its values
+   * from the stored bytes, so a backend can upload them as stored. Absent on float tensors (bf16 as before)
+   * and on scale tensors (read as plain F32 / BF16 / U8 tensors).
+   */
+  readonly quant?: QuantInfo;
+}
+
+/** How a quantized weight is stored: its data tensor (this one), its scale tensor, the block shape. */
+export interface QuantInfo {
+  readonly format: 'fp8' | 'mxfp4';
+  /** Experts stacked in the tensor ([E] leading both data and scales; 1 for a plain FP8 weight). */
+  readonly matrices: number;
+  /** Each matrix's values: [rows][cols]. */
+  readonly rows: number;
+  readonly cols: number;
+  /**
+   * fp8: float8_e4m3fn bytes [rows][cols]; mxfp4: [E][rows][cols/32][16] bytes, two E2M1 values a byte,
+   * low nibble first.
+   */
+  readonly data: string;
+  /** fp8: float32 (or bf16) [ceil(rows/br)][ceil(cols/bc)]; mxfp4: E8M0 bytes [E][rows][cols/32], 2^(s - 127). */
+  readonly scales: string;
+  /** Values sharing one scale, [br, bc]: config.json's weight_block_size for fp8, [1, 32] for mxfp4. */
+  readonly block: readonly [number, number];
+}
+
+/** The QuantInfo of tensor `name` under `q` (the spec's quantization), if it is a quantized weight's data. */
+export function quantInfoOf(q: QuantSpec | undefined, name: string, dtype: string, shape: readonly number[], has: (n: string) => boolean): QuantInfo | undefined {
+  if (q?.method === 'fp8' && dtype === 'F8_E4M3' && shape.length === 2) {
+    return { format: 'fp8', matrices: 1, rows: shape[0]!, cols: shape[1]!, data: name, scales: fp8ScaleName(name), block: q.blockSize };
+  }
+  if (q?.method === 'mxfp4' && dtype === 'U8' && name.endsWith('_blocks') && shape.length === 4) {
+    const scales = `${name.slice(0, -'_blocks'.length)}_scales`;
+    if (has(scales)) return { format: 'mxfp4', matrices: shape[0]!, rows: shape[1]!, cols: shape[2]! * 32, data: name, scales, block: [1, 32] };
+  }
+  return undefined;
 }
 
 export interface TensorSource {
@@ -39,8 +78,11 @@ function checkRange(t: TensorInfo, offset: number, n: number): void {
   }
 }
 
-/** The tensors of a validated checkpoint layout, read from the shard files with positioned reads. */
-export function fileTensorSource(layout: CheckpointLayout): TensorSource {
+/**
+ * The tensors of a validated checkpoint layout, read from the shard files with positioned reads; `quant`
+ * (the spec's quantization) describes its quantized weights.
+ */
+export function fileTensorSource(layout: CheckpointLayout, quant?: QuantSpec): TensorSource {
   const fds = new Map<string, number>();
   const fdOf = (file: string, size: number): number => {
     let fd = fds.get(file);
@@ -62,7 +104,8 @@ export function fileTensorSource(layout: CheckpointLayout): TensorSource {
   const info = (name: string): TensorInfo => {
     const t = layout.tensors.get(name);
     if (!t) throw missing(name);
-    return { name, dtype: t.entry.dtype, shape: t.entry.shape, bytes: t.entry.end - t.entry.start };
+    const q = quantInfoOf(quant, name, t.entry.dtype, t.entry.shape, (n) => layout.tensors.has(n));
+    return { name, dtype: t.entry.dtype, shape: t.entry.shape, bytes: t.entry.end - t.entry.start, ...(q ? { quant: q } : {}) };
   };
   let total = 0;
   for (const t of layout.tensors.values()) total += t.entry.end - t.entry.start;
@@ -91,12 +134,13 @@ export function fileTensorSource(layout: CheckpointLayout): TensorSource {
   };
 }
 
-/** In-memory tensors as a source. */
-export function mapTensorSource(raw: ReadonlyMap<string, RawTensor>): TensorSource {
+/** In-memory tensors as a source (`quant` as for fileTensorSource). */
+export function mapTensorSource(raw: ReadonlyMap<string, RawTensor>, quant?: QuantSpec): TensorSource {
   const info = (name: string): TensorInfo => {
     const t = raw.get(name);
     if (!t) throw missing(name);
-    return { name, dtype: t.dtype, shape: t.shape, bytes: t.bytes.byteLength };
+    const q = quantInfoOf(quant, name, t.dtype, t.shape, (n) => raw.has(n));
+    return { name, dtype: t.dtype, shape: t.shape, bytes: t.bytes.byteLength, ...(q ? { quant: q } : {}) };
   };
   let total = 0;
   for (const t of raw.values()) total += t.bytes.byteLength;

@@ -1,7 +1,11 @@
-// Tensor views of a checkpoint: raw (as stored) and float32 (as the CPU backend computes).
+// Tensor views of a checkpoint: raw (as stored) and float32 or quantized matrices (as the CPU backend computes).
+import type { Matrix } from './quant.ts';
 
-/** Float dtypes convert to float32; U8 holds packed data (MXFP4 blocks and scales), read by its family's loader. */
-export type DType = 'BF16' | 'F16' | 'F32' | 'U8';
+/**
+ * Float dtypes convert to float32; U8 holds packed data (MXFP4 blocks and scales) and F8_E4M3 block-FP8
+ * values, both kept as stored (quant.ts).
+ */
+export type DType = 'BF16' | 'F16' | 'F32' | 'U8' | 'F8_E4M3';
 
 /** One tensor exactly as stored in the checkpoint: little-endian bytes, validated shape. */
 export interface RawTensor {
@@ -11,11 +15,11 @@ export interface RawTensor {
   readonly bytes: Uint8Array;
 }
 
-/** One expert's SwiGLU weights, row-major [out][in] as in the HF layout. */
+/** One expert's SwiGLU weights, row-major [out][in] as in the HF layout (float32, or quantized as stored). */
 export interface ExpertWeights {
-  readonly gate: Float32Array; // [I][H]
-  readonly up: Float32Array; // [I][H]
-  readonly down: Float32Array; // [H][I]
+  readonly gate: Matrix; // [I][H]
+  readonly up: Matrix; // [I][H]
+  readonly down: Matrix; // [H][I]
   /** gpt-oss experts only: biases of gate [I], up [I] and down [H]. */
   readonly gateBias?: Float32Array;
   readonly upBias?: Float32Array;
@@ -24,10 +28,10 @@ export interface ExpertWeights {
 
 export interface LayerWeights {
   readonly inputNorm: Float32Array; // [H]
-  readonly qProj: Float32Array; // [numHeads*headDim][H]
-  readonly kProj: Float32Array; // [numKvHeads*headDim][H]
-  readonly vProj: Float32Array; // [numKvHeads*headDim][H]
-  readonly oProj: Float32Array; // [H][numHeads*headDim]
+  readonly qProj: Matrix; // [numHeads*headDim][H]
+  readonly kProj: Matrix; // [numKvHeads*headDim][H]
+  readonly vProj: Matrix; // [numKvHeads*headDim][H]
+  readonly oProj: Matrix; // [H][numHeads*headDim]
   readonly qNorm: Float32Array; // [headDim]
   readonly kNorm: Float32Array; // [headDim]
   readonly postAttnNorm: Float32Array; // [H]
@@ -61,7 +65,10 @@ export interface MlaWeights {
   readonly kvB: Float32Array; // [numHeads*(nope+v)][kvLoraRank]
 }
 
-/** The whole model in float32, converted once at load. */
+/**
+ * The whole model as the CPU backend computes with it: float tensors converted once to float32 at load,
+ * quantized linear weights (block FP8, MXFP4) kept as stored (quant.ts).
+ */
 export interface ModelWeights {
   readonly embed: Float32Array; // [V][H]
   readonly layers: readonly LayerWeights[];

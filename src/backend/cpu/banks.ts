@@ -1,22 +1,28 @@
-// The CPU expert banks: per layer a hot bank and a cold bank of expert rows, and the slot table between.
+// The CPU expert banks: per layer a hot bank and a cold bank of expert rows (float32, or quantized experts'
+// stored bytes: blocks and scales, expert-rows.ts), and the slot table between. Swaps move whole rows and the
+// digest hashes every byte, so both cover a quantized row's data and scales alike.
 import { createHash } from 'node:crypto';
 import type { ExpertBanks } from '../backend.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { LayerWeights } from '../../model/weights.ts';
 import { heapAlloc, type Alloc } from './alloc.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
-
-/** Floats in one expert row: gate [I][H] | up [I][H] | down [H][I] (gpt-oss: then its biases [I] | [I] | [H]). */
-export function expertRowSize(spec: ModelSpec): number {
-  const biases = spec.expertAct ? 2 * spec.expertIntermediate + spec.hiddenSize : 0;
-  return 3 * spec.expertIntermediate * spec.hiddenSize + biases;
-}
+import { expertRowFormat, quantRowView, writeExpertRow, type QuantRowLayout } from './expert-rows.ts';
+import type { QuantExpert } from './quant-linear.ts';
 
 export class CpuExpertBanks implements ExpertBanks {
   readonly layers: number;
   readonly experts: number;
   readonly hotPerLayer: number;
+  /** 4-byte words per expert row (expert-rows.ts: float32 values, or the stored bytes of quantized experts). */
   readonly rowSize: number;
+  /** The layout of quantized rows (null: float32 rows). */
+  readonly quant: QuantRowLayout | null;
+  /**
+   * Quantized rows only: per bank (bankList order), per row, views of that row's matrices. Swaps move the
+   * bytes under them, so a view always reads the expert its slot holds now.
+   */
+  readonly quantRows: QuantExpert[][];
   /** Per layer: hot bank rows [hotPerLayer][rowSize]. */
   readonly hot: Float32Array[];
   /** Per layer: cold bank rows [experts - hotPerLayer][rowSize]. */
@@ -35,7 +41,9 @@ export class CpuExpertBanks implements ExpertBanks {
     this.layers = moeLayerCount(spec);
     const moeIds = moeLayerIds(spec);
     this.experts = spec.numExperts;
-    this.rowSize = expertRowSize(spec);
+    const format = expertRowFormat(spec, moeIds.flatMap((l) => layerWeights[l]!.experts));
+    this.rowSize = format.words;
+    this.quant = format.quant;
     const rows = placementRows(spec, placement);
     this.tables = new SlotTables(rows, spec.numExperts);
     this.hotPerLayer = this.tables.hotPerLayer;
@@ -43,27 +51,26 @@ export class CpuExpertBanks implements ExpertBanks {
     this.hot = [];
     this.cold = [];
     this.swapRow = new Float32Array(this.rowSize);
-    const gateSize = spec.expertIntermediate * spec.hiddenSize;
+    const I = spec.expertIntermediate;
+    const H = spec.hiddenSize;
+    this.quantRows = [];
     for (let l = 0; l < this.layers; l++) {
       const { hot, cold } = rows[l]!;
       const hotBank = alloc.f32(hot.length * this.rowSize);
       const coldBank = alloc.f32(cold.length * this.rowSize);
       const place = (bank: Float32Array, row: number, expert: number): void => {
-        const w = layerWeights[moeIds[l]!]!.experts[expert]!;
-        const off = row * this.rowSize;
-        bank.set(w.gate, off);
-        bank.set(w.up, off + gateSize);
-        bank.set(w.down, off + 2 * gateSize);
-        if (spec.expertAct) {
-          bank.set(w.gateBias!, off + 3 * gateSize);
-          bank.set(w.upBias!, off + 3 * gateSize + spec.expertIntermediate);
-          bank.set(w.downBias!, off + 3 * gateSize + 2 * spec.expertIntermediate);
-        }
+        writeExpertRow(bank, row * this.rowSize, layerWeights[moeIds[l]!]!.experts[expert]!, format, I, H);
       };
       hot.forEach((e, r) => place(hotBank, r, e));
       cold.forEach((e, r) => place(coldBank, r, e));
       this.hot.push(hotBank);
       this.cold.push(coldBank);
+      const q = format.quant;
+      if (q) {
+        for (const [bank, n] of [[hotBank, hot.length], [coldBank, cold.length]] as const) {
+          this.quantRows.push(Array.from({ length: n }, (_, r) => quantRowView(bank, r * this.rowSize, q, I, H)));
+        }
+      }
     }
   }
 

@@ -1,8 +1,10 @@
 // Refuses weights whose sizes do not match the spec before the CPU backend reads them (a loader bug would
-// otherwise read out of bounds), for every family's layer kinds.
+// otherwise read out of bounds), for every family's layer kinds; quantized matrices where the CPU computes them
+// (attention projections, routed experts), float32 elsewhere.
 import { ResidencyError } from '../../errors.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertWeights, ModelWeights } from '../../model/weights.ts';
+import { isQuantized, type Matrix } from '../../model/quant.ts';
 
 export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
   const H = spec.hiddenSize;
@@ -15,10 +17,21 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
       throw new ResidencyError('BAD_CHECKPOINT', `${name}: expected ${n} floats, got ${a ? a.length : 'none'}`);
     }
   };
-  const mlp = (name: string, e: ExpertWeights | undefined, inter: number): void => {
-    want(`${name}.gate`, e?.gate, inter * H);
-    want(`${name}.up`, e?.up, inter * H);
-    want(`${name}.down`, e?.down, H * inter);
+  /** A [rows][cols] matrix: float32, or (where `quantized`) quantized with data and scales of its shape. */
+  const wantMatrix = (name: string, m: Matrix | undefined, rows: number, cols: number, quantized = true): void => {
+    if (!m || !isQuantized(m)) return want(name, m, rows * cols);
+    if (!quantized) throw new ResidencyError('UNSUPPORTED_MODEL', `${name}: quantized (${m.format}) here is not supported on the CPU backend; only float weights`);
+    const [br, bc] = m.block;
+    const [data, scales] = m.format === 'fp8' ? [rows * cols, Math.ceil(rows / br) * Math.ceil(cols / bc)] : [(rows * cols) / 2, (rows * cols) / 32];
+    if (m.rows !== rows || m.cols !== cols || m.data.length !== data || m.scales.length !== scales || (m.format === 'mxfp4' && (cols % 32 !== 0 || br !== 1 || bc !== 32))) {
+      throw new ResidencyError('BAD_CHECKPOINT',
+        `${name}: expected a [${rows}][${cols}] ${m.format} matrix (${data} data bytes, ${scales} scales), got [${m.rows}][${m.cols}] in blocks of ${br}x${bc} with ${m.data.length} and ${m.scales.length}`);
+    }
+  };
+  const mlp = (name: string, e: ExpertWeights | undefined, inter: number, quantized = true): void => {
+    wantMatrix(`${name}.gate`, e?.gate, inter, H, quantized);
+    wantMatrix(`${name}.up`, e?.up, inter, H, quantized);
+    wantMatrix(`${name}.down`, e?.down, H, inter, quantized);
   };
   if (spec.numHeads % spec.numKvHeads !== 0) {
     throw new ResidencyError('UNSUPPORTED_MODEL', `numHeads ${spec.numHeads} is not a multiple of numKvHeads ${spec.numKvHeads}`);
@@ -44,12 +57,12 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
       want(`${p}.mla.kvA`, lw.mla?.kvA, (m.kvLoraRank + d) * H);
       want(`${p}.mla.kvANorm`, lw.mla?.kvANorm, m.kvLoraRank);
       want(`${p}.mla.kvB`, lw.mla?.kvB, spec.numHeads * (m.qkNopeDim + m.vHeadDim) * m.kvLoraRank);
-      want(`${p}.oProj`, lw.oProj, H * spec.numHeads * m.vHeadDim);
+      wantMatrix(`${p}.oProj`, lw.oProj, H, spec.numHeads * m.vHeadDim, false);
     } else {
-      want(`${p}.qProj`, lw.qProj, qW * H);
-      want(`${p}.kProj`, lw.kProj, kvW * H);
-      want(`${p}.vProj`, lw.vProj, kvW * H);
-      want(`${p}.oProj`, lw.oProj, H * qW);
+      wantMatrix(`${p}.qProj`, lw.qProj, qW, H);
+      wantMatrix(`${p}.kProj`, lw.kProj, kvW, H);
+      wantMatrix(`${p}.vProj`, lw.vProj, kvW, H);
+      wantMatrix(`${p}.oProj`, lw.oProj, H, qW);
       if (qkNorm !== 'none') {
         want(`${p}.qNorm`, lw.qNorm, qkNorm === 'head' ? d : qW);
         want(`${p}.kNorm`, lw.kNorm, qkNorm === 'head' ? d : kvW);
@@ -63,13 +76,13 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
     }
     if (spec.attentionSinks) want(`${p}.sinks`, lw.sinks, spec.numHeads);
     if (!moe.has(l)) {
-      mlp(`${p}.dense`, lw.dense, spec.denseIntermediate ?? 0);
+      mlp(`${p}.dense`, lw.dense, spec.denseIntermediate ?? 0, false);
       return;
     }
     want(`${p}.router`, lw.router, spec.numExperts * H);
     if (spec.router?.kind === 'topk_softmax' && spec.router.bias) want(`${p}.routerBias`, lw.routerBias, spec.numExperts);
     if (spec.router?.kind === 'sigmoid_group') want(`${p}.correctionBias`, lw.correctionBias, spec.numExperts);
-    if (spec.sharedIntermediate) mlp(`${p}.shared`, lw.shared, spec.sharedIntermediate);
+    if (spec.sharedIntermediate) mlp(`${p}.shared`, lw.shared, spec.sharedIntermediate, false);
     if (lw.experts.length !== spec.numExperts) {
       throw new ResidencyError('BAD_CHECKPOINT', `${p}.experts: expected ${spec.numExperts}, got ${lw.experts.length}`);
     }

@@ -6,6 +6,7 @@ import { mulberry32, syntheticModel } from './synthetic.ts';
 import { randomMap } from './test-helpers.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { ModelWeights } from '../../model/weights.ts';
+import { dequantize, type Matrix } from '../../model/quant.ts';
 import { ResidencyError } from '../../errors.ts';
 
 const model = syntheticModel({ seed: 7, numExperts: 16, topK: 4 });
@@ -14,12 +15,14 @@ const model = syntheticModel({ seed: 7, numExperts: 16, topK: 4 });
 function referenceForward(spec: ModelSpec, w: ModelWeights, tokens: number[]): Float64Array {
   const H = spec.hiddenSize, d = spec.headDim, nH = spec.numHeads, nKv = spec.numKvHeads, E = spec.numExperts;
   const I = spec.expertIntermediate, eps = spec.rmsNormEps;
-  const mv = (W: Float32Array, x: ArrayLike<number>, out: number, inn: number): number[] =>
-    Array.from({ length: out }, (_, o) => {
+  const mv = (M: Matrix, x: ArrayLike<number>, out: number, inn: number): number[] => {
+    const W = dequantize(M);
+    return Array.from({ length: out }, (_, o) => {
       let s = 0;
       for (let i = 0; i < inn; i++) s += W[o * inn + i]! * x[i]!;
       return s;
     });
+  };
   const norm = (x: number[], g: Float32Array): number[] => {
     const r = 1 / Math.sqrt(x.reduce((a, v) => a + v * v, 0) / x.length + eps);
     return x.map((v, i) => v * r * g[i]!);

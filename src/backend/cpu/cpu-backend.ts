@@ -5,6 +5,9 @@ import { ResidencyError } from '../../errors.ts';
 import type { Backend, StepInput, StepOutput } from '../backend.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { ModelWeights } from '../../model/weights.ts';
+import { isQuantized, type Matrix } from '../../model/quant.ts';
+import { linearQ } from './quant-linear.ts';
+import { expertRowFormat } from './expert-rows.ts';
 import { CpuExpertBanks } from './banks.ts';
 import type { BankPlacement } from '../slot-tables.ts';
 import { KvCaches, type SequenceCache } from './kv-cache.ts';
@@ -95,7 +98,7 @@ export class CpuBackend implements Backend {
   /** The lm head and routers where every thread can read them (shared copies when threads > 1). */
   private readonly lmHead: Float32Array;
   private readonly routers: Float32Array[];
-  private readonly oProjs: Float32Array[];
+  private readonly oProjs: Matrix[];
   /** Threads only: per layer q, k and v projection rows stacked in one shared matrix. */
   private readonly qkv: (Float32Array | null)[];
   /** Per model layer: its index among the MoE layers (banks, counter, routing), or -1 for a dense layer. */
@@ -112,21 +115,28 @@ export class CpuBackend implements Backend {
   ) {
     checkWeights(spec, weights);
     this.threads = resolveThreads(options.threads);
-    this.simd = resolveSimd(options.simd, linearBytes(spec));
+    const arenaBytes = linearBytes(spec, weights);
+    this.simd = resolveSimd(options.simd, arenaBytes);
     // SIMD: the linear layers' and experts' weights and activations live in one shared wasm memory
     // (wasm/arena.ts); KV caches stay where the JS path keeps them.
-    const arena = this.simd ? new WasmArena(linearBytes(spec)) : null;
+    const arena = this.simd ? new WasmArena(arenaBytes) : null;
     const plain = this.threads > 1 ? sharedAlloc : heapAlloc;
     this.alloc = arena ?? plain;
     this.banks = new CpuExpertBanks(spec, weights.layers, options.placement, arena ?? plain);
     const share = (a: Float32Array): Float32Array => (arena ? arena.copy(a) : this.threads > 1 ? sharedCopy(a) : a);
+    // Quantized projections stay as stored, computed on the calling thread (quant-linear.ts).
+    const shareMatrix = (m: Matrix): Matrix => (isQuantized(m) ? m : share(m));
     this.lmHead = share(weights.lmHead);
     const moeIds = moeLayerIds(spec);
     this.moeIndex = new Int32Array(spec.numLayers).fill(-1);
     moeIds.forEach((l, m) => (this.moeIndex[l] = m));
     this.routers = weights.layers.map((w, l) => (this.moeIndex[l]! >= 0 ? share(w.router) : w.router));
-    this.oProjs = weights.layers.map((w) => share(w.oProj));
-    this.qkv = weights.layers.map((w) => (!spec.mla && (this.threads > 1 || arena) ? stackRows(arena ?? sharedAlloc, w.qProj, w.kProj, w.vProj) : null));
+    this.oProjs = weights.layers.map((w) => shareMatrix(w.oProj));
+    this.qkv = weights.layers.map((w) => {
+      const { qProj: q, kProj: k, vProj: v } = w;
+      if (spec.mla || !(this.threads > 1 || arena) || isQuantized(q) || isQuantized(k) || isQuantized(v)) return null;
+      return stackRows(arena ?? sharedAlloc, q, k, v);
+    });
     this.mla = weights.layers.map((w) => (w.mla ? { ...w.mla, qA: share(w.mla.qA), qB: share(w.mla.qB), kvA: share(w.mla.kvA), kvB: share(w.mla.kvB) } : null));
     this.mlps = spec.denseIntermediate !== undefined || spec.sharedIntermediate ? new FamilyMlps(spec, weights.layers) : null;
     // One SwiGLU scratch (2*I floats) per thread in the wasm memory.
@@ -247,10 +257,10 @@ export class CpuBackend implements Backend {
           s.values[i] = s.cacheOf[i]!.values[l]!;
         }
         mlaAttention(s.attn, s.xn, T, mla, spec, s.mla!, s.pos, s.keys, s.values, this.compute, this.cos, this.sin, this.scores, this.attnAcc);
-        this.compute.linear(s.proj, this.oProjs[l]!, 0, s.attn, T, H, nH * spec.mla!.vHeadDim);
+        this.project(s.proj, this.oProjs[l]!, s.attn, T, H, nH * spec.mla!.vHeadDim);
       } else {
         this.attention(l, T, s);
-        this.compute.linear(s.proj, this.oProjs[l]!, 0, s.attn, T, H, qW);
+        this.project(s.proj, this.oProjs[l]!, s.attn, T, H, qW);
       }
       if (w.oBias) addBias(s.proj, T, w.oBias);
       addInPlace(s.x, 0, s.proj, 0, T * H);
@@ -292,6 +302,12 @@ export class CpuBackend implements Backend {
     return record ? { ...out, routing, routingWeights } : out;
   }
 
+  /** y = W x for T rows: float32 W through the compute (threads, SIMD), a quantized W as stored (quant-linear.ts). */
+  private project(y: Float32Array, w: Matrix, x: Float32Array, T: number, outDim: number, inDim: number): void {
+    if (isQuantized(w)) linearQ(y, w, x, T);
+    else this.compute.linear(y, w, 0, x, T, outDim, inDim);
+  }
+
   /** q/k/v attention of layer `l` (every family but MLA) into s.attn: Qwen3's, with the families' variants. */
   private attention(l: number, T: number, s: Scratch): void {
     const spec = this.spec;
@@ -311,9 +327,10 @@ export class CpuBackend implements Backend {
         s.v.set(s.qkv.subarray(i * W + qW + kvW, i * W + W), i * kvW);
       }
     } else {
-      linear(s.q, w.qProj, 0, s.xn, T, qW, H);
-      linear(s.k, w.kProj, 0, s.xn, T, kvW, H);
-      linear(s.v, w.vProj, 0, s.xn, T, kvW, H);
+      for (const [y, m, n] of [[s.q, w.qProj, qW], [s.k, w.kProj, kvW], [s.v, w.vProj, kvW]] as const) {
+        if (isQuantized(m)) linearQ(y, m, s.xn, T);
+        else linear(y, m, 0, s.xn, T, n, H);
+      }
     }
     if (w.qBias) addBias(s.q, T, w.qBias);
     if (w.kBias) addBias(s.k, T, w.kBias);
@@ -379,22 +396,26 @@ export class CpuBackend implements Backend {
       values: new Array<Float32Array>(T),
       last: this.alloc.f32(C * H),
       logits: this.alloc.f32(C * spec.vocabSize),
-      moe: moeScratch(T, H, spec.numExperts, spec.topK, this.alloc, spec.expertAct ? spec.expertIntermediate : 0),
+      moe: moeScratch(T, H, spec.numExperts, spec.topK, this.alloc, spec.expertAct || this.banks.quant ? spec.expertIntermediate : 0),
       mla: spec.mla ? mlaScratch(spec, T, (n) => this.alloc.f32(n)) : null,
     };
     return this.scratch;
   }
 }
 
-/** Bytes the SIMD arena holds before the first step: lm head, routers, o and q/k/v projections, banks. */
-function linearBytes(spec: ModelSpec): number {
+/**
+ * Bytes the SIMD arena holds before the first step: lm head, routers, float32 o and q/k/v projections, banks
+ * (expert rows as the banks store them: float32, or quantized experts' stored bytes).
+ */
+function linearBytes(spec: ModelSpec, weights: ModelWeights): number {
   const H = spec.hiddenSize;
-  const qW = spec.numHeads * spec.headDim;
-  const kvW = spec.numKvHeads * spec.headDim;
-  const experts = spec.numExperts * 3 * spec.expertIntermediate * H;
+  const moe = moeLayerIds(spec);
+  const rowWords = expertRowFormat(spec, moe.flatMap((l) => weights.layers[l]!.experts)).words;
+  let projections = 0;
+  for (const w of weights.layers) for (const m of [w.qProj, w.kProj, w.vProj, w.oProj]) if (!isQuantized(m)) projections += 4 * m.length;
   // (KV caches and per-thread scratch grow the memory as sequences open; so does the memory when the
   // families' extra projections are placed, so this need not count them.)
-  return 4 * (spec.vocabSize * H + spec.numLayers * (spec.numExperts * H + 2 * qW * H + 2 * kvW * H + experts)) + (1 << 20);
+  return 4 * (spec.vocabSize * H + moe.length * spec.numExperts * (H + rowWords)) + projections + (1 << 20);
 }
 
 /** The rows of several [rows][H] matrices stacked into one matrix from `alloc` (shared or wasm memory). */

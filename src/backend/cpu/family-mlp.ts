@@ -21,10 +21,12 @@ export class FamilyMlps {
   constructor(private readonly spec: ModelSpec, layers: readonly LayerWeights[]) {
     const row = (e: ExpertWeights | undefined): Float32Array | null => {
       if (!e) return null;
-      const r = new Float32Array(e.gate.length + e.up.length + e.down.length);
-      r.set(e.gate, 0);
-      r.set(e.up, e.gate.length);
-      r.set(e.down, e.gate.length + e.up.length);
+      // check-weights.ts refuses quantized dense and shared MLPs.
+      const [gate, up, down] = [e.gate, e.up, e.down] as Float32Array[];
+      const r = new Float32Array(gate!.length + up!.length + down!.length);
+      r.set(gate!, 0);
+      r.set(up!, gate!.length);
+      r.set(down!, gate!.length + up!.length);
       return r;
     };
     this.denseRows = layers.map((w) => row(w.dense));

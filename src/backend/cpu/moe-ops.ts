@@ -57,6 +57,11 @@ export function silu(x: number): number {
   return Math.fround(x / (1 + Math.exp(-x)));
 }
 
+/** SwiGLU of one intermediate unit from its gate and up sums: silu(gate) * up, each rounded to float32 first. */
+export function swigluAct(gate: number, up: number): number {
+  return silu(Math.fround(gate)) * Math.fround(up);
+}
+
 /**
  * One SwiGLU expert on one token: out = down(silu(gate x) * up x). The expert is one bank row:
  * gate [I][H] | up [I][H] | down [H][I] contiguous from rowOff. act: scratch of I floats.
@@ -76,7 +81,7 @@ export function swigluExpert(
   const downOff = upOff + inter * hidden;
   for (let j = 0; j < inter; j++) {
     dot2Rows(pair, bank, rowOff + j * hidden, upOff + j * hidden, x, xOff, hidden);
-    act[j] = silu(Math.fround(pair[0]!)) * Math.fround(pair[1]!);
+    act[j] = swigluAct(pair[0]!, pair[1]!);
   }
   for (let o = 0; o < hidden; o++) out[outOff + o] = dot(bank, downOff + o * inter, act, 0, inter);
 }
@@ -102,8 +107,8 @@ export function swigluExpertPair(
   const downOff = upOff + inter * hidden;
   for (let j = 0; j < inter; j++) {
     dot2Rows2(quad, bank, rowOff + j * hidden, upOff + j * hidden, x, xA, xB, hidden);
-    act[j] = silu(Math.fround(quad[0]!)) * Math.fround(quad[1]!);
-    act[inter + j] = silu(Math.fround(quad[2]!)) * Math.fround(quad[3]!);
+    act[j] = swigluAct(quad[0]!, quad[1]!);
+    act[inter + j] = swigluAct(quad[2]!, quad[3]!);
   }
   for (let o = 0; o < hidden; o++) dot2(out, outA + o, outB + o, bank, downOff + o * inter, act, 0, inter, inter);
 }
@@ -222,15 +227,23 @@ export function clampedSwigluExpert(
   const upOff = rowOff + inter * hidden;
   const downOff = upOff + inter * hidden;
   const biasOff = downOff + hidden * inter;
-  const limit = Math.fround(c.limit);
-  const alpha = Math.fround(c.alpha);
   for (let j = 0; j < inter; j++) {
-    const g = Math.min(Math.fround(Math.fround(dot(bank, rowOff + j * hidden, x, xOff, hidden)) + bank[biasOff + j]!), limit);
-    const u = Math.min(Math.max(Math.fround(Math.fround(dot(bank, upOff + j * hidden, x, xOff, hidden)) + bank[biasOff + inter + j]!), -limit), limit);
-    const glu = Math.fround(g * Math.fround(1 / (1 + Math.exp(-Math.fround(g * alpha)))));
-    act[j] = Math.fround(u + 1) * glu;
+    act[j] = clampedAct(dot(bank, rowOff + j * hidden, x, xOff, hidden), dot(bank, upOff + j * hidden, x, xOff, hidden), bank[biasOff + j]!, bank[biasOff + inter + j]!, c);
   }
   for (let o = 0; o < hidden; o++) {
     out[outOff + o] = Math.fround(dot(bank, downOff + o * inter, act, 0, inter)) + bank[biasOff + 2 * inter + o]!;
   }
+}
+
+/**
+ * gpt-oss's activation of one intermediate unit from its gate and up sums and biases (float32 steps as
+ * transformers): gate clamped above at `limit`, up to [-limit, limit], (up + 1) * gate * sigmoid(alpha gate).
+ */
+export function clampedAct(gateSum: number, upSum: number, gateBias: number, upBias: number, c: { readonly limit: number; readonly alpha: number }): number {
+  const limit = Math.fround(c.limit);
+  const alpha = Math.fround(c.alpha);
+  const g = Math.min(Math.fround(Math.fround(gateSum) + gateBias), limit);
+  const u = Math.min(Math.max(Math.fround(Math.fround(upSum) + upBias), -limit), limit);
+  const glu = Math.fround(g * Math.fround(1 / (1 + Math.exp(-Math.fround(g * alpha)))));
+  return Math.fround(u + 1) * glu;
 }

@@ -7,6 +7,9 @@ import { EMBED, FINAL_NORM, LM_HEAD } from '../tensor-names.ts';
 import { tensorToFloat32 } from '../float-convert.ts';
 import type { ModelSpec, YarnSpec } from '../spec.ts';
 import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
+import type { Matrix } from '../quant.ts';
+import type { QuantSpec } from '../quant-config.ts';
+import { fp8Matrix, fp8ScaleName } from '../quant-read.ts';
 
 export const posInt = z.number().int().positive();
 const tokenId = z.number().int().nonnegative();
@@ -157,15 +160,25 @@ export function refuseQuantized(type: string, q: unknown): void {
   }
 }
 
-/** Float32 reads of a checkpoint's tensors by name (a NaN or infinity refused), reporting each one's raw size. */
-export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void) {
+/**
+ * Reads of a checkpoint's tensors by name, reporting each one's raw size: float32 (a NaN or infinity
+ * refused), and `matrix` for a linear weight, kept as stored when it is block FP8 (quant-read.ts checks it).
+ */
+export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, quant?: QuantSpec) {
   const rawOf = (name: string): RawTensor => {
     const t = raw.get(name);
     if (!t) throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is missing`);
     onTensor?.(name, t.bytes.length);
     return t;
   };
-  return { raw: rawOf, f32: (name: string): Float32Array => tensorToFloat32(rawOf(name), { finite: true }) };
+  const f32 = (name: string): Float32Array => tensorToFloat32(rawOf(name), { finite: true });
+  const matrix = (name: string): Matrix => {
+    const t = rawOf(name);
+    if (t.dtype !== 'F8_E4M3') return tensorToFloat32(t, { finite: true });
+    if (quant?.method !== 'fp8') throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is F8_E4M3 but config.json declares no fp8 quantization`);
+    return fp8Matrix(t, rawOf(fp8ScaleName(name)), quant.blockSize);
+  };
+  return { raw: rawOf, f32, matrix };
 }
 
 export type TensorShapes = Map<string, readonly number[]>;
@@ -207,12 +220,12 @@ export function modelWeights(spec: ModelSpec, f32: (n: string) => Float32Array, 
 }
 
 /** Grouped-query attention's projections, read in the order q, k, v, o. */
-export function attentionWeights(f32: (n: string) => Float32Array, n: ProjNames): Pick<LayerWeights, 'qProj' | 'kProj' | 'vProj' | 'oProj'> {
+export function attentionWeights(f32: (n: string) => Matrix, n: ProjNames): Pick<LayerWeights, 'qProj' | 'kProj' | 'vProj' | 'oProj'> {
   return { qProj: f32(n.qProj), kProj: f32(n.kProj), vProj: f32(n.vProj), oProj: f32(n.oProj) };
 }
 
 /** A layer's routed experts, read in expert order. */
-export function expertWeights(f32: (n: string) => Float32Array, expert: (e: number) => SwigluNames, spec: ModelSpec): ExpertWeights[] {
+export function expertWeights(f32: (n: string) => Matrix, expert: (e: number) => SwigluNames, spec: ModelSpec): ExpertWeights[] {
   return Array.from({ length: spec.numExperts }, (_, e) => swigluWeights(f32, expert(e)));
 }
 
@@ -223,7 +236,7 @@ export function swigluShapes(out: TensorShapes, names: SwigluNames, I: number, H
   out.set(names.down, [H, I]);
 }
 
-export function swigluWeights(f32: (n: string) => Float32Array, names: SwigluNames): ExpertWeights {
+export function swigluWeights(f32: (n: string) => Matrix, names: SwigluNames): ExpertWeights {
   return { gate: f32(names.gate), up: f32(names.up), down: f32(names.down) };
 }
 

@@ -8,7 +8,6 @@ import { parseConfig } from '../config.ts';
 import { moeLayerIds } from '../spec.ts';
 import { rejectsWith } from '../test-helpers.ts';
 import { REPO_ROOT } from '../test-helpers.ts';
-import { dequantMxfp4 } from './mxfp4.ts';
 
 const FIXTURES = join(REPO_ROOT, '..', 'shared', 'fixtures');
 const config = (dir: string): Record<string, unknown> => JSON.parse(readFileSync(join(FIXTURES, dir, 'config.json'), 'utf8')) as Record<string, unknown>;
@@ -109,20 +108,6 @@ describe('gpt_oss config', { skip: !have('gpt-oss-tiny-mxfp4') && 'no fixture' }
       await rejectsWith(() => parseConfig({ ...config('gpt-oss-tiny-mxfp4'), ...over }, 'g'), 'UNSUPPORTED_MODEL', new RegExp(`\\(gpt_oss\\): ${key.replace(/\./g, '\\.')}:`));
     });
   }
-});
-
-describe('MXFP4', () => {
-  it('dequantizes E2M1 pairs (low nibble first) times 2^(scale - 127)', () => {
-    // One expert, one row of 32 values: bytes 0x10 (0, 0.5), 0xF7 (6, -6), then zeros; scale 128 (x2).
-    const blocks = new Uint8Array(16);
-    blocks[0] = 0x10;
-    blocks[1] = 0xf7;
-    const w = dequantMxfp4(blocks, new Uint8Array([128]), 0, 1, 32);
-    assert.deepEqual([...w.subarray(0, 4)], [0, 1, 12, -12]);
-    assert.ok(w.subarray(4).every((v) => v === 0));
-    assert.equal(dequantMxfp4(blocks, new Uint8Array([125]), 0, 1, 32)[3], -1.5);
-    assert.throws(() => dequantMxfp4(blocks, new Uint8Array([255]), 0, 1, 32), /scale 0xFF/);
-  });
 });
 
 describe('model_type', () => {

@@ -1,4 +1,4 @@
-// gpt-oss (model_type gpt_oss) with MXFP4 experts (the hub format; dequantized to float32 on load): biases on
+// gpt-oss (model_type gpt_oss) with MXFP4 experts (the hub format, kept as stored: quant.ts): biases on
 // q/k/v/o and the router, a sink logit per head, sliding-window (layer_types) and full layers, YaRN RoPE,
 // softmax over the top-k router logits, and clamped SwiGLU experts whose gate and up rows interleave.
 
@@ -11,7 +11,9 @@ import {
   attentionShapes, attentionWeights, badConfig, baseFields, baseSpec, checkTopK, EMPTY, modelWeights, parseFields, posInt, ropeOf, tensorMap,
   tensorReader, unsupported, yarnOf, type TensorShapes,
 } from './common.ts';
-import { dequantMxfp4 } from './mxfp4.ts';
+import { parseQuantization, notConverted } from '../quant-config.ts';
+import { mxfp4Matrix } from '../quant-read.ts';
+import { quantRows } from '../quant.ts';
 
 const T = 'gpt_oss';
 /** transformers GptOssExperts' alpha (not a config key). */
@@ -28,9 +30,13 @@ const GptOssConfig = z.looseObject({
 
 export function parseGptOss(json: unknown, name: string): ModelSpec {
   const c = parseFields(GptOssConfig, json);
-  const q = c.quantization_config as { quant_method?: unknown } | null | undefined;
-  if (q == null || q.quant_method !== 'mxfp4') {
-    throw unsupported(T, 'quantization_config', `${q == null ? 'absent' : `quant_method ${JSON.stringify(q.quant_method)}`}: only MXFP4 experts (quant_method "mxfp4", the hub format) are supported`);
+  if (c.quantization_config == null) {
+    throw unsupported(T, 'quantization_config', 'absent: only MXFP4 experts (quant_method "mxfp4", the hub format) are supported');
+  }
+  const quantization = parseQuantization(T, c.quantization_config, ['mxfp4'])!;
+  // Experts left in bf16 are stored as gate_up_proj / down_proj [E, in, out], a layout not read here.
+  if (notConverted(quantization, 'model.layers.0.mlp.experts')) {
+    throw unsupported(T, 'quantization_config.modules_to_not_convert', 'lists the experts: only MXFP4 experts (*_blocks / *_scales) are supported');
   }
   const L = c.num_hidden_layers;
   const types = c.layer_types ?? Array.from({ length: L }, (_, l) => ((l + 1) % 2 ? 'sliding_attention' : 'full_attention'));
@@ -59,6 +65,7 @@ export function parseGptOss(json: unknown, name: string): ModelSpec {
     attentionSinks: true,
     slidingWindows: Object.freeze(types.map((t) => (t === 'sliding_attention' ? c.sliding_window! : 0))),
     expertAct: { kind: 'clamped_swiglu', limit: c.swiglu_limit ?? 7, alpha: ALPHA },
+    quantization,
   } satisfies ModelSpec);
 }
 
@@ -110,32 +117,33 @@ export function gptOssTensors(spec: ModelSpec): TensorShapes {
 
 export function gptOssWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void): ModelWeights {
   const { f32, raw: rawOf } = tensorReader(raw, onTensor);
-  const u8 = (name: string): Uint8Array => {
-    const t = rawOf(name);
-    if (t.dtype !== 'U8') throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is ${t.dtype}: MXFP4 blocks and scales are U8`);
-    return t.bytes;
-  };
   const { hiddenSize: H, expertIntermediate: I } = spec;
+  // Rows of gate_up interleave: 2j is gate unit j, 2j + 1 up unit j (transformers: [..., ::2], [..., 1::2]).
+  const gateRows = Array.from({ length: I }, (_, j) => 2 * j);
+  const upRows = gateRows.map((r) => r + 1);
   return modelWeights(spec, f32, (l) => {
     const s = layerTensorNames(l);
     const n = names(l);
-    const gateUp = { blocks: u8(n.gateUpBlocks), scales: u8(n.gateUpScales), bias: f32(n.gateUpBias) };
-    const down = { blocks: u8(n.downBlocks), scales: u8(n.downScales), bias: f32(n.downBias) };
+    const gateUp = { blocks: rawOf(n.gateUpBlocks), scales: rawOf(n.gateUpScales), bias: f32(n.gateUpBias) };
+    const down = { blocks: rawOf(n.downBlocks), scales: rawOf(n.downScales), bias: f32(n.downBias) };
     const experts: ExpertWeights[] = [];
     for (let e = 0; e < spec.numExperts; e++) {
-      // Rows of gate_up interleave: 2j is gate unit j, 2j + 1 up unit j (transformers: [..., ::2], [..., 1::2]).
-      const gu = dequantMxfp4(gateUp.blocks, gateUp.scales, e, 2 * I, H);
-      const gate = new Float32Array(I * H);
-      const up = new Float32Array(I * H);
+      // Kept as stored (MXFP4 bytes and scales), gate and up split into their own rows.
+      const gu = mxfp4Matrix(gateUp.blocks, gateUp.scales, e, 2 * I, H);
       const gateBias = new Float32Array(I);
       const upBias = new Float32Array(I);
       for (let j = 0; j < I; j++) {
-        gate.set(gu.subarray(2 * j * H, (2 * j + 1) * H), j * H);
-        up.set(gu.subarray((2 * j + 1) * H, (2 * j + 2) * H), j * H);
         gateBias[j] = gateUp.bias[e * 2 * I + 2 * j]!;
         upBias[j] = gateUp.bias[e * 2 * I + 2 * j + 1]!;
       }
-      experts.push({ gate, up, down: dequantMxfp4(down.blocks, down.scales, e, H, I), gateBias, upBias, downBias: down.bias.slice(e * H, e * H + H) });
+      experts.push({
+        gate: quantRows(gu, gateRows),
+        up: quantRows(gu, upRows),
+        down: mxfp4Matrix(down.blocks, down.scales, e, H, I),
+        gateBias,
+        upBias,
+        downBias: down.bias.slice(e * H, e * H + H),
+      });
     }
     return {
       inputNorm: f32(s.inputNorm),

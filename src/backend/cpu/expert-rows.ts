@@ -1,0 +1,119 @@
+// The layout of one expert row in the CPU banks. Float32 experts: gate [I][H] | up [I][H] | down [H][I]
+// (gpt-oss: then its biases [I] | [I] | [H]), one float each. Quantized experts keep their stored bytes:
+// gate data | up data | down data | gate scales | up scales | down scales (| the three float32 biases), each
+// part at a 4-byte boundary of the row. Rows are counted in 4-byte words either way, so a bank is one
+// Float32Array whose rows swaps move as bytes (a same-type set copies bits) and the digest hashes whole.
+import { ResidencyError } from '../../errors.ts';
+import { isQuantized, type QuantMatrix } from '../../model/quant.ts';
+import type { ModelSpec } from '../../model/spec.ts';
+import type { ExpertWeights } from '../../model/weights.ts';
+import type { QuantExpert } from './quant-linear.ts';
+
+/** Where each part of a quantized expert row lies, in bytes from the row's start. */
+export interface QuantRowLayout {
+  readonly words: number;
+  /** Byte offsets of gate, up and down data, then of their scales. */
+  readonly data: readonly [number, number, number];
+  readonly scales: readonly [number, number, number];
+  /** Byte offset of the biases (gpt-oss), or -1. */
+  readonly bias: number;
+  /** The three matrices' shape and format (their data and scales are views made per row). */
+  readonly shapes: readonly [QuantMatrix, QuantMatrix, QuantMatrix];
+}
+
+/** How a model's expert rows are stored: float32 (`quant` null) or quantized (its layout). */
+export interface ExpertRowFormat {
+  /** 4-byte words per row. */
+  readonly words: number;
+  readonly quant: QuantRowLayout | null;
+}
+
+const align4 = (n: number): number => Math.ceil(n / 4) * 4;
+
+function sameFormat(a: QuantMatrix, b: QuantMatrix): boolean {
+  return a.format === b.format && a.rows === b.rows && a.cols === b.cols && a.block[0] === b.block[0] && a.block[1] === b.block[1] &&
+    a.data.length === b.data.length && a.scales.length === b.scales.length;
+}
+
+/**
+ * The row format of `experts` (every routed expert of every MoE layer): all float32 or all quantized in one
+ * format and block shape (a checkpoint mixing them is refused: a bank's rows share one layout).
+ */
+export function expertRowFormat(spec: ModelSpec, experts: readonly ExpertWeights[]): ExpertRowFormat {
+  const I = spec.expertIntermediate;
+  const H = spec.hiddenSize;
+  const biases = spec.expertAct ? 2 * I + H : 0;
+  const first = experts[0];
+  if (!first || !isQuantized(first.gate)) {
+    for (const e of experts) {
+      if (isQuantized(e.gate) || isQuantized(e.up) || isQuantized(e.down)) throw mixed();
+    }
+    return { words: 3 * I * H + biases, quant: null };
+  }
+  const shapes = [first.gate, first.up, first.down] as const;
+  if (!isQuantized(shapes[1]) || !isQuantized(shapes[2])) throw mixed();
+  for (const e of experts) {
+    const ms = [e.gate, e.up, e.down];
+    if (!ms.every((m, i) => isQuantized(m) && sameFormat(m, shapes[i] as QuantMatrix))) throw mixed();
+  }
+  let at = 0;
+  const place = (bytes: number): number => {
+    const o = at;
+    at = align4(at + bytes);
+    return o;
+  };
+  const q = shapes as readonly [QuantMatrix, QuantMatrix, QuantMatrix];
+  const data = [place(q[0].data.length), place(q[1].data.length), place(q[2].data.length)] as const;
+  const scales = [place(q[0].scales.byteLength), place(q[1].scales.byteLength), place(q[2].scales.byteLength)] as const;
+  const bias = biases > 0 ? place(4 * biases) : -1;
+  return { words: at / 4, quant: { words: at / 4, data, scales, bias, shapes: q } };
+}
+
+function mixed(): ResidencyError {
+  return new ResidencyError('UNSUPPORTED_MODEL', 'the routed experts are stored in more than one format (float and quantized, or two quantized shapes); every expert must be stored alike');
+}
+
+/** Writes expert `e` into `bank` at word `off` in the row format (its float32 values, or its stored bytes). */
+export function writeExpertRow(bank: Float32Array, off: number, e: ExpertWeights, f: ExpertRowFormat, I: number, H: number): void {
+  const q = f.quant;
+  if (!q) {
+    const gate = e.gate as Float32Array;
+    bank.set(gate, off);
+    bank.set(e.up as Float32Array, off + I * H);
+    bank.set(e.down as Float32Array, off + 2 * I * H);
+    if (f.words > 3 * I * H) {
+      bank.set(e.gateBias!, off + 3 * I * H);
+      bank.set(e.upBias!, off + 3 * I * H + I);
+      bank.set(e.downBias!, off + 3 * I * H + 2 * I);
+    }
+    return;
+  }
+  const bytes = new Uint8Array(bank.buffer, bank.byteOffset + 4 * off, 4 * f.words);
+  [e.gate, e.up, e.down].forEach((m, i) => {
+    const qm = m as QuantMatrix;
+    bytes.set(qm.data, q.data[i]!);
+    bytes.set(new Uint8Array(qm.scales.buffer, qm.scales.byteOffset, qm.scales.byteLength), q.scales[i]!);
+  });
+  if (q.bias >= 0) {
+    const b = new Float32Array(bank.buffer, bank.byteOffset + 4 * off + q.bias, 2 * I + H);
+    b.set(e.gateBias!, 0);
+    b.set(e.upBias!, I);
+    b.set(e.downBias!, 2 * I);
+  }
+}
+
+/** Views of the quantized row at word `off` of `bank`: reads see whatever expert the row holds now. */
+export function quantRowView(bank: Float32Array, off: number, q: QuantRowLayout, I: number, H: number): QuantExpert {
+  const base = bank.byteOffset + 4 * off;
+  const view = (i: number): QuantMatrix => {
+    const s = q.shapes[i]!;
+    const data = new Uint8Array(bank.buffer, base + q.data[i]!, s.data.length);
+    return s.format === 'fp8'
+      ? { ...s, data, scales: new Float32Array(bank.buffer, base + q.scales[i]!, s.scales.length) }
+      : { ...s, data, scales: new Uint8Array(bank.buffer, base + q.scales[i]!, s.scales.length) };
+  };
+  const e = { gate: view(0), up: view(1), down: view(2) };
+  if (q.bias < 0) return e;
+  const b = (at: number, n: number): Float32Array => new Float32Array(bank.buffer, base + q.bias + 4 * at, n);
+  return { ...e, gateBias: b(0, I), upBias: b(I, I), downBias: b(2 * I, H) };
+}

@@ -1,0 +1,184 @@
+// The CPU backend computing from quantized weights as stored: the quantized linear layer and experts are
+// bit-identical to the float32 ops over the dequantized matrices (odd shapes, partial FP8 blocks, batches,
+// token pairs, gpt-oss's clamped experts), a whole block-FP8 model matches its dequantized float32 twin byte
+// for byte with one and two threads and SIMD on and off, and the banks move blocks and scales losslessly.
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { dequantize, isQuantized, type Fp8Matrix, type Matrix, type Mxfp4Matrix, type QuantMatrix } from '../../model/quant.ts';
+import { linear } from './linalg.ts';
+import { clampedSwigluExpert, swigluExpert, swigluExpertPair } from './moe-ops.ts';
+import { linearQ, quantExpert } from './quant-linear.ts';
+import { mulberry32 } from '../../util/rng.ts';
+import { withTempDir } from '../../model/test-helpers.ts';
+import { syntheticConfig, writeSyntheticCheckpoint } from '../../model/synthetic.ts';
+import { loadModel } from '../../model/load.ts';
+import type { ExpertWeights, ModelWeights } from '../../model/weights.ts';
+import { createCpuBackend, type CpuBackendOptions } from './cpu-backend.ts';
+import { bytesOf, recordRun } from './test-helpers.ts';
+import { simdAvailable } from './wasm/kernel.ts';
+
+const rand = mulberry32(11);
+
+function fp8(rows: number, cols: number, block: [number, number]): Fp8Matrix {
+  const data = Uint8Array.from({ length: rows * cols }, () => {
+    const b = Math.floor(rand() * 256);
+    return (b & 0x7f) === 0x7f ? 0 : b;
+  });
+  const scales = Float32Array.from({ length: Math.ceil(rows / block[0]) * Math.ceil(cols / block[1]) }, () => 0.001 + rand() * 0.01);
+  return { format: 'fp8', rows, cols, data, scales, block };
+}
+
+function mxfp4(rows: number, cols: number): Mxfp4Matrix {
+  const data = Uint8Array.from({ length: (rows * cols) / 2 }, () => Math.floor(rand() * 256));
+  const scales = Uint8Array.from({ length: (rows * cols) / 32 }, () => 118 + Math.floor(rand() * 12));
+  return { format: 'mxfp4', rows, cols, data, scales, block: [1, 32] };
+}
+
+const vec = (n: number): Float32Array => Float32Array.from({ length: n }, () => rand() * 2 - 1);
+
+describe('quantized linear layer', () => {
+  const shapes: [QuantMatrix, string][] = [
+    [fp8(7, 13, [4, 5]), 'fp8 7x13 in blocks of 4x5'],
+    [fp8(130, 131, [128, 128]), 'fp8 130x131 in blocks of 128x128'],
+    [fp8(9, 6, [1, 1]), 'fp8 9x6 in blocks of 1x1'],
+    [mxfp4(5, 64), 'mxfp4 5x64'],
+    [mxfp4(3, 96), 'mxfp4 3x96'],
+  ];
+  for (const [m, what] of shapes) {
+    it(`${what}: bit-identical to linear over the dequantized matrix, batches 1 to 5`, () => {
+      const w = dequantize(m);
+      for (let rows = 1; rows <= 5; rows++) {
+        const x = vec(rows * m.cols);
+        const want = new Float32Array(rows * m.rows);
+        const got = new Float32Array(rows * m.rows);
+        linear(want, w, 0, x, rows, m.rows, m.cols);
+        linearQ(got, m, x, rows);
+        assert.deepEqual(bytesOf(got), bytesOf(want));
+      }
+    });
+  }
+});
+
+describe('quantized experts', () => {
+  const H = 64;
+  const I = 32;
+  /** An expert's float32 bank row (gate | up | down | biases) from its matrices. */
+  const floatRow = (e: { gate: QuantMatrix; up: QuantMatrix; down: QuantMatrix }, biases: Float32Array[]): Float32Array => {
+    const parts = [dequantize(e.gate), dequantize(e.up), dequantize(e.down), ...biases];
+    const row = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
+    let at = 0;
+    for (const p of parts) (row.set(p, at), (at += p.length));
+    return row;
+  };
+  for (const [fmt, make] of [['fp8', () => ({ gate: fp8(I, H, [16, 24]), up: fp8(I, H, [16, 24]), down: fp8(H, I, [16, 24]) })], ['mxfp4', () => ({ gate: mxfp4(I, H), up: mxfp4(I, H), down: mxfp4(H, I) })]] as const) {
+    it(`${fmt} SwiGLU: one token and a pair, bit-identical to the float32 expert`, () => {
+      const e = make();
+      const row = floatRow(e, []);
+      const x = vec(2 * H);
+      const act = new Float32Array(2 * I);
+      const want = new Float32Array(2 * H);
+      const got = new Float32Array(2 * H);
+      swigluExpertPair(want, 0, H, row, 0, x, 0, H, H, I, act);
+      quantExpert(got, 0, H, e, x, 0, H, H, I, act);
+      assert.deepEqual(bytesOf(got), bytesOf(want));
+      swigluExpert(want, 0, row, 0, x, H, H, I, act);
+      quantExpert(got, 0, -1, e, x, H, -1, H, I, act);
+      assert.deepEqual(bytesOf(got.subarray(0, H)), bytesOf(want.subarray(0, H)));
+    });
+    it(`${fmt} clamped SwiGLU with biases (gpt-oss): bit-identical to the float32 expert`, () => {
+      const e = make();
+      const [gateBias, upBias, downBias] = [vec(I), vec(I), vec(H)];
+      const row = floatRow(e, [gateBias, upBias, downBias]);
+      const c = { kind: 'clamped_swiglu', limit: 0.05, alpha: 1.702 } as const; // a limit small enough to clamp
+      const x = vec(2 * H);
+      const act = new Float32Array(2 * I);
+      const want = new Float32Array(2 * H);
+      const got = new Float32Array(2 * H);
+      clampedSwigluExpert(want, 0, row, 0, x, 0, H, I, c, act);
+      clampedSwigluExpert(want, H, row, 0, x, H, H, I, c, act);
+      quantExpert(got, 0, H, { ...e, gateBias, upBias, downBias }, x, 0, H, H, I, act, c);
+      assert.deepEqual(bytesOf(got), bytesOf(want));
+    });
+  }
+});
+
+/** The weights with every quantized matrix replaced by its dequantized float32 copy. */
+function dequantized(w: ModelWeights): ModelWeights {
+  const e = (x: ExpertWeights): ExpertWeights => ({ ...x, gate: dequantize(x.gate), up: dequantize(x.up), down: dequantize(x.down) });
+  return {
+    ...w,
+    layers: w.layers.map((l) => ({ ...l, qProj: dequantize(l.qProj), kProj: dequantize(l.kProj), vProj: dequantize(l.vProj), oProj: dequantize(l.oProj), experts: l.experts.map(e) })),
+  };
+}
+
+describe('a block-FP8 model on the CPU backend', () => {
+  // hidden 16, experts 12 wide, blocks of [5, 7]: partial blocks in both dimensions of every matrix.
+  const config = syntheticConfig({
+    hidden_size: 16, head_dim: 8, moe_intermediate_size: 12, num_experts: 6, num_experts_per_tok: 2,
+    quantization_config: { quant_method: 'fp8', weight_block_size: [5, 7] },
+  });
+  const load = () => withTempDir(async (dir) => {
+    await writeSyntheticCheckpoint(dir, { config, shards: 2 });
+    return loadModel(dir, { raw: false });
+  });
+  const batches = [[[1, 2, 3, 40, 50, 17, 99, 102], [7, 7, 7, 30, 80, 12]], [[5, 6]]];
+  const sched = { swapsPerStep: 2, seed: 3, token: (f: number, i: number, s: number) => f * 31 + i * 7 + s, counted: () => true };
+  const run = async (weights: ModelWeights, spec: Awaited<ReturnType<typeof load>>['spec'], opts: CpuBackendOptions) => {
+    const b = createCpuBackend(spec, weights, { ...opts, placement: { hotPerLayer: 4 } });
+    try {
+      await b.ready();
+      const r = recordRun(b, batches, 5, sched);
+      return { steps: r.steps, counter: r.counter };
+    } finally {
+      b.dispose();
+    }
+  };
+
+  it('keeps every projection and expert quantized, and matches its dequantized float32 twin byte for byte (1 and 2 threads, SIMD on and off)', async () => {
+    const { spec, weights } = await load();
+    const all: Matrix[] = weights.layers.flatMap((l) => [l.qProj, l.kProj, l.vProj, l.oProj, ...l.experts.flatMap((e) => [e.gate, e.up, e.down])]);
+    assert.ok(all.every(isQuantized));
+    const want = await run(dequantized(weights), spec, { threads: 1, simd: false });
+    assert.deepEqual(await run(weights, spec, { threads: 1, simd: false }), want);
+    assert.deepEqual(await run(weights, spec, { threads: 2, simd: false }), want);
+    if (simdAvailable()) {
+      assert.deepEqual(await run(weights, spec, { threads: 1, simd: true }), want);
+      assert.deepEqual(await run(weights, spec, { threads: 2, simd: true }), want);
+    }
+  });
+
+  it('banks hold the stored bytes: a swap moves data and scales losslessly, and the digest covers the scales', async () => {
+    const { spec, weights } = await load();
+    const b = createCpuBackend(spec, weights, { placement: { hotPerLayer: 4 } });
+    const banks = b.banks;
+    const q = banks.quant!;
+    assert.ok(q, 'quantized rows');
+    const n = banks.rowSize;
+    // A row is the expert's stored bytes: gate, up, down data, then their scales.
+    const e = banks.expertAt(1, 'cold', 1);
+    const src = weights.layers[1]!.experts[e]!;
+    const bytes = (a: Float32Array, row: number): Uint8Array => new Uint8Array(a.buffer, a.byteOffset + 4 * row * n, 4 * n).slice();
+    const cold = bytes(banks.cold[1]!, 1);
+    const down = src.down as Fp8Matrix;
+    assert.deepEqual(cold.subarray(q.data[2], q.data[2] + down.data.length), down.data);
+    assert.deepEqual(cold.subarray(q.scales[2], q.scales[2] + down.scales.byteLength), new Uint8Array(down.scales.buffer, down.scales.byteOffset, down.scales.byteLength));
+    const hot = bytes(banks.hot[1]!, 3);
+    const digest = banks.digest();
+    banks.swapRows(1, 3, 1);
+    assert.deepEqual(bytes(banks.hot[1]!, 3), cold);
+    assert.deepEqual(bytes(banks.cold[1]!, 1), hot);
+    assert.equal(banks.expertAt(1, 'hot', 3), e);
+    // The views the experts are computed from follow the bytes.
+    assert.deepEqual(banks.quantRows[2]![3]!.down.data, down.data);
+    banks.swapRows(1, 3, 1);
+    assert.equal(banks.digest(), digest);
+    // One scale's low byte changed: another digest; changed back: the same.
+    const at = banks.cold[0]!.byteOffset + q.scales[0];
+    const view = new Uint8Array(banks.cold[0]!.buffer, at, 1);
+    view[0] ^= 1;
+    assert.notEqual(banks.digest(), digest);
+    view[0] ^= 1;
+    assert.equal(banks.digest(), digest);
+    b.dispose();
+  });
+});
