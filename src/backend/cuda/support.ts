@@ -13,6 +13,7 @@ export function checkCudaSupport(s: ModelSpec, rowThreads: number, ffnThreads: n
   const refuse = (why: string): never => {
     throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: ${why}; use --backend cpu`);
   };
+  if (s.quantization) refuse(`quantized checkpoints (quant_method ${s.quantization.method}) are not computed on CUDA yet`);
   if (![128, 256, 512, 1024].includes(rowThreads)) {
     throw new ResidencyError('BAD_ARGUMENT', `rowThreads ${rowThreads}: expected 128, 256, 512 or 1024`);
   }

@@ -7,6 +7,7 @@ export function checkOpSupport(s: ModelSpec): void {
   const refuse = (why: string): never => {
     throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: ${why}; use --backend cpu`);
   };
+  if (s.quantization) refuse(`quantized checkpoints (quant_method ${s.quantization.method}) are not computed on CUDA yet`);
   if (s.architecture !== 'qwen3_moe') refuse(`architecture ${s.architecture} is not implemented on CUDA yet (qwen3_moe only)`);
   const QD = s.numHeads * s.headDim;
   // The tensor-core tiles read K in slices of 32; the gemv reads 16-byte pieces.

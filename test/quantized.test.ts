@@ -1,0 +1,90 @@
+// The quantized fixtures end to end on the CPU side: the stored format exposed in the tensor description
+// (what a GPU backend uploads), the CUDA backend refusing them by name before touching a device, and the
+// host memory of the FP8 fixture against a float32 copy of its weights (both printed).
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { loadModel, loadModelFor } from '../src/model/load.ts';
+import { createCpuBackend } from '../src/backend/cpu/cpu-backend.ts';
+import { float32Bytes, heldBytes } from '../src/model/weight-bytes.ts';
+import type { Fp8Matrix, Mxfp4Matrix } from '../src/model/quant.ts';
+import { checkCudaSupport } from '../src/backend/cuda/support.ts';
+import { checkOpSupport } from '../src/backend/cuda/op/support.ts';
+
+const FIXTURES = resolve(process.cwd(), '../shared/fixtures');
+const FP8 = resolve(FIXTURES, 'qwen3-moe-fp8-tiny');
+const MXFP4 = resolve(FIXTURES, 'gpt-oss-tiny-mxfp4');
+const MiB = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`;
+
+describe('qwen3-moe-fp8-tiny', { skip: !existsSync(FP8) && 'no fixture' }, () => {
+  it('the tensor description carries the stored format: data, scales and block shape; bf16 tensors as before', async () => {
+    const [stream, full] = await Promise.all([loadModel(FP8, { stream: true }), loadModel(FP8, { raw: false })]);
+    try {
+      const name = 'model.layers.2.mlp.experts.5.up_proj.weight';
+      const info = stream.tensors.info(name);
+      assert.deepEqual(info.quant, { format: 'fp8', matrices: 1, rows: 256, cols: 256, data: name, scales: `${name}_scale_inv`, block: [128, 128] });
+      const m = full.weights.layers[2]!.experts[5]!.up as Fp8Matrix;
+      const data = new Uint8Array(info.bytes);
+      stream.tensors.read(name, data);
+      assert.deepEqual(data, m.data);
+      const s = stream.tensors.info(info.quant!.scales);
+      assert.deepEqual([s.dtype, ...s.shape], ['F32', 2, 2]);
+      const scales = new Uint8Array(s.bytes);
+      stream.tensors.read(s.name, scales);
+      assert.deepEqual(new Float32Array(scales.buffer), m.scales);
+      assert.equal(stream.tensors.info('model.layers.2.self_attn.q_proj.weight').quant?.format, 'fp8');
+      for (const plain of ['model.embed_tokens.weight', 'model.layers.2.mlp.gate.weight', `${name}_scale_inv`]) {
+        assert.equal(stream.tensors.info(plain).quant, undefined, plain);
+      }
+      assert.equal(stream.tensors.info('lm_head.weight').dtype, 'BF16');
+    } finally {
+      stream.tensors.close();
+    }
+  });
+
+  it('the CUDA backend refuses it by name before any device work (both paths)', async () => {
+    const { spec } = await loadModel(FP8, { stream: true });
+    assert.throws(() => checkCudaSupport(spec, 1024, 128, false), /cuda backend: quantized checkpoints \(quant_method fp8\) are not computed on CUDA yet; use --backend cpu/);
+    assert.throws(() => checkOpSupport(spec), /cuda backend: quantized checkpoints \(quant_method fp8\) are not computed on CUDA yet; use --backend cpu/);
+  });
+
+  it('host memory: weights as held plus the banks stay below a float32 copy of the weights', async (t) => {
+    const m = await loadModelFor(FP8, 'cpu');
+    const b = createCpuBackend(m.spec, m.weights, { placement: { hotPerLayer: 12 } });
+    try {
+      const banks = [...b.banks.hot, ...b.banks.cold].reduce((a, x) => a + x.byteLength, 0);
+      const held = heldBytes(m.weights);
+      const f32 = float32Bytes(m.weights);
+      t.diagnostic(`float32 copy of the weights ${MiB(f32)}; held: weights ${MiB(held)} (bf16 embeddings, lm head, norms and routers as float32; FP8 as stored) + banks ${MiB(banks)} (FP8 experts as stored) = ${MiB(held + banks)} (process figures: bench/cpu/memory.ts)`);
+      assert.ok(held + banks < f32, `held ${held + banks} bytes, float32 copy ${f32}`);
+      // The experts, the bulk of a real MoE, are a quarter of their float32 size (one byte a value, plus scales).
+      const experts = m.weights.layers.flatMap((l) => l.experts.flatMap((e) => [e.gate, e.up, e.down])) as Fp8Matrix[];
+      const stored = experts.reduce((a, e) => a + e.data.length + e.scales.byteLength, 0);
+      assert.ok(banks >= stored && banks < 1.01 * stored, `banks ${banks} bytes for ${stored} stored expert bytes`);
+      assert.ok(stored < 0.26 * experts.reduce((a, e) => a + 4 * e.rows * e.cols, 0));
+    } finally {
+      b.dispose();
+    }
+  });
+});
+
+describe('gpt-oss-tiny-mxfp4', { skip: !existsSync(MXFP4) && 'no fixture' }, () => {
+  it('the tensor description carries MXFP4 blocks, scales and the group of 32', async () => {
+    const [stream, full] = await Promise.all([loadModel(MXFP4, { stream: true }), loadModel(MXFP4, { raw: false })]);
+    try {
+      const blocks = 'model.layers.1.mlp.experts.down_proj_blocks';
+      const info = stream.tensors.info(blocks);
+      assert.deepEqual(info.quant, { format: 'mxfp4', matrices: 16, rows: 128, cols: 128, data: blocks, scales: 'model.layers.1.mlp.experts.down_proj_scales', block: [1, 32] });
+      // Expert 3's down_proj as stored is the matrix the CPU computes with.
+      const per = info.bytes / 16;
+      const data = new Uint8Array(per);
+      stream.tensors.read(blocks, data, 3 * per);
+      assert.deepEqual(data, (full.weights.layers[1]!.experts[3]!.down as Mxfp4Matrix).data);
+      assert.equal(stream.tensors.info('model.layers.1.self_attn.q_proj.weight').quant, undefined);
+      assert.equal(stream.tensors.info('model.layers.1.mlp.experts.down_proj_scales').quant, undefined);
+    } finally {
+      stream.tensors.close();
+    }
+  });
+});
