@@ -1,0 +1,78 @@
+// Host memory of models on the CPU backend: a float32 copy of every weight (what converting everything would
+// hold) against what is held (weights as loaded: float tensors as float32, quantized ones as stored; plus the
+// expert banks), and the process's growth over loading and one step, after gc, against a baseline that loaded
+// the same model's config and tokenizer only. One child process per model and SIMD setting, so one model's
+// garbage does not count against the next. Prints a table and writes out/bench-cpu-memory.json.
+// Run: node --expose-gc --import tsx bench/cpu/memory.ts [DIR ...]   (default: the two quantized fixtures and models/tiny-moe)
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { basename, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { loadModel, loadModelFor } from '../../src/model/load.ts';
+import { createCpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
+import { float32Bytes, heldBytes } from '../../src/model/weight-bytes.ts';
+
+const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const FIXTURES = resolve(ROOT, '../shared/fixtures');
+
+interface Row {
+  model: string;
+  simd: boolean;
+  float32Copy: number;
+  heldWeights: number;
+  banks: number;
+  rssGrowth: number;
+  arrayBufferGrowth: number;
+}
+
+const settle = async (): Promise<NodeJS.MemoryUsage> => {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (!gc) throw new Error('run with node --expose-gc');
+  for (let i = 0; i < 3; i++) {
+    gc();
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return process.memoryUsage();
+};
+
+/** One model in this process: the measured row as JSON on stdout. */
+async function measure(dir: string, simd: boolean): Promise<Row> {
+  const base = await loadModel(dir, { stream: true });
+  base.tensors.close();
+  const m0 = await settle();
+  const m = await loadModelFor(dir, 'cpu');
+  const b = createCpuBackend(m.spec, m.weights, { simd, threads: 1, placement: { hotPerLayer: Math.max(1, m.spec.numExperts - 4) } });
+  b.openSequence(0, 8);
+  b.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
+  const m1 = await settle();
+  const banks = [...b.banks.hot, ...b.banks.cold].reduce((a, x) => a + x.byteLength, 0);
+  const row = { model: basename(dir), simd, float32Copy: float32Bytes(m.weights), heldWeights: heldBytes(m.weights), banks, rssGrowth: m1.rss - m0.rss, arrayBufferGrowth: m1.arrayBuffers - m0.arrayBuffers };
+  b.dispose();
+  return row;
+}
+
+const child = process.env.BENCH_MEMORY_CHILD;
+if (child) {
+  const [dir, simd] = JSON.parse(child) as [string, boolean];
+  process.stdout.write(JSON.stringify(await measure(dir, simd)));
+} else {
+  const dirs = process.argv.slice(2).length > 0 ? process.argv.slice(2) : [join(FIXTURES, 'qwen3-moe-fp8-tiny'), join(FIXTURES, 'gpt-oss-tiny-mxfp4'), join(ROOT, 'models/tiny-moe')];
+  const rows: Row[] = [];
+  for (const dir of dirs) {
+    for (const simd of [false, true]) {
+      const r = spawnSync(process.execPath, ['--expose-gc', '--import', 'tsx', fileURLToPath(import.meta.url)], {
+        env: { ...process.env, BENCH_MEMORY_CHILD: JSON.stringify([resolve(dir), simd]) },
+        encoding: 'utf8',
+      });
+      if (r.status !== 0) throw new Error(`${dir}: ${r.stderr}`);
+      rows.push(JSON.parse(r.stdout) as Row);
+    }
+  }
+  const mib = (n: number): string => (n / 2 ** 20).toFixed(1).padStart(7);
+  console.log('model                 simd  float32 copy  held weights   banks  held+banks  rss growth  array buffers (MiB)');
+  for (const r of rows) {
+    console.log(`${r.model.padEnd(22)}${(r.simd ? 'on' : 'off').padEnd(6)}${mib(r.float32Copy)}       ${mib(r.heldWeights)}   ${mib(r.banks)}  ${mib(r.heldWeights + r.banks)}     ${mib(r.rssGrowth)}     ${mib(r.arrayBufferGrowth)}`);
+  }
+  mkdirSync(join(ROOT, 'out'), { recursive: true });
+  writeFileSync(join(ROOT, 'out', 'bench-cpu-memory.json'), JSON.stringify({ date: new Date().toISOString(), rows }, null, 2));
+}
