@@ -13,6 +13,7 @@ import { createEngine } from '../engine/engine.ts';
 import type { ResidencyHook } from '../engine/residency-hook.ts';
 import type { FinishReason } from '../engine/types.ts';
 import { loadModelFor, type LoadedModel } from '../model/load.ts';
+import { moeLayerCount } from '../model/spec.ts';
 import { progressLine } from '../model/progress.ts';
 import type { CliCommand } from './command.ts';
 import { loadCountsDump, loadRowMap } from '../residency/files.ts';
@@ -184,7 +185,7 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
     const hook = ext.hookFactory?.(backend, model);
     const { spec } = model;
     const tr = opts.recordTrace
-      ? openTraceFile(opts.recordTrace, { layers: spec.numLayers, experts: spec.numExperts, topK: spec.topK }, `generate ${spec.name}`)
+      ? openTraceFile(opts.recordTrace, { layers: moeLayerCount(spec), experts: spec.numExperts, topK: spec.topK }, `generate ${spec.name}`)
       : undefined;
     trace = tr;
 

@@ -3,11 +3,12 @@
 // and bad input gets an error naming the flag or file:line.
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import { loadModel, type LoadedModel } from '../model/load.ts';
+import { moeLayerCount } from '../model/spec.ts';
 import { loadTraces } from '../sim/traces/load.ts';
 import { readJsonlTrace } from '../sim/traces/jsonl.ts';
 import { simulateCommand } from './simulate.ts';
@@ -16,6 +17,7 @@ import { TRACE_CHUNK, runTrace, traceCommand, traceOptionsFrom, type TraceOption
 const root = process.cwd();
 const FIXTURE = resolve(root, '../shared/fixtures/tiny-moe');
 const MODEL = resolve(root, 'models/tiny-moe');
+const DEEPSEEK = resolve(root, '../shared/fixtures/deepseek-v3-tiny');
 
 interface Case { domain: string; prompt: string; prompt_ids: number[]; prefill_routing: number[][][] }
 
@@ -72,7 +74,7 @@ describe('residency trace', () => {
 
     const set = loadTraces(out);
     const t = set.traces.get('mine')!;
-    assert.deepEqual([set.layers, set.experts, set.topK], [model.spec.numLayers, model.spec.numExperts, model.spec.topK]);
+    assert.deepEqual([set.layers, set.experts, set.topK], [moeLayerCount(model.spec), model.spec.numExperts, model.spec.topK]);
     assert.equal(t.tokens, s.tokens);
     assert.deepEqual(t.docStarts, [0, lengths[0], lengths[0]! + lengths[1]!]);
 
@@ -81,6 +83,19 @@ describe('residency trace', () => {
     assert.equal(recorded.steps, s.tokens);
     const traffic = JSON.parse(await captured(() => simulateCommand.run(['--traces', out, '--phases', 'mine:40', '--users', '2', '--hot', '49', '--policy', 'adaptive', '--json'])));
     assert.equal(traffic.steps, 40);
+  });
+
+  it('a model with a dense layer (deepseek-v3-tiny, layer 0): the header and rows count the MoE layers only', { skip: !existsSync(DEEPSEEK) && 'no fixture' }, async () => {
+    const ds = await loadModel(DEEPSEEK);
+    const text = join(dir, 'ds.txt');
+    writeFileSync(text, 'The ls command lists files.');
+    const out = join(dir, 'ds.jsonl');
+    const s = await runTrace(opts({ modelDir: DEEPSEEK, source: { kind: 'text', files: [text] }, out }), ds);
+    const set = loadTraces(out);
+    assert.deepEqual([set.layers, set.experts, set.topK], [3, 32, 4]);
+    const rows = readFileSync(out, 'utf8').trim().split('\n').slice(1).map((l) => JSON.parse(l) as { layers: number[][] });
+    assert.equal(rows.length, s.tokens);
+    assert.ok(rows.every((r) => r.layers.length === 3 && r.layers.every((k) => k.length === 4)));
   });
 
   it('names the flag, file or file:line in bad input errors', async () => {

@@ -7,6 +7,7 @@ import type { ParseArgsConfig } from 'node:util';
 import { ResidencyError } from '../errors.ts';
 import { createBackend, parseBackendName, parseThreads, type BackendName } from '../backend/registry.ts';
 import { loadModelFor, type LoadedModel } from '../model/load.ts';
+import { moeLayerCount } from '../model/spec.ts';
 import { progressLine } from '../model/progress.ts';
 import { openTraceFile } from '../sim/traces/recorder.ts';
 import type { CliCommand } from './command.ts';
@@ -196,11 +197,11 @@ export async function runTrace(opts: TraceOptions, loaded?: LoadedModel): Promis
   let seconds = 0;
   try {
     try {
-      file = openTraceFile(opts.out, { layers: spec.numLayers, experts: spec.numExperts, topK: spec.topK }, `residency trace ${spec.name} (teacher-forced)`);
+      file = openTraceFile(opts.out, { layers: moeLayerCount(spec), experts: spec.numExperts, topK: spec.topK }, `residency trace ${spec.name} (teacher-forced)`);
     } catch (err) {
       throw new ResidencyError('BAD_ARGUMENT', `--out ${opts.out}: cannot write (${(err as Error).message})`, { cause: err });
     }
-    const row = spec.numLayers * spec.topK;
+    const row = moeLayerCount(spec) * spec.topK;
     for (let d = 0; d < docs.length; d++) {
       const ids = docs[d]!;
       // One sequence per document, fed in chunks; count: false because tracing is not traffic.
