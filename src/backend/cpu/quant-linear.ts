@@ -1,17 +1,19 @@
 // Linear layers and experts over quantized weights as stored (block FP8, MXFP4: model/quant.ts), the CPU
-// spec for them: each weight row is dequantized into a row-sized scratch just before its dot products
-// (float64 sums, one float32 rounding on store, exactly `dot`'s order), and used for every input of the
-// batch, so no float32 copy of the matrix exists and every output is bit-identical to computing with the
-// dequantized float32 matrix. These run on the calling thread in JS, also when the backend has threads and
+// spec for them: for one or two inputs the weights are dequantized per block inside the dot products
+// (quant-dot.ts); for a batch each weight row is dequantized once into a row scratch and used for every
+// input. Either way float64 sums in exactly `dot`'s order with one float32 rounding on store, so no float32
+// copy of a matrix exists and every output is bit-identical to computing with the dequantized matrix. These run on the calling thread in JS, also when the backend has threads and
 // the SIMD kernel (the float32 layers keep those): the JS loop is the spec, and there is no second version.
 import { dequantRow, type QuantMatrix } from '../../model/quant.ts';
 import { dot, dot2 } from './linalg.ts';
+import { dotFp8, dotMxfp4, fusedFp8 } from './quant-dot.ts';
 import { clampedAct, swigluAct } from './moe-ops.ts';
 import type { ClampedSwiglu } from '../../model/spec.ts';
 
 /** One dequantized weight row (and a second for gate/up pairs), grown on demand; the ops are single-threaded. */
 let rowA = new Float32Array(0);
 let rowB = new Float32Array(0);
+const sums = new Float64Array(2);
 
 function scratch(n: number): void {
   if (rowA.length < n) {
@@ -20,10 +22,34 @@ function scratch(n: number): void {
   }
 }
 
-/** y = W x for `rows` inputs, as linalg.ts `linear` (x [rows][cols], y [rows][W.rows]). */
+/**
+ * sums[0] = row r of w . x[xA..), and when xB >= 0 sums[1] = row r . x[xB..): fused (quant-dot.ts) where the
+ * format allows it, else through a dequantized row (rowA); either way exactly `dot`'s sum.
+ */
+function rowDot(w: QuantMatrix, r: number, x: Float32Array, xA: number, xB: number): void {
+  if (w.format === 'mxfp4') return dotMxfp4(sums, w, r, x, xA, xB);
+  if (fusedFp8(w)) return dotFp8(sums, w, r, x, xA, xB);
+  dequantRow(w, r, rowA);
+  sums[0] = dot(rowA, 0, x, xA, w.cols);
+  if (xB >= 0) sums[1] = dot(rowA, 0, x, xB, w.cols);
+}
+
+/**
+ * y = W x for `rows` inputs, as linalg.ts `linear` (x [rows][cols], y [rows][W.rows]). One or two inputs:
+ * dequantized inside the dot products; more: each weight row dequantized once into a row scratch and used
+ * for every input.
+ */
 export function linearQ(y: Float32Array, w: QuantMatrix, x: Float32Array, rows: number): void {
   const { rows: outDim, cols: inDim } = w;
   scratch(inDim);
+  if (rows <= 2) {
+    for (let o = 0; o < outDim; o++) {
+      rowDot(w, o, x, 0, rows === 2 ? inDim : -1);
+      y[o] = sums[0]!;
+      if (rows === 2) y[outDim + o] = sums[1]!;
+    }
+    return;
+  }
   for (let o = 0; o < outDim; o++) {
     dequantRow(w, o, rowA);
     let r = 0;
@@ -63,15 +89,17 @@ export function quantExpert(
   scratch(Math.max(hidden, inter));
   const two = outB >= 0;
   for (let j = 0; j < inter; j++) {
-    dequantRow(e.gate, j, rowA);
-    dequantRow(e.up, j, rowB);
-    act[j] = unitAct(dot(rowA, 0, x, xA, hidden), dot(rowB, 0, x, xA, hidden), e, j, clamped);
-    if (two) act[inter + j] = unitAct(dot(rowA, 0, x, xB, hidden), dot(rowB, 0, x, xB, hidden), e, j, clamped);
+    rowDot(e.gate, j, x, xA, xB);
+    const gA = sums[0]!;
+    const gB = sums[1]!;
+    rowDot(e.up, j, x, xA, xB);
+    act[j] = unitAct(gA, sums[0]!, e, j, clamped);
+    if (two) act[inter + j] = unitAct(gB, sums[1]!, e, j, clamped);
   }
   for (let o = 0; o < hidden; o++) {
-    dequantRow(e.down, o, rowA);
-    out[outA + o] = downOut(dot(rowA, 0, act, 0, inter), e, o, clamped);
-    if (two) out[outB + o] = downOut(dot(rowA, 0, act, inter, inter), e, o, clamped);
+    rowDot(e.down, o, act, 0, two ? inter : -1);
+    out[outA + o] = downOut(sums[0]!, e, o, clamped);
+    if (two) out[outB + o] = downOut(sums[1]!, e, o, clamped);
   }
 }
 

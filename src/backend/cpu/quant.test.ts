@@ -41,6 +41,7 @@ describe('quantized linear layer', () => {
     [fp8(7, 13, [4, 5]), 'fp8 7x13 in blocks of 4x5'],
     [fp8(130, 131, [128, 128]), 'fp8 130x131 in blocks of 128x128'],
     [fp8(9, 6, [1, 1]), 'fp8 9x6 in blocks of 1x1'],
+    [fp8(6, 70, [4, 8]), 'fp8 6x70 in blocks of 4x8'],
     [mxfp4(5, 64), 'mxfp4 5x64'],
     [mxfp4(3, 96), 'mxfp4 3x96'],
   ];
@@ -70,7 +71,12 @@ describe('quantized experts', () => {
     for (const p of parts) (row.set(p, at), (at += p.length));
     return row;
   };
-  for (const [fmt, make] of [['fp8', () => ({ gate: fp8(I, H, [16, 24]), up: fp8(I, H, [16, 24]), down: fp8(H, I, [16, 24]) })], ['mxfp4', () => ({ gate: mxfp4(I, H), up: mxfp4(I, H), down: mxfp4(H, I) })]] as const) {
+  const formats = [
+    ['fp8 (blocks 24 wide: dequantized inside the dot)', () => ({ gate: fp8(I, H, [16, 24]), up: fp8(I, H, [16, 24]), down: fp8(H, I, [16, 24]) })],
+    ['fp8 (blocks 10 wide: through a row scratch)', () => ({ gate: fp8(I, H, [3, 10]), up: fp8(I, H, [3, 10]), down: fp8(H, I, [3, 10]) })],
+    ['mxfp4', () => ({ gate: mxfp4(I, H), up: mxfp4(I, H), down: mxfp4(H, I) })],
+  ] as const;
+  for (const [fmt, make] of formats) {
     it(`${fmt} SwiGLU: one token and a pair, bit-identical to the float32 expert`, () => {
       const e = make();
       const row = floatRow(e, []);

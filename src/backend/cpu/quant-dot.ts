@@ -1,0 +1,121 @@
+// Dot products straight from quantized rows, dequantizing per block inside the sum: block FP8 through a
+// 256-entry table per block (float32(e4m3 x scale), the stored value of every byte of that block), MXFP4
+// through a 16-entry table per group of 32 (E2M1 x 2^(scale - 127), exact). Each sum keeps linalg.ts
+// `dot`'s order (four float64 lanes over i % 4, the tail on the first, (s0 + s1) + (s2 + s3)), so results
+// are bit-identical to `dot` over the dequantized row. FP8 needs blocks of a multiple of 4 columns for that
+// order to survive block boundaries (`fusedFp8`); other block widths take the row-scratch path.
+import { FP4_VALUES, FP8_E4M3_VALUES, type Fp8Matrix, type Mxfp4Matrix } from '../../model/quant.ts';
+
+/**
+ * The FP8 tables of a few (matrix, block row) pairs, so an expert's gate, up and down rows, read in turn,
+ * keep theirs: each is rebuilt only when a sweep of rows crosses into the next block row.
+ */
+const SLOTS = 4;
+const luts: Float32Array[] = Array.from({ length: SLOTS }, () => new Float32Array(0));
+const lutOf: (Fp8Matrix | null)[] = new Array<Fp8Matrix | null>(SLOTS).fill(null);
+const lutRow = new Int32Array(SLOTS).fill(-1);
+let nextSlot = 0;
+const fp4Lut = new Float64Array(16);
+
+/** Whether `dotFp8` keeps `dot`'s order for this matrix (its blocks are a multiple of 4 columns wide). */
+export function fusedFp8(m: Fp8Matrix): boolean {
+  return m.block[1] % 4 === 0;
+}
+
+function tablesFor(m: Fp8Matrix, r: number): Float32Array {
+  const br = Math.floor(r / m.block[0]);
+  let k = lutOf.indexOf(m);
+  if (k >= 0 && lutRow[k] === br) return luts[k]!;
+  if (k < 0) {
+    k = nextSlot;
+    nextSlot = (nextSlot + 1) % SLOTS;
+  }
+  const nb = Math.ceil(m.cols / m.block[1]);
+  if (luts[k]!.length < 256 * nb) luts[k] = new Float32Array(256 * nb);
+  const lut = luts[k]!;
+  for (let j = 0; j < nb; j++) {
+    const s = m.scales[br * nb + j]!;
+    // The Float32Array store rounds once: float32(e4m3 x scale), as dequantRow.
+    for (let b = 0; b < 256; b++) lut[j * 256 + b] = FP8_E4M3_VALUES[b]! * s;
+  }
+  lutOf[k] = m;
+  lutRow[k] = br;
+  return lut;
+}
+
+/**
+ * out[0] = row r of m . x[xA..), and when xB >= 0 out[1] = row r . x[xB..) (the weights read once for both).
+ * m's blocks must be fusedFp8.
+ */
+export function dotFp8(out: Float64Array, m: Fp8Matrix, r: number, x: Float32Array, xA: number, xB: number): void {
+  const lut = tablesFor(m, r);
+  const n = m.cols;
+  const bc = m.block[1];
+  const d = m.data;
+  const at = r * n;
+  let s0 = 0, s1 = 0, s2 = 0, s3 = 0, t0 = 0, t1 = 0, t2 = 0, t3 = 0; // prettier-ignore
+  const two = xB >= 0;
+  for (let c0 = 0, base = 0; c0 < n; c0 += bc, base += 256) {
+    const c1 = Math.min(c0 + bc, n);
+    let i = c0;
+    for (; i + 3 < c1; i += 4) {
+      const w0 = lut[base + d[at + i]!]!;
+      const w1 = lut[base + d[at + i + 1]!]!;
+      const w2 = lut[base + d[at + i + 2]!]!;
+      const w3 = lut[base + d[at + i + 3]!]!;
+      s0 += w0 * x[xA + i]!;
+      s1 += w1 * x[xA + i + 1]!;
+      s2 += w2 * x[xA + i + 2]!;
+      s3 += w3 * x[xA + i + 3]!;
+      if (two) {
+        t0 += w0 * x[xB + i]!;
+        t1 += w1 * x[xB + i + 1]!;
+        t2 += w2 * x[xB + i + 2]!;
+        t3 += w3 * x[xB + i + 3]!;
+      }
+    }
+    // Only the last block can end off a multiple of 4: this is `dot`'s tail.
+    for (; i < c1; i++) {
+      const w = lut[base + d[at + i]!]!;
+      s0 += w * x[xA + i]!;
+      if (two) t0 += w * x[xB + i]!;
+    }
+  }
+  out[0] = s0 + s1 + (s2 + s3);
+  if (two) out[1] = t0 + t1 + (t2 + t3);
+}
+
+/** As dotFp8, for an MXFP4 matrix (groups of 32: always `dot`'s order). */
+export function dotMxfp4(out: Float64Array, m: Mxfp4Matrix, r: number, x: Float32Array, xA: number, xB: number): void {
+  const groups = m.cols / 32;
+  const d = m.data;
+  let s0 = 0, s1 = 0, s2 = 0, s3 = 0, t0 = 0, t1 = 0, t2 = 0, t3 = 0; // prettier-ignore
+  const two = xB >= 0;
+  for (let g = 0; g < groups; g++) {
+    const s = 2 ** (m.scales[r * groups + g]! - 127);
+    for (let v = 0; v < 16; v++) fp4Lut[v] = FP4_VALUES[v]! * s;
+    const src = (r * groups + g) * 16;
+    const c = g * 32;
+    for (let b = 0; b < 16; b += 2) {
+      const lo = d[src + b]!;
+      const hi = d[src + b + 1]!;
+      const w0 = fp4Lut[lo & 15]!;
+      const w1 = fp4Lut[lo >> 4]!;
+      const w2 = fp4Lut[hi & 15]!;
+      const w3 = fp4Lut[hi >> 4]!;
+      const i = c + 2 * b;
+      s0 += w0 * x[xA + i]!;
+      s1 += w1 * x[xA + i + 1]!;
+      s2 += w2 * x[xA + i + 2]!;
+      s3 += w3 * x[xA + i + 3]!;
+      if (two) {
+        t0 += w0 * x[xB + i]!;
+        t1 += w1 * x[xB + i + 1]!;
+        t2 += w2 * x[xB + i + 2]!;
+        t3 += w3 * x[xB + i + 3]!;
+      }
+    }
+  }
+  out[0] = s0 + s1 + (s2 + s3);
+  if (two) out[1] = t0 + t1 + (t2 + t3);
+}
