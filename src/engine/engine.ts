@@ -49,6 +49,12 @@ export class Engine implements GenerationEngine {
     return this.scheduler.running.length;
   }
 
+  get kvCacheUsage(): number {
+    let held = 0;
+    for (const r of this.scheduler.running) held += r.capacity;
+    return held / (this.scheduler.config.maxRunning * this.backend.spec.maxPositions);
+  }
+
   /** Steps run since the engine started. */
   get steps(): number {
     return this.stepIndex;
@@ -166,8 +172,10 @@ export class Engine implements GenerationEngine {
       if (req.stopIds.has(token)) return this.finish(req, 'stop');
       req.tokens.push(token);
       req.firstTokenAt ??= performance.now();
-      req.emit({ type: 'token', tokenId: token, index: req.generated++ });
-      if (req.generated >= req.request.sampling.maxTokens || req.tokens.length > req.capacity) this.finish(req, 'length');
+      const lp = req.sampler.last;
+      req.emit({ type: 'token', tokenId: token, index: req.generated++, ...(lp ? { logprob: lp.logprob, topLogprobs: lp.top } : {}) });
+      if (req.sampler.complete) this.finish(req, 'stop'); // the structured output is whole
+      else if (req.generated >= req.request.sampling.maxTokens || req.tokens.length > req.capacity) this.finish(req, 'length');
     });
   }
 

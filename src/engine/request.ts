@@ -28,7 +28,7 @@ export class RequestState {
     readonly submittedAt: number,
   ) {
     this.tokens = [...request.promptIds];
-    this.sampler = new Sampler(request.sampling);
+    this.sampler = new Sampler(request.sampling, request.promptIds);
     const stop = new Set(request.sampling.stopTokenIds ?? []);
     if (!request.sampling.ignoreEos) for (const id of eosTokenIds) stop.add(id);
     this.stopIds = stop;

@@ -53,3 +53,46 @@ test('sampling refuses non-finite logits instead of drawing an undefined token',
   const all = new Sampler({ temperature: 0.8, topP: 1, seed: 1 });
   assert.throws(() => all.sample(logits, 0, new SamplerScratch(V)), /non-finite logits/);
 });
+
+test('top-k keeps only the k most likely, min-p drops tokens below p x the top one', () => {
+  const k2 = new Sampler({ temperature: 1, topP: 1, topK: 2, seed: 4 });
+  const seenK = new Set(Array.from({ length: 500 }, () => k2.sample(logits, 0, scratch)));
+  assert.deepEqual([...seenK].sort(), [1, 4]);
+  // p(2) / p(1) = e^-0.5 = 0.61: min-p 0.5 keeps {1, 2, 4}, 0.7 keeps {1, 4}.
+  const m5 = new Sampler({ temperature: 1, topP: 1, minP: 0.5, seed: 4 });
+  assert.deepEqual([...new Set(Array.from({ length: 800 }, () => m5.sample(logits, 0, scratch)))].sort(), [1, 2, 4]);
+  const m7 = new Sampler({ temperature: 1, topP: 1, minP: 0.7, seed: 4 });
+  assert.deepEqual([...new Set(Array.from({ length: 800 }, () => m7.sample(logits, 0, scratch)))].sort(), [1, 4]);
+});
+
+test('penalties change the choice, on a copy of the row; greedy without them is untouched', () => {
+  const row = Float32Array.from(logits);
+  // frequency: each generated id 1 costs 2 -> after one pick of 1, id 4 (also 3) wins.
+  const f = new Sampler({ temperature: 0, topP: 1, frequencyPenalty: 2 });
+  assert.deepEqual([f.sample(row, 0, scratch), f.sample(row, 0, scratch), f.sample(row, 0, scratch)], [1, 4, 2]);
+  assert.deepEqual([...row], [...logits], 'the backend row is not written');
+  // repetition over the prompt: ids 1 and 4 seen, 3 / 1.5 = 2 < 2.5 -> id 2.
+  assert.equal(new Sampler({ temperature: 0, topP: 1, repetitionPenalty: 1.5 }, [1, 4]).sample(row, 0, scratch), 2);
+  assert.equal(new Sampler({ temperature: 0, topP: 1, presencePenalty: 0 }).sample(row, 0, scratch), 1);
+});
+
+test('logprobs: the chosen token and the top alternatives under the raw logits', () => {
+  const s = new Sampler({ temperature: 0, topP: 1, logprobs: 3 });
+  assert.equal(s.sample(logits, 0, scratch), 1);
+  const z = Math.log([...logits].reduce((a, l) => a + Math.exp(l), 0));
+  assert.ok(Math.abs(s.last!.logprob - (3 - z)) < 1e-6);
+  assert.deepEqual(s.last!.top.map((t) => t.id), [1, 4, 2]);
+});
+
+test('a constraint masks tokens, sees each choice, and ends the request when complete', () => {
+  const chosen: number[] = [];
+  const constraint = { mask(row: Float32Array, off: number, V: number) { for (let i = 0; i < V; i++) if (i !== 2 && i !== 5) row[off + i] = -Infinity; }, accept(id: number) { chosen.push(id); }, get complete() { return chosen.length >= 2; } };
+  const s = new Sampler({ temperature: 1, topP: 1, seed: 3, constraint });
+  const a = s.sample(logits, 0, scratch);
+  assert.ok(a === 2 || a === 5);
+  assert.equal(s.complete, false);
+  s.sample(logits, 0, scratch);
+  assert.equal(s.complete, true);
+  const none = { mask(row: Float32Array) { row.fill(-Infinity); }, accept() {}, complete: false };
+  assert.throws(() => new Sampler({ temperature: 0, topP: 1, constraint: none }).sample(logits, 0, scratch), /allows no token/);
+});

@@ -1,7 +1,10 @@
-// Picks the next token from a row of logits: greedy, or seeded temperature + top-p with a PRNG per request.
+// Picks the next token from a row of logits: greedy, or seeded temperature + top-k / min-p / top-p with a
+// PRNG per request; penalties and a structured-output constraint first, on a copy of the row.
 import { ResidencyError } from '../errors.ts';
 import { randomInt } from 'node:crypto';
-import type { SamplingParams } from './types.ts';
+import { TokenHistory, applyPenalties, hasPenalties } from './logit-processors.ts';
+import { logprobsOf } from './logprobs.ts';
+import type { SamplingParams, TokenLogprob } from './types.ts';
 
 /** splitmix32: small, fast, and good enough to draw tokens; one per request so batching never changes a draw. */
 export function splitmix32(seed: number): () => number {
@@ -19,9 +22,12 @@ export function splitmix32(seed: number): () => number {
 export class SamplerScratch {
   readonly probs: Float64Array;
   readonly order: Int32Array;
+  /** The row after penalties and masking (the backend's logits are never written). */
+  readonly work: Float32Array;
   constructor(readonly vocabSize: number) {
     this.probs = new Float64Array(vocabSize);
     this.order = new Int32Array(vocabSize);
+    this.work = new Float32Array(vocabSize);
   }
 }
 
@@ -39,18 +45,54 @@ export function greedy(logits: Float32Array, off: number, n: number): number {
   return best;
 }
 
+type SamplerParams = Pick<SamplingParams, 'temperature' | 'topP' | 'seed'> &
+  Partial<Pick<SamplingParams, 'topK' | 'minP' | 'presencePenalty' | 'frequencyPenalty' | 'repetitionPenalty' | 'logprobs' | 'constraint'>>;
+
 export class Sampler {
   private readonly rand: (() => number) | null;
+  /** Seen tokens, kept only when a penalty needs them. */
+  private readonly history: TokenHistory | null;
+  /** Penalties or a constraint: the row is copied and changed before choosing. */
+  private readonly processed: boolean;
+  /** The latest token's log-probabilities (with params.logprobs). */
+  last: { readonly logprob: number; readonly top: readonly TokenLogprob[] } | undefined;
 
-  constructor(private readonly params: Pick<SamplingParams, 'temperature' | 'topP' | 'seed'>) {
+  constructor(private readonly params: SamplerParams, promptIds: readonly number[] = []) {
     // Greedy draws nothing; without a seed, a fresh one (the same seed always gives the same tokens).
     this.rand = params.temperature > 0 ? splitmix32(params.seed ?? randomInt(2 ** 32)) : null;
+    this.history = hasPenalties(params) ? new TokenHistory(promptIds) : null;
+    this.processed = this.history !== null || params.constraint !== undefined;
+  }
+
+  /** The constraint (if any) is satisfied: the request ends. */
+  get complete(): boolean {
+    return this.params.constraint?.complete ?? false;
   }
 
   /** The next token from logits[off..off+V). */
   sample(logits: Float32Array, off: number, s: SamplerScratch): number {
     const V = s.vocabSize;
-    if (this.rand === null) return greedy(logits, off, V);
+    let row = logits;
+    let at = off;
+    if (this.processed) {
+      row = s.work;
+      at = 0;
+      row.set(logits.subarray(off, off + V));
+      if (this.history) applyPenalties(row, this.params, this.history);
+      this.params.constraint?.mask(row, 0, V);
+    }
+    const token = this.rand === null ? greedy(row, at, V) : this.draw(row, at, s);
+    if (this.params.constraint && row[at + token] === -Infinity) {
+      throw new ResidencyError('INTERNAL', 'the structured-output constraint allows no token here (a grammar dead end)');
+    }
+    if (this.params.logprobs !== undefined) this.last = logprobsOf(logits, off, V, token, this.params.logprobs);
+    this.history?.add(token);
+    this.params.constraint?.accept(token);
+    return token;
+  }
+
+  private draw(logits: Float32Array, off: number, s: SamplerScratch): number {
+    const V = s.vocabSize;
     const { temperature, topP } = this.params;
     const probs = s.probs;
     let max = -Infinity;
@@ -67,8 +109,36 @@ export class Sampler {
     if (!Number.isFinite(sum) || sum <= 0) {
       throw new ResidencyError('INTERNAL', 'the model produced non-finite logits: cannot sample (check the checkpoint and backend)');
     }
-    if (topP >= 1) return drawInIdOrder(probs, V, this.rand() * sum);
+    const topK = this.params.topK ?? 0;
+    const minP = this.params.minP ?? 0;
+    if ((topK > 0 && topK < V) || minP > 0) return this.drawTruncated(probs, V, maxP, topK, minP, topP, s.order);
+    if (topP >= 1) return drawInIdOrder(probs, V, this.rand!() * sum);
     return this.drawNucleus(probs, V, sum, maxP, topP, s.order);
+  }
+
+  /** min-p, then top-k, then top-p over what is left (vLLM's order), drawn in descending probability. */
+  private drawTruncated(probs: Float64Array, V: number, maxP: number, topK: number, minP: number, topP: number, order: Int32Array): number {
+    const floor = minP * maxP;
+    let n = 0;
+    for (let i = 0; i < V; i++) if (probs[i]! > 0 && probs[i]! >= floor) order[n++] = i;
+    const cand = order.subarray(0, n);
+    cand.sort((a, b) => probs[b]! - probs[a]! || a - b);
+    const k = topK > 0 ? Math.min(topK, n) : n;
+    let total = 0;
+    for (let i = 0; i < k; i++) total += probs[cand[i]!]!;
+    let keep = k;
+    if (topP < 1) {
+      keep = 0;
+      let kept = 0;
+      while (keep < k && kept < topP * total) kept += probs[cand[keep++]!]!;
+      total = kept;
+    }
+    let u = this.rand!() * total;
+    for (let i = 0; i < keep; i++) {
+      u -= probs[cand[i]!]!;
+      if (u < 0) return cand[i]!;
+    }
+    return cand[keep - 1]!;
   }
 
   /**

@@ -12,6 +12,38 @@ export interface SamplingParams {
   /** Extra token ids that end the sequence (the model's EOS ids always do unless ignoreEos). */
   readonly stopTokenIds?: readonly number[];
   readonly ignoreEos?: boolean;
+  /** Keep only the K most likely tokens before drawing; 0 or absent = off. */
+  readonly topK?: number;
+  /** Drop tokens whose probability is below minP x the top token's; 0 or absent = off. */
+  readonly minP?: number;
+  /** OpenAI's penalties over the generated tokens: logit -= frequency x count + presence x (count > 0). */
+  readonly presencePenalty?: number;
+  readonly frequencyPenalty?: number;
+  /** vLLM/transformers' penalty over prompt and generated tokens: a seen token's logit / r if > 0, else x r; 1 = off. */
+  readonly repetitionPenalty?: number;
+  /** Report each token's log-probability and this many most likely alternatives (0..20); absent = none. */
+  readonly logprobs?: number;
+  /** Masks the tokens that may not come next (structured output); the request ends 'stop' once it is complete. */
+  readonly constraint?: TokenConstraint;
+}
+
+/**
+ * A per-request grammar over the vocabulary (e.g. JSON): stateful, owned by one request. `mask` must
+ * leave at least one token allowed while `complete` is false.
+ */
+export interface TokenConstraint {
+  /** Sets logits[off + id] to -Infinity for every token id that may not come next. */
+  mask(logits: Float32Array, off: number, vocabSize: number): void;
+  /** The token chosen (always one `mask` allowed). */
+  accept(tokenId: number): void;
+  /** The output is a whole sentence of the grammar: generation ends here. */
+  readonly complete: boolean;
+}
+
+/** A token's log-probability under the model (log-softmax of its raw logits, before penalties and temperature). */
+export interface TokenLogprob {
+  readonly id: number;
+  readonly logprob: number;
 }
 
 export interface GenerationRequest {
@@ -23,7 +55,14 @@ export interface GenerationRequest {
 export type FinishReason = 'stop' | 'length' | 'cancelled' | 'error';
 
 export type GenerationEvent =
-  | { readonly type: 'token'; readonly tokenId: number; readonly index: number }
+  | {
+      readonly type: 'token';
+      readonly tokenId: number;
+      readonly index: number;
+      /** With sampling.logprobs: this token's log-probability and the most likely alternatives. */
+      readonly logprob?: number;
+      readonly topLogprobs?: readonly TokenLogprob[];
+    }
   | {
       readonly type: 'done';
       readonly reason: FinishReason;
@@ -49,6 +88,8 @@ export interface GenerationEngine {
   readonly queueDepth: number;
   /** Sequences in the running batch. */
   readonly running: number;
+  /** KV positions reserved by the running sequences / what the running batch may hold at most (0..1). */
+  readonly kvCacheUsage?: number;
   /** Finish in-flight work and stop the loop. */
   close(): Promise<void>;
 }

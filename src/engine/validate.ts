@@ -24,6 +24,15 @@ export function validateRequest(r: GenerationRequest, spec: ModelSpec): void {
   if (!Number.isFinite(s.topP) || s.topP <= 0 || s.topP > 1) throw bad('sampling.topP', `${s.topP}: expected a number in (0, 1]`);
   if (!Number.isInteger(s.maxTokens) || s.maxTokens < 1) throw bad('sampling.maxTokens', `${s.maxTokens}: expected an integer >= 1`);
   if (s.seed !== undefined && (!Number.isInteger(s.seed) || s.seed < 0)) throw bad('sampling.seed', `${s.seed}: expected an integer >= 0`);
+  const optional = (field: string, v: number | undefined, ok: (x: number) => boolean, expected: string) => {
+    if (v !== undefined && (typeof v !== 'number' || !ok(v))) throw bad(`sampling.${field}`, `${v}: expected ${expected}`);
+  };
+  optional('topK', s.topK, (x) => Number.isInteger(x) && x >= 0, 'an integer >= 0 (0 = off)');
+  optional('minP', s.minP, (x) => x >= 0 && x <= 1, 'a number in [0, 1] (0 = off)');
+  optional('presencePenalty', s.presencePenalty, (x) => x >= -2 && x <= 2, 'a number in [-2, 2]');
+  optional('frequencyPenalty', s.frequencyPenalty, (x) => x >= -2 && x <= 2, 'a number in [-2, 2]');
+  optional('repetitionPenalty', s.repetitionPenalty, (x) => x > 0 && x <= 10, 'a number in (0, 10] (1 = off)');
+  optional('logprobs', s.logprobs, (x) => Number.isInteger(x) && x >= 0 && x <= 20, 'an integer in 0..20');
   if (s.stopTokenIds !== undefined) {
     if (!Array.isArray(s.stopTokenIds)) throw bad('sampling.stopTokenIds', 'expected an array of token ids');
     const i = s.stopTokenIds.findIndex((t) => !isTokenId(t, spec.vocabSize));
