@@ -7,7 +7,7 @@ import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts'
 import type { LayerWeights } from '../../model/weights.ts';
 import { heapAlloc, type Alloc } from './alloc.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
-import { expertRowFormat, quantRowView, writeExpertRow, type QuantRowLayout } from './expert-rows.ts';
+import { expertRowFormat, quantRowViews, writeExpertRow, type QuantRowLayout } from './expert-rows.ts';
 import type { QuantExpert } from './quant-linear.ts';
 
 export class CpuExpertBanks implements ExpertBanks {
@@ -65,13 +65,8 @@ export class CpuExpertBanks implements ExpertBanks {
       cold.forEach((e, r) => place(coldBank, r, e));
       this.hot.push(hotBank);
       this.cold.push(coldBank);
-      const q = format.quant;
-      if (q) {
-        for (const [bank, n] of [[hotBank, hot.length], [coldBank, cold.length]] as const) {
-          this.quantRows.push(Array.from({ length: n }, (_, r) => quantRowView(bank, r * this.rowSize, q, I, H)));
-        }
-      }
     }
+    if (format.quant) this.quantRows.push(...quantRowViews(this.bankList, format.quant, I, H));
   }
 
   /** Every bank in one list: layer l's hot bank at 2l, its cold bank at 2l+1 (the expert units' bank index). */

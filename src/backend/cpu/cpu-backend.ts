@@ -150,10 +150,12 @@ export class CpuBackend implements Backend {
           accs: perThread((a) => a.f64(spec.headDim)),
         }
       : undefined;
+    const banks = this.banks;
+    const quant = banks.quant ? { rows: banks.quantRows, layout: banks.quant, rowSize: banks.rowSize, hidden: spec.hiddenSize, inter: spec.expertIntermediate } : undefined;
     this.compute =
       this.threads > 1
-        ? new CpuThreadPool({ threads: this.threads, banks: this.banks.bankList, simd })
-        : serialCompute(this.banks.bankList, spec.expertIntermediate, simd);
+        ? new CpuThreadPool({ threads: this.threads, banks: banks.bankList, simd, ...(quant ? { quant } : {}) })
+        : serialCompute(banks.bankList, spec.expertIntermediate, simd, quant);
     this.counter = new Uint32Array(moeLayerCount(spec) * spec.numExperts);
     // SIMD: KV caches in the wasm memory too, recycled as sequences close.
     const kvAlloc: Alloc = arena ? { shared: true, f32: (n) => arena.f32Reusable(n), i32: (n) => arena.i32(n), free: (a) => arena.free(a) } : plain;

@@ -17,8 +17,19 @@ export interface QuantRowLayout {
   readonly scales: readonly [number, number, number];
   /** Byte offset of the biases (gpt-oss), or -1. */
   readonly bias: number;
-  /** The three matrices' shape and format (their data and scales are views made per row). */
-  readonly shapes: readonly [QuantMatrix, QuantMatrix, QuantMatrix];
+  /** The three matrices' format and shape (their data and scales are views made per row). */
+  readonly shapes: readonly [QuantShape, QuantShape, QuantShape];
+}
+
+/** A quantized matrix without its bytes: plain data, so worker threads get it in their init. */
+export interface QuantShape {
+  readonly format: QuantMatrix['format'];
+  readonly rows: number;
+  readonly cols: number;
+  readonly block: readonly [number, number];
+  /** Data bytes and scale count. */
+  readonly dataBytes: number;
+  readonly scaleCount: number;
 }
 
 /** How a model's expert rows are stored: float32 (`quant` null) or quantized (its layout). */
@@ -62,9 +73,11 @@ export function expertRowFormat(spec: ModelSpec, experts: readonly ExpertWeights
     at = align4(at + bytes);
     return o;
   };
-  const q = shapes as readonly [QuantMatrix, QuantMatrix, QuantMatrix];
-  const data = [place(q[0].data.length), place(q[1].data.length), place(q[2].data.length)] as const;
-  const scales = [place(q[0].scales.byteLength), place(q[1].scales.byteLength), place(q[2].scales.byteLength)] as const;
+  const q = (shapes as readonly QuantMatrix[]).map((m): QuantShape => ({
+    format: m.format, rows: m.rows, cols: m.cols, block: m.block, dataBytes: m.data.length, scaleCount: m.scales.length,
+  })) as [QuantShape, QuantShape, QuantShape];
+  const data = [place(q[0].dataBytes), place(q[1].dataBytes), place(q[2].dataBytes)] as const;
+  const scales = q.map((m) => place(m.scaleCount * (m.format === 'fp8' ? 4 : 1))) as [number, number, number];
   const bias = biases > 0 ? place(4 * biases) : -1;
   return { words: at / 4, quant: { words: at / 4, data, scales, bias, shapes: q } };
 }
@@ -106,14 +119,20 @@ export function writeExpertRow(bank: Float32Array, off: number, e: ExpertWeights
 export function quantRowView(bank: Float32Array, off: number, q: QuantRowLayout, I: number, H: number): QuantExpert {
   const base = bank.byteOffset + 4 * off;
   const view = (i: number): QuantMatrix => {
-    const s = q.shapes[i]!;
-    const data = new Uint8Array(bank.buffer, base + q.data[i]!, s.data.length);
-    return s.format === 'fp8'
-      ? { ...s, data, scales: new Float32Array(bank.buffer, base + q.scales[i]!, s.scales.length) }
-      : { ...s, data, scales: new Uint8Array(bank.buffer, base + q.scales[i]!, s.scales.length) };
+    const { format, rows, cols, block, dataBytes, scaleCount } = q.shapes[i]!;
+    const data = new Uint8Array(bank.buffer, base + q.data[i]!, dataBytes);
+    const at = base + q.scales[i]!;
+    return format === 'fp8'
+      ? { format, rows, cols, block, data, scales: new Float32Array(bank.buffer, at, scaleCount) }
+      : { format, rows, cols, block, data, scales: new Uint8Array(bank.buffer, at, scaleCount) };
   };
   const e = { gate: view(0), up: view(1), down: view(2) };
   if (q.bias < 0) return e;
   const b = (at: number, n: number): Float32Array => new Float32Array(bank.buffer, base + q.bias + 4 * at, n);
   return { ...e, gateBias: b(0, I), upBias: b(I, I), downBias: b(2 * I, H) };
+}
+
+/** Views of every row of every bank (`banks` in CpuExpertBanks.bankList order, rows of `q.words` words). */
+export function quantRowViews(banks: readonly Float32Array[], q: QuantRowLayout, I: number, H: number): QuantExpert[][] {
+  return banks.map((bank) => Array.from({ length: bank.length / q.words }, (_, r) => quantRowView(bank, r * q.words, q, I, H)));
 }

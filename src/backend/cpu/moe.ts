@@ -7,7 +7,7 @@ import { UNIT, expertUnits } from './expert-units.ts';
 import { heapAlloc, type Alloc } from './alloc.ts';
 import type { CpuExpertBanks } from './banks.ts';
 import type { RowCompute } from './row-compute.ts';
-import { quantExpert } from './quant-linear.ts';
+import { computeQuantUnits } from './quant-linear.ts';
 
 /** Scratch the MoE op needs for up to `tokens` tokens; allocated once per batch size. */
 export interface MoeScratch {
@@ -102,7 +102,9 @@ export function moeLayer(
   // Compute: hot picks from the hot bank, cold picks read in place from the cold bank, as units (a row
   // and its one or two picks) that the compute may share out between threads.
   const units = expertUnits(s.units, s.order, s.ids, slots, picks, layer, banks.hotPerLayer, banks.rowSize, K, H);
-  if (banks.quant) quantExpertUnits(s.pickOut, s.units, units, banks, x, H, I, shape.clamped, s.act);
+  // Quantized rows (quant-linear.ts): shared out by the compute, gpt-oss's clamped ones on the calling thread.
+  if (banks.quant && shape.clamped) computeQuantUnits(s.pickOut, s.units, 0, units, banks.quantRows, banks.rowSize, x, H, I, s.act, shape.clamped);
+  else if (banks.quant) compute.quantExperts(s.pickOut, s.units, units, x, H, I);
   else if (shape.clamped) clampedExpertUnits(s.pickOut, s.units, units, banks, x, H, I, shape.clamped, s.act);
   else compute.experts(s.pickOut, s.units, units, x, H, I);
   // Combine in router order (independent of bank placement).
@@ -155,28 +157,5 @@ function clampedExpertUnits(
     const row = units[u + 1]!;
     clampedSwigluExpert(out, units[u + 2]!, bank, row, x, units[u + 4]!, hidden, inter, act, scratch);
     if (units[u + 3]! >= 0) clampedSwigluExpert(out, units[u + 3]!, bank, row, x, units[u + 5]!, hidden, inter, act, scratch);
-  }
-}
-
-/**
- * Quantized expert units on the calling thread (JS, quant-linear.ts): each pick's output from the stored
- * bytes of its bank row, dequantized a weight row at a time. Bit-identical to the float32 experts over the
- * dequantized weights.
- */
-function quantExpertUnits(
-  out: Float32Array,
-  units: Int32Array,
-  count: number,
-  banks: CpuExpertBanks,
-  x: Float32Array,
-  hidden: number,
-  inter: number,
-  clamped: ClampedSwiglu | undefined,
-  act: Float32Array,
-): void {
-  for (let n = 0; n < count; n++) {
-    const u = n * UNIT;
-    const e = banks.quantRows[units[u]!]![units[u + 1]! / banks.rowSize]!;
-    quantExpert(out, units[u + 2]!, units[u + 3]!, e, x, units[u + 4]!, units[u + 5]!, hidden, inter, act, clamped);
   }
 }

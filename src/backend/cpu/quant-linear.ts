@@ -9,6 +9,7 @@ import { dot, dot2 } from './linalg.ts';
 import { dotFp8, dotMxfp4, fusedFp8 } from './quant-dot.ts';
 import { clampedAct, swigluAct } from './moe-ops.ts';
 import type { ClampedSwiglu } from '../../model/spec.ts';
+import { UNIT } from './expert-units.ts';
 
 /** One dequantized weight row (and a second for gate/up pairs), grown on demand; the ops are single-threaded. */
 let rowA = new Float32Array(0);
@@ -109,4 +110,28 @@ function unitAct(g: number, u: number, e: QuantExpert, j: number, clamped: Clamp
 
 function downOut(sum: number, e: QuantExpert, o: number, clamped: ClampedSwiglu | undefined): number {
   return clamped ? Math.fround(sum) + e.downBias![o]! : sum;
+}
+
+/**
+ * Expert units [u0, u1) (expert-units.ts) over quantized bank rows into `out` ([picks][H]): `rows` the views
+ * of every bank row (CpuExpertBanks.quantRows), `rowSize` words a row. act: scratch of 2*I floats.
+ */
+export function computeQuantUnits(
+  out: Float32Array,
+  units: Int32Array,
+  u0: number,
+  u1: number,
+  rows: readonly (readonly QuantExpert[])[],
+  rowSize: number,
+  x: Float32Array,
+  hidden: number,
+  inter: number,
+  act: Float32Array,
+  clamped?: ClampedSwiglu,
+): void {
+  for (let n = u0; n < u1; n++) {
+    const u = n * UNIT;
+    const e = rows[units[u]!]![units[u + 1]! / rowSize]!;
+    quantExpert(out, units[u + 2]!, units[u + 3]!, e, x, units[u + 4]!, units[u + 5]!, hidden, inter, act, clamped);
+  }
 }

@@ -7,7 +7,11 @@ import assert from 'node:assert/strict';
 import { dequantize, isQuantized, type Fp8Matrix, type Matrix, type Mxfp4Matrix, type QuantMatrix } from '../../model/quant.ts';
 import { linear } from './linalg.ts';
 import { clampedSwigluExpert, swigluExpert, swigluExpertPair } from './moe-ops.ts';
-import { linearQ, quantExpert } from './quant-linear.ts';
+import { computeQuantUnits, linearQ, quantExpert } from './quant-linear.ts';
+import { CpuExpertBanks } from './banks.ts';
+import { sharedAlloc } from './alloc.ts';
+import { CpuThreadPool } from './parallel/pool.ts';
+import { UNIT } from './expert-units.ts';
 import { mulberry32 } from '../../util/rng.ts';
 import { withTempDir } from '../../model/test-helpers.ts';
 import { syntheticConfig, writeSyntheticCheckpoint } from '../../model/synthetic.ts';
@@ -150,6 +154,37 @@ describe('a block-FP8 model on the CPU backend', () => {
     if (simdAvailable()) {
       assert.deepEqual(await run(weights, spec, { threads: 1, simd: true }), want);
       assert.deepEqual(await run(weights, spec, { threads: 2, simd: true }), want);
+    }
+  });
+
+  it('the thread pool shares quantized expert units out to its workers, bit-identical to one thread', async () => {
+    const { spec, weights } = await load();
+    const banks = new CpuExpertBanks(spec, weights.layers, { hotPerLayer: 4 }, sharedAlloc);
+    const H = spec.hiddenSize;
+    const I = spec.expertIntermediate;
+    const quant = { rows: banks.quantRows, layout: banks.quant!, rowSize: banks.rowSize, hidden: H, inter: I };
+    const pool = new CpuThreadPool({ threads: 2, banks: banks.bankList, quant });
+    try {
+      await pool.ready();
+      // Every row of every bank, once, as single-pick units.
+      const list = banks.bankList.flatMap((bank, b) => Array.from({ length: bank.length / banks.rowSize }, (_, r) => [b, r] as const));
+      const n = list.length;
+      const units = sharedAlloc.i32(n * UNIT);
+      list.forEach(([b, r], k) => units.set([b, r * banks.rowSize, k * H, -1, k * H, -1], k * UNIT));
+      const x = sharedAlloc.f32(n * H);
+      x.set(vec(n * H));
+      const want = new Float32Array(n * H);
+      computeQuantUnits(want, units, 0, n, banks.quantRows, banks.rowSize, x, H, I, new Float32Array(2 * I));
+      const before = pool.workerChunks();
+      // Until a worker has taken a chunk (on a loaded machine the main thread may claim them all for a while).
+      for (let i = 0; i < 500 && (i < 20 || pool.workerChunks() === before); i++) {
+        const out = sharedAlloc.f32(n * H);
+        pool.quantExperts(out, units, n, x, H, I);
+        assert.deepEqual(bytesOf(out), bytesOf(want));
+      }
+      assert.ok(pool.workerChunks() > before, 'no worker took a chunk of quantized units');
+    } finally {
+      pool.dispose();
     }
   });
 

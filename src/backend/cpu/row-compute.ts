@@ -8,6 +8,9 @@ import { inArena, simdLinear, type SimdKernel } from './wasm/kernel.ts';
 import { computeExpertUnitsSimd } from './wasm/experts.ts';
 import type { WasmArena } from './wasm/arena.ts';
 import { attentionHeadSimd } from './wasm/attention.ts';
+import { computeQuantUnits, type QuantExpert } from './quant-linear.ts';
+import type { QuantRowLayout } from './expert-rows.ts';
+import { ResidencyError } from '../../errors.ts';
 
 /**
  * The SIMD kernel, its memory, and per thread (main first) scratch in that memory: SwiGLU (2*I floats),
@@ -36,11 +39,22 @@ export function attentionSimd(simd: SimdCompute, out: Float32Array, q: Float32Ar
   }
 }
 
+/** Quantized banks: the views of every row (CpuExpertBanks.quantRows) and their layout (for worker threads). */
+export interface QuantBanks {
+  readonly rows: readonly (readonly QuantExpert[])[];
+  readonly layout: QuantRowLayout;
+  readonly rowSize: number;
+  readonly hidden: number;
+  readonly inter: number;
+}
+
 export interface RowCompute {
   /** y = W x for `rows` inputs (see linalg.ts `linear`). */
   linear(y: Float32Array, w: Float32Array, wOff: number, x: Float32Array, rows: number, outDim: number, inDim: number): void;
   /** Expert units [0, count) into `out` (see expert-units.ts). */
   experts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void;
+  /** The same over quantized bank rows (quant-linear.ts `computeQuantUnits`; JS on every thread). */
+  quantExperts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void;
   /**
    * Attention of `tokens` tokens (see attention-ops.ts): token i's query at q[i*H*d..), its layer's KV
    * cache keys[i] / values[i], its position pos[i]; output at out[i*H*d..). scores / acc: the calling
@@ -73,9 +87,13 @@ export interface RowCompute {
  * One thread: every row on the calling thread. `banks` in CpuExpertBanks.bankList order. `simd`: run
  * ops whose arrays live in its memory through the wasm kernel (bit-identical, wasm/).
  */
-export function serialCompute(banks: readonly Float32Array[], inter: number, simd?: SimdCompute): RowCompute {
+export function serialCompute(banks: readonly Float32Array[], inter: number, simd?: SimdCompute, quant?: QuantBanks): RowCompute {
   const act = new Float32Array(2 * inter);
   return {
+    quantExperts: (out, units, count, x, hidden, i) => {
+      if (!quant) throw new ResidencyError('INTERNAL', 'cpu: quantized expert units without quantized banks');
+      computeQuantUnits(out, units, 0, count, quant.rows, quant.rowSize, x, hidden, i, act);
+    },
     linear: simd ? simdLinear(simd.arena, simd.kernel) : linear,
     experts: (out, units, count, x, hidden, i) => {
       if (simd && inArena(simd.arena, out, x, x)) computeExpertUnitsSimd(simd.kernel, simd.acts[0]!, out, units, 0, count, banks, x, hidden, i);

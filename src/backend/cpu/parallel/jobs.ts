@@ -3,7 +3,8 @@
 import { linearRows } from '../linalg.ts';
 import { computeExpertUnits } from '../expert-units.ts';
 import { attentionHead } from '../attention-ops.ts';
-import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR } from './layout.ts';
+import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS } from './layout.ts';
+import { computeQuantUnits, type QuantExpert } from '../quant-linear.ts';
 import { ResidencyError } from '../../../errors.ts';
 import type { SimdKernel } from '../wasm/kernel.ts';
 import { computeExpertUnitsSimd } from '../wasm/experts.ts';
@@ -25,10 +26,12 @@ export interface JobScratch {
   /** This thread's attention scratch in the kernel's memory. */
   simdScores: Float64Array | null;
   simdAcc: Float64Array | null;
+  /** Quantized banks: the views of every bank row and their size in words. */
+  quant: { readonly rows: readonly (readonly QuantExpert[])[]; readonly rowSize: number } | null;
 }
 
 export function jobScratch(): JobScratch {
-  return { act: new Float32Array(0), scores: new Float64Array(0), acc: new Float64Array(0), simd: null, simdAct: null, simdScores: null, simdAcc: null };
+  return { act: new Float32Array(0), scores: new Float64Array(0), acc: new Float64Array(0), simd: null, simdAct: null, simdScores: null, simdAcc: null, quant: null };
 }
 
 function f32(t: Table, id: number): Float32Array {
@@ -68,6 +71,11 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
       const inter = ctl[a + 4]!;
       if (s.act.length < 2 * inter) s.act = new Float32Array(2 * inter);
       computeExpertUnits(f32(table, ctl[a]!), i32(table, ctl[a + 1]!), lo, hi, banks, f32(table, ctl[a + 2]!), ctl[a + 3]!, inter, s.act);
+    } else if (op === OP_QUANT_EXPERTS) {
+      if (s.quant === null) throw new ResidencyError('INTERNAL', 'cpu threads: a quantized experts job reached a thread without the quantized banks');
+      const inter = ctl[a + 4]!;
+      if (s.act.length < 2 * inter) s.act = new Float32Array(2 * inter);
+      computeQuantUnits(f32(table, ctl[a]!), i32(table, ctl[a + 1]!), lo, hi, s.quant.rows, s.quant.rowSize, f32(table, ctl[a + 2]!), ctl[a + 3]!, inter, s.act);
     } else if (op === OP_ATTENTION) {
       const out = f32(table, ctl[a]!);
       const q = f32(table, ctl[a + 1]!);

@@ -8,6 +8,7 @@
 // only for those that have. A worker therefore never reads a job's arguments after the job is over.
 import type { MessagePort } from 'node:worker_threads';
 import type { WasmMemory } from '../wasm/api.ts';
+import type { QuantRowLayout } from '../expert-rows.ts';
 
 /** Ints per block (128 bytes: flags written by different threads never share a cache line). */
 export const BLOCK = 32;
@@ -66,6 +67,12 @@ export const OP_EXPERTS = 2;
  * caches live in the wasm memory); chunks are (token, head) units.
  */
 export const OP_ATTENTION = 3;
+/**
+ * args: out, units, x, hidden, inter (array-table ids for out, units, x); chunks are expert units over
+ * quantized bank rows (quant-linear.ts, JS on every thread: the rows' views come from WorkerInit.quant).
+ */
+export const OP_QUANT_EXPERTS = 4;
+
 /** Ints per attention unit: key cache id, value cache id, position, q/out offset, head. */
 export const ATTN_UNIT = 5;
 
@@ -88,6 +95,8 @@ export interface WorkerInit {
   /** This worker's attention scratch in that memory: scores (maxPositions) and sums (headDim). */
   readonly wasmScores?: Float64Array | undefined;
   readonly wasmAcc?: Float64Array | undefined;
+  /** Quantized banks: their rows' layout (the worker makes its own views of `banks` from it). */
+  readonly quant?: { readonly layout: QuantRowLayout; readonly hidden: number; readonly inter: number } | undefined;
 }
 
 /** One array-table registration: table id `id` now names this shared array (undefined: forgotten). */

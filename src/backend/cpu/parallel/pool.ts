@@ -8,11 +8,12 @@ import { ResidencyError } from '../../../errors.ts';
 import type { RowCompute } from '../row-compute.ts';
 import { linear } from '../linalg.ts';
 import { UNIT, computeExpertUnits } from '../expert-units.ts';
-import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, type WorkerInit } from './layout.ts';
+import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
-import { attentionSimd, simdAttention, type SimdCompute } from '../row-compute.ts';
+import { attentionSimd, simdAttention, type QuantBanks, type SimdCompute } from '../row-compute.ts';
+import { computeQuantUnits } from '../quant-linear.ts';
 import { inArena } from '../wasm/kernel.ts';
 import { computeExpertUnitsSimd } from '../wasm/experts.ts';
 
@@ -28,6 +29,8 @@ export interface PoolOptions {
    * on every thread (each worker instantiates the kernel over the same shared memory).
    */
   readonly simd?: SimdCompute;
+  /** Quantized banks: expert units over their rows run on every thread (each makes its own views). */
+  readonly quant?: QuantBanks;
 }
 
 /** How jobs are cut (read at each op; benchmarks may change them to compare). */
@@ -71,6 +74,7 @@ export class CpuThreadPool implements RowCompute {
   private readonly serialAct: Float32Array[] = [new Float32Array(0)];
   private readonly timeoutMs: number;
   private readonly simd: PoolOptions['simd'];
+  private readonly quant: PoolOptions['quant'];
   private gen = 0;
   private seq = 0;
   private disposed = false;
@@ -89,6 +93,8 @@ export class CpuThreadPool implements RowCompute {
     this.scratch.simdAct = opts.simd?.acts[0] ?? null;
     this.scratch.simdScores = opts.simd?.scores[0] ?? null;
     this.scratch.simdAcc = opts.simd?.accs[0] ?? null;
+    this.quant = opts.quant;
+    if (opts.quant) this.scratch.quant = { rows: opts.quant.rows, rowSize: opts.quant.rowSize };
     this.ctl = new Int32Array(new SharedArrayBuffer(controlSize(threads - 1) * 4));
     const { url, entry } = workerEntry();
     for (let i = 0; i < threads - 1; i++) {
@@ -105,6 +111,7 @@ export class CpuThreadPool implements RowCompute {
         wasmAct: opts.simd?.acts[i + 1],
         wasmScores: opts.simd?.scores[i + 1],
         wasmAcc: opts.simd?.accs[i + 1],
+        quant: opts.quant ? { layout: opts.quant.layout, hidden: opts.quant.hidden, inter: opts.quant.inter } : undefined,
       };
       const w = new Worker(url, { workerData: init, transferList: [table.port2, errors.port2], name: `residency-cpu-${i + 1}` });
       // A worker never keeps the process alive; its failures surface through the control block.
@@ -151,6 +158,19 @@ export class CpuThreadPool implements RowCompute {
     // A pair unit is two picks' work: chunks balance picks, not units.
     writeBounds(this.ctl, count, chunks, (u) => (units[u * UNIT + 3]! >= 0 ? 2 : 1));
     this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(x), hidden, inter, simd ? 1 : 0]);
+  }
+
+  quantExperts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void {
+    const q = this.quant;
+    if (!q) throw new ResidencyError('INTERNAL', 'cpu thread pool: quantized expert units without quantized banks');
+    const chunks = Math.min(this.threads * poolTuning.chunksPerThread, count, MAX_CHUNKS);
+    if (this.disposed || chunks < 2 || count * 3 * hidden * inter < poolTuning.minSplitMacs) {
+      if (this.serialAct[0]!.length < 2 * inter) this.serialAct[0] = new Float32Array(2 * inter);
+      computeQuantUnits(out, units, 0, count, q.rows, q.rowSize, x, hidden, inter, this.serialAct[0]!);
+      return;
+    }
+    writeBounds(this.ctl, count, chunks, (u) => (units[u * UNIT + 3]! >= 0 ? 2 : 1));
+    this.run(OP_QUANT_EXPERTS, chunks, [this.id(out), this.id(units), this.id(x), hidden, inter]);
   }
 
   /**

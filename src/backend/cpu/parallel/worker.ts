@@ -5,6 +5,7 @@ import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_thread
 import { ERR, GEN, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, BLOCK, type Registration, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { simdKernel } from '../wasm/kernel.ts';
+import { quantRowViews } from '../expert-rows.ts';
 
 /** A sleeping worker re-checks this often (a missed wake-up costs at most this long). */
 const SLEEP_MS = 200;
@@ -18,6 +19,8 @@ function main(init: WorkerInit): void {
   scratch.simdAct = init.wasmAct ?? null;
   scratch.simdScores = init.wasmScores ?? null;
   scratch.simdAcc = init.wasmAcc ?? null;
+  const q = init.quant;
+  if (q) scratch.quant = { rows: quantRowViews(init.banks, q.layout, q.inter, q.hidden), rowSize: q.layout.words };
   let gen = 0;
   let last = 0;
   parentPort!.postMessage('ready');
