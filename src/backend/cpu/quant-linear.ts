@@ -2,8 +2,10 @@
 // spec for them: for one or two inputs the weights are dequantized per block inside the dot products
 // (quant-dot.ts); for a batch each weight row is dequantized once into a row scratch and used for every
 // input. Either way float64 sums in exactly `dot`'s order with one float32 rounding on store, so no float32
-// copy of a matrix exists and every output is bit-identical to computing with the dequantized matrix. These run on the calling thread in JS, also when the backend has threads and
-// the SIMD kernel (the float32 layers keep those): the JS loop is the spec, and there is no second version.
+// copy of a matrix exists and every output is bit-identical to computing with the dequantized matrix. JS
+// only, whatever the SIMD setting (the float32 layers keep the kernel): the JS loop is the spec, and there is
+// no second version. Projections run on the calling thread; expert units may be shared out to the worker
+// threads (computeQuantUnits runs on each).
 import { dequantRow, type QuantMatrix } from '../../model/quant.ts';
 import { dot, dot2 } from './linalg.ts';
 import { dotFp8, dotMxfp4, fusedFp8 } from './quant-dot.ts';
