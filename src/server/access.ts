@@ -8,6 +8,8 @@ import { ApiError } from './api-error.ts';
 import type { ServerConfig } from './types.ts';
 
 export const CONTROL_PATH = '/v1/residency/control';
+/** What --api-key guards: the API and vLLM's tokenizer endpoints. */
+const KEYED_PATHS = ['/v1/*', '/tokenize', '/detokenize'];
 
 /** localhost, *.localhost, 127.0.0.0/8, ::1 (and its v4-mapped form); brackets around IPv6 allowed. */
 export function isLoopbackHost(host: string): boolean {
@@ -123,12 +125,15 @@ export function accessGuards(app: Hono, config: ServerConfig, listenHost: string
 
   if (config.apiKey) {
     const want = digest(config.apiKey);
-    app.use('/v1/*', async (c, next) => {
+    const guard = async (c: Context, next: Next) => {
+      // A CORS preflight carries no credentials (the browser sends them with the real request).
+      if (c.req.method === 'OPTIONS') return next();
       // Control with its own key was checked above; the inference key does not open it, nor is it needed.
       if (!(control && c.req.path === CONTROL_PATH) && !bearerMatches(c, want)) {
         throw new ApiError(401, 'missing or wrong API key: send `Authorization: Bearer <key>`', { type: 'authentication_error', code: 'invalid_api_key' });
       }
       await next();
-    });
+    };
+    for (const path of KEYED_PATHS) app.use(path, guard);
   }
 }

@@ -83,6 +83,26 @@ function loneSurrogateAt(root: unknown): string | null {
 }
 
 export async function readJsonBody<S extends z.ZodType>(c: Context, schema: S, maxBytes: number): Promise<z.output<S>> {
+  return (await readJsonRequest(c, schema, maxBytes)).data;
+}
+
+/** Header naming the request's top-level fields that this server ignored (vLLM logs the same warning). */
+export const IGNORED_FIELDS_HEADER = 'x-ignored-fields';
+
+/**
+ * As readJsonBody, and names the top-level fields the (object) schema does not know: they are ignored,
+ * not refused, as vLLM does, so clients that send extra fields by default still work.
+ */
+export async function readJsonRequest<S extends z.ZodType>(c: Context, schema: S, maxBytes: number): Promise<{ data: z.output<S>; ignored: string[] }> {
+  const json = await readJson(c, maxBytes);
+  const shape = (schema as unknown as { shape?: Record<string, unknown> }).shape;
+  const ignored = shape && typeof json === 'object' && json !== null && !Array.isArray(json) ? Object.keys(json).filter((k) => !(k in shape)) : [];
+  const parsed = schema.safeParse(json);
+  if (!parsed.success) throw issueToError(parsed.error);
+  return { data: parsed.data, ignored };
+}
+
+async function readJson(c: Context, maxBytes: number): Promise<unknown> {
   // Required, not just checked when present: a web page can send a body without one (or as text/plain)
   // with no CORS preflight, and only application/json forces the browser to ask first.
   const type = c.req.header('content-type');
@@ -106,7 +126,5 @@ export async function readJsonBody<S extends z.ZodType>(c: Context, schema: S, m
   if (lone !== null) {
     throw new ApiError(400, `${lone || 'body'}: a string holds an unpaired UTF-16 surrogate (a \\ud800-\\udfff escape without its pair); send valid Unicode`, { param: lone || null, code: 'invalid_unicode' });
   }
-  const parsed = schema.safeParse(json);
-  if (!parsed.success) throw issueToError(parsed.error);
-  return parsed.data;
+  return json;
 }

@@ -9,6 +9,7 @@ import { createEngine, type Engine } from '../engine/engine.ts';
 import { ResidencyDriver } from '../engine/residency-driver.ts';
 import type { SchedulerConfig } from '../engine/scheduler.ts';
 import { ResidencyError } from '../errors.ts';
+import { readChatTemplate } from '../model/chat-template.ts';
 import { loadModelFor, type LoadedModel } from '../model/load.ts';
 import { progressLine } from '../model/progress.ts';
 import { withMaxModelLen } from '../cli/memory-flags.ts';
@@ -49,7 +50,13 @@ export interface ServeOptions {
   readonly config?: Partial<ServerConfig>;
   readonly scheduler?: Partial<SchedulerConfig>;
   readonly log?: (message: string) => void;
+  /** One line per HTTP request (method, path, status, time); default: off. */
+  readonly accessLog?: (line: string) => void;
   readonly model?: LoadedModel;
+  /** The name clients use in `model` and see in /v1/models (--served-model-name; default the checkpoint's). */
+  readonly servedModelName?: string;
+  /** A chat template's text that replaces the checkpoint's (--chat-template FILE). */
+  readonly chatTemplate?: string;
 }
 
 export interface Serving {
@@ -70,20 +77,22 @@ export interface Serving {
 /** The hot share of the reference deployment (295 of 384 experts per layer; design.md section 2). */
 export const DEFAULT_HOT_SHARE = 295 / 384;
 
-/** Reads tokenizer_config.json's chat template and special tokens (absent: the plain template). */
-async function chatInfo(dir: string): Promise<Pick<ServerModel, 'chatTemplate' | 'bosToken' | 'eosToken'>> {
-  let cfg: Record<string, unknown>;
+/** The hot experts per layer serve uses without --hot or --map. */
+export const defaultHot = (experts: number): number => Math.max(1, Math.round(experts * DEFAULT_HOT_SHARE));
+
+/**
+ * The chat template (the --chat-template file's text, else the checkpoint's own: chat_template.jinja or
+ * tokenizer_config.json's chat_template) and the special tokens templates use.
+ */
+async function chatInfo(dir: string, override: string | undefined): Promise<Pick<ServerModel, 'chatTemplate' | 'chatTemplateSource' | 'bosToken' | 'eosToken'>> {
+  const template = override ?? (await readChatTemplate(dir));
+  let cfg: Record<string, unknown> = {};
   try {
     cfg = JSON.parse(await readFile(join(dir, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>;
-  } catch {
-    return {};
-  }
+  } catch { /* no special tokens named */ }
   const tok = (v: unknown) => (typeof v === 'string' ? v : typeof v === 'object' && v && typeof (v as { content?: unknown }).content === 'string' ? (v as { content: string }).content : undefined);
-  let template = cfg['chat_template'];
-  // Some checkpoints ship several named templates; the one named "default" is the chat template.
-  if (Array.isArray(template)) template = (template.find((t) => t?.name === 'default') ?? template[0])?.template;
   return {
-    ...(typeof template === 'string' ? { chatTemplate: template } : {}),
+    ...(template !== undefined ? { chatTemplate: template, chatTemplateSource: override !== undefined ? '--chat-template' as const : 'checkpoint' as const } : {}),
     ...(tok(cfg['bos_token']) ? { bosToken: tok(cfg['bos_token']) } : {}),
     ...(tok(cfg['eos_token']) ? { eosToken: tok(cfg['eos_token']) } : {}),
   };
@@ -97,7 +106,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
   const model = opts.model ?? (await loadModelFor(opts.modelDir, opts.backend));
   model.spec = withMaxModelLen(model.spec, opts.maxModelLen); // bounds requests and sizes the KV cache
   const { spec } = model;
-  const hot = opts.hot ?? Math.round(spec.numExperts * DEFAULT_HOT_SHARE);
+  const hot = opts.hot ?? defaultHot(spec.numExperts);
   if (!opts.map && (hot < 1 || hot > spec.numExperts)) {
     throw new ResidencyError('BAD_ARGUMENT', `--hot ${hot}: expected 1..${spec.numExperts} experts per layer`);
   }
@@ -144,9 +153,11 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
       onError: (e) => log(`engine: ${e.message}`),
     });
     // Long prompts are tokenized in a worker thread, so one big prompt does not freeze every running stream.
-    const encoder = new OffThreadEncoder(model.dir, model.tokenizer, log);
-    const serverModel: ServerModel = { name: spec.name, maxPositions: spec.maxPositions, tokenizer: encoder.tokenizer(), ...(await chatInfo(model.dir)) };
-    const server = await startServer({ engine, model: serverModel, ...(view ? { residency: view } : {}), config }, { port: opts.port, host: opts.host });
+    const t = model.tokenizer;
+    const withSpecials = { ...t, isSpecial: (id: number) => t.decode([id], { skipSpecial: true }) === '' && t.decode([id]) !== '' };
+    const encoder = new OffThreadEncoder(model.dir, withSpecials, log);
+    const serverModel: ServerModel = { name: opts.servedModelName ?? spec.name, maxPositions: spec.maxPositions, tokenizer: encoder.tokenizer(), ...(await chatInfo(model.dir, opts.chatTemplate)) };
+    const server = await startServer({ engine, model: serverModel, ...(view ? { residency: view } : {}), config, log, ...(opts.accessLog ? { accessLog: opts.accessLog } : {}) }, { port: opts.port, host: opts.host });
     for (const line of accessWarnings(opts.host, config)) log(line);
     // The driver polls the control and GO files between steps; an idle server takes no steps, so poll
     // here too (between steps as well: a timer never runs inside a step).

@@ -1,13 +1,20 @@
 // Prometheus metrics (prom-client, one registry per server so tests can run several side by side).
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type Metric } from 'prom-client';
 import type { GenerationEngine } from '../engine/types.ts';
 import type { ResidencyView } from './types.ts';
 
 const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
+/** End-to-end request latency: whole generations, up to minutes. */
+const requestBuckets = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300];
+
 export interface ServerMetrics {
   readonly registry: Registry;
   readonly requests: Counter<'endpoint' | 'status'>;
+  /** Generations (one per choice) by how they ended: stop, length, abort (client gone), error. */
+  readonly requestsByFinish: Counter<'finished_reason'>;
+  /** Submit to the last token of one generation. */
+  readonly requestLatency: Histogram;
   readonly promptTokens: Counter;
   readonly completionTokens: Counter;
   readonly timeToFirstToken: Histogram;
@@ -18,15 +25,38 @@ export interface ServerMetrics {
   tokensGenerated(): number;
 }
 
-export function createMetrics(engine: GenerationEngine, residency: ResidencyView | undefined, opts: { defaultMetrics?: boolean } = {}): ServerMetrics {
+/**
+ * prom-client's default metrics, less the gauges whose names end in `_total` (promtool: "non-counter
+ * metrics should not have _total suffix"): nodejs_active_{handles,requests,resources}_total, whose values
+ * the per-type gauges (nodejs_active_handles{type} ...) already carry.
+ */
+function processMetrics(registry: Registry): void {
+  const scratch = new Registry();
+  collectDefaultMetrics({ register: scratch, prefix: 'residency_process_' });
+  for (const m of scratch.getMetricsAsArray() as unknown as Metric[]) {
+    const name = (m as unknown as { name: string }).name;
+    if (!(m instanceof Counter) && name.endsWith('_total')) continue;
+    registry.registerMetric(m);
+  }
+}
+
+export function createMetrics(engine: GenerationEngine, residency: ResidencyView | undefined, opts: { defaultMetrics?: boolean; modelName?: string } = {}): ServerMetrics {
   const registry = new Registry();
-  if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'residency_process_' });
+  // vLLM's dashboards select by model_name; every series here carries it.
+  if (opts.modelName !== undefined) registry.setDefaultLabels({ model_name: opts.modelName });
+  if (opts.defaultMetrics ?? true) processMetrics(registry);
   const requests = new Counter({ name: 'residency_requests_total', help: 'HTTP requests by endpoint and status code', labelNames: ['endpoint', 'status'] as const, registers: [registry] });
   const promptTokens = new Counter({ name: 'residency_prompt_tokens_total', help: 'Prompt tokens of finished requests', registers: [registry] });
   const completionTokens = new Counter({ name: 'residency_completion_tokens_total', help: 'Generated tokens relayed to clients', registers: [registry] });
   const timeToFirstToken = new Histogram({ name: 'residency_time_to_first_token_seconds', help: 'Submit to first generated token', buckets: latencyBuckets, registers: [registry] });
   const interTokenLatency = new Histogram({ name: 'residency_inter_token_latency_seconds', help: 'Time between consecutive tokens of one request', buckets: latencyBuckets, registers: [registry] });
 
+  const requestsByFinish = new Counter({ name: 'residency_request_finished_total', help: 'Generations (one per choice) by finish reason: stop, length, abort, error', labelNames: ['finished_reason'] as const, registers: [registry] });
+  const requestLatency = new Histogram({ name: 'residency_e2e_request_latency_seconds', help: 'Submit to the end of one generation', buckets: requestBuckets, registers: [registry] });
+  new Gauge({
+    name: 'residency_kv_cache_usage_ratio', help: 'KV cache positions reserved by running sequences / positions the running batch may hold (0..1)', registers: [registry],
+    collect() { this.set(engine.kvCacheUsage ?? 0); },
+  });
   new Gauge({ name: 'residency_queue_depth', help: 'Requests waiting to join the batch', registers: [registry], collect() { this.set(engine.queueDepth); } });
   new Gauge({ name: 'residency_running_sequences', help: 'Sequences in the running batch', registers: [registry], collect() { this.set(engine.running); } });
 
@@ -66,7 +96,7 @@ export function createMetrics(engine: GenerationEngine, residency: ResidencyView
 
   let generated = 0;
   return {
-    registry, requests, promptTokens, completionTokens, timeToFirstToken, interTokenLatency,
+    registry, requests, requestsByFinish, requestLatency, promptTokens, completionTokens, timeToFirstToken, interTokenLatency,
     countToken: () => { generated++; completionTokens.inc(); },
     tokensGenerated: () => generated,
   };

@@ -56,7 +56,7 @@ export class OffThreadEncoder {
   /** `inline` with encodeAsync added (the shape the server's model takes). */
   tokenizer(): ServerTokenizer {
     const t = this.inline;
-    return { encode: (s) => t.encode(s), decode: (ids) => t.decode(ids), eosTokenIds: t.eosTokenIds, vocabSize: t.vocabSize, encodeAsync: (s) => this.encode(s) };
+    return { encode: (s) => t.encode(s), decode: (ids) => t.decode(ids), ...(t.isSpecial ? { isSpecial: (id: number) => t.isSpecial!(id) } : {}), eosTokenIds: t.eosTokenIds, vocabSize: t.vocabSize, encodeAsync: (s) => this.encode(s) };
   }
 
   encode(text: string): Promise<number[]> {

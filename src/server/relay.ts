@@ -1,7 +1,7 @@
 // Submits one request to the engine and relays its events as text deltas: admission (a bounded queue),
 // stop strings, cancellation when the client goes away, and latency metrics.
 import { randomUUID } from 'node:crypto';
-import type { FinishReason, GenerationEngine, GenerationEvent, SamplingParams } from '../engine/types.ts';
+import type { FinishReason, GenerationEngine, GenerationEvent, SamplingParams, TokenConstraint, TokenLogprob } from '../engine/types.ts';
 import { ApiError } from './api-error.ts';
 import { TextAssembler } from './detokenize.ts';
 import type { ServerMetrics } from './metrics.ts';
@@ -13,8 +13,16 @@ export interface RelayJob {
   readonly stops: readonly string[];
 }
 
+/** A generated token with its log-probabilities (present when the job asked for them). */
+export interface RelayToken {
+  readonly id: number;
+  readonly logprob?: number;
+  readonly top?: readonly TokenLogprob[];
+}
+
 export type RelayItem =
-  | { readonly type: 'text'; readonly text: string }
+  /** `tokens`: the tokens behind this text (with logprobs jobs only; held-back text's tokens travel with the next item). */
+  | { readonly type: 'text'; readonly text: string; readonly tokens?: readonly RelayToken[] }
   | {
       readonly type: 'done';
       /** OpenAI's finish_reason: a matched stop string is 'stop' too. */
@@ -28,6 +36,7 @@ export interface RelayContext {
   readonly tokenizer: ServerTokenizer;
   readonly metrics: ServerMetrics;
   readonly maxQueue: number;
+  readonly log: (line: string) => void;
 }
 
 /** Refuses new work while the engine's waiting queue is full (the client should retry later). */
@@ -64,6 +73,14 @@ export async function* relay(ctx: RelayContext, job: RelayJob, signal: AbortSign
   if (signal.aborted) handle.cancel();
 
   const text = new TextAssembler(ctx.tokenizer, job.stops);
+  const withLogprobs = job.sampling.logprobs !== undefined;
+  let held: RelayToken[] = [];
+  const textItem = (t: string): RelayItem => {
+    if (!withLogprobs) return { type: 'text', text: t };
+    const tokens = held;
+    held = [];
+    return { type: 'text', text: t, tokens };
+  };
   let generated = 0;
   try {
     for (;;) {
@@ -75,16 +92,20 @@ export async function* relay(ctx: RelayContext, job: RelayJob, signal: AbortSign
           if (text.stopped) continue; // tokens that were already in flight when a stop string matched
           generated++;
           ctx.metrics.countToken();
+          if (withLogprobs && !ctx.tokenizer.eosTokenIds.includes(ev.tokenId)) held.push({ id: ev.tokenId, ...(ev.logprob !== undefined ? { logprob: ev.logprob } : {}), ...(ev.topLogprobs ? { top: ev.topLogprobs } : {}) });
           const delta = text.push(ev.tokenId);
-          if (delta) yield { type: 'text', text: delta };
+          if (delta) yield textItem(delta);
           if (text.stopped) handle.cancel();
           continue;
         }
         finished = true;
         ctx.metrics.promptTokens.inc(ev.promptTokens);
+        ctx.metrics.requestLatency.observe((performance.now() - submitted) / 1000);
+        const counted = text.stopped ? 'stop' : ev.reason === 'cancelled' ? (signal.aborted ? 'abort' : 'cancelled') : ev.reason;
+        ctx.metrics.requestsByFinish.inc({ finished_reason: counted });
         const reason = finishReason(ev.reason, text.stopped, signal.aborted, ev.error);
         const tail = text.finish();
-        if (tail) yield { type: 'text', text: tail };
+        if (tail || held.length > 0) yield textItem(tail);
         yield { type: 'done', finishReason: reason, promptTokens: ev.promptTokens, completionTokens: text.stopped ? generated : Math.max(generated, ev.completionTokens) };
         return;
       }
@@ -105,14 +126,37 @@ function finishReason(reason: FinishReason, stoppedByText: boolean, aborted: boo
   return reason;
 }
 
-/** Sampling parameters from an OpenAI request's fields (greedy when temperature is 0). */
-export function samplingFrom(req: { temperature?: number | null; top_p?: number | null; seed?: number | null; ignore_eos?: boolean }, maxTokens: number): SamplingParams {
+/** The OpenAI (and vLLM) request fields that shape sampling. */
+export interface SamplingFields {
+  temperature?: number | null;
+  top_p?: number | null;
+  top_k?: number | null;
+  min_p?: number | null;
+  seed?: number | null;
+  presence_penalty?: number | null;
+  frequency_penalty?: number | null;
+  repetition_penalty?: number | null;
+  ignore_eos?: boolean | null;
+}
+
+/**
+ * Sampling parameters from an OpenAI request's fields (greedy when temperature is 0). Neutral values
+ * (penalty 0, repetition 1, top_k -1/0, min_p 0) are left out, so they cost nothing and change nothing.
+ */
+export function samplingFrom(req: SamplingFields, maxTokens: number, extra: { logprobs?: number; constraint?: TokenConstraint; seedOffset?: number } = {}): SamplingParams {
   return {
     temperature: req.temperature ?? 1,
     topP: req.top_p ?? 1,
     maxTokens,
-    ...(req.seed != null ? { seed: req.seed } : {}),
+    ...(req.seed != null ? { seed: (req.seed + (extra.seedOffset ?? 0)) >>> 0 } : {}),
     ...(req.ignore_eos ? { ignoreEos: true } : {}),
+    ...(req.top_k != null && req.top_k > 0 ? { topK: req.top_k } : {}),
+    ...(req.min_p ? { minP: req.min_p } : {}),
+    ...(req.presence_penalty ? { presencePenalty: req.presence_penalty } : {}),
+    ...(req.frequency_penalty ? { frequencyPenalty: req.frequency_penalty } : {}),
+    ...(req.repetition_penalty != null && req.repetition_penalty !== 1 ? { repetitionPenalty: req.repetition_penalty } : {}),
+    ...(extra.logprobs !== undefined ? { logprobs: extra.logprobs } : {}),
+    ...(extra.constraint ? { constraint: extra.constraint } : {}),
   };
 }
 

@@ -8,6 +8,8 @@ export interface ServerTokenizer {
   /** The same ids as `encode`, computed off the main thread (long prompts use it when present). */
   encodeAsync?(text: string): Promise<number[]>;
   decode(ids: readonly number[]): string;
+  /** A special token (control text such as <|im_start|>): never part of structured output. */
+  isSpecial?(id: number): boolean;
   readonly eosTokenIds: readonly number[];
   readonly vocabSize: number;
 }
@@ -19,8 +21,10 @@ export interface ServerModel {
   /** Context length: prompt tokens + max_tokens must fit in it. */
   readonly maxPositions: number;
   readonly tokenizer: ServerTokenizer;
-  /** tokenizer_config.json's `chat_template`, when the checkpoint ships one. */
+  /** The chat template: the checkpoint's own (chat_template.jinja or tokenizer_config.json), or --chat-template's file. */
   readonly chatTemplate?: string;
+  /** Where chatTemplate came from (default 'checkpoint'). */
+  readonly chatTemplateSource?: 'checkpoint' | '--chat-template';
   readonly bosToken?: string;
   readonly eosToken?: string;
 }
@@ -107,4 +111,8 @@ export interface ServerDeps {
   /** Absent when serving without a residency system (then /v1/residency answers 503). */
   readonly residency?: ResidencyView;
   readonly config: ServerConfig;
+  /** Where warnings go (ignored request fields); default: nowhere. */
+  readonly log?: (line: string) => void;
+  /** One line per request (method, path, status, time to the response's head); default: off. */
+  readonly accessLog?: (line: string) => void;
 }

@@ -2,6 +2,7 @@
 import type { GenerationEngine, GenerationEvent, GenerationRequest, RequestHandle } from '../../src/engine/types.ts';
 import { ResidencyError } from '../../src/errors.ts';
 import type { RowMap } from '../../src/residency/rowmap.ts';
+import { PLAIN_CHAT_TEMPLATE } from '../../src/server/chat-template.ts';
 import type { ResidencySnapshot, ResidencyView, ServerModel, ServerTokenizer } from '../../src/server/types.ts';
 
 /** One character per token: id = char code (ASCII 1..127); 0 is EOS. */
@@ -12,7 +13,8 @@ export const charTokenizer: ServerTokenizer = {
   vocabSize: 128,
 };
 
-export const fakeModel: ServerModel = { name: 'fake-moe', maxPositions: 256, tokenizer: charTokenizer };
+/** With the plain chat template (the shipped tiny-moe's); a model without one refuses chat (chat-template tests). */
+export const fakeModel: ServerModel = { name: 'fake-moe', maxPositions: 256, tokenizer: charTokenizer, chatTemplate: PLAIN_CHAT_TEMPLATE };
 
 /** The token the fake emits at `index`: cycles through 'a'..'z' from the prompt's sum (greedy) or seed. */
 export function fakeToken(req: GenerationRequest, index: number): number {

@@ -47,9 +47,9 @@ test(`${CLIENTS} concurrent streaming clients: all complete, no memory growth ac
   const growth = heaps[3]! - heaps[1]!;
   assert.ok(growth < 8 * 2 ** 20, `heap grew ${(growth / 2 ** 20).toFixed(1)} MiB from round 1 to round 3`);
   const metrics = await (await fetch(`${s.server.url}/metrics`)).text();
-  assert.match(metrics, new RegExp(`residency_completion_tokens_total ${4 * CLIENTS * TOKENS}\\b`));
-  assert.match(metrics, /residency_time_to_first_token_seconds_count 192\b/);
-  assert.match(metrics, /residency_cold_share\{scope="window"\} [0-9.e-]+/);
-  assert.match(metrics, /residency_cold_share_layer\{layer="5"\} [0-9.e-]+/);
-  assert.match(metrics, /residency_swaps_applied_total \d+/);
+  assert.match(metrics, new RegExp(`residency_completion_tokens_total\\{model_name="tiny-moe"\\} ${4 * CLIENTS * TOKENS}\\b`));
+  assert.match(metrics, /residency_time_to_first_token_seconds_count\{model_name="tiny-moe"\} 192\b/);
+  assert.match(metrics, /residency_cold_share\{scope="window",model_name="tiny-moe"\} [0-9.e-]+/);
+  assert.match(metrics, /residency_cold_share_layer\{layer="5",model_name="tiny-moe"\} [0-9.e-]+/);
+  assert.match(metrics, /residency_swaps_applied_total\{model_name="tiny-moe"\} \d+/);
 });

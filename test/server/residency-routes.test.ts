@@ -57,17 +57,25 @@ describe('residency routes (fake residency)', () => {
     await post(`${s.url}/v1/completions`, { prompt: 'abc', max_tokens: 4 });
     residency.applied = 3;
     const text = await (await fetch(`${s.url}/metrics`)).text();
+    const m = 'model_name="fake-moe"';
+    await fetch(`${s.url}/no/such/path`);
+    const after404 = await (await fetch(`${s.url}/metrics`)).text();
     for (const line of [
-      /residency_requests_total\{endpoint="\/v1\/completions",status="200"\} \d+/,
-      /residency_completion_tokens_total \d+/,
-      /residency_prompt_tokens_total \d+/,
-      /residency_time_to_first_token_seconds_count 1/,
-      /residency_inter_token_latency_seconds_count 3/,
-      /residency_cold_share\{scope="overall"\} 0.1/,
-      /residency_cold_share_layer\{layer="1"\} 0.02/,
-      /residency_swaps_applied_total 3/,
-      /residency_queue_depth 0/,
-    ]) assert.match(text, line);
+      new RegExp(`residency_requests_total\\{endpoint="/v1/completions",status="200",${m}\\} \\d+`),
+      new RegExp(`residency_requests_total\\{endpoint="other",status="404",${m}\\} 1`),
+      new RegExp(`residency_completion_tokens_total\\{${m}\\} \\d+`),
+      new RegExp(`residency_prompt_tokens_total\\{${m}\\} \\d+`),
+      new RegExp(`residency_time_to_first_token_seconds_count\\{${m}\\} 1`),
+      new RegExp(`residency_inter_token_latency_seconds_count\\{${m}\\} 3`),
+      new RegExp(`residency_e2e_request_latency_seconds_count\\{${m}\\} 1`),
+      new RegExp(`residency_request_finished_total\\{finished_reason="length",${m}\\} 1`),
+      new RegExp(`residency_kv_cache_usage_ratio\\{${m}\\} 0`),
+      new RegExp(`residency_cold_share\\{scope="overall",${m}\\} 0.1`),
+      new RegExp(`residency_cold_share_layer\\{layer="1",${m}\\} 0.02`),
+      new RegExp(`residency_swaps_applied_total\\{${m}\\} 3`),
+      new RegExp(`residency_queue_depth\\{${m}\\} 0`),
+    ]) assert.match(after404, line);
+    assert.ok(text.length > 0);
   });
 });
 

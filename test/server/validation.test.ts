@@ -30,10 +30,27 @@ describe('request validation', () => {
     await expectError(await post(chat(), { messages: [{ role: 'wizard', content: 'x' }] }), 400, 'messages[0].role');
     await expectError(await post(comp(), [1, 2]), 400, null);
   });
-  test('unknown fields are named', async () => {
-    await expectError(await post(comp(), { prompt: 'x', frequency_penalty: 0.5 }), 400, 'frequency_penalty', /unknown field/);
-    await expectError(await post(chat(), { messages: [{ role: 'user', content: 'x', mood: 'calm' }] }), 400, 'messages[0].mood');
-    await expectError(await post(comp(), { prompt: 'x', stream_options: { include_usage: true, extra: 1 } }), 400, 'stream_options.extra');
+  test('unknown fields are ignored, and named in the x-ignored-fields header (as vLLM warns)', async () => {
+    const r = await post(comp(), { prompt: 'x', max_tokens: 2, mood: 'calm', logit_bias_v2: {} });
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get('x-ignored-fields'), 'mood, logit_bias_v2');
+    assert.equal((await r.json()).choices.length, 1);
+    const c = await post(chat(), { messages: [{ role: 'user', content: 'x', mood: 'calm' }], max_tokens: 2 });
+    assert.equal(c.status, 200);
+    assert.equal(c.headers.get('x-ignored-fields'), null, 'only top-level fields are named');
+  });
+  test('known fields keep their checks: wrong types and values name the field', async () => {
+    await expectError(await post(comp(), { prompt: 'x', frequency_penalty: 3 }), 400, 'frequency_penalty');
+    await expectError(await post(comp(), { prompt: 'x', logprobs: 21 }), 400, 'logprobs');
+    await expectError(await post(comp(), { prompt: 'x', n: 17 }), 400, 'n', /at most 16/);
+    await expectError(await post(comp(), { prompt: 'x', best_of: 3 }), 400, 'best_of', /best_of = n/);
+    await expectError(await post(comp(), { prompt: 'x', response_format: { type: 'yaml' } }), 400, 'response_format.type');
+    await expectError(await post(comp(), { prompt: 'x', response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: 'a+' } } } } } }), 400, 'response_format.json_schema.schema.properties.a.pattern', /not supported/);
+    await expectError(await post(chat(), { messages: [{ role: 'user', content: 'x' }], top_logprobs: 2 }), 400, 'top_logprobs', /logprobs: true/);
+    await expectError(await post(chat(), { messages: [{ role: 'robot', content: 'x' }] }), 400, 'messages[0].role');
+    await expectError(await post(chat(), { messages: [{ role: 'user', content: 'x' }], tool_choice: 'required' }), 400, 'tool_choice', /needs tools/);
+    await expectError(await post(chat(), { messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: { type: 'function', function: { name: 'g' } } }), 400, 'tool_choice.function.name');
+    await expectError(await post(comp(), { prompt: 'x', stream_options: { include_usage: 'yes' } }), 400, 'stream_options.include_usage');
   });
   test('missing required fields', async () => {
     await expectError(await post(comp(), { max_tokens: 3 }), 400, 'prompt');
@@ -52,7 +69,9 @@ describe('request validation', () => {
     await expectError(await post(comp(), { prompt: 'x', top_p: 0 }), 400, 'top_p');
     await expectError(await post(comp(), { prompt: 'x', temperature: -1 }), 400, 'temperature');
     await expectError(await post(comp(), { prompt: 'x', seed: -3 }), 400, 'seed');
-    await expectError(await post(comp(), { prompt: 'x', n: 2 }), 400, 'n');
+    await expectError(await post(comp(), { prompt: 'x', n: 0 }), 400, 'n');
+    await expectError(await post(comp(), { prompt: ['a', [1, 2]] }), 400, 'prompt');
+    await expectError(await post(comp(), { prompt: [[1], [1, 999]] }), 400, 'prompt[1][1]');
     await expectError(await post(comp(), { prompt: [1, 999] }), 400, 'prompt[1]');
     await expectError(await post(comp(), { prompt: '' }), 400, 'prompt');
     await expectError(await post(comp(), { prompt: 'y'.repeat(300) }), 400, 'prompt', /shorten the prompt/);
