@@ -1,14 +1,19 @@
 // The `residency` command line: an explicit registry of subcommands, each in its own module.
 import { commands } from './commands.ts';
+import { PACKAGE_NAME, VERSION } from '../version.ts';
 
 function usage(): string {
   const lines = ['usage: residency <command> [options]', '', 'commands:'];
   for (const c of commands) lines.push(`  ${c.name.padEnd(10)} ${c.summary}`);
-  lines.push('', 'Run `residency <command> --help` for its options.');
+  lines.push('', 'Run `residency <command> --help` for its options; `residency --version` prints the version.');
   return lines.join('\n');
 }
 
 const [name, ...rest] = process.argv.slice(2);
+if (name === '--version' || name === '-V' || name === 'version') {
+  console.log(`${PACKAGE_NAME} ${VERSION}`);
+  process.exit(0);
+}
 if (!name || name === '--help' || name === '-h' || name === 'help') {
   console.log(usage());
   process.exit(name ? 0 : 2);

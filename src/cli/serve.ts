@@ -4,17 +4,48 @@ import { resolve, join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import { parseBackendName, parseThreads } from '../backend/registry.ts';
 import { loadCountsDump, loadRowMap } from '../residency/files.ts';
-import { startServing } from '../server/boot.ts';
+import { defaultHot, startServing } from '../server/boot.ts';
 import { defaultServerConfig } from '../server/types.ts';
 import type { CliCommand } from './command.ts';
-import { packageRoot, parseFlags } from './generate.ts';
+import { packageRoot } from './generate.ts';
+import { parseArgs } from 'node:util';
+import { readFileSync } from 'node:fs';
 
-export const SERVE_HELP = `usage: residency serve [--model DIR] [options]
+/** Flags plus at most one positional, the model folder (`residency serve MODEL`, as `vllm serve MODEL`). */
+function parseServeArgs(argv: string[]) {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: argv, options: OPTIONS, strict: true, allowPositionals: true });
+  } catch (err) {
+    throw new ResidencyError('BAD_ARGUMENT', `${(err as Error).message}\n\n${SERVE_HELP}`);
+  }
+  const { values, positionals } = parsed;
+  if (positionals.length > 1) throw new ResidencyError('BAD_ARGUMENT', `one MODEL folder at most, got ${positionals.map((p) => `'${p}'`).join(', ')}`);
+  if (positionals.length === 1 && values.model !== undefined) throw new ResidencyError('BAD_ARGUMENT', `give the model once: '${positionals[0]}' or --model '${values.model}', not both`);
+  return { ...values, model: values.model ?? positionals[0] };
+}
 
-  --model DIR          checkpoint folder (default: models/tiny-moe in the package)
+function readTemplate(path: string | undefined): string | undefined {
+  if (path === undefined) return undefined;
+  try {
+    return readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new ResidencyError('BAD_ARGUMENT', `--chat-template ${path}: cannot read it (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+  }
+}
+
+/** The hot count serve uses for the shipped tiny-moe's 64 experts (boot.ts's rule, stated in --help). */
+const DEFAULT_HOT_TINY = defaultHot(64);
+
+export const SERVE_HELP = `usage: residency serve [MODEL] [options]      (as vllm serve MODEL; or -m/--model MODEL, as llama-server)
+
+  MODEL, -m/--model DIR  checkpoint folder (default: models/tiny-moe in the package)
+  --served-model-name NAME  the name in /v1/models and requests' \`model\` (default: the checkpoint's folder name)
+  --chat-template FILE a Jinja chat template for /v1/chat/completions, replacing the checkpoint's; a checkpoint
+                       without one (no chat_template.jinja, no chat_template in tokenizer_config.json) refuses chat
   --backend cpu|cuda   where the model runs (default cpu)
-  --hot H              experts per layer in the hot bank (default: 295/384 of them, the reference ratio);
-                       H = all experts serves without a residency controller
+  --hot H              experts per layer in the hot bank (default: round(E x 295/384), the reference ratio:
+                       ${DEFAULT_HOT_TINY} of 64 for the shipped tiny-moe); H = E serves without a residency controller
   --map MAP.json       start the banks from this map (a rowmap; overrides --hot)
   --residency-dir DIR  telemetry.jsonl, swaps.jsonl, steps.json go to DIR; DIR/control.json and DIR/GO
                        control the live controller (as POST /v1/residency/control does)
@@ -36,12 +67,17 @@ ${MEMORY_HELP}
   --max-body BYTES     request body limit (default ${defaultServerConfig.maxBodyBytes})
   --shutdown-timeout S on SIGTERM/SIGINT: stop accepting, refuse queued requests at once, give running streams
                        S seconds to finish, then end them (default 30)
+  --no-access-log      no line per request on stderr (method, path, status, time to the response head)
 
-Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
-GET /v1/residency, POST /v1/residency/control, GET /v1/residency/stats, GET /metrics, dashboard at /.`;
+Endpoints: GET /health, GET /v1/models[/ID], POST /v1/completions, POST /v1/chat/completions,
+POST /tokenize, POST /detokenize, GET /version, GET /v1/residency, POST /v1/residency/control,
+GET /v1/residency/stats, GET /metrics, dashboard at /.`;
 
 const OPTIONS = {
-  model: { type: 'string' },
+  model: { type: 'string', short: 'm' },
+  'served-model-name': { type: 'string' },
+  'chat-template': { type: 'string' },
+  'no-access-log': { type: 'boolean', default: false },
   backend: { type: 'string', default: 'cpu' },
   hot: { type: 'string' },
   map: { type: 'string' },
@@ -75,7 +111,7 @@ export const serveCommand: CliCommand = {
   name: 'serve',
   summary: 'serve an OpenAI-compatible API with live residency control, /metrics and a dashboard',
   async run(argv) {
-    const v = parseFlags(argv, OPTIONS, SERVE_HELP);
+    const v = parseServeArgs(argv);
     if (v.help) {
       console.log(SERVE_HELP);
       return 0;
@@ -89,8 +125,14 @@ export const serveCommand: CliCommand = {
     const apiKey = v['api-key'] ?? process.env['RESIDENCY_API_KEY'];
     const controlApiKey = v['control-api-key'] ?? process.env['RESIDENCY_CONTROL_API_KEY'];
     const allowedOrigins = (v['allowed-origins'] ?? '').split(',').map((o) => o.trim()).filter((o) => o !== '');
+    const chatTemplate = readTemplate(v['chat-template']);
+    const name = v['served-model-name'];
+    if (name !== undefined && (name.trim() === '' || name.length > 256)) throw new ResidencyError('BAD_ARGUMENT', `--served-model-name '${name.slice(0, 40)}': expected 1..256 characters`);
     const serving = await startServing({
       modelDir: resolve(v.model ?? join(packageRoot(), 'models/tiny-moe')),
+      ...(chatTemplate !== undefined ? { chatTemplate } : {}),
+      ...(name !== undefined ? { servedModelName: name } : {}),
+      ...(v['no-access-log'] ? {} : { accessLog: (line: string) => console.error(line) }),
       backend,
       hot: int('hot', v.hot, 1),
       map: v.map ? loadRowMap(v.map) : undefined,
@@ -108,7 +150,7 @@ export const serveCommand: CliCommand = {
     const banks = serving.backend.banks;
     const cpu = serving.backend as Partial<{ threads: number; simd: boolean }>;
     const compute = cpu.threads !== undefined ? ` ${cpu.threads} thread${cpu.threads > 1 ? 's' : ''}${cpu.simd ? ', simd' : ''}` : '';
-    console.error(`serving ${spec.name} on ${serving.server.url} (${v.backend}${compute}; ${banks.hotPerLayer}/${banks.experts} experts hot per layer; ` +
+    console.error(`serving ${name ?? spec.name} on ${serving.server.url} (${v.backend}${compute}; ${banks.hotPerLayer}/${banks.experts} experts hot per layer; ` +
       `residency ${serving.driver ? (v.adapt ? 'adapting' : 'frozen until GO or {"freeze": false}') : 'off'}${apiKey ? '; API key required' : ''})`);
     console.error(`dashboard: ${serving.server.url}/   metrics: ${serving.server.url}/metrics`);
     await new Promise<void>((done) => {

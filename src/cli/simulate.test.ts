@@ -5,6 +5,7 @@ import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
+import { FIXTURE_TRACES } from '../sim/traces/load.ts';
 import { openTraceFile } from '../sim/traces/recorder.ts';
 import { analyzeCommand } from './analyze.ts';
 import { compareCommand } from './compare.ts';
@@ -20,7 +21,7 @@ async function captured(fn: () => Promise<unknown>): Promise<string> {
 
 describe('residency simulate / compare', () => {
   it('simulate --json prints per-phase cold share, T90, swaps and modelled tok/s', async () => {
-    const out = await captured(() => simulateCommand.run(['--phases', 'en+code:400,de+ja:400', '--fit', 'en+code', '--policy', 'static', '--profile', 'h200-pcie', '--json']));
+    const out = await captured(() => simulateCommand.run(['--traces', FIXTURE_TRACES, '--phases', 'en+code:400,de+ja:400', '--fit', 'en+code', '--policy', 'static', '--profile', 'h200-pcie', '--json']));
     const r = JSON.parse(out);
     assert.equal(r.policy, 'static');
     assert.equal(r.phases.length, 2);
@@ -31,7 +32,7 @@ describe('residency simulate / compare', () => {
 
   it('compare writes a markdown table, JSON and an SVG chart', async () => {
     const out = mkdtempSync(join(tmpdir(), 'compare-'));
-    const text = await captured(() => compareCommand.run(['--phases', 'en:300,de+ja:300', '--fit', 'en', '--policies', 'adaptive,static,lru,oracle', '--out', out]));
+    const text = await captured(() => compareCommand.run(['--traces', FIXTURE_TRACES, '--phases', 'en:300,de+ja:300', '--fit', 'en', '--policies', 'adaptive,static,lru,oracle', '--out', out]));
     assert.match(text, /\| adaptive \| 2: de\+ja \|/);
     for (const f of ['compare.md', 'compare.json', 'coldshare.svg']) assert.ok(existsSync(join(out, f)), f);
     assert.match(readFileSync(join(out, 'coldshare.svg'), 'utf8'), /^<svg[^]*<polyline[^]*oracle[^]*<\/svg>\n$/);
@@ -50,10 +51,12 @@ describe('residency simulate / compare', () => {
   });
 
   it('rejects bad flags with a named error', async () => {
-    await assert.rejects(simulateCommand.run(['--policy', 'nope']), (e: unknown) => e instanceof ResidencyError && /--policy: unknown 'nope'/.test(e.message));
-    await assert.rejects(simulateCommand.run(['--hot', '64']), /--hot must be an integer in 1\.\.63/);
-    await assert.rejects(simulateCommand.run(['--phases', 'en:10,klingon:5']), /no trace 'klingon'/);
-    await assert.rejects(simulateCommand.run(['--profile', 'tpu']), /--profile: unknown 'tpu'/);
+    await assert.rejects(simulateCommand.run(['--phases', 'en:10']), /--traces DIR\|FILE is required/);
+    const t = ['--traces', FIXTURE_TRACES];
+    await assert.rejects(simulateCommand.run([...t, '--policy', 'nope']), (e: unknown) => e instanceof ResidencyError && /--policy: unknown 'nope'/.test(e.message));
+    await assert.rejects(simulateCommand.run([...t, '--hot', '64']), /--hot must be an integer in 1\.\.63/);
+    await assert.rejects(simulateCommand.run([...t, '--phases', 'en:10,klingon:5']), /no trace 'klingon'/);
+    await assert.rejects(simulateCommand.run([...t, '--profile', 'tpu']), /--profile: unknown 'tpu'/);
     await assert.rejects(analyzeCommand.run(['--residency-dir', join(tmpdir(), 'no-such-residency-dir')]), /no telemetry\.jsonl/);
   });
 });

@@ -9,11 +9,10 @@ import { policyFactory, POLICY_NAMES, type PolicyOptions } from '../sim/policies
 import { phaseTable } from '../sim/report.ts';
 import { runPolicy } from '../sim/run.ts';
 import { prepare, type SimOptions } from '../sim/setup.ts';
-import { FIXTURE_TRACES } from '../sim/traces/load.ts';
 import type { CliCommand } from './command.ts';
 
 export const SIM_FLAGS = {
-  traces: { type: 'string', default: FIXTURE_TRACES },
+  traces: { type: 'string' },
   phases: { type: 'string', default: 'en+code:3000,de+ja:3000,en+code:3000' },
   hot: { type: 'string', default: '49' },
   users: { type: 'string', default: '1' },
@@ -32,7 +31,8 @@ export const SIM_FLAGS = {
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
 
-export const SIM_HELP = `  --traces DIR|FILE     fixture trace dir (index.json + .bin), a dir of .jsonl traces, or one .jsonl (default: the fixture)
+export const SIM_HELP = `  --traces DIR|FILE     (required) fixture trace dir (index.json + .bin), a dir of .jsonl traces, or one .jsonl
+                        (the tiny-moe fixture's, in a checkout: ../shared/fixtures/tiny-moe/traces)
   --phases SPEC         "en+code_js:3000,de+ja:3000": domains joined by +, steps per phase ("code" = code_*);
                         "recorded" replays engine-recorded .jsonl traces step for step (one phase per file)
   --hot N               hot experts per layer (default 49)
@@ -57,6 +57,11 @@ function int(v: string | undefined, flag: string): number | undefined {
 type SimValues = { [K in keyof typeof SIM_FLAGS]?: (typeof SIM_FLAGS)[K]['type'] extends 'boolean' ? boolean : string };
 
 export function simOptions(v: SimValues): SimOptions {
+  // No default: a path relative to the working folder would only work from inside a checkout.
+  if (v.traces === undefined) {
+    throw new ResidencyError('BAD_ARGUMENT', '--traces DIR|FILE is required: the routing traces to replay (a fixture trace dir, a dir of .jsonl traces ' +
+      'from `residency trace`, or one .jsonl; in a checkout of this repository the tiny-moe fixture is ../shared/fixtures/tiny-moe/traces)');
+  }
   const budgets: Partial<Budgets> = {};
   const drain = int(v['drain-every'], 'drain-every');
   const half = int(v['half-life'], 'half-life');
@@ -65,7 +70,7 @@ export function simOptions(v: SimValues): SimOptions {
   if (half !== undefined) Object.assign(budgets, { half_life_steps: half });
   if (sps !== undefined) Object.assign(budgets, { swaps_per_step: sps });
   return {
-    traces: v.traces!, phases: v.phases!, hot: int(v.hot, 'hot')!, users: int(v.users, 'users')!, seed: int(v.seed, 'seed')!,
+    traces: v.traces, phases: v.phases!, hot: int(v.hot, 'hot')!, users: int(v.users, 'users')!, seed: int(v.seed, 'seed')!,
     map: v.map, fit: v.fit, seedFrom: v['seed-from'], profile: v.profile, budgets,
     insertsPerStep: int(v.inserts, 'inserts'), oracleWindow: int(v['oracle-window'], 'oracle-window') ?? 512,
   };
