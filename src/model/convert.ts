@@ -11,16 +11,18 @@ export { f16BitsToF32Bits, tensorToFloat32 } from './float-convert.ts';
 
 /**
  * Builds ModelWeights from validated raw tensors (checkArchitecture must have passed). `onTensor` is
- * called after each conversion with the tensor's raw byte size, for progress.
+ * called after each conversion with the tensor's raw byte size, for progress. `keepBf16` (qwen3_moe): bf16
+ * attention projections and experts stay as stored instead of float32.
  */
 export function toFloat32Weights(
   spec: ModelSpec,
   raw: ReadonlyMap<string, RawTensor>,
   onTensor?: (name: string, bytes: number) => void,
+  opts: { readonly keepBf16?: boolean } = {},
 ): ModelWeights {
   const family = familyOf(spec.architecture);
   if (family) return family.weights(spec, raw, onTensor);
-  const { f32, matrix } = tensorReader(raw, onTensor, spec.quantization);
+  const { f32, matrix } = tensorReader(raw, onTensor, spec.quantization, opts.keepBf16 === true);
   return modelWeights(spec, f32, (l) => {
     const n = layerTensorNames(l);
     // In the order the tensors were always read (progress): experts, then the rest of the layer.

@@ -86,3 +86,15 @@ export function tensorToFloat32(t: RawTensor, opts: { readonly finite?: boolean 
       throw new ResidencyError('BAD_CHECKPOINT', `tensor "${t.name}" is ${t.dtype} where a float tensor (BF16, F16 or F32) is expected`);
   }
 }
+
+/**
+ * A BF16 tensor's bit patterns as its own Uint16Array (kept as stored, RESIDENCY_CPU_BF16=stored), with the
+ * same finite check as the float32 conversion.
+ */
+export function bf16Bits(t: RawTensor): Uint16Array {
+  if (t.dtype !== 'BF16') throw new ResidencyError('INTERNAL', `bf16Bits: tensor "${t.name}" is ${t.dtype}`);
+  const out = new Uint16Array(t.bytes.length >> 1);
+  new Uint8Array(out.buffer).set(t.bytes);
+  for (let i = 0; i < out.length; i++) if ((out[i]! & 0x7f80) === 0x7f80) throw nonFinite(t, i, out[i]! << 16);
+  return out;
+}

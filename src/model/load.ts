@@ -47,19 +47,33 @@ export interface LoadOptions {
    * them to the device, so host memory stays bounded by its staging). Implies weights: false, raw: false.
    */
   stream?: boolean;
+  /**
+   * bf16 attention projections and experts (qwen3_moe): converted to float32 (default) or kept as stored
+   * ('stored': half the memory, computed from the stored bits, bit-identical; no SIMD for them).
+   */
+  bf16?: 'float32' | 'stored';
+}
+
+/** RESIDENCY_CPU_BF16 (float32 | stored), for the CPU backend's loads; unset: float32. */
+export function bf16FromEnv(): 'float32' | 'stored' {
+  const v = process.env.RESIDENCY_CPU_BF16?.trim().toLowerCase();
+  if (v === undefined || v === '' || v === 'float32') return 'float32';
+  if (v === 'stored') return 'stored';
+  throw new ResidencyError('BAD_ARGUMENT', `RESIDENCY_CPU_BF16 ${v}: expected float32 or stored`);
 }
 
 /**
  * What each backend computes with, so a process holds one copy of the weights, not two: the CPU backend
- * the float32 weights (the raw shards, a third of their size, would sit unused beside them), the CUDA
- * backend the raw bf16 tensors (it uploads them as stored; float32 copies would be 2x the checkpoint).
+ * the float32 weights (quantized ones as stored; bf16 ones too with RESIDENCY_CPU_BF16=stored), not the raw
+ * shards beside them, the CUDA backend the raw bf16 tensors (it uploads them as stored; float32 copies would
+ * be 2x the checkpoint).
  */
-export function loadOptionsFor(backend: BackendName): Required<Pick<LoadOptions, 'weights' | 'raw' | 'stream'>> {
-  return backend === 'cuda' ? { weights: false, raw: false, stream: true } : { weights: true, raw: false, stream: false };
+export function loadOptionsFor(backend: BackendName): Required<Pick<LoadOptions, 'weights' | 'raw' | 'stream'>> & Pick<LoadOptions, 'bf16'> {
+  return backend === 'cuda' ? { weights: false, raw: false, stream: true } : { weights: true, raw: false, stream: false, bf16: bf16FromEnv() };
 }
 
 /** loadModel with only the tensors `backend` uses (see loadOptionsFor); the CLI and server load this way. */
-export function loadModelFor(dir: string, backend: BackendName, opts: Omit<LoadOptions, 'weights' | 'raw' | 'stream'> = {}): Promise<LoadedModel> {
+export function loadModelFor(dir: string, backend: BackendName, opts: Omit<LoadOptions, 'weights' | 'raw' | 'stream' | 'bf16'> = {}): Promise<LoadedModel> {
   return loadModel(dir, { ...opts, ...loadOptionsFor(backend) });
 }
 
@@ -109,7 +123,7 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   };
   opts.onProgress?.(0, total, 'opening');
   const raw = await readCheckpoint(layout, (n, shard) => report(n, `reading ${shard}`));
-  const weights = convert ? toFloat32Weights(spec, raw, (name, n) => report(n, `converting ${name}`)) : emptyWeights(spec);
+  const weights = convert ? toFloat32Weights(spec, raw, (name, n) => report(n, `converting ${name}`), { keepBf16: opts.bf16 === 'stored' }) : emptyWeights(spec);
   if (convert && done < total) opts.onProgress?.(total, total, 'done'); // unconverted extras still count
 
   // Without raw, only the float32 arrays (fresh copies) survive this call: the shard buffers become garbage.

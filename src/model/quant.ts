@@ -7,6 +7,7 @@
 // blocks may be partial); value = float32(e4m3 x scale), as transformers' dequantizing loader computes it.
 // MXFP4 (gpt-oss): [rows][cols/32][16] bytes, two E2M1 values a byte (low nibble first), and an E8M0 byte
 // per group of 32 values [rows][cols/32]; value = e2m1 x 2^(scale - 127), exact in float32.
+// bf16 matrices kept as stored read the same way (widened a row at a time, exact).
 
 /** The 16 E2M1 values by code. */
 export const FP4_VALUES = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, -1, -1.5, -2, -3, -4, -6] as const;
@@ -52,9 +53,26 @@ export interface Mxfp4Matrix {
   readonly block: readonly [number, number];
 }
 
-export type QuantMatrix = Fp8Matrix | Mxfp4Matrix;
+/**
+ * A bf16 matrix [rows][cols] kept as stored (RESIDENCY_CPU_BF16=stored): not quantized, but read like the
+ * quantized ones, a row widened at a time (exact: bf16 is the top half of a float32).
+ */
+export interface Bf16Matrix {
+  readonly format: 'bf16';
+  readonly rows: number;
+  readonly cols: number;
+  /** The bf16 bit patterns, row-major [rows][cols]. */
+  readonly data: Uint16Array;
+  /** None (empty). */
+  readonly scales: Uint8Array;
+  /** Always [1, 1]. */
+  readonly block: readonly [number, number];
+}
 
-/** A weight matrix as the CPU backend computes with it: float32, or quantized as stored. */
+/** A matrix kept in its stored format (quantized, or bf16) rather than as float32. */
+export type QuantMatrix = Fp8Matrix | Mxfp4Matrix | Bf16Matrix;
+
+/** A weight matrix as the CPU backend computes with it: float32, or kept as stored. */
 export type Matrix = Float32Array | QuantMatrix;
 
 export function isQuantized(m: Matrix): m is QuantMatrix {
@@ -71,9 +89,19 @@ export function matrixBytes(m: Matrix): number {
   return isQuantized(m) ? m.data.byteLength + m.scales.byteLength : m.byteLength;
 }
 
+/** 32-bit views of the rows bf16 rows are widened into (one per output array). */
+const bitsOf = new WeakMap<Float32Array, Uint32Array>();
+
 /** Row `r` of `m` dequantized into out[0..cols): exactly the values the checkpoint defines. */
 export function dequantRow(m: QuantMatrix, r: number, out: Float32Array): void {
   const cols = m.cols;
+  if (m.format === 'bf16') {
+    let bits = bitsOf.get(out);
+    if (!bits) bitsOf.set(out, (bits = new Uint32Array(out.buffer, out.byteOffset, out.length)));
+    const at = r * cols;
+    for (let c = 0; c < cols; c++) bits[c] = m.data[at + c]! << 16;
+    return;
+  }
   if (m.format === 'fp8') {
     const [br, bc] = m.block;
     const scaleRow = Math.floor(r / br) * Math.ceil(cols / bc);

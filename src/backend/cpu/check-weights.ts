@@ -22,7 +22,8 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
     if (!m || !isQuantized(m)) return want(name, m, rows * cols);
     if (!quantized) throw new ResidencyError('UNSUPPORTED_MODEL', `${name}: quantized (${m.format}) here is not supported on the CPU backend; only float weights`);
     const [br, bc] = m.block;
-    const [data, scales] = m.format === 'fp8' ? [rows * cols, Math.ceil(rows / br) * Math.ceil(cols / bc)] : [(rows * cols) / 2, (rows * cols) / 32];
+    const [data, scales] =
+      m.format === 'fp8' ? [rows * cols, Math.ceil(rows / br) * Math.ceil(cols / bc)] : m.format === 'bf16' ? [rows * cols, 0] : [(rows * cols) / 2, (rows * cols) / 32];
     if (m.rows !== rows || m.cols !== cols || m.data.length !== data || m.scales.length !== scales || (m.format === 'mxfp4' && (cols % 32 !== 0 || br !== 1 || bc !== 32))) {
       throw new ResidencyError('BAD_CHECKPOINT',
         `${name}: expected a [${rows}][${cols}] ${m.format} matrix (${data} data bytes, ${scales} scales), got [${m.rows}][${m.cols}] in blocks of ${br}x${bc} with ${m.data.length} and ${m.scales.length}`);

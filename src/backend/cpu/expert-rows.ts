@@ -74,7 +74,7 @@ export function expertRowFormat(spec: ModelSpec, experts: readonly ExpertWeights
     return o;
   };
   const q = (shapes as readonly QuantMatrix[]).map((m): QuantShape => ({
-    format: m.format, rows: m.rows, cols: m.cols, block: m.block, dataBytes: m.data.length, scaleCount: m.scales.length,
+    format: m.format, rows: m.rows, cols: m.cols, block: m.block, dataBytes: m.data.byteLength, scaleCount: m.scales.length,
   })) as [QuantShape, QuantShape, QuantShape];
   const data = [place(q[0].dataBytes), place(q[1].dataBytes), place(q[2].dataBytes)] as const;
   const scales = q.map((m) => place(m.scaleCount * (m.format === 'fp8' ? 4 : 1))) as [number, number, number];
@@ -104,7 +104,7 @@ export function writeExpertRow(bank: Float32Array, off: number, e: ExpertWeights
   const bytes = new Uint8Array(bank.buffer, bank.byteOffset + 4 * off, 4 * f.words);
   [e.gate, e.up, e.down].forEach((m, i) => {
     const qm = m as QuantMatrix;
-    bytes.set(qm.data, q.data[i]!);
+    bytes.set(new Uint8Array(qm.data.buffer, qm.data.byteOffset, qm.data.byteLength), q.data[i]!);
     bytes.set(new Uint8Array(qm.scales.buffer, qm.scales.byteOffset, qm.scales.byteLength), q.scales[i]!);
   });
   if (q.bias >= 0) {
@@ -120,8 +120,9 @@ export function quantRowView(bank: Float32Array, off: number, q: QuantRowLayout,
   const base = bank.byteOffset + 4 * off;
   const view = (i: number): QuantMatrix => {
     const { format, rows, cols, block, dataBytes, scaleCount } = q.shapes[i]!;
-    const data = new Uint8Array(bank.buffer, base + q.data[i]!, dataBytes);
     const at = base + q.scales[i]!;
+    if (format === 'bf16') return { format, rows, cols, block, data: new Uint16Array(bank.buffer, base + q.data[i]!, dataBytes / 2), scales: new Uint8Array(0) };
+    const data = new Uint8Array(bank.buffer, base + q.data[i]!, dataBytes);
     return format === 'fp8'
       ? { format, rows, cols, block, data, scales: new Float32Array(bank.buffer, at, scaleCount) }
       : { format, rows, cols, block, data, scales: new Uint8Array(bank.buffer, at, scaleCount) };

@@ -31,7 +31,7 @@ function scratch(n: number): void {
  */
 function rowDot(w: QuantMatrix, r: number, x: Float32Array, xA: number, xB: number): void {
   if (w.format === 'mxfp4') return dotMxfp4(sums, w, r, x, xA, xB);
-  if (fusedFp8(w)) return dotFp8(sums, w, r, x, xA, xB);
+  if (w.format === 'fp8' && fusedFp8(w)) return dotFp8(sums, w, r, x, xA, xB);
   dequantRow(w, r, rowA);
   sums[0] = dot(rowA, 0, x, xA, w.cols);
   if (xB >= 0) sums[1] = dot(rowA, 0, x, xB, w.cols);

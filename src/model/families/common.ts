@@ -4,7 +4,7 @@
 import { z } from 'zod';
 import { ResidencyError } from '../../errors.ts';
 import { EMBED, FINAL_NORM, LM_HEAD } from '../tensor-names.ts';
-import { tensorToFloat32 } from '../float-convert.ts';
+import { bf16Bits, tensorToFloat32 } from '../float-convert.ts';
 import type { ModelSpec, YarnSpec } from '../spec.ts';
 import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
 import type { Matrix } from '../quant.ts';
@@ -162,9 +162,10 @@ export function refuseQuantized(type: string, q: unknown): void {
 
 /**
  * Reads of a checkpoint's tensors by name, reporting each one's raw size: float32 (a NaN or infinity
- * refused), and `matrix` for a linear weight, kept as stored when it is block FP8 (quant-read.ts checks it).
+ * refused), and `matrix` for a linear weight, kept as stored when it is block FP8 (quant-read.ts checks it)
+ * or, with `keepBf16`, bf16.
  */
-export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, quant?: QuantSpec) {
+export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, quant?: QuantSpec, keepBf16 = false) {
   const rawOf = (name: string): RawTensor => {
     const t = raw.get(name);
     if (!t) throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is missing`);
@@ -174,6 +175,10 @@ export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (na
   const f32 = (name: string): Float32Array => tensorToFloat32(rawOf(name), { finite: true });
   const matrix = (name: string): Matrix => {
     const t = rawOf(name);
+    if (keepBf16 && t.dtype === 'BF16') {
+      const [rows, cols] = t.shape as [number, number];
+      return { format: 'bf16', rows, cols, data: bf16Bits(t), scales: new Uint8Array(0), block: [1, 1] };
+    }
     if (t.dtype !== 'F8_E4M3') return tensorToFloat32(t, { finite: true });
     if (quant?.method !== 'fp8') throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is F8_E4M3 but config.json declares no fp8 quantization`);
     return fp8Matrix(t, rawOf(fp8ScaleName(name)), quant.blockSize);

@@ -1,0 +1,67 @@
+// bf16 weights kept as stored on the CPU (RESIDENCY_CPU_BF16=stored): the attention projections and experts
+// of the shipped model stay bf16 (half the bytes), widened a row at a time, and every output is byte for
+// byte what the float32 conversion gives, with one and two threads and SIMD on and off.
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { bf16FromEnv, loadModel } from '../../model/load.ts';
+import { SHIPPED_MODEL, rejectsWith, withTempDir } from '../../model/test-helpers.ts';
+import { syntheticConfig, writeSyntheticCheckpoint } from '../../model/synthetic.ts';
+import { heldBytes } from '../../model/weight-bytes.ts';
+import type { ModelWeights } from '../../model/weights.ts';
+import type { ModelSpec } from '../../model/spec.ts';
+import { createCpuBackend, type CpuBackendOptions } from './cpu-backend.ts';
+import { recordRun } from './test-helpers.ts';
+
+const batches = [[[1, 2, 3, 400, 5000, 17, 99, 1024], [7, 7, 7, 300, 8000, 12]], [[42, 4242]]];
+const sched = { swapsPerStep: 2, seed: 5, token: (f: number, i: number, s: number) => f * 31 + i * 7 + s, counted: () => true };
+
+async function run(spec: ModelSpec, weights: ModelWeights, opts: CpuBackendOptions): Promise<Buffer> {
+  const b = createCpuBackend(spec, weights, { ...opts, placement: { hotPerLayer: 40 } });
+  try {
+    await b.ready();
+    const r = recordRun(b, batches, 4, sched);
+    return Buffer.concat([...r.steps, r.counter]);
+  } finally {
+    b.dispose();
+  }
+}
+
+describe('bf16 kept as stored', () => {
+  it('tiny-moe: projections and experts stay bf16, outputs byte-identical to the float32 conversion (1 and 2 threads, SIMD on and off)', async () => {
+    const [f32, stored] = await Promise.all([loadModel(SHIPPED_MODEL, { raw: false }), loadModel(SHIPPED_MODEL, { raw: false, bf16: 'stored' })]);
+    const l = stored.weights.layers[3]!;
+    for (const m of [l.qProj, l.kProj, l.vProj, l.oProj, l.experts[7]!.gate, l.experts[7]!.down]) assert.equal((m as { format?: string }).format, 'bf16');
+    assert.ok(l.router instanceof Float32Array && stored.weights.lmHead instanceof Float32Array, 'routers and the lm head stay float32');
+    assert.ok(heldBytes(stored.weights) < 0.6 * heldBytes(f32.weights), `held ${heldBytes(stored.weights)} vs ${heldBytes(f32.weights)}`);
+    const want = await run(f32.spec, f32.weights, { threads: 1 });
+    for (const opts of [{ threads: 1 }, { threads: 2 }, { threads: 1, simd: false }, { threads: 2, simd: false }]) {
+      assert.ok((await run(stored.spec, stored.weights, opts)).equals(want), JSON.stringify(opts));
+    }
+  });
+
+  it('a NaN kept as stored is refused at load naming the tensor, as the float32 conversion does', async () => {
+    const name = 'model.layers.1.mlp.experts.2.up_proj.weight';
+    await withTempDir(async (dir) => {
+      await writeSyntheticCheckpoint(dir, {
+        config: syntheticConfig(),
+        edit: (ts) => ts.map((t) => (t.name === name ? { ...t, bytes: Uint8Array.from(t.bytes, (b, i) => (i === 9 ? 0x7f : i === 8 ? 0xc0 : b)) } : t)),
+      });
+      await rejectsWith(loadModel(dir, { bf16: 'stored' }), 'BAD_CHECKPOINT', new RegExp(`"${name.replace(/\./g, '\\.')}": element 4 of 6x8 is NaN`));
+    });
+  });
+
+  it('RESIDENCY_CPU_BF16: float32 (default) or stored; anything else is refused naming it', () => {
+    const before = process.env.RESIDENCY_CPU_BF16;
+    try {
+      delete process.env.RESIDENCY_CPU_BF16;
+      assert.equal(bf16FromEnv(), 'float32');
+      process.env.RESIDENCY_CPU_BF16 = 'stored';
+      assert.equal(bf16FromEnv(), 'stored');
+      process.env.RESIDENCY_CPU_BF16 = 'half';
+      assert.throws(() => bf16FromEnv(), /RESIDENCY_CPU_BF16 half: expected float32 or stored/);
+    } finally {
+      if (before === undefined) delete process.env.RESIDENCY_CPU_BF16;
+      else process.env.RESIDENCY_CPU_BF16 = before;
+    }
+  });
+});
