@@ -15,7 +15,11 @@ test('free JSON: whole values complete, broken ones are refused at the first bad
   for (const t of ['{}', '{"a": [1, -2.5e3, true, null, "x\\n\\u00e9"], "b": {"c": false}}', '[ ]', '"s"', 'true']) assert.ok(full(ANY, t), t);
   for (const t of ['{a}', '{"a" 1}', '[1,]', '{"a":01}', '"\u0001"', '{"a":1}}', 'tru', '[1 2]']) assert.ok(!full(ANY, t) && (!prefixOk(ANY, t) || !full(ANY, t)), t);
   assert.equal(prefixOk(ANY, '{"a":1}x'), false, 'nothing after the value');
-  assert.equal(prefixOk(ANY, '{' + ' '.repeat(40)), false, 'whitespace is bounded');
+  assert.equal(prefixOk(ANY, '{ "a": 1 }'), true, 'single spaces between tokens');
+  assert.equal(prefixOk(ANY, '{  '), false, 'whitespace is at most one space');
+  assert.equal(prefixOk(ANY, '{\n'), false, 'compact: no newlines');
+  assert.ok(full(ANY, '{"a": "x\n y  z"}'.replace('\n', '\\n')), 'inside strings anything goes');
+  assert.equal(prefixOk(ANY, ' {'), false, 'the value starts the output');
 });
 
 test('schema shapes: keys in order, typed values, enums, integers', () => {

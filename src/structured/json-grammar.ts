@@ -35,8 +35,11 @@ export interface GrammarState {
   readonly ws: number;
 }
 
-/** Longest run of whitespace between tokens of the JSON text; numbers are at most this many characters. */
-const MAX_WS = 16;
+/**
+ * Structural whitespace is at most one space in a row (no newlines or tabs): the output is compact JSON,
+ * as xgrammar's default without any_whitespace; small models otherwise spend their tokens on padding.
+ */
+const MAX_WS = 1;
 const MAX_NUMBER = 24;
 const END: Frame = { k: 'end' };
 
@@ -57,7 +60,9 @@ export function advance(s: GrammarState, text: string): GrammarState | null {
   for (const ch of text) {
     const next = step(f, ch);
     if (next === null) return null;
-    ws = isWs(ch) && next.k !== 'str' ? ws + 1 : 0;
+    const structural = isWs(ch) && next.k !== 'str';
+    if (structural && ch !== ' ') return null;
+    ws = structural ? ws + 1 : 0;
     if (ws > MAX_WS) return null;
     f = next;
   }
@@ -74,7 +79,8 @@ function resume(up: Parent): Frame {
 function step(f: Frame, ch: string): Frame | null {
   switch (f.k) {
     case 'end': return null;
-    case 'val': return isWs(ch) ? f : startValue(f.shape, ch, f.up);
+    // The output starts with its value: no padding before the top level.
+    case 'val': return isWs(ch) ? (f.up === null ? null : f) : startValue(f.shape, ch, f.up);
     case 'str': return stepString(f, ch);
     case 'num': return stepNumber(f, ch);
     case 'lit':
