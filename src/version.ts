@@ -1,5 +1,8 @@
-// The package's version, from package.json (inlined by the bundler, so it is right in lib/ and dist/ too).
-import pkg from '../package.json' with { type: 'json' };
+// The package's name and version from its package.json, one folder up from here in every layout
+// (src/version.ts, lib/*.mjs, dist/*.mjs).
+import { createRequire } from 'node:module';
+
+const pkg = createRequire(import.meta.url)('../package.json') as { name: string; version: string };
 
 export const VERSION: string = pkg.version;
 export const PACKAGE_NAME: string = pkg.name;

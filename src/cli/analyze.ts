@@ -6,7 +6,6 @@ import type { CliCommand } from './command.ts';
 
 export const analyzeCommand: CliCommand = {
   name: 'analyze',
-  summary: "compute cold share, T90, swaps/min and swap-step p99 from a live run's residency telemetry",
   async run(argv) {
     const { values } = parseArgs({
       args: argv,

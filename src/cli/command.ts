@@ -2,7 +2,6 @@
 
 export interface CliCommand {
   readonly name: string;
-  readonly summary: string;
   /** Runs with the arguments after the command name; returns the exit code. */
   run(argv: string[]): Promise<number | void>;
 }

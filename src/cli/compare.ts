@@ -12,7 +12,6 @@ import { checkFolderPath, makeFolder } from '../util/folders.ts';
 
 export const compareCommand: CliCommand = {
   name: 'compare',
-  summary: 'run every residency policy on one traffic protocol; write a table and a cold-share chart',
   async run(argv) {
     const { values } = parseArgs({
       args: argv,

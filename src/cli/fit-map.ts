@@ -19,7 +19,6 @@ const HELP = `usage: residency fit-map --counts DUMP.json --hot H [--base MAP.js
 
 export const fitMapCommand: CliCommand = {
   name: 'fit-map',
-  summary: 'fit a seed map (top-H experts per layer) from a counts dump',
   async run(argv) {
     const { values } = parseArgs({
       args: argv,

@@ -248,7 +248,6 @@ export function parseFlags<O extends NonNullable<ParseArgsConfig['options']>>(ar
 
 export const generateCommand: CliCommand = {
   name: 'generate',
-  summary: 'generate tokens for one prompt (CPU or CUDA backend), optionally with the residency controller live',
   async run(argv) {
     const values = parseFlags(argv, GENERATE_OPTIONS, GENERATE_HELP);
     if (values.help) {

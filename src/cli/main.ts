@@ -18,12 +18,13 @@ if (!name || name === '--help' || name === '-h' || name === 'help') {
   console.log(usage());
   process.exit(name ? 0 : 2);
 }
-const command = commands.find((c) => c.name === name);
-if (!command) {
+const entry = commands.find((c) => c.name === name);
+if (!entry) {
   console.error(`residency: unknown command '${name}'\n\n${usage()}`);
   process.exit(2);
 }
 try {
+  const command = await entry.load();
   const code = await command.run(rest);
   process.exitCode = code ?? 0;
 } catch (err) {

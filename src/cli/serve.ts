@@ -109,7 +109,6 @@ function int(flag: string, text: string | undefined, min: number, max = Number.M
 
 export const serveCommand: CliCommand = {
   name: 'serve',
-  summary: 'serve an OpenAI-compatible API with live residency control, /metrics and a dashboard',
   async run(argv) {
     const v = parseServeArgs(argv);
     if (v.help) {

@@ -84,7 +84,6 @@ export function withPrior(o: PolicyOptions, path: string | undefined, g: Geometr
 
 export const simulateCommand: CliCommand = {
   name: 'simulate',
-  summary: 'replay routing traces through a residency policy (cold share, T90, swaps, modelled tok/s)',
   async run(argv) {
     const { values } = parseArgs({ args: argv, options: { ...SIM_FLAGS, policy: { type: 'string', default: 'adaptive' } }, strict: true });
     if (values.help) {

@@ -241,7 +241,6 @@ export function printTraceSummary(s: TraceSummary): void {
 
 export const traceCommand: CliCommand = {
   name: 'trace',
-  summary: 'record the routing of your own text (teacher-forced) as a JSONL trace for residency simulate',
   async run(argv) {
     const values = parseFlags(argv, TRACE_OPTIONS, TRACE_HELP);
     if (values.help) {
