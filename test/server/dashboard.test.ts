@@ -54,6 +54,8 @@ test('dashboard renders the heatmap and the cold-share chart with live data', { 
         colors: colors.size, red,
         coldPoints: line ? line.getAttribute('points')!.trim().split(/\s+/).length : 0,
         throughputLines: document.querySelectorAll('#throughput polyline').length,
+        timeTicks: [...document.querySelectorAll('#coldshare .time-tick')].map((t: any) => t.textContent),
+        state: document.getElementById('state')!.textContent,
         status: document.getElementById('status')!.textContent,
         lastError: (window as any).__dashboard.lastError,
       };
@@ -64,6 +66,22 @@ test('dashboard renders the heatmap and the cold-share chart with live data', { 
     assert.ok(drawn.red > 0, 'cold experts are framed in red');
     assert.ok(drawn.coldPoints >= 2, `cold-share chart has ${drawn.coldPoints} points`);
     assert.equal(drawn.throughputLines, 1);
+    assert.equal(drawn.timeTicks.length, 5, 'a time axis');
+    assert.match(drawn.timeTicks[0], /^-\d+ s$/);
+    assert.equal(drawn.state, 'adapting');
+    // The buttons drive the live controller through POST /v1/residency/control with the page's key.
+    const controllerAfter = async (button: string, want: (c: any) => boolean) => {
+      const before = await page.evaluate(() => (window as any).__dashboard.controls);
+      await page.click(`#${button}`);
+      await page.waitForFunction((n: number) => (window as any).__dashboard.controls > n || (window as any).__dashboard.lastControlError, before, { timeout: 10_000 });
+      assert.equal(await page.evaluate(() => (window as any).__dashboard.lastControlError), null);
+      assert.ok(want(serving.driver!.controller), `${button}: the controller changed`);
+    };
+    await controllerAfter('freeze', (c) => c.frozen === true);
+    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'frozen (counting only)', undefined, { timeout: 10_000 });
+    await controllerAfter('adapt', (c) => c.frozen === false);
+    await controllerAfter('restore', () => true);
+    assert.match(await page.evaluate(() => document.getElementById('control-status')!.textContent), /^done: /);
     assert.match(drawn.status!, /live/);
     mkdirSync('out', { recursive: true });
     await page.screenshot({ path: 'out/dashboard.png', fullPage: true });

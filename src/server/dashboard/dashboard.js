@@ -1,13 +1,16 @@
 // The dashboard: polls /v1/residency/stats once a second and draws the heatmap (canvas) and the
 // cold-share and throughput charts (SVG). Plain browser JavaScript, no build step.
-// An API key, when the server has one, is read from the page's fragment: /#key=KEY.
+// An API key, when the server has one, is read from the page's fragment: /#key=KEY; the buttons (freeze,
+// adapt, restore) send POST /v1/residency/control with #control_key=KEY when given, else with the same key.
 'use strict';
 
 const state = { updates: 0, lastError: null, last: null };
 window.__dashboard = state; // for tests and curious humans
 
-const key = new URLSearchParams(location.hash.slice(1)).get('key');
+const fragment = new URLSearchParams(location.hash.slice(1));
+const key = fragment.get('key');
 const headers = key ? { authorization: `Bearer ${key}` } : {};
+const controlKey = fragment.get('control_key') || key;
 const $ = (id) => document.getElementById(id);
 const SVG = 'http://www.w3.org/2000/svg';
 const pct = (v) => (v === null || v === undefined ? '-' : `${(v * 100).toFixed(2)}%`);
@@ -59,6 +62,23 @@ function text(svg, x, y, s) {
   svg.appendChild(t);
 }
 
+/** Seconds before the latest sample under the x axis (at about five places), and the clock time at the right. */
+function timeAxis(svg, hist, X, H) {
+  if (hist.length < 2) return;
+  const end = hist[hist.length - 1].t;
+  const ticks = 5;
+  for (let k = 0; k < ticks; k++) {
+    const i = Math.round((k / (ticks - 1)) * (hist.length - 1));
+    const ago = (end - hist[i].t) / 1000;
+    const label = k === ticks - 1 ? new Date(end).toLocaleTimeString() : `-${ago < 100 ? ago.toFixed(0) : Math.round(ago)} s`;
+    const t = document.createElementNS(SVG, 'text');
+    t.setAttribute('x', Math.min(X(i), X(hist.length - 1) - 52)); t.setAttribute('y', H - 2);
+    t.setAttribute('fill', '#8fa1b3'); t.setAttribute('font-size', '10'); t.setAttribute('class', 'time-tick');
+    t.textContent = label;
+    svg.appendChild(t);
+  }
+}
+
 /** A time series chart: y from `pick`, x spread over the samples; `marks` draws vertical event ticks. */
 function drawSeries(svg, hist, pick, color, fmt, marks) {
   const [, , W, H] = svg.getAttribute('viewBox').split(' ').map(Number);
@@ -70,6 +90,7 @@ function drawSeries(svg, hist, pick, color, fmt, marks) {
   const Y = (v) => H - 16 - (v / top) * (H - 26);
   text(svg, 2, 14, fmt(top));
   text(svg, 2, H - 16, fmt(0));
+  timeAxis(svg, hist, X, H);
   if (marks) {
     for (let i = 1; i < hist.length; i++) {
       const d = marks(hist[i]) - marks(hist[i - 1]);
@@ -97,6 +118,12 @@ function render(s) {
   const last = s.history[s.history.length - 1];
   $('tps').textContent = last ? last.tokens_per_s.toFixed(1) : '-';
   $('controller').textContent = Object.entries(s.controller).filter(([, v]) => typeof v !== 'object').map(([k, v]) => `${k}=${v}`).join(' ');
+  const c = s.controller;
+  const st = c.counting === false ? 'off' : c.frozen ? 'frozen' : 'adapting';
+  $('state').textContent = st === 'off' ? 'counting off' : st === 'frozen' ? 'frozen (counting only)' : 'adapting';
+  $('state').className = `state ${st}`;
+  $('freeze').disabled = st === 'frozen';
+  $('adapt').disabled = st === 'adapting';
   drawHeatmap(s);
   drawSeries($('coldshare'), s.history, (h) => h.cold_share, '#5fb3f6', pct, (h) => h.swaps_applied);
   drawSeries($('throughput'), s.history, (h) => h.tokens_per_s, '#8fd18f', (v) => v.toFixed(0));
@@ -118,4 +145,25 @@ async function poll() {
     setTimeout(poll, 1000);
   }
 }
+/** One control command (the same parser as the control file); the reply or the error shows beside the buttons. */
+async function control(command) {
+  const out = $('control-status');
+  out.textContent = 'sending...';
+  try {
+    const r = await fetch('/v1/residency/control', { method: 'POST', headers: { 'content-type': 'application/json', ...(controlKey ? { authorization: `Bearer ${controlKey}` } : {}) }, body: JSON.stringify(command) });
+    const body = await r.json();
+    if (!r.ok) throw new Error(body.error ? body.error.message : `HTTP ${r.status}`);
+    const changes = (body.result && body.result.changes) || body.changes || [];
+    out.textContent = `done: ${changes.length > 0 ? changes.join('; ') : 'no change'}`;
+    state.controls++;
+  } catch (e) {
+    out.textContent = `refused: ${e.message || e}`;
+    state.lastControlError = String(e.message || e);
+  }
+}
+state.controls = 0;
+state.lastControlError = null;
+$('freeze').addEventListener('click', () => control({ freeze: true }));
+$('adapt').addEventListener('click', () => control({ freeze: false, baseline: true }));
+$('restore').addEventListener('click', () => control({ restore_map: true }));
 poll();
