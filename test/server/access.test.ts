@@ -116,3 +116,21 @@ test('a non-loopback listener without keys is warned about; a bad --allowed-orig
     assert.throws(() => appFor('127.0.0.1', { allowedOrigins: [bad] }), (e: Error) => /--allowed-origins/.test(e.message), bad);
   }
 });
+
+test('CORS: off by default; only --allowed-origins pages get Access-Control-Allow-* (preflight and reply); OPTIONS is never a 404', async () => {
+  const plain = appFor('127.0.0.1');
+  const pre = await plain.call('/v1/completions', { method: 'OPTIONS', headers: { origin: 'http://localhost:3000', 'access-control-request-method': 'POST' } });
+  assert.equal(pre.status, 204);
+  assert.equal(pre.headers.get('access-control-allow-origin'), null, 'a loopback page passes the guard but gets no CORS grant');
+  assert.equal((await plain.call('/v1/models', { method: 'OPTIONS' })).status, 204, 'OPTIONS without an Origin');
+  const listed = appFor('127.0.0.1', { allowedOrigins: ['https://ui.example.com'], apiKey: 'k' });
+  const p2 = await listed.call('/v1/chat/completions', { method: 'OPTIONS', headers: { origin: 'https://ui.example.com', 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type' } });
+  assert.equal(p2.status, 204, 'the preflight carries no key and is not refused for it');
+  assert.equal(p2.headers.get('access-control-allow-origin'), 'https://ui.example.com');
+  assert.match(p2.headers.get('access-control-allow-headers') ?? '', /authorization/);
+  const r = await listed.call('/v1/models', { headers: { origin: 'https://ui.example.com', authorization: 'Bearer k' } });
+  assert.equal(r.status, 200);
+  assert.equal(r.headers.get('access-control-allow-origin'), 'https://ui.example.com');
+  assert.match(r.headers.get('access-control-expose-headers') ?? '', /x-ignored-fields/);
+  assert.equal((await listed.call('/v1/models', { method: 'OPTIONS', headers: { origin: 'https://evil.example.com', 'access-control-request-method': 'GET' } })).status, 403);
+});
