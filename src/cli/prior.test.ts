@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import { saveCountsDump } from '../residency/files.ts';
 import { generateCommand } from './generate.ts';
+import { FIXTURE_TRACES } from '../sim/traces/load.ts';
 import { simulateCommand } from './simulate.ts';
 import { withServe } from './serve-child.ts';
 
@@ -78,7 +79,7 @@ test('simulate --prior: checked against the traces geometry; a matching dump cha
     const lines: string[] = [];
     const log = console.log;
     console.log = (...a: unknown[]) => { lines.push(a.join(' ')); };
-    try { await simulateCommand.run(['--phases', 'en+code:400,de+ja:400', '--fit', 'en+code', '--policy', 'adaptive', '--profile', 'h200-pcie', '--json', ...extra]); } finally { console.log = log; }
+    try { await simulateCommand.run(['--traces', FIXTURE_TRACES, '--phases', 'en+code:400,de+ja:400', '--fit', 'en+code', '--policy', 'adaptive', '--profile', 'h200-pcie', '--json', ...extra]); } finally { console.log = log; }
     return JSON.parse(lines.join('\n')) as { swaps: number; coldShare: number };
   };
   await assert.rejects(sim(['--prior', wrongGeometry]), /--prior \S*wrong\.json: the dump is 6 layers x 32 experts but the traces have 6 x 64/);
