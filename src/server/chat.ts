@@ -58,7 +58,7 @@ export async function handleChat(c: Context, ctx: RelayContext, model: ServerMod
     sampling: samplingFrom(req, maxTokens, { seedOffset: k, ...(logprobs !== undefined ? { logprobs } : {}), ...(constraints ? { constraint: constraints() } : {}) }),
     stops: stopsOf(req.stop),
   }));
-  admit(ctx);
+  admit(ctx, jobs.length);
   const gone = clientGone(c);
   const id = `chatcmpl-${randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);

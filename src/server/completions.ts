@@ -82,7 +82,7 @@ export async function handleCompletion(c: Context, ctx: RelayContext, model: Ser
       jobs.push({ promptIds: p.ids, sampling, stops: stopsOf(req.stop) });
     }
   }
-  admit(ctx);
+  admit(ctx, jobs.length);
   const gone = clientGone(c);
   const id = `cmpl-${randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);

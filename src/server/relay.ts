@@ -39,9 +39,12 @@ export interface RelayContext {
   readonly log: (line: string) => void;
 }
 
-/** Refuses new work while the engine's waiting queue is full (the client should retry later). */
-export function admit(ctx: RelayContext): void {
-  if (ctx.engine.queueDepth >= ctx.maxQueue) {
+/** Refuses new work while the engine's waiting queue is full, or would be with this request's `sequences` (the client should retry later). */
+export function admit(ctx: RelayContext, sequences = 1): void {
+  if (sequences > ctx.maxQueue) {
+    throw new ApiError(400, `this request needs ${sequences} sequences (prompts x n) but the server queues at most ${ctx.maxQueue}: send fewer prompts or a smaller n`, { param: 'n', code: 'invalid_value' });
+  }
+  if (ctx.engine.queueDepth + sequences > ctx.maxQueue) {
     throw new ApiError(429, `server busy: ${ctx.engine.queueDepth} requests are waiting (limit ${ctx.maxQueue}); retry shortly`, {
       type: 'rate_limit_error', code: 'queue_full', headers: { 'Retry-After': '1' },
     });

@@ -138,6 +138,9 @@ describe('cancellation and admission', () => {
       assert.equal(r.status, 429);
       assert.equal(r.headers.get('retry-after'), '1');
       assert.equal((await r.json()).error.code, 'queue_full');
+      const tooMany = await post(`${s.url}/v1/completions`, { prompt: ['c', 'd'], n: 2, max_tokens: 2 });
+      assert.equal(tooMany.status, 400, 'more sequences than the queue holds at all');
+      assert.match((await tooMany.json()).error.message, /needs 4 sequences/);
       engine.resume();
       for (const w of await Promise.all(waiting)) assert.equal(w.status, 200);
       assert.equal((await post(`${s.url}/v1/completions`, { prompt: 'c', max_tokens: 2 })).status, 200);
