@@ -8,7 +8,7 @@
 // threads (computeQuantUnits runs on each).
 import { dequantRow, type QuantMatrix } from '../../model/quant.ts';
 import { dot, dot2 } from './linalg.ts';
-import { dotFp8, dotMxfp4, fusedFp8 } from './quant-dot.ts';
+import { dotBf16, dotFp8, dotMxfp4, fusedFp8 } from './quant-dot.ts';
 import { clampedAct, swigluAct } from './moe-ops.ts';
 import type { ClampedSwiglu } from '../../model/spec.ts';
 import { UNIT } from './expert-units.ts';
@@ -31,6 +31,7 @@ function scratch(n: number): void {
  */
 function rowDot(w: QuantMatrix, r: number, x: Float32Array, xA: number, xB: number): void {
   if (w.format === 'mxfp4') return dotMxfp4(sums, w, r, x, xA, xB);
+  if (w.format === 'bf16') return dotBf16(sums, w, r, x, xA, xB);
   if (w.format === 'fp8' && fusedFp8(w)) return dotFp8(sums, w, r, x, xA, xB);
   dequantRow(w, r, rowA);
   sums[0] = dot(rowA, 0, x, xA, w.cols);

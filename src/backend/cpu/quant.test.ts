@@ -38,6 +38,14 @@ function mxfp4(rows: number, cols: number): Mxfp4Matrix {
   return { format: 'mxfp4', rows, cols, data, scales, block: [1, 32] };
 }
 
+function bf16(rows: number, cols: number): QuantMatrix {
+  const data = Uint16Array.from({ length: rows * cols }, () => {
+    const h = Math.floor(rand() * 65536);
+    return (h & 0x7f80) === 0x7f80 ? h ^ 0x4000 : h; // no infinities or NaN
+  });
+  return { format: 'bf16', rows, cols, data, scales: new Uint8Array(0), block: [1, 1] };
+}
+
 const vec = (n: number): Float32Array => Float32Array.from({ length: n }, () => rand() * 2 - 1);
 
 describe('quantized linear layer', () => {
@@ -48,6 +56,7 @@ describe('quantized linear layer', () => {
     [fp8(6, 70, [4, 8]), 'fp8 6x70 in blocks of 4x8'],
     [mxfp4(5, 64), 'mxfp4 5x64'],
     [mxfp4(3, 96), 'mxfp4 3x96'],
+    [bf16(5, 67), 'bf16 5x67 (kept as stored)'],
   ];
   for (const [m, what] of shapes) {
     it(`${what}: bit-identical to linear over the dequantized matrix, batches 1 to 5`, () => {
@@ -79,6 +88,7 @@ describe('quantized experts', () => {
     ['fp8 (blocks 24 wide: dequantized inside the dot)', () => ({ gate: fp8(I, H, [16, 24]), up: fp8(I, H, [16, 24]), down: fp8(H, I, [16, 24]) })],
     ['fp8 (blocks 10 wide: through a row scratch)', () => ({ gate: fp8(I, H, [3, 10]), up: fp8(I, H, [3, 10]), down: fp8(H, I, [3, 10]) })],
     ['mxfp4', () => ({ gate: mxfp4(I, H), up: mxfp4(I, H), down: mxfp4(H, I) })],
+    ['bf16 (kept as stored)', () => ({ gate: bf16(I, H), up: bf16(I, H), down: bf16(H, I) })],
   ] as const;
   for (const [fmt, make] of formats) {
     it(`${fmt} SwiGLU: one token and a pair, bit-identical to the float32 expert`, () => {
