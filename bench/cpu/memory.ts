@@ -2,9 +2,13 @@
 // hold) against what is held (weights as loaded: float tensors as float32, quantized ones as stored; plus the
 // expert banks), and the process's growth over loading and one step, after gc, against a baseline that loaded
 // the same model's config and tokenizer only. One child process per model and SIMD setting, so one model's
-// garbage does not count against the next. Prints a table and writes out/bench-cpu-memory.json.
-// Run: node --expose-gc --import tsx bench/cpu/memory.ts [DIR ...]   (default: the two quantized fixtures and models/tiny-moe)
+// garbage does not count against the next; each with bf16 weights converted to float32 (today's default) and
+// kept as stored (RESIDENCY_CPU_BF16=stored). Prints a table and writes out/bench-cpu-memory.json.
+// Run: node --expose-gc --import tsx bench/cpu/memory.ts [--simd off|auto|both] [--bf16 float32|stored|both] [DIR ...]
+// (default: the two quantized fixtures and models/tiny-moe; bench/cpu/real-geometry.ts writes a checkpoint of
+// Qwen3-30B-A3B's layer shapes)
 import { spawnSync } from 'node:child_process';
+import { parseArgs } from 'node:util';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,11 +22,14 @@ const FIXTURES = resolve(ROOT, '../shared/fixtures');
 interface Row {
   model: string;
   simd: boolean;
+  bf16: string;
   float32Copy: number;
   heldWeights: number;
   banks: number;
   rssGrowth: number;
   arrayBufferGrowth: number;
+  /** The child's peak resident set (loading included). */
+  peakRss: number;
 }
 
 const settle = async (): Promise<NodeJS.MemoryUsage> => {
@@ -36,7 +43,7 @@ const settle = async (): Promise<NodeJS.MemoryUsage> => {
 };
 
 /** One model in this process: the measured row as JSON on stdout. */
-async function measure(dir: string, simd: boolean): Promise<Row> {
+async function measure(dir: string, simd: boolean | undefined): Promise<Row> {
   const base = await loadModel(dir, { stream: true });
   base.tensors.close();
   const m0 = await settle();
@@ -46,32 +53,38 @@ async function measure(dir: string, simd: boolean): Promise<Row> {
   b.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
   const m1 = await settle();
   const banks = [...b.banks.hot, ...b.banks.cold].reduce((a, x) => a + x.byteLength, 0);
-  const row = { model: basename(dir), simd, float32Copy: float32Bytes(m.weights), heldWeights: heldBytes(m.weights), banks, rssGrowth: m1.rss - m0.rss, arrayBufferGrowth: m1.arrayBuffers - m0.arrayBuffers };
+  const row = { model: basename(dir), simd: b.simd, bf16: process.env.RESIDENCY_CPU_BF16 ?? 'float32', float32Copy: float32Bytes(m.weights), heldWeights: heldBytes(m.weights), banks, rssGrowth: m1.rss - m0.rss, arrayBufferGrowth: m1.arrayBuffers - m0.arrayBuffers, peakRss: process.resourceUsage().maxRSS * 1024 };
   b.dispose();
   return row;
 }
 
 const child = process.env.BENCH_MEMORY_CHILD;
 if (child) {
-  const [dir, simd] = JSON.parse(child) as [string, boolean];
-  process.stdout.write(JSON.stringify(await measure(dir, simd)));
+  const [dir, simd] = JSON.parse(child) as [string, boolean | null];
+  process.stdout.write(JSON.stringify(await measure(dir, simd ?? undefined)));
 } else {
-  const dirs = process.argv.slice(2).length > 0 ? process.argv.slice(2) : [join(FIXTURES, 'qwen3-moe-fp8-tiny'), join(FIXTURES, 'gpt-oss-tiny-mxfp4'), join(ROOT, 'models/tiny-moe')];
+  const { values, positionals } = parseArgs({ allowPositionals: true, options: { simd: { type: 'string', default: 'both' }, bf16: { type: 'string', default: 'both' } } });
+  const dirs = positionals.length > 0 ? positionals : [join(FIXTURES, 'qwen3-moe-fp8-tiny'), join(FIXTURES, 'gpt-oss-tiny-mxfp4'), join(ROOT, 'models/tiny-moe')];
+  const simds = values.simd === 'both' ? [false, null] : values.simd === 'off' ? [false] : [null];
+  const bf16s = values.bf16 === 'both' ? ['float32', 'stored'] : [values.bf16!];
   const rows: Row[] = [];
   for (const dir of dirs) {
-    for (const simd of [false, true]) {
-      const r = spawnSync(process.execPath, ['--expose-gc', '--import', 'tsx', fileURLToPath(import.meta.url)], {
-        env: { ...process.env, BENCH_MEMORY_CHILD: JSON.stringify([resolve(dir), simd]) },
-        encoding: 'utf8',
-      });
-      if (r.status !== 0) throw new Error(`${dir}: ${r.stderr}`);
-      rows.push(JSON.parse(r.stdout) as Row);
+    for (const bf16 of bf16s) {
+      for (const simd of simds) {
+        const r = spawnSync(process.execPath, ['--expose-gc', '--import', 'tsx', fileURLToPath(import.meta.url)], {
+          env: { ...process.env, BENCH_MEMORY_CHILD: JSON.stringify([resolve(dir), simd]), RESIDENCY_CPU_BF16: bf16 },
+          encoding: 'utf8',
+          maxBuffer: 1 << 20,
+        });
+        if (r.status !== 0) throw new Error(`${dir}: ${r.stderr}`);
+        rows.push(JSON.parse(r.stdout) as Row);
+      }
     }
   }
   const mib = (n: number): string => (n / 2 ** 20).toFixed(1).padStart(7);
-  console.log('model                 simd  float32 copy  held weights   banks  held+banks  rss growth  array buffers (MiB)');
+  console.log('model                 bf16     simd  float32 copy  held weights   banks  held+banks  rss growth  array buffers  peak rss (MiB)');
   for (const r of rows) {
-    console.log(`${r.model.padEnd(22)}${(r.simd ? 'on' : 'off').padEnd(6)}${mib(r.float32Copy)}       ${mib(r.heldWeights)}   ${mib(r.banks)}  ${mib(r.heldWeights + r.banks)}     ${mib(r.rssGrowth)}     ${mib(r.arrayBufferGrowth)}`);
+    console.log(`${r.model.padEnd(22)}${r.bf16.padEnd(9)}${(r.simd ? 'on' : 'off').padEnd(6)}${mib(r.float32Copy)}       ${mib(r.heldWeights)}   ${mib(r.banks)}  ${mib(r.heldWeights + r.banks)}     ${mib(r.rssGrowth)}     ${mib(r.arrayBufferGrowth)}   ${mib(r.peakRss)}`);
   }
   mkdirSync(join(ROOT, 'out'), { recursive: true });
   writeFileSync(join(ROOT, 'out', 'bench-cpu-memory.json'), JSON.stringify({ date: new Date().toISOString(), rows }, null, 2));
