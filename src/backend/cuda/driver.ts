@@ -30,6 +30,8 @@ export interface CudaDriver {
   dtod(dst: bigint, src: bigint, bytes: number): void;
   htodAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
   dtohAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
+  /** A copy between two device-addressable ranges (device memory or mapped host memory), on `stream`. */
+  copyAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
   memsetD8(dst: bigint, value: number, bytes: number): void;
   loadModule(image: Uint8Array, what: string): bigint;
   unloadModule(module: bigint): void;
@@ -57,6 +59,10 @@ export interface CudaDriver {
   eventRecord(ev: bigint, stream: bigint): void;
   /** Waits until the work recorded before `ev` has completed. */
   eventSync(ev: bigint): void;
+  /** Whether everything before the event's last record has completed (cuEventQuery; never blocks). */
+  eventDone(ev: bigint): boolean;
+  /** Work queued on `stream` after this waits for the event's last record (cuStreamWaitEvent). */
+  streamWaitEvent(stream: bigint, ev: bigint): void;
   /** Milliseconds between two recorded events (after the second completed). */
   eventElapsed(start: bigint, end: bigint): number;
   /** Free and total device memory (cuMemGetInfo): the GPU tests check that dispose() gives it back. */
@@ -64,6 +70,7 @@ export interface CudaDriver {
 }
 
 const CU_MEMHOSTALLOC_DEVICEMAP = 0x02;
+const CUDA_ERROR_NOT_READY = 600;
 const CU_STREAM_NON_BLOCKING = 0x1;
 const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
@@ -89,6 +96,9 @@ const PROTOTYPES: Record<string, string> = {
   cuMemcpyDtoD: 'int cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t bytes)',
   cuMemcpyHtoDAsync: 'int cuMemcpyHtoDAsync_v2(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream)',
   cuMemcpyDtoHAsync: 'int cuMemcpyDtoHAsync_v2(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream)',
+  cuMemcpyAsync: 'int cuMemcpyAsync(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream)',
+  cuStreamWaitEvent: 'int cuStreamWaitEvent(uint64_t stream, uint64_t ev, uint32_t flags)',
+  cuEventQuery: 'int cuEventQuery(uint64_t ev)',
   cuMemsetD8: 'int cuMemsetD8_v2(uint64_t dst, uint8_t value, size_t n)',
   cuModuleLoadData: 'int cuModuleLoadData(void *module, void *image)',
   cuModuleUnload: 'int cuModuleUnload(uint64_t module)',
@@ -222,6 +232,9 @@ export function makeDriver(koffi: Koffi, f: Record<string, Fn>): CudaDriver {
     dtohAsync(dst, src, bytes, stream) {
       call('cuMemcpyDtoHAsync', formatBytes(bytes), dst, src, bytes, stream);
     },
+    copyAsync(dst, src, bytes, stream) {
+      call('cuMemcpyAsync', formatBytes(bytes), dst, src, bytes, stream);
+    },
     memsetD8(dst, value, bytes) {
       call('cuMemsetD8', formatBytes(bytes), dst, value, bytes);
     },
@@ -327,6 +340,15 @@ export function makeDriver(koffi: Koffi, f: Record<string, Fn>): CudaDriver {
     },
     eventSync(ev) {
       call('cuEventSynchronize', '', ev);
+    },
+    eventDone(ev) {
+      const rc = f['cuEventQuery']!(ev);
+      if (rc === CUDA_ERROR_NOT_READY) return false;
+      check(rc, 'cuEventQuery');
+      return true;
+    },
+    streamWaitEvent(stream, ev) {
+      call('cuStreamWaitEvent', '', stream, ev, 0);
     },
     eventElapsed(start, end) {
       call('cuEventSynchronize', '', end);

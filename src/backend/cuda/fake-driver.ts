@@ -101,6 +101,12 @@ export class FakeCudaDriver implements CudaDriver {
     this.use(src, bytes);
     this.use(stream, 0);
   }
+  copyAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void {
+    this.tick('copyAsync');
+    this.use(dst, bytes);
+    this.use(src, bytes);
+    this.use(stream, 0);
+  }
   memsetD8(dst: bigint, _value: number, bytes: number): void {
     this.tick('memsetD8');
     this.use(dst, bytes);
@@ -169,6 +175,16 @@ export class FakeCudaDriver implements CudaDriver {
   }
   eventSync(ev: bigint): void {
     this.tick('eventSync');
+    this.use(ev, 0);
+  }
+  eventDone(ev: bigint): boolean {
+    this.tick('eventDone');
+    this.use(ev, 0);
+    return true;
+  }
+  streamWaitEvent(stream: bigint, ev: bigint): void {
+    this.tick('streamWaitEvent');
+    this.use(stream, 0);
     this.use(ev, 0);
   }
   eventElapsed(start: bigint, end: bigint): number {
