@@ -1,4 +1,5 @@
 // The contract every backend (cpu, cuda, ...) fills: run a forward step over a batch, own the expert banks.
+import { ResidencyError } from '../errors.ts';
 import type { ModelSpec } from '../model/spec.ts';
 
 /** One sequence's part of a step: tokens fed at consecutive positions from `startPos`. */
@@ -30,6 +31,13 @@ export interface StepOutput {
   readonly routingWeights?: Float32Array;
 }
 
+/** One exchange of a layer's hot row and cold row: what `requestSwap` asks for and `takeLanded` reports. */
+export interface RowExchange {
+  readonly layer: number;
+  readonly hotRow: number;
+  readonly coldRow: number;
+}
+
 /**
  * Each MoE layer's experts live as rows of two banks: the hot bank (fast memory, `hotPerLayer` rows) and
  * the cold bank (slow memory, the rest). A per-layer slot table maps expert -> row. Where an expert
@@ -45,9 +53,24 @@ export interface ExpertBanks {
   expertAt(layer: number, bank: 'hot' | 'cold', row: number): number;
   /**
    * Exchange the contents of hot row `hotRow` and cold row `coldRow` in `layer`, and the two experts'
-   * slots. Lossless: bytes move, nothing is converted. Only between steps.
+   * slots, now: returns once the exchange has landed. Lossless: bytes move, nothing is converted. Only
+   * between steps, and only when no move is in flight (placement before serving, tests).
    */
   swapRows(layer: number, hotRow: number, coldRow: number): void;
+  /**
+   * The same exchange, in the background: the bytes move while steps run and the exchange lands at a later
+   * step boundary (reported once by `takeLanded`). Until it lands both experts stay where they were, so every
+   * step reads whole, unchanged rows; no step ever reads a row being written. Refused (BAD_ARGUMENT) if either
+   * row's expert is already moving. Backends whose copies are instant (CPU) land it at once. Between steps.
+   */
+  requestSwap(layer: number, hotRow: number, coldRow: number): void;
+  /**
+   * The requested exchanges that landed since the last call, in landing order (their slots already
+   * changed). Call between steps: it also advances moves in flight (a backend may start their next copies).
+   */
+  takeLanded(): RowExchange[];
+  /** Exchanges requested and not landed yet. */
+  readonly moving: number;
   /** A content hash of every layer's hot and cold bank bytes (restore checks). */
   digest(): string;
 }
@@ -66,4 +89,37 @@ export interface Backend {
    */
   readCounter(): Uint32Array;
   dispose(): void;
+}
+
+/**
+ * For banks whose swaps are instant (memory the host writes directly): a requested exchange is made at once
+ * and reported by the next takeLanded.
+ */
+export class InstantMoves {
+  private landed: RowExchange[] = [];
+  private readonly busy = new Set<string>();
+
+  constructor(private readonly banks: Pick<ExpertBanks, 'swapRows' | 'expertAt'>) {}
+
+  request(layer: number, hotRow: number, coldRow: number): void {
+    const hot = this.banks.expertAt(layer, 'hot', hotRow);
+    const cold = this.banks.expertAt(layer, 'cold', coldRow);
+    for (const e of [hot, cold]) {
+      if (this.busy.has(`${layer}/${e}`)) throw new ResidencyError('BAD_ARGUMENT', `requestSwap: layer ${layer} expert ${e} is already moving`);
+    }
+    this.banks.swapRows(layer, hotRow, coldRow);
+    this.busy.add(`${layer}/${hot}`).add(`${layer}/${cold}`);
+    this.landed.push({ layer, hotRow, coldRow });
+  }
+
+  take(): RowExchange[] {
+    const out = this.landed;
+    this.landed = [];
+    this.busy.clear();
+    return out;
+  }
+
+  get moving(): number {
+    return this.landed.length;
+  }
 }

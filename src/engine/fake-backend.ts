@@ -1,6 +1,6 @@
 // Test helper: an in-memory backend for the residency driver (rows hold bytes derived from the expert id).
 import { createHash } from 'node:crypto';
-import type { Backend, ExpertBanks } from '../backend/backend.ts';
+import { InstantMoves, type Backend, type ExpertBanks, type RowExchange } from '../backend/backend.ts';
 import type { ModelSpec } from '../model/spec.ts';
 import { Counter } from '../residency/counts.ts';
 
@@ -15,6 +15,7 @@ export class FakeBanks implements ExpertBanks {
   readonly rows: Uint8Array[][] = []; // [layer][slot] row bytes
   readonly holder: number[][] = [];
   swaps = 0;
+  private readonly instant = new InstantMoves(this);
   constructor() {
     for (let l = 0; l < L; l++) {
       this.rows.push(Array.from({ length: E }, (_, e) => Uint8Array.from({ length: 8 }, (_, i) => (e * 31 + l * 7 + i) & 255)));
@@ -30,6 +31,9 @@ export class FakeBanks implements ExpertBanks {
     [h[hotRow], h[H + coldRow]] = [h[H + coldRow]!, h[hotRow]!];
     this.swaps++;
   }
+  requestSwap(layer: number, hotRow: number, coldRow: number): void { this.instant.request(layer, hotRow, coldRow); }
+  takeLanded(): RowExchange[] { return this.instant.take(); }
+  get moving(): number { return this.instant.moving; }
   digest(): string {
     const hash = createHash('sha256');
     for (const layer of this.rows) for (const row of layer) hash.update(row);

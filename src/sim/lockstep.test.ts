@@ -9,7 +9,7 @@ import { createCpuBackend } from '../backend/cpu/cpu-backend.ts';
 import { ResidencyDriver } from '../engine/residency-driver.ts';
 import { greedy } from '../engine/sampler.ts';
 import { loadModel } from '../model/load.ts';
-import type { Backend, ExpertBanks, StepInput, StepOutput } from '../backend/backend.ts';
+import { InstantMoves, type Backend, type ExpertBanks, type RowExchange, type StepInput, type StepOutput } from '../backend/backend.ts';
 import type { ModelSpec } from '../model/spec.ts';
 import type { Budgets } from '../residency/policy.ts';
 import type { RowMap } from '../residency/rowmap.ts';
@@ -48,6 +48,10 @@ class FakeBanks implements ExpertBanks {
     [r.hot[hotRow], r.cold[coldRow]] = [r.cold[coldRow]!, r.hot[hotRow]!];
     this.log.push([this.step, layer, hotRow, coldRow]);
   }
+  private readonly instant = new InstantMoves(this);
+  requestSwap(layer: number, hotRow: number, coldRow: number): void { this.instant.request(layer, hotRow, coldRow); }
+  takeLanded(): RowExchange[] { return this.instant.take(); }
+  get moving(): number { return this.instant.moving; }
   digest(): string { return JSON.stringify(this.rows); }
 }
 

@@ -2,7 +2,7 @@
 // stored bytes: blocks and scales, expert-rows.ts), and the slot table between. Swaps move whole rows and the
 // digest hashes every byte, so both cover a quantized row's data and scales alike.
 import { createHash } from 'node:crypto';
-import type { ExpertBanks } from '../backend.ts';
+import { InstantMoves, type ExpertBanks, type RowExchange } from '../backend.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { LayerWeights } from '../../model/weights.ts';
 import { heapAlloc, type Alloc } from './alloc.ts';
@@ -31,6 +31,7 @@ export class CpuExpertBanks implements ExpertBanks {
   readonly slots: Int32Array[];
   private readonly tables: SlotTables;
   private readonly swapRow: Float32Array;
+  private readonly instant = new InstantMoves(this);
 
   /**
    * `alloc` places the banks (shared memory when worker threads read them: swaps then move bytes in
@@ -93,6 +94,19 @@ export class CpuExpertBanks implements ExpertBanks {
     hot.set(cold.subarray(coldRow * n, coldRow * n + n), hotRow * n);
     cold.set(this.swapRow, coldRow * n);
     this.tables.exchange(layer, hotRow, coldRow);
+  }
+
+  /** Host memory: a requested exchange is made at once. */
+  requestSwap(layer: number, hotRow: number, coldRow: number): void {
+    this.instant.request(layer, hotRow, coldRow);
+  }
+
+  takeLanded(): RowExchange[] {
+    return this.instant.take();
+  }
+
+  get moving(): number {
+    return this.instant.moving;
   }
 
   digest(): string {
