@@ -75,6 +75,8 @@ export class ResidencyDriver implements ResidencyHook {
   private readonly stepsFlushMs: number;
   private stepsFlushedAt = performance.now();
   private readonly log: (message: string) => void;
+  /** When each swap in flight was requested (hrtime), by layer/hotRow/coldRow. */
+  private readonly requestedAt = new Map<string, bigint>();
 
   constructor(private readonly opts: ResidencyDriverOptions) {
     this.backend = opts.backend;
@@ -194,16 +196,34 @@ export class ResidencyDriver implements ResidencyHook {
     this.writer?.drain(drainLine(drain, new Date()));
   }
 
+  /**
+   * Swap: the exchanges that landed since the last step join the map, then up to swaps_per_step queued swaps
+   * are requested (stale-checked now; they land at a later step boundary, or at once on banks whose copies are
+   * instant). Returns the swaps that landed. A swap line's apply_ns is its time from request to landing.
+   */
   private swap(step: number): number {
     const lines: SwapLine[] = [];
     const banks = this.backend.banks;
-    const { applied } = this.controller.applySwaps(this.controller.budgets.swaps_per_step, (s: Swap) => {
-      const t0 = process.hrtime.bigint();
-      banks.swapRows(s.layer, s.hotRow, s.coldRow);
-      if (this.writer) lines.push(swapLine(s, step, Number(process.hrtime.bigint() - t0), new Date()));
+    const now = (): bigint => process.hrtime.bigint();
+    let landed = 0;
+    const settle = (): void => {
+      for (const x of banks.takeLanded()) {
+        const s = this.controller.land(x.layer, x.hotRow, x.coldRow);
+        const key = `${x.layer}/${x.hotRow}/${x.coldRow}`;
+        const t0 = this.requestedAt.get(key);
+        this.requestedAt.delete(key);
+        if (this.writer) lines.push(swapLine(s, step, t0 === undefined ? 0 : Number(now() - t0), new Date()));
+        landed++;
+      }
+    };
+    settle();
+    this.controller.requestSwaps(this.controller.budgets.swaps_per_step, (s: Swap) => {
+      banks.requestSwap(s.layer, s.hotRow, s.coldRow);
+      this.requestedAt.set(`${s.layer}/${s.hotRow}/${s.coldRow}`, now());
     });
+    settle(); // banks that move at once land here, in the step that asked
     this.writer?.swaps(lines);
-    return applied.length;
+    return landed;
   }
 }
 

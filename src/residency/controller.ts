@@ -108,6 +108,8 @@ export class Controller {
   private readonly prev: CountSnapshot;
   private readonly delta: Uint32Array;
   private queue: Swap[] = [];
+  /** Requested from background-moving banks, not landed yet (see requestSwaps). */
+  private inFlight: Swap[] = [];
   /** Queued swaps naming each expert: the policy leaves those experts alone so queued swaps never conflict. */
   private readonly queued: Uint32Array;
   private discardNextWindow = false;
@@ -252,6 +254,51 @@ export class Controller {
     return { applied, refused };
   }
 
+  /**
+   * For banks that move rows in the background: starts up to `max` queued swaps in order, each checked
+   * against the controller's map first (a stale one is refused, costing no budget). `request` starts the
+   * bank's exchange (banks.requestSwap); the map follows when the bank reports it landed (`land`). Until
+   * then both experts stay marked, so no decision names them. Restore swaps wait until nothing is in flight
+   * (their plan was made for the map the moves in flight leave).
+   */
+  requestSwaps(max: number, request: (swap: Swap) => void): ApplyReport {
+    const started: Swap[] = [];
+    const refused: Swap[] = [];
+    while (started.length < max && this.queue.length > 0) {
+      const s = this.queue[0]!;
+      if (s.reason === 'restore' && this.inFlight.some((f) => f.reason !== 'restore')) break;
+      // A swap on a row that is still moving waits for it to land (a restore plan chains swaps through rows).
+      if (this.inFlight.some((f) => f.layer === s.layer && (f.hotRow === s.hotRow || f.coldRow === s.coldRow))) break;
+      this.queue.shift();
+      if (this.hot[s.layer]![s.hotRow] !== s.hotExpert || this.cold[s.layer]![s.coldRow] !== s.coldExpert) {
+        this.unmark(s);
+        refused.push(s);
+        continue;
+      }
+      request(s);
+      this.inFlight.push(s);
+      started.push(s);
+    }
+    this.stats.refused += refused.length;
+    this.window.refused += refused.length;
+    return { applied: started, refused };
+  }
+
+  /** A requested swap landed in the banks: the map follows. Returns it (INTERNAL if nothing was in flight there). */
+  land(layer: number, hotRow: number, coldRow: number): Swap {
+    const i = this.inFlight.findIndex((f) => f.layer === layer && f.hotRow === hotRow && f.coldRow === coldRow);
+    if (i < 0) throw new ResidencyError('INTERNAL', `land: no swap in flight at layer ${layer} hot row ${hotRow} cold row ${coldRow}`);
+    const [s] = this.inFlight.splice(i, 1);
+    this.unmark(s!);
+    this.exchangeInMap(layer, hotRow, coldRow);
+    this.stats.applied++;
+    this.window.applied++;
+    return s!;
+  }
+
+  /** Swaps requested from the banks and not landed yet. */
+  get inFlightCount(): number { return this.inFlight.length; }
+
   /** One step's worth of residency work: note the step, drain when due, apply at most swaps_per_step. */
   tick(info: StepInfo, readCounter: () => CountSnapshot, exchange?: (swap: Swap) => void): TickReport {
     this.onStep(info);
@@ -310,7 +357,7 @@ export class Controller {
     if (c.restore_map) {
       this.frozenNow = true;
       const cancelled = this.cancel(() => true);
-      const plan = planRestore(this.mapView(), this.boot, Math.max(0, this.lastStep));
+      const plan = planRestore(this.mapAfterInFlight(), this.boot, Math.max(0, this.lastStep));
       for (const s of plan) this.enqueue(s);
       changes.push(`restore_map: frozen, ${cancelled} queued swaps cancelled, ${plan.length} restore swaps queued`);
     }
@@ -345,6 +392,16 @@ export class Controller {
       version: 1, model: this.model, layers: this.layers, experts: this.experts, hot_per_layer: this.hotPerLayer,
       layers_map: this.hot.map((h, l) => ({ hot: h, cold: this.cold[l]! })),
     };
+  }
+
+  /** The map once every swap in flight has landed (what a restore plan starts from). */
+  private mapAfterInFlight(): RowMap {
+    const m = this.map();
+    for (const f of this.inFlight) {
+      const rows = m.layers_map[f.layer]! as { hot: number[]; cold: number[] };
+      [rows.hot[f.hotRow], rows.cold[f.coldRow]] = [rows.cold[f.coldRow]!, rows.hot[f.hotRow]!];
+    }
+    return m;
   }
 
   private enqueue(s: Swap): void {
