@@ -1,8 +1,18 @@
 // The CUDA expert banks: per layer a hot bank in device memory and a cold bank in mapped pinned host
-// memory (read in place by the expert kernel), rows of bf16 gate [I][H] | up [I][H] | down [H][I] exactly
-// as stored in the checkpoint. The slot tables live on the device so a swap never invalidates a graph.
+// memory (read in place by the expert kernels), rows of bf16 gate [I][H] | up [I][H] | down [H][I] exactly
+// as stored in the checkpoint. The slot tables live on the device so a move never invalidates a graph.
+//
+// Moves run in the background on a copy stream, through spare hot rows: each layer's hot allocation holds
+// hotPerLayer rows plus `spareRows` free ones. An exchange of hot expert A (logical hot row h) and cold expert
+// B (cold row c) is two copies, each landing at a step boundary:
+//   1. B's cold row -> a spare hot row. Landed: the table points B at it (B is read from HBM from the next step).
+//   2. A's hot row -> B's old cold row, queued after the table upload that stopped steps reading it. Landed:
+//      the table points A at it, and A's old hot row becomes the spare (free once that upload has run).
+// No step reads a row being written, no step waits for a copy, and bytes are only copied, never converted.
+// The device slot table holds physical slots: < hotRowsAllocated, a row of the hot allocation; else a cold row.
 import { createHash } from 'node:crypto';
-import type { ExpertBanks } from '../backend.ts';
+import { ResidencyError } from '../../errors.ts';
+import type { ExpertBanks, RowExchange } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { TensorUploader } from './uploader.ts';
 import { layerTensorNames } from '../../model/architecture.ts';
@@ -10,19 +20,58 @@ import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts
 import type { CudaDriver } from './driver.ts';
 import { ResourceScope, type ReleaseFailureSink } from './resource-scope.ts';
 
+export interface CudaBankOptions {
+  readonly placement?: BankPlacement;
+  /** Free hot rows per layer that moves land in (default 2 when there is a cold bank, else 0). */
+  readonly spareRows?: number;
+  /** Copies queued on the copy stream at once, all layers together (default 2): paces moves beside in-place reads. */
+  readonly copiesInFlight?: number;
+  readonly onReleaseFailure?: ReleaseFailureSink;
+}
+
+/** Default spare rows per layer: two exchanges of a layer in flight at once (the policy's default per drain). */
+export const DEFAULT_SPARE_ROWS = 2;
+
+interface Move {
+  readonly layer: number;
+  readonly hotRow: number;
+  readonly coldRow: number;
+  readonly leave: number; // the hot expert going cold
+  readonly enter: number; // the cold expert coming in
+  spare: number; // the spare hot row B lands in (-1 until phase 1 is queued)
+  phase: 0 | 1 | 2; // 0 waiting for a spare row / a copy slot; 1, 2 as above
+  event: bigint;
+}
+
 export class CudaExpertBanks implements ExpertBanks {
   readonly layers: number;
   readonly experts: number;
   readonly hotPerLayer: number;
+  /** Rows of each layer's hot allocation: hotPerLayer plus the spare rows. */
+  readonly hotRowsAllocated: number;
+  readonly spareRows: number;
   /** Bytes of one expert row. */
   readonly rowBytes: number;
   readonly hotDev: bigint[] = [];
   readonly coldDev: bigint[] = [];
-  /** Device slot tables, [layers][experts] int32 contiguous. */
+  /** Device slot tables, [layers][experts] int32 contiguous, physical slots (see the header). */
   readonly slotTableDev: bigint;
   private readonly coldHost: { host: Uint8Array; hostPtr: bigint }[] = [];
+  /** Logical placement: what the controller and the contract see. */
   private readonly tables: SlotTables;
-  private readonly scratchRow: bigint;
+  /** Per layer, expert -> physical slot (what the device table holds); its pinned mirror is the upload source. */
+  private readonly phys: Int32Array[] = [];
+  private readonly physHost: { host: Uint8Array; hostPtr: bigint };
+  /** Per layer, free rows of the hot allocation. */
+  private readonly spare: number[][] = [];
+  private readonly moves: Move[] = [];
+  private landed: RowExchange[] = [];
+  private readonly copyStream: bigint;
+  /** Recorded on the compute stream after each table upload: copies into rows it freed wait for it. */
+  private readonly tableEvent: bigint;
+  private readonly freeEvents: bigint[] = [];
+  private readonly copiesInFlight: number;
+  private copiesQueued = 0;
   /** Every device and pinned block of the banks, released in reverse by dispose() or a failed constructor. */
   private readonly scope: ResourceScope;
 
@@ -30,31 +79,44 @@ export class CudaExpertBanks implements ExpertBanks {
     private readonly d: CudaDriver,
     spec: ModelSpec,
     uploader: TensorUploader,
-    placement?: BankPlacement,
-    onReleaseFailure?: ReleaseFailureSink,
+    /** The backend's compute stream: table uploads are ordered with its steps. */
+    private readonly computeStream: bigint,
+    opts: CudaBankOptions = {},
   ) {
-    const scope = new ResourceScope('cuda expert banks', onReleaseFailure);
+    const scope = new ResourceScope('cuda expert banks', opts.onReleaseFailure);
     this.scope = scope;
     try {
       // All or nothing: a failed allocation, upload or tensor check releases what was allocated so far.
       const alloc = (bytes: number, what: string): bigint => scope.acquire(what, () => d.alloc(bytes, what), (p) => d.free(p));
       this.layers = spec.numLayers;
       this.experts = spec.numExperts;
-      const rows = placementRows(spec, placement);
+      const rows = placementRows(spec, opts.placement);
       this.tables = new SlotTables(rows, spec.numExperts);
       this.hotPerLayer = this.tables.hotPerLayer;
+      const E = this.experts;
+      const coldRows = E - this.hotPerLayer;
+      this.spareRows = coldRows > 0 ? opts.spareRows ?? DEFAULT_SPARE_ROWS : 0;
+      if (!Number.isInteger(this.spareRows) || this.spareRows < 0 || (coldRows > 0 && this.spareRows < 1)) {
+        throw new ResidencyError('BAD_ARGUMENT', `spareRows ${opts.spareRows}: expected an integer >= 1 with a cold bank`);
+      }
+      this.copiesInFlight = opts.copiesInFlight ?? 2;
+      if (!Number.isInteger(this.copiesInFlight) || this.copiesInFlight < 1) {
+        throw new ResidencyError('BAD_ARGUMENT', `copiesInFlight ${opts.copiesInFlight}: expected an integer >= 1`);
+      }
+      this.hotRowsAllocated = this.hotPerLayer + this.spareRows;
       const part = spec.expertIntermediate * spec.hiddenSize * 2;
       this.rowBytes = 3 * part;
-      const E = this.experts;
       this.slotTableDev = alloc(4 * this.layers * E, 'slot tables');
-      this.scratchRow = alloc(this.rowBytes, 'swap scratch row');
-      const coldRows = E - this.hotPerLayer;
+      this.physHost = scope.acquire('pinned slot tables', () => d.allocPinned(4 * this.layers * E, 'slot tables'), (h) => d.freeHost(h.hostPtr));
+      // The copy stream and its table event exist only with a cold bank (nothing ever moves without one).
+      this.copyStream = coldRows > 0 ? scope.acquire('copy stream', () => d.streamCreate(), (s) => d.streamDestroy(s)) : 0n;
+      this.tableEvent = coldRows > 0 ? scope.acquire('table event', () => d.eventCreate(), (e) => d.eventDestroy(e)) : 0n;
       for (let l = 0; l < this.layers; l++) {
         const names = layerTensorNames(l);
         const { hot, cold } = rows[l]!;
         // Each expert's three matrices go straight to their place in its row: hot rows through the uploader's
         // staging to the device, cold rows read from the shard into the mapped host bank.
-        const hotDev = alloc(this.hotPerLayer * this.rowBytes, `hot bank layer ${l} (${this.hotPerLayer} rows)`);
+        const hotDev = alloc(this.hotRowsAllocated * this.rowBytes, `hot bank layer ${l} (${this.hotPerLayer} rows + ${this.spareRows} spare)`);
         this.hotDev.push(hotDev);
         hot.forEach((e, r) => {
           const n = names.expert(e);
@@ -76,8 +138,14 @@ export class CudaExpertBanks implements ExpertBanks {
           this.coldHost.push({ host: new Uint8Array(0), hostPtr: 0n });
           this.coldDev.push(0n);
         }
-        d.htod(this.slotTableDev + BigInt(4 * l * E), this.tables.slots[l]!);
+        // Physical = logical at start; cold slots sit after the whole hot allocation.
+        const p = new Int32Array(this.physHost.host.buffer, this.physHost.host.byteOffset + 4 * l * E, E);
+        hot.forEach((e, r) => { p[e] = r; });
+        cold.forEach((e, r) => { p[e] = this.hotRowsAllocated + r; });
+        this.phys.push(p);
+        this.spare.push(Array.from({ length: this.spareRows }, (_, i) => this.hotPerLayer + i));
       }
+      d.htod(this.slotTableDev, this.physHost.host);
     } catch (e) {
       throw scope.unwind(e);
     }
@@ -91,33 +159,123 @@ export class CudaExpertBanks implements ExpertBanks {
     return this.tables.expertAt(layer, bank, row);
   }
 
-  /** Device row copies (hot <-> cold through a scratch row), then the two slots; between steps only. */
-  swapRows(layer: number, hotRow: number, coldRow: number): void {
-    this.tables.checkSwap(layer, hotRow, coldRow);
-    const n = this.rowBytes;
-    const hotAt = this.hotDev[layer]! + BigInt(hotRow * n);
-    const coldAt = this.coldDev[layer]! + BigInt(coldRow * n);
-    this.d.dtod(this.scratchRow, hotAt, n);
-    this.d.dtod(hotAt, coldAt, n);
-    this.d.dtod(coldAt, this.scratchRow, n);
-    this.tables.exchange(layer, hotRow, coldRow);
-    this.d.htod(this.slotTableDev + BigInt(4 * layer * this.experts), this.tables.slots[layer]!);
-    // The copies above run on the legacy default stream, which does not order the backend's non-blocking
-    // compute stream: wait for them here so the next step never reads a half-copied row or slot table.
-    this.d.streamSync(0n, 'swapRows');
+  get moving(): number {
+    return this.moves.length;
   }
 
+  /** The exchange at once: requested, then waited for (placement before serving; tests). */
+  swapRows(layer: number, hotRow: number, coldRow: number): void {
+    if (this.moves.length > 0) throw new ResidencyError('INTERNAL', `swapRows: ${this.moves.length} moves are in flight; wait for them to land first`);
+    this.requestSwap(layer, hotRow, coldRow);
+    const before = this.landed.length;
+    while (this.moves.length > 0) {
+      const m = this.moves[0]!;
+      if (m.phase > 0) this.d.eventSync(m.event);
+      this.advance();
+    }
+    this.landed.splice(before); // landed now, not reported later
+    this.d.streamSync(this.computeStream, 'swapRows');
+  }
+
+  requestSwap(layer: number, hotRow: number, coldRow: number): void {
+    this.tables.checkSwap(layer, hotRow, coldRow);
+    const leave = this.tables.expertAt(layer, 'hot', hotRow);
+    const enter = this.tables.expertAt(layer, 'cold', coldRow);
+    for (const m of this.moves) {
+      if (m.layer === layer && (m.hotRow === hotRow || m.coldRow === coldRow)) {
+        throw new ResidencyError('BAD_ARGUMENT', `requestSwap: layer ${layer} hot row ${hotRow} or cold row ${coldRow} is already moving`);
+      }
+    }
+    this.moves.push({ layer, hotRow, coldRow, leave, enter, spare: -1, phase: 0, event: 0n });
+    this.advance();
+  }
+
+  takeLanded(): RowExchange[] {
+    this.advance();
+    const out = this.landed;
+    this.landed = [];
+    return out;
+  }
+
+  /**
+   * Moves every move whose copy completed to its next phase, uploads the changed tables on the compute stream
+   * (before the next step), then queues the copies that may start. Never blocks.
+   */
+  private advance(): void {
+    const dirty = new Set<number>();
+    const freed: { layer: number; row: number }[] = [];
+    const phase2: Move[] = [];
+    for (const m of [...this.moves]) {
+      if (m.phase === 0 || !this.d.eventDone(m.event)) continue;
+      this.copiesQueued--;
+      const p = this.phys[m.layer]!;
+      if (m.phase === 1) {
+        // B is in the spare row: point it there. Its old cold row is written by phase 2 after this upload.
+        const oldCold = p[m.enter]!;
+        p[m.enter] = m.spare;
+        m.spare = oldCold; // phase 2's destination
+        phase2.push(m);
+      } else {
+        // A is in B's old cold row: point it there; A's old hot row becomes a spare once the upload has run.
+        freed.push({ layer: m.layer, row: p[m.leave]! });
+        p[m.leave] = m.spare;
+        this.tables.exchange(m.layer, m.hotRow, m.coldRow);
+        this.moves.splice(this.moves.indexOf(m), 1);
+        this.freeEvents.push(m.event);
+        this.landed.push({ layer: m.layer, hotRow: m.hotRow, coldRow: m.coldRow });
+      }
+      dirty.add(m.layer);
+    }
+    if (dirty.size > 0) {
+      const E = this.experts;
+      for (const l of dirty) {
+        this.d.htodAsync(this.slotTableDev + BigInt(4 * l * E), this.physHost.hostPtr + BigInt(4 * l * E), 4 * E, this.computeStream);
+      }
+      this.d.eventRecord(this.tableEvent, this.computeStream);
+      for (const f of freed) this.spare[f.layer]!.push(f.row);
+    }
+    for (const m of phase2) {
+      m.phase = 2;
+      this.copy(m, this.coldDev[m.layer]! + this.coldOffset(m.spare), this.hotAt(m.layer, this.phys[m.layer]![m.leave]!));
+    }
+    // Phase 1 of waiting moves, oldest first, while a spare row and a copy slot are free.
+    for (const m of this.moves) {
+      if (m.phase !== 0 || this.copiesQueued >= this.copiesInFlight) continue;
+      const row = this.spare[m.layer]!.shift();
+      if (row === undefined) continue;
+      m.spare = row;
+      m.phase = 1;
+      this.copy(m, this.hotAt(m.layer, row), this.coldDev[m.layer]! + this.coldOffset(this.phys[m.layer]![m.enter]!));
+    }
+  }
+
+  /** One copy of a row on the copy stream, after the last table upload (rows it freed are not read any more). */
+  private copy(m: Move, dst: bigint, src: bigint): void {
+    this.d.streamWaitEvent(this.copyStream, this.tableEvent);
+    this.d.copyAsync(dst, src, this.rowBytes, this.copyStream);
+    if (m.event === 0n) m.event = this.freeEvents.pop() ?? this.scope.acquire('move event', () => this.d.eventCreate(), (e) => this.d.eventDestroy(e));
+    this.d.eventRecord(m.event, this.copyStream);
+    this.copiesQueued++;
+  }
+
+  private hotAt(layer: number, row: number): bigint {
+    return this.hotDev[layer]! + BigInt(row * this.rowBytes);
+  }
+
+  private coldOffset(physSlot: number): bigint {
+    return BigInt((physSlot - this.hotRowsAllocated) * this.rowBytes);
+  }
+
+  /** A content hash of every layer's hot then cold rows in logical row order (independent of the spare rows' rotation). */
   digest(): string {
+    if (this.moves.length > 0) throw new ResidencyError('INTERNAL', `digest: ${this.moves.length} moves are in flight`);
+    this.d.streamSync(this.computeStream, 'digest');
     const h = createHash('sha256');
-    const rowsAtOnce = Math.max(1, Math.floor((64 * 1024 * 1024) / this.rowBytes));
-    const buf = new Uint8Array(Math.min(this.hotPerLayer, rowsAtOnce) * this.rowBytes);
+    const buf = new Uint8Array(this.rowBytes);
     for (let l = 0; l < this.layers; l++) {
-      // In pieces, so the host never holds a whole layer's hot bank (1.2 GB at Qwen3-30B-A3B shapes).
-      for (let r = 0; r < this.hotPerLayer; r += rowsAtOnce) {
-        const n = Math.min(rowsAtOnce, this.hotPerLayer - r);
-        const part = buf.subarray(0, n * this.rowBytes);
-        this.d.dtoh(part, this.hotDev[l]! + BigInt(r * this.rowBytes));
-        h.update(part);
+      for (let r = 0; r < this.hotPerLayer; r++) {
+        this.d.dtoh(buf, this.hotAt(l, this.phys[l]![this.tables.expertAt(l, 'hot', r)]!));
+        h.update(buf);
       }
       h.update(this.coldHost[l]!.host);
     }
@@ -126,6 +284,7 @@ export class CudaExpertBanks implements ExpertBanks {
 
   /** Frees every bank block, last allocated first; idempotent; a failed free is reported, the rest still run. */
   dispose(): void {
+    if (!this.scope.closed && this.copyStream !== 0n) this.scope.defer('wait for the copy stream', () => this.d.streamSync(this.copyStream, 'banks dispose'));
     this.scope.close();
   }
 }

@@ -139,7 +139,7 @@ export class CudaBackend implements Backend {
       this.fns = kernels.fns;
       this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
       const uploader = scope.adopt(new TensorUploader(d, source, this.fns.get('op_check_finite_bf16')!, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
-      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, opts.placement, opts.onReleaseFailure), 'expert banks', (b) => b.dispose());
+      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, this.stream, { ...(opts.placement ? { placement: opts.placement } : {}), ...(opts.onReleaseFailure ? { onReleaseFailure: opts.onReleaseFailure } : {}) }), 'expert banks', (b) => b.dispose());
       const up = (name: string): bigint => {
         const p = this.alloc(uploader.expectBf16(name), name);
         uploader.toDevice(name, p);
@@ -163,7 +163,7 @@ export class CudaBackend implements Backend {
       d.memsetD8(this.counterDev, 0, 4 * s.numLayers * E);
       this.dims = {
         H: s.hiddenSize, nh: s.numHeads, nkv: s.numKvHeads, hd: s.headDim, E, K: s.topK, I: s.expertIntermediate,
-        V: s.vocabSize, L: s.numLayers, normTopk: s.normTopkProb, hotRows: this.banks.hotPerLayer, maxPos: s.maxPositions,
+        V: s.vocabSize, L: s.numLayers, normTopk: s.normTopkProb, hotRows: this.banks.hotRowsAllocated, maxPos: s.maxPositions,
         eps: s.rmsNormEps, theta: s.ropeTheta,
       };
       const modelBytes = encodeModel(this.dims, { embed, finalNorm: up(FINAL_NORM), lmHead, counter: this.counterDev, layers: layersDev });
