@@ -47,3 +47,29 @@ export function planMemory(n: MemoryNeeds, total: number, utilization: number, m
   }
   return { budget, total, kv, need, maxModelLen, maxNumSeqs };
 }
+
+/**
+ * The most hot experts per layer (0..experts) whose plan fits, largest first: `needsAt(h)` gives the needs with
+ * h hot rows per layer. Throws planMemory's refusal (with what would fit) when not even h = 0 fits.
+ */
+export function hotExpertsThatFit(experts: number, needsAt: (hot: number) => MemoryNeeds, total: number, utilization: number,
+  maxModelLen: number, maxNumSeqs: number): { hot: number; plan: MemoryPlan } {
+  const fits = (h: number): MemoryPlan | null => {
+    try {
+      return planMemory(needsAt(h), total, utilization, maxModelLen, maxNumSeqs);
+    } catch (e) {
+      if (e instanceof ResidencyError && e.code === 'BAD_ARGUMENT') return null;
+      throw e;
+    }
+  };
+  const all = fits(experts);
+  if (all) return { hot: experts, plan: all };
+  if (!fits(0)) planMemory(needsAt(0), total, utilization, maxModelLen, maxNumSeqs); // throws its refusal
+  let lo = 0, hi = experts; // fits(lo), !fits(hi)
+  while (hi - lo > 1) {
+    const mid = (lo + hi) >> 1;
+    if (fits(mid)) lo = mid;
+    else hi = mid;
+  }
+  return { hot: lo, plan: fits(lo)! };
+}

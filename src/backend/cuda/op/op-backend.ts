@@ -9,14 +9,14 @@ import type { ModelSpec } from '../../../model/spec.ts';
 import type { TensorSource } from '../../../model/tensor-source.ts';
 import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../../model/architecture.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
-import { CudaExpertBanks } from '../banks.ts';
+import { CudaExpertBanks, DEFAULT_SPARE_ROWS } from '../banks.ts';
 import type { CudaDriver, KernelArg } from '../driver.ts';
 import { OP_PATH_GROUPS, loadKernelModules, type KernelName } from '../kernels.ts';
 import { ResourceScope, type ReleaseFailureSink } from '../resource-scope.ts';
 import { TensorUploader, type UploadProgress } from '../uploader.ts';
 import { bucketFor, DEFAULT_BUCKETS } from '../plan.ts';
 import { encodeGemm, encodeGroups, encodeQkNorm, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, maxGroupedTiles, stepLayout, type GemmArgs } from './layout.ts';
-import { planMemory, type MemoryPlan } from './memory.ts';
+import { hotExpertsThatFit, planMemory, type MemoryPlan } from './memory.ts';
 import { DECODE_MAX_ROWS, attendSplits, gemvRowsPerWarp, planPieces, type OpPiece } from './plan.ts';
 import { checkOpSupport } from './support.ts';
 import { MAX_OUT, memoryNeeds, workspaceLayout } from './workspace.ts';
@@ -44,11 +44,16 @@ export interface OpBackendOptions {
   readonly maxSplits?: number;
   /** Programmatic dependent launch between the op kernels (default on; off for A/B timing). */
   readonly pdl?: boolean;
+  /** Spare hot rows per layer that background moves land in (see banks.ts). */
+  readonly spareRows?: number;
+  /** Row copies queued at once for moves (see banks.ts). */
+  readonly copiesInFlight?: number;
 }
 
 interface LayerDev { inNorm: bigint; qkv: bigint; o: bigint; qNorm: bigint; kNorm: bigint; postNorm: bigint; router: bigint }
 
 const GEMV_WARPS = 8;
+const gib = (b: number): string => `${(b / 2 ** 30).toFixed(1)} GiB`;
 const TC_THREADS = 128;
 
 export class CudaOpBackend implements Backend {
@@ -57,6 +62,8 @@ export class CudaOpBackend implements Backend {
   readonly banks: CudaExpertBanks;
   readonly stream: bigint;
   readonly memory: MemoryPlan;
+  /** How many experts per layer are hot, and why (serve prints it at start). */
+  readonly hotReason: string;
   readonly buckets: readonly number[];
   useGraphs: boolean;
   private readonly fns = new Map<KernelName, bigint>();
@@ -113,10 +120,26 @@ export class CudaOpBackend implements Backend {
     this.QKV = QD + 2 * KD;
     const T = this.maxRows;
 
-    // The plan first: nothing is allocated for a model that cannot fit.
-    const needs = memoryNeeds(s, placementRows(s, opts.placement)[0]!.hot.length, T, this.maxSplits);
-    const kvPerPosition = needs.kvPerPosition;
-    this.memory = planMemory(needs, d.memInfo().total, opts.gpuMemoryUtilization ?? 0.9, maxModelLen, maxNumSeqs);
+    // The plan first: nothing is allocated for a model that cannot fit. Without a placement the hot bank is
+    // sized from the budget: every expert if they fit, else as many per layer as fit (the rest stay in host memory).
+    const allocatedRows = (h: number): number => h + (h < E ? (opts.spareRows ?? DEFAULT_SPARE_ROWS) : 0);
+    const needsAt = (h: number) => memoryNeeds(s, allocatedRows(h), T, this.maxSplits);
+    const total = d.memInfo().total;
+    const util = opts.gpuMemoryUtilization ?? 0.9;
+    let placement = opts.placement;
+    if (placement === undefined) {
+      const fit = hotExpertsThatFit(E, needsAt, total, util, maxModelLen, maxNumSeqs);
+      this.memory = fit.plan;
+      if (fit.hot < E) placement = { hotPerLayer: fit.hot };
+      this.hotReason = fit.hot < E
+        ? `${fit.hot} of ${E} experts per layer hot: as many as fit the ${gib(fit.plan.budget)} budget (--gpu-memory-utilization ${util}) beside the other weights, the KV cache (${gib(fit.plan.kv)}) and the workspace; the rest are read in place from host memory`
+        : `all ${E} experts per layer hot: they fit the ${gib(fit.plan.budget)} budget (--gpu-memory-utilization ${util})`;
+    } else {
+      const hot = placementRows(s, placement)[0]!.hot.length;
+      this.memory = planMemory(needsAt(hot), total, util, maxModelLen, maxNumSeqs);
+      this.hotReason = `${hot} of ${E} experts per layer hot: ${'layers_map' in placement ? 'the map given' : 'the hot count given'}`;
+    }
+    const kvPerPosition = needsAt(0).kvPerPosition;
 
     const scope = new ResourceScope('cuda op backend', opts.onReleaseFailure);
     this.scope = scope;
@@ -125,7 +148,10 @@ export class CudaOpBackend implements Backend {
       for (const [n, f] of k.fns) this.fns.set(n, f);
       this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
       const uploader = scope.adopt(new TensorUploader(d, source, this.fns.get('op_check_finite_bf16')!, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
-      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, opts.placement, opts.onReleaseFailure), 'expert banks', (b) => b.dispose());
+      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, this.stream, {
+        ...(placement ? { placement } : {}), ...(opts.spareRows !== undefined ? { spareRows: opts.spareRows } : {}),
+        ...(opts.copiesInFlight !== undefined ? { copiesInFlight: opts.copiesInFlight } : {}), ...(opts.onReleaseFailure ? { onReleaseFailure: opts.onReleaseFailure } : {}),
+      }), 'expert banks', (b) => b.dispose());
       const up = (name: string): bigint => {
         const p = this.alloc(uploader.expectBf16(name), name);
         uploader.toDevice(name, p);
@@ -364,7 +390,7 @@ export class CudaOpBackend implements Backend {
       }
       const grouped = {
         grpN: this.ptr('grpN'), grpExpert: this.ptr('grpExpert'), grpStart: this.ptr('grpStart'), grpRows: this.ptr('grpRows'),
-        slots: banks.slotTableDev + BigInt(4 * l * E), hot: banks.hotDev[l]!, cold: banks.coldDev[l]!, hotRows: banks.hotPerLayer,
+        slots: banks.slotTableDev + BigInt(4 * l * E), hot: banks.hotDev[l]!, cold: banks.coldDev[l]!, hotRows: banks.hotRowsAllocated,
         tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0'), rowElems: 3 * I * H,
       };
       this.product('experts_gate_up', decode, T, 'swiglu', { ...grouped, x: this.ptr('xn'), y: this.ptr('act'), ldx: H, ldy: I, O: I, K: H, xDiv: K, wOff: 0 });
