@@ -16,6 +16,7 @@ const entries = [
   ['bench/gpu/decode.ts', 'dist/bench-gpu.mjs'],
   ['bench/gpu/profile.ts', 'dist/profile-gpu.mjs'],
   ['bench/gpu/real-size.ts', 'dist/bench-real.mjs'],
+  ['bench/tiered/real.ts', 'dist/bench-tiered.mjs'],
 ];
 for (const [src, out] of entries) {
   if (!existsSync(resolve(root, src))) { console.log(`build: ${src} not present, skipped`); continue; }

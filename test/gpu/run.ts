@@ -8,5 +8,6 @@ import './serve.gpu.ts';
 import './lifecycle.gpu.ts';
 import './long-context.gpu.ts';
 import './real-size.gpu.ts';
+import './tiered-real.gpu.ts';
 
 after(() => writeReport(process.env['OUT']));

@@ -1,0 +1,144 @@
+// One policy over the step stream, on the product's backend: each step is a real forward (the model's own
+// router picks the experts), timed with the residency work that follows it (drain, decide, request and land
+// moves), and scored for cold share against the banks' placement at that step.
+import type { Backend } from '../../src/backend/backend.ts';
+import { ResidencyDriver, placeMap } from '../../src/engine/residency-driver.ts';
+import type { Budgets } from '../../src/residency/policy.ts';
+import type { RowMap } from '../../src/residency/rowmap.ts';
+import type { ReplayResult } from '../../src/sim/replay.ts';
+import type { Policy } from '../../src/sim/policies/policy.ts';
+import { Walk, type Docs, type Phase } from './traffic.ts';
+
+export type PolicyKind =
+  | { readonly name: string; readonly kind: 'static'; readonly map?: RowMap }
+  | { readonly name: string; readonly kind: 'adaptive'; readonly map: RowMap; readonly budgets?: Partial<Budgets> }
+  /** A simulator policy (LRU copy on miss): its hot set is followed with background moves. */
+  | { readonly name: string; readonly kind: 'follow'; readonly map: RowMap; readonly make: (boot: RowMap) => Policy }
+  /** Hindsight: each phase's own top-H map, placed free (untimed) at the phase's first step. */
+  | { readonly name: string; readonly kind: 'phase-maps'; readonly maps: readonly RowMap[] };
+
+export interface PolicyRun extends ReplayResult {
+  /** Wall time of each step: forward plus the residency work after it (ms). */
+  readonly stepMs: Float64Array;
+  /** 1 where moves were in flight during the step (copies beside its in-place reads). */
+  readonly moving: Uint8Array;
+  /** Cumulative pick counts of each phase [phase][layers * experts] (the truth the hindsight maps are fitted on). */
+  readonly phaseCounts: Float64Array[];
+  landed: number;
+}
+
+export function runPolicy(be: Backend, p: PolicyKind, phases: readonly Phase[], docs: Docs, users: number): PolicyRun {
+  const banks = be.banks;
+  const { numExperts: E, topK: K } = be.spec;
+  const L = banks.layers;
+  const n = phases.reduce((a, ph) => a + ph.steps, 0);
+  const r: PolicyRun = {
+    policy: p.name, steps: n, layers: L, tokens: new Uint32Array(n), phase: new Uint16Array(n), picks: new Uint32Array(n),
+    cold: new Uint32Array(n), coldPerLayer: new Uint32Array(n * L), hotTouched: new Uint16Array(n * L), coldTouched: new Uint16Array(n * L),
+    coldTiles: new Uint16Array(n * L), swaps: new Uint32Array(n), copies: new Uint32Array(n), refused: new Uint32Array(n),
+    stepMs: new Float64Array(n), moving: new Uint8Array(n), phaseCounts: phases.map(() => new Float64Array(L * E)), landed: 0,
+  };
+  const model = be.spec.name;
+  if (p.kind !== 'phase-maps' && p.map) placeMap(banks, model, p.map);
+  const driver = p.kind === 'adaptive'
+    ? new ResidencyDriver({ backend: be, frozen: false, ...(p.budgets ? { budgets: p.budgets } : {}), log: () => {} })
+    : null;
+  const sim = p.kind === 'follow' ? p.make(p.map) : null;
+  const follower = sim ? new Follower(be) : null;
+  const walk = new Walk(docs, users);
+  let step = 0;
+  for (let ph = 0; ph < phases.length; ph++) {
+    if (p.kind === 'phase-maps') placeMap(banks, model, p.maps[ph]!);
+    for (let s = 0; s < phases[ph]!.steps; s++, step++) {
+      const { chunks, close, open } = walk.next(ph, phases[ph]!);
+      for (const q of close) be.closeSequence(q);
+      for (const o of open) be.openSequence(o.seq, o.capacity);
+      const count = driver ? driver.countStep(chunks.length) : false;
+      const moving = banks.moving > 0;
+      const t0 = performance.now();
+      const out = be.forward({ chunks, count, recordRouting: true });
+      let landed = 0;
+      if (driver) {
+        const before = driver.controller.stats.applied;
+        driver.afterStep({ step, tokens: chunks.length, counted: count, durationNs: Math.round((performance.now() - t0) * 1e6) });
+        landed = driver.controller.stats.applied - before;
+      } else if (sim && follower) {
+        sim.afterStep({ index: step, phase: ph, tokens: chunks.length, counted: true, picks: Uint16Array.from(out.routing!) });
+        landed = follower.follow(sim.hot);
+      }
+      r.stepMs[step] = performance.now() - t0;
+      r.moving[step] = moving ? 1 : 0;
+      r.swaps[step] = landed;
+      r.landed += landed;
+      // Cold share against the placement this step ran with (moves land after it).
+      const routing = out.routing!;
+      r.tokens[step] = chunks.length;
+      r.phase[step] = ph;
+      r.picks[step] = chunks.length * L * K;
+      const pc = r.phaseCounts[ph]!;
+      let cold = 0;
+      for (let t = 0; t < chunks.length; t++) {
+        for (let l = 0; l < L; l++) {
+          for (let k = 0; k < K; k++) {
+            const e = routing[(t * L + l) * K + k]!;
+            pc[l * E + e]!++;
+            if (banks.slotOf(l, e) >= banks.hotPerLayer) { cold++; r.coldPerLayer[step * L + l]!++; }
+          }
+        }
+      }
+      r.cold[step] = cold;
+    }
+  }
+  for (const q of walk.openSeqs()) be.closeSequence(q);
+  // Let every move land, so the next policy starts from a quiet bank.
+  while (banks.moving > 0) {
+    const landed = banks.takeLanded();
+    if (driver) for (const x of landed) driver.controller.land(x.layer, x.hotRow, x.coldRow);
+  }
+  return r;
+}
+
+/**
+ * Moves the banks toward a simulator policy's hot set with background moves: per layer, experts it wants
+ * hot that are cold are paired with experts it wants cold that are hot, skipping any already moving.
+ */
+class Follower {
+  private readonly movingExperts = new Set<number>();
+  private readonly requested = new Map<string, [number, number]>();
+
+  constructor(private readonly be: Backend, private readonly maxRequestsPerStep = 8) {}
+
+  /** Requests moves toward `hot` ([layers * experts]); returns the moves that landed since the last call. */
+  follow(hot: Uint8Array): number {
+    const banks = this.be.banks;
+    const E = banks.experts;
+    let landed = 0;
+    for (const x of banks.takeLanded()) {
+      const key = `${x.layer}/${x.hotRow}/${x.coldRow}`;
+      for (const e of this.requested.get(key) ?? []) this.movingExperts.delete(x.layer * E + e);
+      this.requested.delete(key);
+      landed++;
+    }
+    let requests = 0;
+    for (let l = 0; l < banks.layers && requests < this.maxRequestsPerStep; l++) {
+      const enter: number[] = [];
+      const leave: number[] = [];
+      for (let e = 0; e < E; e++) {
+        if (this.movingExperts.has(l * E + e)) continue;
+        const isHot = banks.slotOf(l, e) < banks.hotPerLayer;
+        if (hot[l * E + e] && !isHot) enter.push(e);
+        else if (!hot[l * E + e] && isHot) leave.push(e);
+      }
+      for (let i = 0; i < Math.min(enter.length, leave.length) && requests < this.maxRequestsPerStep; i++) {
+        const [b, a] = [enter[i]!, leave[i]!];
+        const hotRow = banks.slotOf(l, a);
+        const coldRow = banks.slotOf(l, b) - banks.hotPerLayer;
+        banks.requestSwap(l, hotRow, coldRow);
+        this.requested.set(`${l}/${hotRow}/${coldRow}`, [a, b]);
+        this.movingExperts.add(l * E + a).add(l * E + b);
+        requests++;
+      }
+    }
+    return landed;
+  }
+}
