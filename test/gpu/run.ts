@@ -9,5 +9,6 @@ import './lifecycle.gpu.ts';
 import './long-context.gpu.ts';
 import './real-size.gpu.ts';
 import './tiered-real.gpu.ts';
+import './backend-conformance.gpu.ts';
 
 after(() => writeReport(process.env['OUT']));

@@ -1,0 +1,193 @@
+// The backend conformance suite: what every backend (every CPU variant in CI, every CUDA path on the device)
+// guarantees about counting, placement and moves. A backend's test file calls runBackendConformance with a
+// factory; the suite builds what it needs from it.
+//   - the counter is the histogram of the routed picks of counted steps, and nothing else;
+//   - placement never changes a result: the same logits, bit for bit, at any hot count and map;
+//   - background moves land losslessly: logits unchanged while thousands of them land, and moving back to the
+//     boot map gives back its digest;
+//   - a bad step is refused before anything changes (counter, KV cache: the next good step is unaffected).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Backend, RowExchange } from './backend.ts';
+import type { BankPlacement } from './slot-tables.ts';
+import { mapFromBanks } from '../engine/residency-driver.ts';
+import { planRestore } from '../residency/restore.ts';
+import { mulberry32 } from '../util/rng.ts';
+
+export interface ConformanceOptions {
+  /** Hot experts per layer of the tiered variant (< experts). */
+  readonly hot: number;
+  /** Prompts (token ids) of the sequences decoded together. */
+  readonly prompts: readonly (readonly number[])[];
+  /** Greedy decode steps per run (more steps: more moves land). */
+  readonly steps: number;
+  /** Exchanges requested per layer between two steps while moves run (default 2). */
+  readonly movesPerLayer?: number;
+  /** Minimum moves that must land during the moving run (default 50). */
+  readonly minLanded?: number;
+}
+
+export type BackendFactory = (placement?: BankPlacement) => Promise<Backend>;
+
+interface Run { tokens: number[][]; logits: Float32Array[]; routing: Int32Array[]; counts: Uint32Array }
+
+/** Greedy decode of every prompt together (teacher forced by `forced` when given); `between` runs between steps. */
+function decode(be: Backend, o: ConformanceOptions, between?: () => void, forced?: number[][]): Run {
+  const V = be.spec.vocabSize;
+  const before = be.readCounter();
+  o.prompts.forEach((p, i) => be.openSequence(i, p.length + o.steps + 1));
+  let out = be.forward({ chunks: o.prompts.map((p, i) => ({ seq: i, tokens: [...p], startPos: 0 })), count: false, recordRouting: true });
+  const run: Run = { tokens: o.prompts.map(() => []), logits: [], routing: [], counts: new Uint32Array(0) };
+  for (let s = 0; s < o.steps; s++) {
+    run.logits.push(out.logits);
+    o.prompts.forEach((_, i) => {
+      let best = 0;
+      for (let j = 1; j < V; j++) if (out.logits[i * V + j]! > out.logits[i * V + best]!) best = j;
+      run.tokens[i]!.push(forced ? forced[i]![s]! : best);
+    });
+    if (s === o.steps - 1) break;
+    between?.();
+    out = be.forward({ chunks: o.prompts.map((p, i) => ({ seq: i, tokens: [run.tokens[i]![s]!], startPos: p.length + s })), count: true, recordRouting: true });
+    run.routing.push(out.routing!);
+  }
+  o.prompts.forEach((_, i) => be.closeSequence(i));
+  const after = be.readCounter();
+  run.counts = Uint32Array.from(after, (x, i) => (x - before[i]!) >>> 0);
+  return run;
+}
+
+function sameLogits(a: Run, b: Run): number {
+  let diff = 0;
+  a.logits.forEach((lg, s) => { for (let j = 0; j < lg.length; j++) if (lg[j] !== b.logits[s]![j]) diff++; });
+  return diff;
+}
+
+export function runBackendConformance(name: string, make: BackendFactory, o: ConformanceOptions): void {
+  test(`${name}: the counter is the histogram of the counted steps' routed picks`, async () => {
+    const be = await make();
+    try {
+      const r = decode(be, o);
+      const { numExperts: E, topK: K } = be.spec;
+      const L = be.banks.layers;
+      const want = new Uint32Array(L * E);
+      // Counted steps only (the prefill ran with count: false), every routed pick once.
+      for (const routing of r.routing) for (let i = 0; i < routing.length; i++) want[(Math.floor(i / K) % L) * E + routing[i]!]!++;
+      assert.deepEqual(r.counts, want);
+    } finally {
+      be.dispose();
+    }
+  });
+
+  test(`${name}: placement never changes a result (all hot, ${o.hot} hot, a shuffled map: same logits bit for bit)`, async () => {
+    const all = await make();
+    const ref = decode(all, o);
+    const E = all.spec.numExperts;
+    const L = all.banks.layers;
+    all.dispose();
+    const rand = mulberry32(11);
+    const shuffled = Array.from({ length: L }, () => {
+      const ids = Array.from({ length: E }, (_, e) => e);
+      for (let i = E - 1; i > 0; i--) { const j = Math.floor(rand() * (i + 1)); [ids[i], ids[j]] = [ids[j]!, ids[i]!]; }
+      return { hot: ids.slice(0, o.hot), cold: ids.slice(o.hot) };
+    });
+    const placements: BankPlacement[] = [
+      { hotPerLayer: o.hot },
+      { version: 1, model: all.spec.name, layers: L, experts: E, hot_per_layer: o.hot, layers_map: shuffled },
+    ];
+    for (const p of placements) {
+      const be = await make(p);
+      try {
+        const r = decode(be, o, undefined, ref.tokens);
+        assert.equal(sameLogits(r, ref), 0, `placement ${'layers_map' in p ? 'shuffled map' : `${o.hot} hot`}: logits differ from all hot`);
+      } finally {
+        be.dispose();
+      }
+    }
+  });
+
+  test(`${name}: background moves land losslessly while steps run; moving back gives back the boot digest`, async () => {
+    const all = await make();
+    const ref = decode(all, o);
+    all.dispose();
+    const be = await make({ hotPerLayer: o.hot });
+    try {
+      const banks = be.banks;
+      const E = banks.experts;
+      const boot = mapFromBanks(banks, be.spec.name);
+      const bootDigest = banks.digest();
+      const rand = mulberry32(5);
+      const inFlight: RowExchange[] = [];
+      let landed = 0;
+      const settle = (): void => {
+        for (const x of banks.takeLanded()) {
+          inFlight.splice(inFlight.findIndex((f) => f.layer === x.layer && f.hotRow === x.hotRow && f.coldRow === x.coldRow), 1);
+          landed++;
+        }
+      };
+      const busy = (l: number, hr: number, cr: number): boolean => inFlight.some((f) => f.layer === l && (f.hotRow === hr || f.coldRow === cr));
+      const churn = (): void => {
+        settle();
+        for (let l = 0; l < banks.layers; l++) {
+          for (let k = 0; k < (o.movesPerLayer ?? 2); k++) {
+            const hr = Math.floor(rand() * o.hot), cr = Math.floor(rand() * (E - o.hot));
+            if (busy(l, hr, cr)) continue;
+            // A request naming a row in flight is refused, whatever the backend.
+            banks.requestSwap(l, hr, cr);
+            inFlight.push({ layer: l, hotRow: hr, coldRow: cr });
+            if (k === 0) assert.throws(() => banks.requestSwap(l, hr, cr), (e: Error & { code?: string }) => e.code === 'BAD_ARGUMENT');
+          }
+        }
+      };
+      const r = decode(be, o, churn, ref.tokens);
+      while (banks.moving > 0) settle();
+      settle();
+      assert.equal(sameLogits(r, ref), 0, 'logits while moves land == all hot');
+      assert.ok(landed >= (o.minLanded ?? 50), `only ${landed} moves landed`);
+      const plan = planRestore(mapFromBanks(banks, be.spec.name), boot, 0);
+      for (const s of plan) {
+        while (busy(s.layer, s.hotRow, s.coldRow)) settle();
+        banks.requestSwap(s.layer, s.hotRow, s.coldRow);
+        inFlight.push(s);
+      }
+      while (banks.moving > 0) settle();
+      settle();
+      assert.deepEqual(mapFromBanks(banks, be.spec.name), boot, 'the boot map is back');
+      assert.equal(banks.digest(), bootDigest, 'and so is the digest');
+    } finally {
+      be.dispose();
+    }
+  });
+
+  test(`${name}: a bad step is refused before anything changes`, async () => {
+    const be = await make({ hotPerLayer: o.hot });
+    try {
+      const V = be.spec.vocabSize;
+      const p = [...o.prompts[0]!];
+      be.openSequence(0, p.length + 4);
+      const first = be.forward({ chunks: [{ seq: 0, tokens: p, startPos: 0 }], count: true });
+      const counter = be.readCounter();
+      const bad = [
+        { chunks: [{ seq: 0, tokens: [V], startPos: p.length }] }, // token out of range
+        { chunks: [{ seq: 0, tokens: [1], startPos: p.length }, { seq: 9, tokens: [1], startPos: 0 }] }, // a sequence not open
+        { chunks: [{ seq: 0, tokens: [1, 2, 3, 4, 5], startPos: p.length }] }, // past the sequence's capacity
+        { chunks: [] },
+      ];
+      for (const b of bad) assert.throws(() => be.forward({ ...b, count: true }), (e: Error & { code?: string }) => e.code === 'BAD_ARGUMENT');
+      assert.deepEqual(be.readCounter(), counter, 'the counter is unchanged');
+      // The KV cache too: the next good step equals a fresh backend's.
+      const next = be.forward({ chunks: [{ seq: 0, tokens: [1], startPos: p.length }], count: false }).logits;
+      be.closeSequence(0);
+      const fresh = await make({ hotPerLayer: o.hot });
+      try {
+        fresh.openSequence(0, p.length + 4);
+        const f0 = fresh.forward({ chunks: [{ seq: 0, tokens: p, startPos: 0 }], count: true });
+        assert.deepEqual(f0.logits, first.logits);
+        assert.deepEqual(fresh.forward({ chunks: [{ seq: 0, tokens: [1], startPos: p.length }], count: false }).logits, next);
+      } finally {
+        fresh.dispose();
+      }
+    } finally {
+      be.dispose();
+    }
+  });
+}
