@@ -1,7 +1,8 @@
 // `npm run build:lib`: the package's JavaScript, so no TypeScript runs at run time. esbuild bundles the
 // CLI, the API (src/index.ts) and the two worker entries into lib/ with shared chunks (dependencies stay
 // external: npm installs them), copies the dashboard's static files beside them, and tsc writes the API's
-// declarations to lib/types/. dist/ is scripts/build.mjs's (the GPU machine's bundle): untouched here.
+// declarations to lib/types/ (skipped with --js-only: npm start and generate need only the JavaScript).
+// dist/ is scripts/build.mjs's (the GPU machine's bundle): untouched here.
 import { build } from 'esbuild';
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -10,7 +11,9 @@ import { join, resolve } from 'node:path';
 const root = resolve(new URL('..', import.meta.url).pathname);
 const lib = join(root, 'lib');
 const t0 = performance.now();
-rmSync(lib, { recursive: true, force: true });
+const jsOnly = process.argv.includes('--js-only');
+// Old chunks go (their names are hashes); declarations stay unless rebuilt below.
+for (const name of existsSync(lib) ? readdirSync(lib) : []) if (name !== 'types') rmSync(join(lib, name), { recursive: true, force: true });
 await build({
   absWorkingDir: root,
   entryPoints: {
@@ -30,6 +33,11 @@ await build({
   logLevel: 'warning',
 });
 cpSync(join(root, 'src/server/dashboard'), join(lib, 'dashboard'), { recursive: true });
+if (jsOnly) {
+  console.log(`build:lib: lib/ (esbuild, no declarations) in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  process.exit(0);
+}
+rmSync(join(lib, 'types'), { recursive: true, force: true });
 
 // Declarations of the API only (src/index.ts and what it reaches). Specifiers keep their '.ts' in tsc's
 // output; consumers resolve './x.js' to './x.d.ts', so they are rewritten.
