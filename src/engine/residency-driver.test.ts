@@ -8,6 +8,7 @@ import { identityRowMap, rowMapsEqual } from '../residency/rowmap.ts';
 import { rng, shuffle, skewedRouting } from '../residency/test-helpers.ts';
 import { FAKE_GEOMETRY, fakeBackend } from './fake-backend.ts';
 import { mapFromBanks, ResidencyDriver } from './residency-driver.ts';
+import type { ExpertBanks } from '../backend/backend.ts';
 
 const { L, E, H, K } = FAKE_GEOMETRY;
 
@@ -156,4 +157,53 @@ test('a prior (counts dump of this model) reaches the controller; another geomet
       (err: unknown) => err instanceof Error && (err as { code?: string }).code === 'BAD_COUNTS' && re.test(err.message));
     assert.equal(backend.banks.digest(), before, 'banks untouched');
   }
+});
+
+test('banks that move in the background: moves land steps later, the map follows only on landing, restore gives the boot digest', () => {
+  const backend = fakeBackend();
+  const banks = backend.banks;
+  // Requests land two step boundaries after they were made (like the CUDA banks' two copies).
+  const pending: { layer: number; hotRow: number; coldRow: number; age: number }[] = [];
+  const delayed: ExpertBanks = {
+    layers: banks.layers, experts: banks.experts, hotPerLayer: banks.hotPerLayer,
+    slotOf: (l, e) => banks.slotOf(l, e),
+    expertAt: (l, b, r) => banks.expertAt(l, b, r),
+    swapRows: (l, h, c) => banks.swapRows(l, h, c),
+    digest: () => banks.digest(),
+    requestSwap(layer, hotRow, coldRow) {
+      if (pending.some((p) => p.layer === layer && (p.hotRow === hotRow || p.coldRow === coldRow))) throw new Error('already moving');
+      pending.push({ layer, hotRow, coldRow, age: 0 });
+    },
+    takeLanded() {
+      for (const p of pending) p.age++;
+      const out = pending.filter((p) => p.age > 2);
+      for (const p of out) { pending.splice(pending.indexOf(p), 1); banks.swapRows(p.layer, p.hotRow, p.coldRow); }
+      return out.map(({ layer, hotRow, coldRow }) => ({ layer, hotRow, coldRow }));
+    },
+    get moving() { return pending.length; },
+  };
+  const be = { ...backend, banks: delayed };
+  const driver = new ResidencyDriver({ backend: be, frozen: false, log: () => {}, budgets: { drain_every: 8, half_life_steps: 40, min_average: 1, swaps_per_step: 3 } });
+  const bootDigest = banks.digest();
+  const r = rng(5);
+  let step = 0;
+  let sawInFlight = false;
+  for (let phase = 0; phase < 4; phase++, step += 200) {
+    const domain = domainOf(r);
+    for (let s = step; s < step + 200; s++) {
+      const tokens = 2;
+      const counted = driver.countStep(tokens);
+      if (counted) backend.counter.addPicks(skewedRouting(r, tokens, L, E, K, domain), tokens);
+      driver.afterStep({ step: s, tokens, counted, durationNs: 1000 });
+      // Between steps the controller's map is exactly the banks' (landed) map, moves in flight or not.
+      assert.ok(rowMapsEqual(mapFromBanks(banks, 'fake-moe'), driver.controller.map()), `step ${s}: the map ran ahead of the banks`);
+      sawInFlight ||= pending.length > 0;
+    }
+  }
+  assert.ok(sawInFlight && banks.swaps > 20, `swaps ${banks.swaps}`);
+  const res = driver.control({ restore_map: true });
+  assert.ok(res.ok);
+  for (let s = step; s < step + 400 && (driver.controller.queueDepth > 0 || pending.length > 0); s++) driver.afterStep({ step: s, tokens: 1, counted: false, durationNs: 1000 });
+  assert.equal(pending.length, 0);
+  assert.equal(banks.digest(), bootDigest, 'restore through background moves gives the boot digest');
 });

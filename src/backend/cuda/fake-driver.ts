@@ -37,6 +37,10 @@ export class FakeCudaDriver implements CudaDriver {
   acquisitions = 0;
   calls = 0;
   releases = 0;
+  /** Every copyAsync, in order (background moves' row copies). */
+  readonly copies: { dst: bigint; src: bigint; bytes: number; stream: bigint }[] = [];
+  /** Whether recorded events report done (false: every copy is still running). */
+  eventsComplete = true;
   /** The error the last injected failure threw (the constructor must rethrow this very object). */
   injected: ResidencyError | null = null;
   private next = SPACING;
@@ -103,6 +107,7 @@ export class FakeCudaDriver implements CudaDriver {
   }
   copyAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void {
     this.tick('copyAsync');
+    this.copies.push({ dst, src, bytes, stream });
     this.use(dst, bytes);
     this.use(src, bytes);
     this.use(stream, 0);
@@ -180,7 +185,7 @@ export class FakeCudaDriver implements CudaDriver {
   eventDone(ev: bigint): boolean {
     this.tick('eventDone');
     this.use(ev, 0);
-    return true;
+    return this.eventsComplete;
   }
   streamWaitEvent(stream: bigint, ev: bigint): void {
     this.tick('streamWaitEvent');

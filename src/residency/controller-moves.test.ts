@@ -1,0 +1,74 @@
+// The controller with banks that move in the background: requestSwaps (stale-checked at request), land (the
+// map follows), experts in flight never re-decided, chained restore swaps wait for the row they need.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Controller } from './controller.ts';
+import { identityRowMap, rowMapsEqual } from './rowmap.ts';
+import type { Swap } from './policy.ts';
+
+const L = 2, E = 8, H = 4;
+
+/** Counts that make cold experts 4..7 of layer 0 much busier than hot 0..3. */
+function busyCold(): Uint32Array {
+  const c = new Uint32Array(L * E);
+  for (let e = 4; e < 8; e++) c[e] = 1000;
+  for (let e = 0; e < 4; e++) c[e] = 1;
+  return c;
+}
+
+function controller(): Controller {
+  return new Controller({ boot: identityRowMap('m', L, E, H), frozen: false, budgets: { drain_every: 1, min_average: 1, swaps_per_layer_per_drain: 2 } });
+}
+
+test('requested swaps change the map only when they land; their experts are not decided again while in flight', () => {
+  const ctl = controller();
+  ctl.onStep({ step: 0, tokens: 1, counted: true });
+  const d = ctl.drain(0, busyCold());
+  assert.equal(d.decided.length, 2);
+  const before = ctl.map();
+  const asked: Swap[] = [];
+  const { applied } = ctl.requestSwaps(8, (s) => asked.push(s));
+  assert.equal(applied.length, 2);
+  assert.deepEqual(asked, applied);
+  assert.ok(rowMapsEqual(ctl.map(), before), 'nothing moved in the map before landing');
+  assert.equal(ctl.inFlightCount, 2);
+  // The next drain must not name an expert in flight.
+  ctl.onStep({ step: 1, tokens: 1, counted: true });
+  const d2 = ctl.drain(1, Uint32Array.from(busyCold(), (x) => 2 * x));
+  const flying = new Set(asked.flatMap((s) => [s.hotExpert, s.coldExpert]));
+  for (const s of d2.decided) assert.ok(!flying.has(s.hotExpert) && !flying.has(s.coldExpert), 'a decision named an expert in flight');
+  // Landing (in any order) moves the map; the applied count follows landings.
+  const s1 = ctl.land(asked[1]!.layer, asked[1]!.hotRow, asked[1]!.coldRow);
+  assert.equal(s1, asked[1]);
+  assert.equal(ctl.map().layers_map[0]!.hot[asked[1]!.hotRow], asked[1]!.coldExpert);
+  assert.equal(ctl.stats.applied, 1);
+  ctl.land(asked[0]!.layer, asked[0]!.hotRow, asked[0]!.coldRow);
+  assert.equal(ctl.inFlightCount, 0);
+  assert.throws(() => ctl.land(0, 0, 0), /no swap in flight/);
+});
+
+test('a queued swap gone stale before its request is refused; one on a row still moving waits', () => {
+  const ctl = controller();
+  ctl.onStep({ step: 0, tokens: 1, counted: true });
+  ctl.drain(0, busyCold());
+  const [a] = ctl.pending();
+  ctl.exchangeRows(a!.layer, a!.hotRow, a!.coldRow); // a manual exchange makes the first queued swap stale
+  const r = ctl.requestSwaps(8, () => {});
+  assert.equal(r.refused.length, 1);
+  assert.equal(r.applied.length, 1);
+  // A restore chains swaps: none starts on a row in flight, all land, the boot map is back.
+  const res = ctl.control({ restore_map: true });
+  assert.ok(res.ok);
+  const inFlight = [...r.applied];
+  let guard = 0;
+  while ((ctl.queueDepth > 0 || inFlight.length > 0) && guard++ < 100) {
+    const started = ctl.requestSwaps(8, (s) => {
+      assert.ok(!inFlight.some((f) => f.layer === s.layer && (f.hotRow === s.hotRow || f.coldRow === s.coldRow)), 'a swap started on a row in flight');
+    });
+    assert.equal(started.refused.length, 0, 'restore swaps are never stale');
+    inFlight.push(...started.applied);
+    const x = inFlight.shift();
+    if (x) ctl.land(x.layer, x.hotRow, x.coldRow);
+  }
+  assert.ok(rowMapsEqual(ctl.map(), identityRowMap('m', L, E, H)), 'boot map restored');
+});
