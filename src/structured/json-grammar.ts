@@ -15,7 +15,7 @@ export type ValueShape =
 
 export const ANY: ValueShape = { t: 'any' };
 
-type Frame =
+export type Frame =
   | { readonly k: 'end' }
   | { readonly k: 'val'; readonly shape: ValueShape; readonly up: Parent }
   | { readonly k: 'str'; readonly values: readonly string[] | null; readonly acc: string; readonly esc: number; readonly up: Parent }

@@ -1,5 +1,6 @@
 // The JSON grammar as a TokenConstraint over a tokenizer's vocabulary: each step, a token is allowed when
-// its whole text continues a valid value from the current state.
+// its whole text continues a valid value from the current state. The vocabulary is walked as a trie, so a
+// shared prefix is stepped once and a failing prefix prunes every token below it.
 import type { TokenConstraint } from '../engine/types.ts';
 import { advance, initialState, isComplete, type GrammarState, type ValueShape } from './json-grammar.ts';
 
@@ -10,11 +11,54 @@ import { advance, initialState, isComplete, type GrammarState, type ValueShape }
  */
 export type VocabText = readonly string[];
 
+interface TrieNode {
+  /** Tokens whose text ends here. */
+  readonly ids: number[];
+  readonly kids: Map<string, TrieNode>;
+}
+
+/** The vocabulary as a trie, plus the tokens that are not plain string content (hold '"', '\\' or a control character). */
+interface VocabIndex {
+  readonly root: TrieNode;
+  /** 1: plain text, which inside a free string changes nothing and is always allowed. */
+  readonly plain: Uint8Array;
+  readonly notPlain: readonly number[];
+}
+
+const indexes = new WeakMap<VocabText, VocabIndex>();
+
+function indexOf(vocab: VocabText): VocabIndex {
+  let ix = indexes.get(vocab);
+  if (ix) return ix;
+  const root: TrieNode = { ids: [], kids: new Map() };
+  const plain = new Uint8Array(vocab.length);
+  const notPlain: number[] = [];
+  vocab.forEach((text, id) => {
+    if (text === '') return;
+    let node = root;
+    for (const ch of text) {
+      let next = node.kids.get(ch);
+      if (!next) node.kids.set(ch, (next = { ids: [], kids: new Map() }));
+      node = next;
+    }
+    node.ids.push(id);
+    if (/["\\\u0000-\u001f]/.test(text)) notPlain.push(id);
+    else plain[id] = 1;
+  });
+  ix = { root, plain, notPlain };
+  indexes.set(vocab, ix);
+  return ix;
+}
+
 export class JsonConstraint implements TokenConstraint {
   private state: GrammarState;
+  private readonly index: VocabIndex;
+  private allowed: Uint8Array;
 
   constructor(private readonly vocab: VocabText, root: ValueShape) {
     this.state = initialState(root);
+    this.index = indexOf(vocab);
+    this.allowed = new Uint8Array(vocab.length);
   }
 
   get complete(): boolean {
@@ -22,18 +66,26 @@ export class JsonConstraint implements TokenConstraint {
   }
 
   mask(logits: Float32Array, off: number, V: number): void {
-    // Most tokens fail on their first character: try each distinct first character once.
-    const firstOk = new Map<string, boolean>();
-    for (let id = 0; id < V; id++) {
-      const text = this.vocab[id] ?? '';
-      let ok = text !== '';
-      if (ok) {
-        const c0 = text[0]!;
-        let f = firstOk.get(c0);
-        if (f === undefined) firstOk.set(c0, (f = advance(this.state, c0) !== null));
-        ok = f && advance(this.state, text) !== null;
-      }
-      if (!ok) logits[off + id] = -Infinity;
+    const allowed = this.allowed;
+    allowed.fill(0);
+    const f = this.state.f;
+    if (f.k === 'str' && f.values === null && f.esc === 0) {
+      // Inside a free string (most of a JSON text's tokens): plain text is always allowed; walk the rest.
+      allowed.set(this.index.plain);
+      for (const id of this.index.notPlain) if (advance(this.state, this.vocab[id]!) !== null) allowed[id] = 1;
+    } else {
+      this.walk(this.index.root, this.state, allowed);
+    }
+    for (let id = 0; id < V; id++) if (allowed[id] === 0) logits[off + id] = -Infinity;
+  }
+
+  /** Marks every token below `node` whose text continues from `s` (s: the state after node's prefix). */
+  private walk(node: TrieNode, s: GrammarState, allowed: Uint8Array): void {
+    for (const [ch, kid] of node.kids) {
+      const next = advance(s, ch);
+      if (next === null) continue;
+      for (const id of kid.ids) allowed[id] = 1;
+      if (kid.kids.size > 0) this.walk(kid, next, allowed);
     }
   }
 
