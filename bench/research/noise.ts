@@ -3,7 +3,7 @@
 // Two geometries, the shift protocol en+code -> de+ja -> en+code, boot map fitted on en+code:
 // - fixture: 6 x 64, 49 hot, 3000 steps a phase (bench:sim's shift), the simulator's replay, default budgets;
 // - tiered: 16 x 384, 295 hot (expanded traffic), 1000 / 800 steps a phase at 1 / 4 users, the CPU cost-model
-//   executor (bench/tiered), main.ts's hand-set budgets.
+//   executor (bench/research), main.ts's hand-set budgets.
 // Decomposition of the gap (converged, phases after a shift) with free-moving top-H maps, no budgets:
 //   ewma-free: top-H of the same EWMA adaptive keeps, re-placed every drain (what its estimate knows);
 //   cum-free:  top-H of the picks since the phase start (knows when the phase began: the best estimate of the
@@ -21,7 +21,7 @@
 // fitted on the domain's every document, domain-fit, sits ~1 pp above it), and no ratio/evidence/budget knob
 // moves it (hysteresis never binds there: the least busy hot experts have ~0 decayed picks); elsewhere
 // hysteresis 1 (an existing knob) narrows the gap at ~2x the swaps and ~40% of them reverted within 8 drains.
-//   node --import tsx bench/tiered/noise.ts [--traces DIR] [--out out/tiered-noise] [--quick]   (~20 s)
+//   node --import tsx bench/research/noise.ts [--traces DIR] [--out out/tiered-noise] [--quick]   (~20 s)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DEFAULT_BUDGETS, foldWindow, type Budgets } from '../../src/residency/policy.ts';
@@ -155,7 +155,7 @@ const baseOf = (s: Setup) => ({ drain: s.base.drain_every ?? 64, hl: s.base.half
 
 const md: string[] = ['# Adaptive vs oracle-phase: noise, clock, churn, and a significance test (min_z)', '',
   `Shift protocol en+code -> de+ja -> en+code; boot map fitted on en+code. Figures are means over phases 2 and 3 (after a shift). ` +
-  `Churn window ${CHURN_DRAINS} drains. Tiered step times come from the CPU cost model (bench/tiered/executor.ts MODEL: exchange copies ` +
+  `Churn window ${CHURN_DRAINS} drains. Tiered step times come from the CPU cost model (bench/research/executor.ts MODEL: exchange copies ` +
   `~28 GB/s, HBM 2.6 TB/s, calibrated on one saturated H200 run by calibrate.ts), not measured.`, ''];
 const json: Record<string, unknown> = {};
 

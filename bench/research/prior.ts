@@ -6,7 +6,7 @@
 // Everything scored is built from the SECOND halves (held out from the prior): traffic, boot map (fitted on
 // en+code), oracle-phase (hindsight top-H of each phase's own picks) and domain-fit (top-H of the phase's
 // domains' whole second halves, placed free at the phase start).
-// Geometries and budgets as bench/tiered/noise.ts: fixture 6x64/49 (simulator replay, default budgets,
+// Geometries and budgets as bench/research/noise.ts: fixture 6x64/49 (simulator replay, default budgets,
 // 3000-step phases) and tiered 16x384/295 (CPU cost-model executor, main.ts's budgets, 1000/800-step phases at
 // 1/4 users). Shift protocol en+code -> de+ja -> en+code. Weights tuned on seed 2, reported on seeds 1, 3-6.
 // Findings, rate prior (default mode; 2026-11-30, held-out seeds 1, 3-6, cold share converged after the shift,

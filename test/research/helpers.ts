@@ -1,7 +1,7 @@
 // Fixtures shared by the tiered benchmark's row-table tests (tiered.test.ts, mirror.test.ts): a mover with a
 // fixed copy lag, a churning wanted hot set, and the one safety check every step must pass.
 import assert from 'node:assert/strict';
-import type { RowCopy, RowMover } from '../../bench/tiered/rows.ts';
+import type { RowCopy, RowMover } from '../../bench/research/rows.ts';
 
 /** A mover whose copies finish `lag` steps after they are issued; remembers rows being written. */
 export class LaggedMover implements RowMover {

@@ -1,13 +1,13 @@
-// Mirror moves (bench/tiered/mirror-rows.ts, --moves mirror) on the CPU: one host->device copy per move from
+// Mirror moves (bench/research/mirror-rows.ts, --moves mirror) on the CPU: one host->device copy per move from
 // a host mirror of every row, no staging rows, no device->host copies, and no step reads a row being written.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { MirrorRowTable } from '../../bench/tiered/mirror-rows.ts';
-import type { RowCopy } from '../../bench/tiered/rows.ts';
-import { CpuCostExecutor, type StepTimes, type TieredExecutor } from '../../bench/tiered/executor.ts';
-import { loadBenchInputs, runProtocol } from '../../bench/tiered/bench.ts';
-import { BIG, benchGeometry, hostBankBytes, hostRowsPerLayer, movesInFlight, withMoves, type TieredGeometry } from '../../bench/tiered/geometry.ts';
-import type { StepPlan } from '../../bench/tiered/plan.ts';
+import { MirrorRowTable } from '../../bench/research/mirror-rows.ts';
+import type { RowCopy } from '../../bench/research/rows.ts';
+import { CpuCostExecutor, type StepTimes, type TieredExecutor } from '../../bench/research/executor.ts';
+import { loadBenchInputs, runProtocol } from '../../bench/research/bench.ts';
+import { BIG, benchGeometry, hostBankBytes, hostRowsPerLayer, movesInFlight, withMoves, type TieredGeometry } from '../../bench/research/geometry.ts';
+import type { StepPlan } from '../../bench/research/plan.ts';
 import { FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
 import { ResidencyError } from '../../src/errors.ts';
 import { mulberry32 } from '../../src/sim/rng.ts';

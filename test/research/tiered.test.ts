@@ -2,10 +2,10 @@
 // row that a copy is writing, and the harness runs every policy over expanded fixture traffic.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { RowTable } from '../../bench/tiered/rows.ts';
-import { CpuCostExecutor } from '../../bench/tiered/executor.ts';
-import { loadBenchInputs, runProtocol, POLICIES } from '../../bench/tiered/bench.ts';
-import { BIG } from '../../bench/tiered/geometry.ts';
+import { RowTable } from '../../bench/research/rows.ts';
+import { CpuCostExecutor } from '../../bench/research/executor.ts';
+import { loadBenchInputs, runProtocol, POLICIES } from '../../bench/research/bench.ts';
+import { BIG } from '../../bench/research/geometry.ts';
 import { FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
 import { mulberry32 } from '../../src/sim/rng.ts';
 import { LaggedMover, assertSafeReads, churnWanted } from './helpers.ts';

@@ -1,5 +1,5 @@
 // The layout of one expert row in the CPU banks. Float32 experts: gate [I][H] | up [I][H] | down [H][I]
-// (gpt-oss: then its biases [I] | [I] | [H]), one float each. Quantized experts keep their stored bytes:
+// (gpt-oss: then its biases [I] | [I] | [H]), one float each. Quantized (and bf16 kept as stored) experts keep their stored bytes:
 // gate data | up data | down data | gate scales | up scales | down scales (| the three float32 biases), each
 // part at a 4-byte boundary of the row. Rows are counted in 4-byte words either way, so a bank is one
 // Float32Array whose rows swaps move as bytes (a same-type set copies bits) and the digest hashes whole.

@@ -1,4 +1,4 @@
-// Linear layers and experts over quantized weights as stored (block FP8, MXFP4: model/quant.ts), the CPU
+// Linear layers and experts over weights kept as stored (block FP8, MXFP4, bf16: model/quant.ts), the CPU
 // spec for them: for one or two inputs the weights are dequantized per block inside the dot products
 // (quant-dot.ts); for a batch each weight row is dequantized once into a row scratch and used for every
 // input. Either way float64 sums in exactly `dot`'s order with one float32 rounding on store, so no float32
@@ -13,16 +13,12 @@ import { clampedAct, swigluAct } from './moe-ops.ts';
 import type { ClampedSwiglu } from '../../model/spec.ts';
 import { UNIT } from './expert-units.ts';
 
-/** One dequantized weight row (and a second for gate/up pairs), grown on demand; the ops are single-threaded. */
+/** One dequantized weight row, grown on demand, and the sums of rowDot (per thread: each has this module). */
 let rowA = new Float32Array(0);
-let rowB = new Float32Array(0);
 const sums = new Float64Array(2);
 
 function scratch(n: number): void {
-  if (rowA.length < n) {
-    rowA = new Float32Array(n);
-    rowB = new Float32Array(n);
-  }
+  if (rowA.length < n) rowA = new Float32Array(n);
 }
 
 /**
