@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One device call for the whole GPU check, in priority order, each part bounded so the call ends inside its
 # limit: test:gpu (parity, vs CPU, counter, swap churn, serve smoke), the CLI `serve --backend cuda` (one
-# request), bench:gpu, then bench:tiered's shift protocols. Prepared here: `npm run build`,
-# `node bench/tiered/build.mjs`, `../shared/tools/gpu-bundle`; on the GPU machine:
+# request), bench:gpu. (bench:tiered at real size has its own device call: bench/tiered/device-run.sh.)
+# Prepared here: `npm run build`, `../shared/tools/gpu-bundle`; on the GPU machine:
 #   source .gpu/boot.sh && bash test/gpu/device-run.sh [seconds, default 300]
-# DRY=1 (here, no GPU): skips the device tests, serves on the cpu backend, runs the tiered CPU cost model.
+# DRY=1 (here, no GPU): skips the device tests, serves on the cpu backend.
 # Everything lands in $OUT/results.tgz (re-packed after each part) plus $OUT/summary.txt.
 set -o pipefail
 OUT=${OUT:-out/device}
@@ -39,11 +39,5 @@ if [ "$(left)" -gt 150 ]; then
   note "bench:gpu rc=$rc in $((SECONDS - t)) s"; pack
 else note "bench:gpu skipped ($(left) s left)"; fi
 
-if [ "$(left)" -gt 70 ]; then
-  t=$SECONDS; mkdir -p "$R/tiered"
-  timeout $(( $(left) - 8 )) node dist-tiered/bench-tiered.mjs --protocols shift-1u,shift-4u --policies all-hot,fixed,adaptive,oracle,oracle-phase,domain-fit ${DRY:+--executor cpu} --out "$R/tiered" 2>&1 | tee "$R/tiered.log" | grep -v '^|'; rc=${PIPESTATUS[0]}
-  note "bench:tiered rc=$rc in $((SECONDS - t)) s"
-  grep -A12 '^| target' "$R/tiered/tiered.md" >> "$R/summary.txt" 2>/dev/null; pack
-else note "bench:tiered skipped ($(left) s left)"; fi
 note "total $((SECONDS - T0)) s"
 echo; cat "$R/summary.txt"
