@@ -151,6 +151,8 @@ export const serveCommand: CliCommand = {
     const compute = cpu.threads !== undefined ? ` ${cpu.threads} thread${cpu.threads > 1 ? 's' : ''}${cpu.simd ? ', simd' : ''}` : '';
     console.error(`serving ${name ?? spec.name} on ${serving.server.url} (${v.backend}${compute}; ${banks.hotPerLayer}/${banks.experts} experts hot per layer; ` +
       `residency ${serving.driver ? (v.adapt ? 'adapting' : 'frozen until GO or {"freeze": false}') : 'off'}${apiKey ? '; API key required' : ''})`);
+    const hotReason = (serving.backend as { hotReason?: string }).hotReason;
+    if (hotReason) console.error(`hot bank: ${hotReason}`);
     console.error(`dashboard: ${serving.server.url}/   metrics: ${serving.server.url}/metrics`);
     await new Promise<void>((done) => {
       const stop = (sig: string) => {
