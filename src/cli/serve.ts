@@ -45,7 +45,8 @@ export const SERVE_HELP = `usage: residency serve [MODEL] [options]      (as vll
                        without one (no chat_template.jinja, no chat_template in tokenizer_config.json) refuses chat
   --backend cpu|cuda   where the model runs (default cpu)
   --hot H              experts per layer in the hot bank (default: round(E x 295/384), the reference ratio:
-                       ${DEFAULT_HOT_TINY} of 64 for the shipped tiny-moe); H = E serves without a residency controller
+                       ${DEFAULT_HOT_TINY} of 64 for the shipped tiny-moe; on CUDA at real shapes, as many as fit the
+                       --gpu-memory-utilization budget, all when they fit); H = E serves without a residency controller
   --map MAP.json       start the banks from this map (a rowmap; overrides --hot)
   --residency-dir DIR  telemetry.jsonl, swaps.jsonl, steps.json go to DIR; DIR/control.json and DIR/GO
                        control the live controller (as POST /v1/residency/control does)
