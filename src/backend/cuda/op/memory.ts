@@ -40,7 +40,7 @@ export function planMemory(n: MemoryNeeds, total: number, utilization: number, m
     const fitLen = room > 0 ? Math.floor(room / (n.kvPerPosition * maxNumSeqs)) : 0;
     const fitSeqs = room > 0 ? Math.floor(room / (n.kvPerPosition * maxModelLen)) : 0;
     const hint = room <= 0
-      ? `the weights and workspace alone need ${gib(n.weights + n.workspace + DEVICE_SLACK_BYTES)}: raise --gpu-memory-utilization or keep experts in host memory (--hot-experts)`
+      ? `the weights and workspace alone need ${gib(n.weights + n.workspace + DEVICE_SLACK_BYTES)}: raise --gpu-memory-utilization or keep more experts in host memory (a lower --hot H)`
       : `would fit: --max-model-len ${fitLen} at ${maxNumSeqs} sequences, or ${fitSeqs} sequences at --max-model-len ${maxModelLen}`;
     throw new ResidencyError('BAD_ARGUMENT',
       `the model does not fit the GPU memory budget: it needs ${gib(need)} (weights ${gib(n.weights)}, KV cache ${gib(kv)} for --max-model-len ${maxModelLen} x ${maxNumSeqs} sequences, workspace ${gib(n.workspace + DEVICE_SLACK_BYTES)}) but --gpu-memory-utilization ${utilization} gives ${gib(budget)} of ${gib(total)}; ${hint}`);
