@@ -53,6 +53,16 @@ describe('openai SDK against the tiny model', () => {
     assert.deepEqual(again.choices.map((c) => c.text), twice.choices.map((c) => c.text), 'seeded choices repeat');
   });
 
+  test("neutral values of the new fields change nothing: greedy text is the plain argmax's", async () => {
+    const plain = await client.completions.create({ model: 'tiny-moe', prompt: 'The ls command', max_tokens: 24, temperature: 0 });
+    const neutral = await client.completions.create({ model: 'tiny-moe', prompt: 'The ls command', max_tokens: 24, temperature: 0, presence_penalty: 0, frequency_penalty: 0, top_p: 1, n: 1, logprobs: 0, echo: false, stop: [], user: 'x',
+      // @ts-expect-error vLLM's extensions
+      top_k: -1, min_p: 0, repetition_penalty: 1 });
+    assert.equal(neutral.choices[0]!.text, plain.choices[0]!.text);
+    const penalised = await client.completions.create({ model: 'tiny-moe', prompt: 'The ls command', max_tokens: 24, temperature: 0, frequency_penalty: 2 });
+    assert.notEqual(penalised.choices[0]!.text, plain.choices[0]!.text, 'a real penalty does change the greedy text');
+  });
+
   test('completions stream with n: every choice ends, usage last', async () => {
     const stream = await client.completions.create({ model: 'tiny-moe', prompt: 'The ls command', n: 3, max_tokens: 5, temperature: 0, stream: true, stream_options: { include_usage: true } });
     const text = ['', '', ''];
