@@ -160,7 +160,7 @@ describe('loading only what the backend computes with', () => {
   });
 
   it('the cpu backend gets float32 weights and no raw tensors', async () => {
-    assert.deepEqual(loadOptionsFor('cpu'), { weights: true, raw: false, stream: false, bf16: 'float32' });
+    assert.deepEqual(loadOptionsFor('cpu'), { weights: true, raw: false, stream: false, bf16: 'auto' });
     const m = await loadModelFor(SHIPPED_MODEL, 'cpu', { name: 'tiny' });
     assert.equal(m.spec.name, 'tiny');
     assert.equal(m.raw.size, 0);

@@ -3,7 +3,8 @@
 
 import { basename, resolve } from 'node:path';
 import { ResidencyError } from '../errors.ts';
-import { checkArchitecture } from './architecture.ts';
+import { checkArchitecture, expectedTensors } from './architecture.ts';
+import { SIMD_MAX_BYTES } from '../backend/cpu/wasm/simd-option.ts';
 import { checkQuantTensors } from './quant-check.ts';
 import { openCheckpoint, readCheckpoint } from './checkpoint.ts';
 import { loadConfig } from './config.ts';
@@ -48,23 +49,40 @@ export interface LoadOptions {
    */
   stream?: boolean;
   /**
-   * bf16 attention projections and experts (qwen3_moe): converted to float32 (default) or kept as stored
-   * ('stored': half the memory, computed from the stored bits, bit-identical; no SIMD for them).
+   * bf16 attention projections and experts (qwen3_moe): converted to float32 (the default) or kept as stored
+   * ('stored': half the memory, computed from the stored bits, bit-identical; no SIMD kernel for them);
+   * 'auto': stored where float32 weights would be past the SIMD kernel's reach anyway (bf16Policy).
    */
-  bf16?: 'float32' | 'stored';
+  bf16?: Bf16Choice;
 }
 
-/** RESIDENCY_CPU_BF16 (float32 | stored), for the CPU backend's loads; unset: float32. */
-export function bf16FromEnv(): 'float32' | 'stored' {
+export type Bf16Choice = 'float32' | 'stored' | 'auto';
+
+/** RESIDENCY_CPU_BF16 (float32 | stored | auto), for the CPU backend's loads; unset: auto. */
+export function bf16FromEnv(): Bf16Choice {
   const v = process.env.RESIDENCY_CPU_BF16?.trim().toLowerCase();
-  if (v === undefined || v === '' || v === 'float32') return 'float32';
-  if (v === 'stored') return 'stored';
-  throw new ResidencyError('BAD_ARGUMENT', `RESIDENCY_CPU_BF16 ${v}: expected float32 or stored`);
+  if (v === undefined || v === '' || v === 'auto') return 'auto';
+  if (v === 'float32' || v === 'stored') return v;
+  throw new ResidencyError('BAD_ARGUMENT', `RESIDENCY_CPU_BF16 ${v}: expected float32, stored or auto`);
+}
+
+/**
+ * Whether bf16 weights stay as stored. 'auto': when the float32 weights would exceed what the SIMD kernel's
+ * memory holds (wasm/simd-option.ts), the backend would run them in the JS loops anyway, where the stored
+ * bf16 rows are as fast at half the bytes (README: Qwen3-30B-A3B layer shapes); small models keep float32
+ * and the kernel.
+ */
+export function bf16Policy(choice: Bf16Choice | undefined, spec: ModelSpec): 'float32' | 'stored' {
+  if (choice === 'stored' || choice === 'float32') return choice;
+  if (choice === undefined) return 'float32';
+  let values = 0;
+  for (const shape of expectedTensors(spec).values()) values += shape.reduce((a, b) => a * b, 1);
+  return 4 * values > 0.75 * SIMD_MAX_BYTES ? 'stored' : 'float32';
 }
 
 /**
  * What each backend computes with, so a process holds one copy of the weights, not two: the CPU backend
- * the float32 weights (quantized ones as stored; bf16 ones too with RESIDENCY_CPU_BF16=stored), not the raw
+ * the float32 weights (quantized ones as stored; bf16 ones too past the SIMD kernel's reach: bf16Policy), not the raw
  * shards beside them, the CUDA backend the raw bf16 tensors (it uploads them as stored; float32 copies would
  * be 2x the checkpoint).
  */
@@ -123,7 +141,8 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   };
   opts.onProgress?.(0, total, 'opening');
   const raw = await readCheckpoint(layout, (n, shard) => report(n, `reading ${shard}`));
-  const weights = convert ? toFloat32Weights(spec, raw, (name, n) => report(n, `converting ${name}`), { keepBf16: opts.bf16 === 'stored' }) : emptyWeights(spec);
+  const keepBf16 = bf16Policy(opts.bf16, spec) === 'stored';
+  const weights = convert ? toFloat32Weights(spec, raw, (name, n) => report(n, `converting ${name}`), { keepBf16 }) : emptyWeights(spec);
   if (convert && done < total) opts.onProgress?.(total, total, 'done'); // unconverted extras still count
 
   // Without raw, only the float32 arrays (fresh copies) survive this call: the shard buffers become garbage.

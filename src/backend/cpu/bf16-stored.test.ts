@@ -1,9 +1,11 @@
-// bf16 weights kept as stored on the CPU (RESIDENCY_CPU_BF16=stored): the attention projections and experts
-// of the shipped model stay bf16 (half the bytes), widened a row at a time, and every output is byte for
-// byte what the float32 conversion gives, with one and two threads and SIMD on and off.
+// bf16 weights kept as stored on the CPU (RESIDENCY_CPU_BF16=stored, and by default past the SIMD kernel's
+// reach): the attention projections and experts of the shipped model stay bf16 (half the bytes), read from the
+// stored bits, and every output is byte for byte what the float32 conversion gives, with one and two threads
+// and SIMD on and off.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { bf16FromEnv, loadModel } from '../../model/load.ts';
+import { bf16FromEnv, bf16Policy, loadModel } from '../../model/load.ts';
+import { parseConfig } from '../../model/config.ts';
 import { SHIPPED_MODEL, rejectsWith, withTempDir } from '../../model/test-helpers.ts';
 import { syntheticConfig, writeSyntheticCheckpoint } from '../../model/synthetic.ts';
 import { heldBytes } from '../../model/weight-bytes.ts';
@@ -50,15 +52,30 @@ describe('bf16 kept as stored', () => {
     });
   });
 
-  it('RESIDENCY_CPU_BF16: float32 (default) or stored; anything else is refused naming it', () => {
+  it('auto keeps bf16 as stored only past the SIMD kernel\'s reach (Qwen3-30B-A3B layer shapes x 2), float32 below it', async () => {
+    const tiny = (await loadModel(SHIPPED_MODEL, { stream: true })).spec;
+    assert.equal(bf16Policy('auto', tiny), 'float32');
+    const real = parseConfig(syntheticConfig({
+      vocab_size: 32768, hidden_size: 2048, num_hidden_layers: 2, num_attention_heads: 32, num_key_value_heads: 4,
+      head_dim: 128, moe_intermediate_size: 768, num_experts: 128, num_experts_per_tok: 8, tie_word_embeddings: false,
+    }), 'real');
+    assert.equal(bf16Policy('auto', real), 'stored');
+    assert.equal(bf16Policy('float32', real), 'float32');
+    assert.equal(bf16Policy(undefined, real), 'float32', 'loadModel without the option: float32 as before');
+    assert.equal(bf16Policy('stored', tiny), 'stored');
+  });
+
+  it('RESIDENCY_CPU_BF16: auto (default), float32 or stored; anything else is refused naming it', () => {
     const before = process.env.RESIDENCY_CPU_BF16;
     try {
       delete process.env.RESIDENCY_CPU_BF16;
-      assert.equal(bf16FromEnv(), 'float32');
+      assert.equal(bf16FromEnv(), 'auto');
       process.env.RESIDENCY_CPU_BF16 = 'stored';
       assert.equal(bf16FromEnv(), 'stored');
+      process.env.RESIDENCY_CPU_BF16 = 'float32';
+      assert.equal(bf16FromEnv(), 'float32');
       process.env.RESIDENCY_CPU_BF16 = 'half';
-      assert.throws(() => bf16FromEnv(), /RESIDENCY_CPU_BF16 half: expected float32 or stored/);
+      assert.throws(() => bf16FromEnv(), /RESIDENCY_CPU_BF16 half: expected float32, stored or auto/);
     } finally {
       if (before === undefined) delete process.env.RESIDENCY_CPU_BF16;
       else process.env.RESIDENCY_CPU_BF16 = before;
