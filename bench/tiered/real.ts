@@ -5,7 +5,7 @@
 // documents, counted by the product's own counter.
 //   node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json [--hot 64] [--users 1]
 //     [--phases en+code:3000,de+ja:3000,en+code:3000] [--policies all-hot,fixed,seed,adaptive,lru,oracle-phase]
-//     [--budgets JSON] [--fit-steps 1500] [--max-doc 512] [--out DIR]
+//     [--budgets JSON] [--fit-steps 1500] [--max-doc 512] [--out DIR] [--trace-out FILE.jsonl]
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -16,6 +16,7 @@ import { loadModelFor } from '../../src/model/load.ts';
 import { loadTokenizer } from '../../src/model/tokenizer.ts';
 import { moeLayerCount } from '../../src/model/spec.ts';
 import { topHMap } from '../../src/sim/fit.ts';
+import { openTraceFile } from '../../src/sim/traces/recorder.ts';
 import { lruPolicy } from '../../src/sim/policies/lru.ts';
 import type { Geometry } from '../../src/sim/policies/policy.ts';
 import type { RowMap } from '../../src/residency/rowmap.ts';
@@ -30,6 +31,7 @@ const { values: v } = parseArgs({
     policies: { type: 'string', default: 'all-hot,fixed,seed,adaptive,lru,oracle-phase' },
     budgets: { type: 'string' }, 'fit-steps': { type: 'string', default: '1500' }, 'max-doc': { type: 'string', default: '512' },
     'counter-steps': { type: 'string', default: '300' }, backend: { type: 'string', default: 'cuda' }, out: { type: 'string' }, tag: { type: 'string' }, 'steps-json': { type: 'boolean', default: false },
+    'trace-out': { type: 'string' },
   },
 });
 if (!v.model || !v.prompts) throw new Error('--model DIR (a make-checkpoint folder) and --prompts prompts.json are required');
@@ -81,7 +83,12 @@ const fixedMap = topHMap(countTraffic(allHot, fit, phases[0]!.domains, fitSteps)
 const seedMap = topHMap(countTraffic(allHot, fit, [...fit.keys()], fitSteps), g, s.name);
 let phaseMaps: RowMap[] | null = null;
 if (policies.includes('all-hot') || policies.includes('oracle-phase')) {
-  const r = runPolicy(allHot, { name: 'all-hot', kind: 'static' }, phases, walk, users);
+  // --trace-out: the all-hot lane's routing as a JSONL trace (src/sim/traces), so the simulator can replay
+  // exactly these steps (`residency simulate --traces FILE --phases recorded`) to tune budgets off the device.
+  const trace = v['trace-out'] ? openTraceFile(v['trace-out'], g, `bench:tiered ${s.name} ${users} user(s) ${v.phases}`) : null;
+  const r = runPolicy(allHot, { name: 'all-hot', kind: 'static' }, phases, walk, users,
+    trace ? (chunks, routing) => trace.recorder.recordStep(chunks.map((c) => ({ seq: c.seq, startPos: c.startPos, tokens: c.tokens.length })), routing) : undefined);
+  trace?.close();
   if (policies.includes('all-hot')) runs.push(r);
   phaseMaps = r.phaseCounts.map((c) => topHMap(c, g, s.name));
   log(`all-hot: median ${median(r.stepMs).toFixed(3)} ms/step`);

@@ -1,7 +1,7 @@
 // One policy over the step stream, on the product's backend: each step is a real forward (the model's own
 // router picks the experts), timed with the residency work that follows it (drain, decide, request and land
 // moves), and scored for cold share against the banks' placement at that step.
-import type { Backend } from '../../src/backend/backend.ts';
+import type { Backend, SequenceChunk } from '../../src/backend/backend.ts';
 import { ResidencyDriver, placeMap } from '../../src/engine/residency-driver.ts';
 import type { Budgets } from '../../src/residency/policy.ts';
 import type { RowMap } from '../../src/residency/rowmap.ts';
@@ -27,7 +27,10 @@ export interface PolicyRun extends ReplayResult {
   landed: number;
 }
 
-export function runPolicy(be: Backend, p: PolicyKind, phases: readonly Phase[], docs: Docs, users: number): PolicyRun {
+/** Sees every step's chunks and routing (the benchmark records the all-hot lane's as a trace). */
+export type StepSink = (chunks: readonly SequenceChunk[], routing: Int32Array) => void;
+
+export function runPolicy(be: Backend, p: PolicyKind, phases: readonly Phase[], docs: Docs, users: number, onStep?: StepSink): PolicyRun {
   const banks = be.banks;
   const { numExperts: E, topK: K } = be.spec;
   const L = banks.layers;
@@ -57,21 +60,10 @@ export function runPolicy(be: Backend, p: PolicyKind, phases: readonly Phase[], 
       const moving = banks.moving > 0;
       const t0 = performance.now();
       const out = be.forward({ chunks, count, recordRouting: true });
-      let landed = 0;
-      if (driver) {
-        const before = driver.controller.stats.applied;
-        driver.afterStep({ step, tokens: chunks.length, counted: count, durationNs: Math.round((performance.now() - t0) * 1e6) });
-        landed = driver.controller.stats.applied - before;
-      } else if (sim && follower) {
-        sim.afterStep({ index: step, phase: ph, tokens: chunks.length, counted: true, picks: Uint16Array.from(out.routing!) });
-        landed = follower.follow(sim.hot);
-      }
-      r.stepMs[step] = performance.now() - t0;
-      r.moving[step] = moving ? 1 : 0;
-      r.swaps[step] = landed;
-      r.landed += landed;
-      // Cold share against the placement this step ran with (moves land after it).
+      const forwardMs = performance.now() - t0;
+      // Cold share against the placement this step ran with (before the residency work after it lands or starts moves).
       const routing = out.routing!;
+      onStep?.(chunks, routing);
       r.tokens[step] = chunks.length;
       r.phase[step] = ph;
       r.picks[step] = chunks.length * L * K;
@@ -87,6 +79,20 @@ export function runPolicy(be: Backend, p: PolicyKind, phases: readonly Phase[], 
         }
       }
       r.cold[step] = cold;
+      const t2 = performance.now(); // the scoring above is the benchmark's, not the step's
+      let landed = 0;
+      if (driver) {
+        const before = driver.controller.stats.applied;
+        driver.afterStep({ step, tokens: chunks.length, counted: count, durationNs: Math.round(forwardMs * 1e6) });
+        landed = driver.controller.stats.applied - before;
+      } else if (sim && follower) {
+        sim.afterStep({ index: step, phase: ph, tokens: chunks.length, counted: true, picks: Uint16Array.from(out.routing!) });
+        landed = follower.follow(sim.hot);
+      }
+      r.stepMs[step] = forwardMs + (performance.now() - t2);
+      r.moving[step] = moving ? 1 : 0;
+      r.swaps[step] = landed;
+      r.landed += landed;
     }
   }
   for (const q of walk.openSeqs()) be.closeSequence(q);
