@@ -46,7 +46,7 @@ export class DriverView implements ResidencyView {
         window: d && d.picks > 0 ? d.coldShare : null,
         per_layer: d && d.picks > 0 ? d.coldShareByLayer : [],
       },
-      swaps: { applied: ctl.stats.applied, refused: ctl.stats.refused, queued: ctl.queueDepth },
+      swaps: { applied: ctl.stats.applied, refused: ctl.stats.refused, queued: ctl.queueDepth, in_flight: ctl.inFlightCount },
       controller: {
         frozen: ctl.frozen, counting: ctl.counting, budgets: ctl.budgets, prior: ctl.hasPrior,
         drains: ctl.stats.drains, decided: ctl.stats.decided, cancelled: ctl.stats.cancelled,

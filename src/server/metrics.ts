@@ -89,9 +89,10 @@ export function createMetrics(engine: GenerationEngine, residency: ResidencyView
         },
       });
     };
-    mirror('residency_swaps_applied_total', 'Swaps applied between steps', (s) => s.swaps.applied);
+    mirror('residency_swaps_applied_total', 'Swaps landed in the banks (applied between steps)', (s) => s.swaps.applied);
     mirror('residency_swaps_refused_total', 'Swaps refused as stale', (s) => s.swaps.refused);
     new Gauge({ name: 'residency_swaps_queued', help: 'Swaps planned and waiting to be applied', registers: [registry], collect() { this.set((snap ?? read()).swaps.queued); } });
+    new Gauge({ name: 'residency_swaps_in_flight', help: 'Swaps requested from the banks whose row copies have not landed yet', registers: [registry], collect() { this.set((snap ?? read()).swaps.in_flight); } });
   }
 
   let generated = 0;

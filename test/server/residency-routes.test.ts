@@ -16,7 +16,7 @@ describe('residency routes (fake residency)', () => {
     assert.deepEqual(j.geometry, { layers: 2, experts: 8, hot_per_layer: 6 });
     assert.equal(j.map.layers_map.length, 2);
     assert.equal(j.cold_share.window, 0.05);
-    assert.deepEqual(j.swaps, { applied: 0, refused: 0, queued: 0 });
+    assert.deepEqual(j.swaps, { applied: 0, refused: 0, queued: 0, in_flight: 0 });
     assert.deepEqual(j.controller, { frozen: false, counting: true });
   });
 
