@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench:tiered on the lent H200, in one device call (see bench/tiered/README.md):
 #   ../shared/tools/gpu-bundle && npm run build   (then carry .gpu, dist, node_modules/koffi, node_modules/@koromix)
-#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|all]
+#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|all]
 # Makes the 2-layer and 16-layer qwen3-30b-a3b checkpoints, runs the tiered GPU test (moves landing while greedy
 # decode runs) and the benchmark; every stage has its own time limit and the benchmark writes its tables after
 # each policy, so a run cut short keeps what it measured. Outputs under $OUT.
@@ -14,11 +14,18 @@ wait
 REAL_CKPT=/tmp/q2 TIERED_STEPS=800 OUT=$OUT timeout 100 node --test-name-pattern="64/128 hot" dist/gpu-tests.mjs > "$OUT/t-tiered.log" 2>&1
 echo "tiered GPU test rc=$?"; grep -E "^# (tiered|pass|fail)|^not ok" "$OUT/t-tiered.log"
 B="node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000"
+# Time per lane at 3,000 steps a phase, 1 user (H200, 2026-12-01): all-hot ~13 s, fixed ~94 s, seed ~88 s, adaptive
+# ~61 s, oracle-phase ~36 s, plus ~20 s of loading and fitting: one call holds the 1-user lanes or the 4-user ones.
 if [ "$which" = 1u ] || [ "$which" = all ]; then
   timeout 330 $B --users 1 --policies all-hot,fixed,adaptive,oracle-phase,lru,seed --out "$OUT" > "$OUT/shift-1u.log" 2>&1; echo "shift 1 user rc=$?"
 fi
 if [ "$which" = 4u ] || [ "$which" = all ]; then
   timeout 400 $B --users 4 --policies all-hot,fixed,adaptive,oracle-phase --out "$OUT" > "$OUT/shift-4u.log" 2>&1; echo "shift 4 users rc=$?"
 fi
-grep -h "^\[tiered" "$OUT"/shift-*.log
+if [ "$which" = mixed ] || [ "$which" = all ]; then
+  for u in 1 4; do
+    timeout 200 $B --users $u --phases en+code+de+ja+fr+zh_CN:3000 --policies fixed,adaptive --tag mixed-${u}u --out "$OUT" > "$OUT/mixed-${u}u.log" 2>&1; echo "mixed $u user(s) rc=$?"
+  done
+fi
+grep -h "^\[tiered" "$OUT"/*.log
 grep -hE "^\| (all-hot|fixed|seed|adaptive|lru|oracle)|^counter" "$OUT"/tiered-*.md | cut -c1-170
