@@ -2,8 +2,9 @@
 // path: streamed from the shards, finite-checked on the device) and prints load time, GB/s and peak host RSS;
 // decode tok/s at batch 1/4/16 (graphs, position ~64); prefill tok/s at 512 and 2048 tokens (one chunk);
 // each kernel's time and share of HBM bandwidth in a batch-1 decode step; llama.cpp's figures beside them.
-//   node dist/bench-real.mjs --model /tmp/q30 [--out DIR]
-import { writeFileSync } from 'node:fs';
+//   node dist/bench-real.mjs [--model /tmp/q30] [--layers 16] [--out DIR]   (no --model: makes the checkpoint)
+import { existsSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadModelFor } from '../../src/model/load.ts';
@@ -11,8 +12,19 @@ import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
 import { planPieces } from '../../src/backend/cuda/op/plan.ts';
 
-const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' } } });
-if (!values.model) throw new Error('--model DIR (a make-checkpoint folder)');
+const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' }, layers: { type: 'string', default: '16' } } });
+// Without --model the checkpoint is made here (the device has torch and transformers; gpu-bundle copies
+// make-checkpoint.py into .gpu/): qwen3-30b-a3b geometry, --layers deep, no references (~12 s for 16 layers).
+if (!values.model) {
+  const script = ['.gpu/make-checkpoint.py', '../shared/tools/make-checkpoint.py'].find((p) => existsSync(p));
+  if (!script) throw new Error('--model DIR (a make-checkpoint folder), or run beside .gpu/make-checkpoint.py to make one');
+  values.model = `/tmp/bench-real-q${values.layers}`;
+  if (!existsSync(join(values.model, 'config.json'))) {
+    process.stderr.write(`making ${values.model} with ${script} (qwen3-30b-a3b, ${values.layers} layers)\n`);
+    const r = spawnSync('python3', [script, '--preset', 'qwen3-30b-a3b', '--layers', values.layers, '--out', values.model, '--refs', '0'], { stdio: 'inherit' });
+    if (r.status !== 0) throw new Error(`make-checkpoint failed (rc ${r.status ?? r.error?.message})`);
+  }
+}
 const HBM = 4.3e12; // measured device copy bandwidth on this H200 (bytes read + written per second)
 const LLAMA = { tg128: 518, pp512: 8152 }; // llama.cpp, same geometry, 16 layers, bf16, all on the GPU (issue 11)
 
