@@ -12,6 +12,9 @@ import { syntheticModel } from '../../cpu/synthetic.ts';
 import { FakeCudaDriver } from '../fake-driver.ts';
 import { KERNEL_GROUPS } from '../kernels.ts';
 import { CudaOpBackend, type OpBackendOptions } from './op-backend.ts';
+import { memoryNeeds } from './workspace.ts';
+import { DEVICE_SLACK_BYTES } from './memory.ts';
+import { DEFAULT_SPARE_ROWS } from '../banks.ts';
 
 const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-op-'));
 for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');
@@ -50,4 +53,23 @@ test('op path: a model that does not fit the budget is refused before any alloca
   assert.throws(() => new CudaOpBackend(d, { ...spec, maxPositions: 1 << 24 }, mapTensorSource(raw), { kernelDir, maxModelLen: 1 << 24, maxNumSeqs: 64 }),
     /does not fit the GPU memory budget.*would fit: --max-model-len \d+ at 64 sequences/);
   assert.equal(d.acquisitions, 0);
+});
+
+test('op path without --hot or --map: every expert hot when they fit, else as many per layer as fit the budget (hotReason says why)', () => {
+  const all = build({ placement: undefined });
+  assert.equal(all.be.banks.hotPerLayer, spec.numExperts);
+  assert.match(all.be.hotReason, /all 8 experts per layer hot/);
+  all.be.dispose();
+  // A budget that holds exactly 3 hot rows per layer (plus the spare rows moves land in) beside the rest.
+  const T = 32, seqs = 2, len = 64;
+  const needAt = (h: number): number => {
+    const n = memoryNeeds(spec, h + DEFAULT_SPARE_ROWS, T, 32);
+    return n.weights + n.kvPerPosition * len * seqs + n.workspace + DEVICE_SLACK_BYTES;
+  };
+  const util = (needAt(3) + 1) / 2 ** 34;
+  const some = build({ placement: undefined, gpuMemoryUtilization: util });
+  assert.equal(some.be.banks.hotPerLayer, 3);
+  assert.match(some.be.hotReason, /^3 of 8 experts per layer hot: as many as fit/);
+  some.be.dispose();
+  assert.deepEqual(some.d.liveByKind(), {});
 });
