@@ -3,8 +3,11 @@
 // host memory of the FP8 fixture against a float32 copy of its weights (both printed).
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { copyFileSync, existsSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { openCheckpoint, readCheckpoint } from '../src/model/checkpoint.ts';
+import { encodeSafetensors, type TensorToWrite } from '../src/model/safetensors-writer.ts';
+import { rejectsWith, withTempDir } from '../src/model/test-helpers.ts';
 import { loadModel, loadModelFor } from '../src/model/load.ts';
 import { createCpuBackend } from '../src/backend/cpu/cpu-backend.ts';
 import { float32Bytes, heldBytes } from '../src/model/weight-bytes.ts';
@@ -69,7 +72,27 @@ describe('qwen3-moe-fp8-tiny', { skip: !existsSync(FP8) && 'no fixture' }, () =>
   });
 });
 
+/** The fixture rewritten into `dir` as one safetensors file, `edit` applied to its tensors first. */
+async function rewritten(src: string, dir: string, edit: (ts: TensorToWrite[]) => TensorToWrite[]): Promise<void> {
+  const raw = await readCheckpoint(await openCheckpoint(src));
+  for (const f of ['config.json', 'tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(src, f), join(dir, f));
+  writeFileSync(join(dir, 'model.safetensors'), encodeSafetensors(edit([...raw.values()].map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, bytes: t.bytes })))));
+}
+
 describe('gpt-oss-tiny-mxfp4', { skip: !existsSync(MXFP4) && 'no fixture' }, () => {
+  it('a corrupt MXFP4 scale (0xFF, or one that overflows float32) or packed data not in U8 is refused at load, naming the tensor', async () => {
+    const scales = 'model.layers.2.mlp.experts.gate_up_proj_scales';
+    const put = (v: number) => (ts: TensorToWrite[]) => ts.map((t) => (t.name === scales ? { ...t, bytes: Uint8Array.from(t.bytes, (b, i) => (i === 4 * 256 + 3 ? v : b)) } : t));
+    await withTempDir(async (dir) => {
+      await rewritten(MXFP4, dir, put(0xff));
+      await rejectsWith(loadModel(dir), 'BAD_CHECKPOINT', /gate_up_proj_scales": MXFP4 scale 0xFF \(E8M0 NaN\) at expert 1 row 0 group 3/);
+      await rewritten(MXFP4, dir, put(254));
+      await rejectsWith(loadModel(dir), 'BAD_CHECKPOINT', /MXFP4 scale 254 .*expected at most 252/);
+      await rewritten(MXFP4, dir, (ts) => ts.map((t) => (t.name === scales ? { ...t, dtype: 'F8_E4M3' as const } : t)));
+      await rejectsWith(loadModel(dir), 'BAD_CHECKPOINT', /gate_up_proj_scales" is F8_E4M3/);
+    });
+  });
+
   it('the tensor description carries MXFP4 blocks, scales and the group of 32', async () => {
     const [stream, full] = await Promise.all([loadModel(MXFP4, { stream: true }), loadModel(MXFP4, { raw: false })]);
     try {
