@@ -71,7 +71,10 @@ test('the repro: a ~1 MB prompt does not freeze a running stream (it is tokenize
     await reading;
     // Inline, the stream stopped for the whole ~0.8 s of tokenizing; off the main thread it keeps its pace.
     assert.ok(during.length > 10, `${during.length} tokens streamed during ${tokenizedMs.toFixed(0)} ms of tokenizing`);
-    assert.ok(worst < 150, `worst inter-token gap ${worst.toFixed(1)} ms`);
+    // Inline, the worst gap would be the whole tokenizing time; on a loaded 2-core CI machine (another test
+    // file's model running beside this one) the scheduler alone can stall a thread for a few hundred ms,
+    // so the bound is relative to how long tokenizing took, never below 150 ms.
+    assert.ok(worst < Math.max(150, tokenizedMs / 2), `worst inter-token gap ${worst.toFixed(1)} ms while tokenizing took ${tokenizedMs.toFixed(0)} ms`);
   } finally {
     await s.close();
     await enc.close();
