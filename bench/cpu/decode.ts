@@ -4,6 +4,9 @@
 // and with the wasm SIMD kernel (src/backend/cpu/wasm, bit-identical). Prints tables and writes
 // out/bench-cpu-decode.json.
 // Run: npm run bench:cpu [-- --model DIR --steps N --prompt-tokens N --threads N --simd both|on|off]
+// Side by side with llama.cpp (issue 18): --peer PATH/llama-bench --peer-model FILE.gguf [--rounds R]: each round
+// runs our measurements then llama.cpp's (llama-bench pp/tg, llama-batched-bench at batch 4) at the same thread
+// counts, prompt length and decode length, and the tables print the ratios from the same run.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -14,6 +17,7 @@ import { runToCompletion } from '../../src/engine/complete.ts';
 import { greedy } from '../../src/engine/sampler.ts';
 import { loadModel } from '../../src/model/load.ts';
 import { packageRoot } from '../../src/cli/generate.ts';
+import { runPeer, type PeerFigures } from './peer.ts';
 
 const { values } = parseArgs({
   options: {
@@ -23,8 +27,14 @@ const { values } = parseArgs({
     hot: { type: 'string' },
     threads: { type: 'string', default: String(Math.min(availableParallelism(), 4)) },
     simd: { type: 'string', default: 'both' },
+    peer: { type: 'string' },
+    'peer-model': { type: 'string' },
+    rounds: { type: 'string' },
   },
 });
+if ((values.peer === undefined) !== (values['peer-model'] === undefined)) throw new Error('--peer PATH/llama-bench and --peer-model FILE.gguf go together');
+const ROUNDS = Number(values.rounds ?? (values.peer ? 2 : 1));
+if (!Number.isInteger(ROUNDS) || ROUNDS < 1) throw new Error(`--rounds ${values.rounds}: expected an integer >= 1`);
 const STEPS = Number(values.steps);
 const PROMPT = Number(values['prompt-tokens']);
 
@@ -137,39 +147,60 @@ interface Row {
   /** CPU seconds per wall second: how many cores the run kept busy. */
   cores: number;
 }
-const rows: Row[] = [];
+const rows: (Row & { round: number })[] = [];
+let round = 0;
 const row = (what: string, threads: number, simd: boolean, batch: number, tokens: number, t: Timing): void => {
-  rows.push({ what, threads, simd, batch, tokens, wallTokPerS: tokens / t.wall, cpuTokPerS: tokens / t.cpu, cores: t.cpu / t.wall });
+  rows.push({ round, what, threads, simd, batch, tokens, wallTokPerS: tokens / t.wall, cpuTokPerS: tokens / t.cpu, cores: t.cpu / t.wall });
 };
 const threadCounts = THREADS > 1 ? [1, THREADS] : [1];
-for (const simd of SIMD_MODES) for (const threads of threadCounts) {
-  for (const batch of [1, 4]) {
-    const b = newBackend(threads, simd);
-    await b.ready(); // workers started (a fresh backend's first steps would otherwise run on one thread)
-    const r = runBackend(b, batch, STEPS);
-    b.dispose();
-    row('prefill (backend)', threads, simd, batch, batch * prompt.length, r.prefill);
-    row('decode (backend)', threads, simd, batch, batch * STEPS, r.decode);
+const peerRows: (PeerFigures & { round: number; threads: number })[] = [];
+for (round = 0; round < ROUNDS; round++) {
+  for (const simd of SIMD_MODES) for (const threads of threadCounts) {
+    for (const batch of [1, 4]) {
+      const b = newBackend(threads, simd);
+      await b.ready(); // workers started (a fresh backend's first steps would otherwise run on one thread)
+      const r = runBackend(b, batch, STEPS);
+      b.dispose();
+      row('prefill (backend)', threads, simd, batch, batch * prompt.length, r.prefill);
+      row('decode (backend)', threads, simd, batch, batch * STEPS, r.decode);
+    }
+    for (const batch of [1, 4]) {
+      const r = await runEngine(threads, simd, batch, STEPS);
+      row('decode (engine)', threads, simd, batch, r.tokens, r.t);
+    }
   }
-  for (const batch of [1, 4]) {
-    const r = await runEngine(threads, simd, batch, STEPS);
-    row('decode (engine)', threads, simd, batch, r.tokens, r.t);
-  }
+  // The peer right after, at the same thread counts and lengths (alternating rounds share the machine's state).
+  if (values.peer) for (const threads of threadCounts) peerRows.push({ round, threads, ...runPeer(values.peer, values['peer-model']!, { threads, prompt: PROMPT, gen: STEPS }, 4) });
 }
 
-const LLAMA_CPP_DECODE = 1135; // llama.cpp on this checkpoint, 2-core machine, batch 1 (the lead's figure)
 console.log('');
 console.log('tok/s by wall clock, and by this process\'s CPU time; "cores" is CPU time / wall time (how many');
 console.log('cores the run kept busy). With one thread, tok/s cpu is the fairer figure when other processes');
 console.log('share the cores; with N threads, wall clock is the point (CPU time includes the workers\' spin).');
 console.log('');
-console.log('| measure            | threads | simd | batch | tokens | tok/s wall | tok/s cpu | cores | wall vs llama.cpp b1 |');
-console.log('|--------------------|---------|------|-------|--------|------------|-----------|-------|----------------------|');
+console.log('| round | measure            | threads | simd | batch | tokens | tok/s wall | tok/s cpu | cores |');
+console.log('|-------|--------------------|---------|------|-------|--------|------------|-----------|-------|');
 for (const r of rows) {
-  const ratio = r.what.startsWith('decode') ? `${(r.wallTokPerS / LLAMA_CPP_DECODE).toFixed(2)}x` : '';
   console.log(
-    `| ${r.what.padEnd(18)} | ${String(r.threads).padStart(7)} | ${(r.simd ? 'on' : 'off').padStart(4)} | ${String(r.batch).padStart(5)} | ${String(r.tokens).padStart(6)} | ${r.wallTokPerS.toFixed(1).padStart(10)} | ${r.cpuTokPerS.toFixed(1).padStart(9)} | ${r.cores.toFixed(2).padStart(5)} | ${ratio.padStart(20)} |`,
+    `| ${String(r.round + 1).padStart(5)} | ${r.what.padEnd(18)} | ${String(r.threads).padStart(7)} | ${(r.simd ? 'on' : 'off').padStart(4)} | ${String(r.batch).padStart(5)} | ${String(r.tokens).padStart(6)} | ${r.wallTokPerS.toFixed(1).padStart(10)} | ${r.cpuTokPerS.toFixed(1).padStart(9)} | ${r.cores.toFixed(2).padStart(5)} |`,
   );
+}
+if (peerRows.length > 0) {
+  // Ours: the backend rows with the SIMD kernels when they ran (the default), else the JS loops.
+  const simd = SIMD_MODES.includes(true);
+  const ours = (rd: number, what: string, threads: number, batch: number): number =>
+    rows.find((r) => r.round === rd && r.what === what && r.threads === threads && r.batch === batch && r.simd === simd)!.wallTokPerS;
+  console.log('');
+  console.log(`side by side with llama.cpp (${values.peer}, ${values['peer-model']}), same prompt (${PROMPT}) and decode (${STEPS}) lengths, tok/s by wall clock:`);
+  console.log('');
+  console.log('| round | measure | threads | llama.cpp | ours | ours / llama.cpp |');
+  console.log('|---|---|---|---|---|---|');
+  for (const p of peerRows) {
+    const line = (what: string, peer: number, us: number): void => console.log(`| ${p.round + 1} | ${what} | ${p.threads} | ${peer.toFixed(1)} | ${us.toFixed(1)} | ${(us / peer).toFixed(2)}x |`);
+    line('decode batch 1', p.tg, ours(p.round, 'decode (backend)', p.threads, 1));
+    if (p.tgBatch) line(`decode batch ${p.tgBatch.batch}`, p.tgBatch.tokS, ours(p.round, 'decode (backend)', p.threads, p.tgBatch.batch));
+    line(`prefill ${PROMPT} tokens`, p.pp, ours(p.round, 'prefill (backend)', p.threads, 1));
+  }
 }
 if (THREADS > 1) {
   console.log('');
@@ -202,5 +233,5 @@ if (SIMD_MODES.length === 2) {
 const outDir = join(packageRoot(), 'out');
 mkdirSync(outDir, { recursive: true });
 const file = join(outDir, 'bench-cpu-decode.json');
-writeFileSync(file, `${JSON.stringify({ version: 1, bench: 'cpu-decode', date: new Date().toISOString(), cores, cpu: cpus()[0]?.model, node: process.version, loadAverage: load, model: model.spec.name, promptTokens: prompt.length, decodeSteps: STEPS, hotPerLayer: placement?.hotPerLayer ?? model.spec.numExperts, threads: THREADS, simd: values.simd, llamaCppDecodeB1: LLAMA_CPP_DECODE, results: rows }, null, 2)}\n`);
+writeFileSync(file, `${JSON.stringify({ version: 1, bench: 'cpu-decode', date: new Date().toISOString(), cores, cpu: cpus()[0]?.model, node: process.version, loadAverage: load, model: model.spec.name, promptTokens: prompt.length, decodeSteps: STEPS, hotPerLayer: placement?.hotPerLayer ?? model.spec.numExperts, threads: THREADS, simd: values.simd, rounds: ROUNDS, results: rows, peer: values.peer ? { bench: values.peer, model: values['peer-model'], results: peerRows } : null }, null, 2)}\n`);
 console.log(`\nwrote ${file}`);
