@@ -44,7 +44,7 @@ export interface BootLine {
 export interface SwapLine {
   readonly v: 1;
   readonly time: string;
-  /** Step after which it was applied. */
+  /** Step after which it landed (was applied). */
   readonly step: number;
   readonly layer: number;
   readonly hot_expert: number;
@@ -53,7 +53,10 @@ export interface SwapLine {
   readonly cold_row: number;
   readonly decided_at_step: number;
   readonly reason: Swap['reason'];
-  /** Wall time of the row exchange itself. */
+  /**
+   * Wall time of the row exchange: from its request to its landing. Banks that copy at once (CPU) report the
+   * copy itself; background moves (CUDA) report the time their copies took to land, steps running meanwhile.
+   */
   readonly apply_ns: number;
 }
 
