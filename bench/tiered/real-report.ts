@@ -79,7 +79,7 @@ export function tableMarkdown(sum: readonly PolicyFigures[], ctx: { H: number; E
   for (const p of sum) {
     lines.push(`| ${p.policy} | ${p.movingSteps ? p.p99Moving.toFixed(3) : '-'} | ${p.p99Plain.toFixed(3)} | ${p.movingSteps ? (p.p99Moving / p.p99Plain).toFixed(2) + 'x' : '-'} | ${p.movingSteps} | ${p.landed} |`);
   }
-  lines.push('', `counter: ${(100 * ctx.counterShare).toFixed(2)}% of a step (median step counting on vs off, fixed map)`, '');
+  lines.push('', `counter: ${(100 * ctx.counterShare).toFixed(2)}% of a step (median step counting on vs off, all hot)`, '');
   return lines.join('\n');
 }
 
