@@ -26,6 +26,9 @@ import { DEFAULT_BUCKETS, attnGridFor, attnMaxSplits, bucketFor, planSubsteps, t
 export interface CudaBackendOptions {
   /** Initial hot/cold placement (default: every expert hot). */
   readonly placement?: BankPlacement;
+  /** Spare hot rows per layer that background moves land in, and row copies queued at once (see banks.ts). */
+  readonly spareRows?: number;
+  readonly copiesInFlight?: number;
   /** Batch-size buckets to capture graphs for (ascending); a step's rows are split to the largest. */
   readonly buckets?: readonly number[];
   /** Replay captured graphs (default) or launch each kernel eagerly (for A/B timing and debugging). */
@@ -139,7 +142,10 @@ export class CudaBackend implements Backend {
       this.fns = kernels.fns;
       this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
       const uploader = scope.adopt(new TensorUploader(d, source, this.fns.get('op_check_finite_bf16')!, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
-      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, this.stream, { ...(opts.placement ? { placement: opts.placement } : {}), ...(opts.onReleaseFailure ? { onReleaseFailure: opts.onReleaseFailure } : {}) }), 'expert banks', (b) => b.dispose());
+      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, this.stream, {
+        ...(opts.placement ? { placement: opts.placement } : {}), ...(opts.onReleaseFailure ? { onReleaseFailure: opts.onReleaseFailure } : {}),
+        ...(opts.spareRows !== undefined ? { spareRows: opts.spareRows } : {}), ...(opts.copiesInFlight !== undefined ? { copiesInFlight: opts.copiesInFlight } : {}),
+      }), 'expert banks', (b) => b.dispose());
       const up = (name: string): bigint => {
         const p = this.alloc(uploader.expectBf16(name), name);
         uploader.toDevice(name, p);
