@@ -3,8 +3,10 @@
 // expert banks), and the process's growth over loading and one step, after gc, against a baseline that loaded
 // the same model's config and tokenizer only. One child process per model and SIMD setting, so one model's
 // garbage does not count against the next; each with bf16 weights converted to float32 (today's default) and
-// kept as stored (RESIDENCY_CPU_BF16=stored). Prints a table and writes out/bench-cpu-memory.json.
-// Run: node --expose-gc --import tsx bench/cpu/memory.ts [--simd off|auto|both] [--bf16 float32|stored|both] [DIR ...]
+// kept as stored (RESIDENCY_CPU_BF16=stored); the backend taking the routed experts from the loaded weights as the CLI
+// and server create it (takeExperts: the banks hold the only copy), or (--take off) copying them as tests and the API do.
+// Prints a table and writes out/bench-cpu-memory.json.
+// Run: node --expose-gc --import tsx bench/cpu/memory.ts [--simd off|auto|both] [--bf16 float32|stored|both] [--take on|off|both] [DIR ...]
 // (default: the two quantized fixtures and models/tiny-moe; bench/cpu/real-geometry.ts writes a checkpoint of
 // Qwen3-30B-A3B's layer shapes)
 import { spawnSync } from 'node:child_process';
@@ -23,6 +25,8 @@ interface Row {
   model: string;
   simd: boolean;
   bf16: string;
+  /** The backend took the experts from the loaded weights (takeExperts). */
+  take: boolean;
   float32Copy: number;
   heldWeights: number;
   banks: number;
@@ -43,36 +47,38 @@ const settle = async (): Promise<NodeJS.MemoryUsage> => {
 };
 
 /** One model in this process: the measured row as JSON on stdout. */
-async function measure(dir: string, simd: boolean | undefined): Promise<Row> {
+async function measure(dir: string, simd: boolean | undefined, take: boolean): Promise<Row> {
   const base = await loadModel(dir, { stream: true });
   base.tensors.close();
   const m0 = await settle();
   const m = await loadModelFor(dir, 'cpu');
-  const b = createCpuBackend(m.spec, m.weights, { simd, threads: 1, placement: { hotPerLayer: Math.max(1, m.spec.numExperts - 4) } });
+  const float32Copy = float32Bytes(m.weights); // before a backend takes the experts from m.weights
+  const b = createCpuBackend(m.spec, m.weights, { simd, threads: 1, placement: { hotPerLayer: Math.max(1, m.spec.numExperts - 4) }, takeExperts: take });
   b.openSequence(0, 8);
   b.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
   const m1 = await settle();
   const banks = [...b.banks.hot, ...b.banks.cold].reduce((a, x) => a + x.byteLength, 0);
-  const row = { model: basename(dir), simd: b.simd, bf16: process.env.RESIDENCY_CPU_BF16 ?? 'float32', float32Copy: float32Bytes(m.weights), heldWeights: heldBytes(m.weights), banks, rssGrowth: m1.rss - m0.rss, arrayBufferGrowth: m1.arrayBuffers - m0.arrayBuffers, peakRss: process.resourceUsage().maxRSS * 1024 };
+  const row = { model: basename(dir), simd: b.simd, bf16: process.env.RESIDENCY_CPU_BF16 ?? 'float32', take, float32Copy, heldWeights: heldBytes(m.weights), banks, rssGrowth: m1.rss - m0.rss, arrayBufferGrowth: m1.arrayBuffers - m0.arrayBuffers, peakRss: process.resourceUsage().maxRSS * 1024 };
   b.dispose();
   return row;
 }
 
 const child = process.env.BENCH_MEMORY_CHILD;
 if (child) {
-  const [dir, simd] = JSON.parse(child) as [string, boolean | null];
-  process.stdout.write(JSON.stringify(await measure(dir, simd ?? undefined)));
+  const [dir, simd, take] = JSON.parse(child) as [string, boolean | null, boolean];
+  process.stdout.write(JSON.stringify(await measure(dir, simd ?? undefined, take)));
 } else {
-  const { values, positionals } = parseArgs({ allowPositionals: true, options: { simd: { type: 'string', default: 'both' }, bf16: { type: 'string', default: 'both' } } });
+  const { values, positionals } = parseArgs({ allowPositionals: true, options: { simd: { type: 'string', default: 'both' }, bf16: { type: 'string', default: 'both' }, take: { type: 'string', default: 'on' } } });
   const dirs = positionals.length > 0 ? positionals : [join(FIXTURES, 'qwen3-moe-fp8-tiny'), join(FIXTURES, 'gpt-oss-tiny-mxfp4'), join(ROOT, 'models/tiny-moe')];
   const simds = values.simd === 'both' ? [false, null] : values.simd === 'off' ? [false] : [null];
   const bf16s = values.bf16 === 'both' ? ['float32', 'stored'] : [values.bf16!];
+  const takes = values.take === 'both' ? [false, true] : values.take === 'off' ? [false] : [true];
   const rows: Row[] = [];
   for (const dir of dirs) {
     for (const bf16 of bf16s) {
-      for (const simd of simds) {
+      for (const simd of simds) for (const take of takes) {
         const r = spawnSync(process.execPath, ['--expose-gc', '--import', 'tsx', fileURLToPath(import.meta.url)], {
-          env: { ...process.env, BENCH_MEMORY_CHILD: JSON.stringify([resolve(dir), simd]), RESIDENCY_CPU_BF16: bf16 },
+          env: { ...process.env, BENCH_MEMORY_CHILD: JSON.stringify([resolve(dir), simd, take]), RESIDENCY_CPU_BF16: bf16 },
           encoding: 'utf8',
           maxBuffer: 1 << 20,
         });
@@ -82,9 +88,9 @@ if (child) {
     }
   }
   const mib = (n: number): string => (n / 2 ** 20).toFixed(1).padStart(7);
-  console.log('model                 bf16     simd  float32 copy  held weights   banks  held+banks  rss growth  array buffers  peak rss (MiB)');
+  console.log('model                 bf16     simd  take  float32 copy  held weights   banks  held+banks  rss growth  array buffers  peak rss (MiB)');
   for (const r of rows) {
-    console.log(`${r.model.padEnd(22)}${r.bf16.padEnd(9)}${(r.simd ? 'on' : 'off').padEnd(6)}${mib(r.float32Copy)}       ${mib(r.heldWeights)}   ${mib(r.banks)}  ${mib(r.heldWeights + r.banks)}     ${mib(r.rssGrowth)}     ${mib(r.arrayBufferGrowth)}   ${mib(r.peakRss)}`);
+    console.log(`${r.model.padEnd(22)}${r.bf16.padEnd(9)}${(r.simd ? 'on' : 'off').padEnd(6)}${(r.take ? 'on' : 'off').padEnd(6)}${mib(r.float32Copy)}       ${mib(r.heldWeights)}   ${mib(r.banks)}  ${mib(r.heldWeights + r.banks)}     ${mib(r.rssGrowth)}     ${mib(r.arrayBufferGrowth)}   ${mib(r.peakRss)}`);
   }
   mkdirSync(join(ROOT, 'out'), { recursive: true });
   writeFileSync(join(ROOT, 'out', 'bench-cpu-memory.json'), JSON.stringify({ date: new Date().toISOString(), rows }, null, 2));

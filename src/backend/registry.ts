@@ -24,6 +24,11 @@ export interface CreateBackendOptions {
   readonly graphs?: boolean;
   /** cpu: worker threads sharing each step by rows (bit-identical to 1); 'auto' = one per core (max 8). */
   readonly threads?: number | 'auto';
+  /**
+   * cpu: the backend takes the routed experts from `model.weights` (one copy in host memory; the model then
+   * serves no second backend). For callers that loaded the model for this backend alone.
+   */
+  readonly takeExperts?: boolean;
   /** cuda: share of the device's memory to use (weights, KV cache, workspace; default 0.9). */
   readonly gpuMemoryUtilization?: number;
   /** cuda: sequences with a KV cache at once (the scheduler's running batch). */
@@ -56,6 +61,7 @@ export async function createBackend(name: string, model: BackendModel, opts: Cre
     const backend = new CpuBackend(model.spec, model.weights, {
       ...(opts.placement ? { placement: opts.placement } : {}),
       ...(threads !== undefined ? { threads } : {}),
+      ...(opts.takeExperts ? { takeExperts: true } : {}),
     });
     await backend.ready(); // the first steps should not run on one thread while workers start
     return backend;

@@ -167,6 +167,7 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
     backend = await createBackend(opts.backend ?? 'cpu', model, {
       ...(placement ? { placement } : {}),
       ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
+      takeExperts: true, // the model was loaded here for this backend alone
       ...(opts.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: opts.gpuMemoryUtilization } : {}),
       maxNumSeqs: 1,
       onProgress: progress.onProgress,

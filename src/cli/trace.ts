@@ -191,7 +191,10 @@ export async function runTrace(opts: TraceOptions, loaded?: LoadedModel): Promis
   }
   if (docs.length === 0) throw new ResidencyError('BAD_ARGUMENT', `no documents to trace: all ${texts.length} encode to no tokens`);
 
-  const backend = await createBackend(opts.backend ?? 'cpu', model, opts.threads !== undefined ? { threads: opts.threads } : {});
+  const backend = await createBackend(opts.backend ?? 'cpu', model, {
+    ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
+    ...(loaded ? {} : { takeExperts: true }), // loaded here for this backend alone
+  });
   let file: ReturnType<typeof openTraceFile> | undefined;
   let tokens = 0;
   let seconds = 0;

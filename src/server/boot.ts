@@ -121,6 +121,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
     backend = await createBackend(opts.backend, model, {
       ...(placement ? { placement } : {}),
       ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
+      ...(opts.model === undefined ? { takeExperts: true } : {}), // loaded here for this backend alone
       ...(opts.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: opts.gpuMemoryUtilization } : {}),
       maxNumSeqs: opts.scheduler?.maxRunning ?? DEFAULT_SCHEDULER.maxRunning,
       onProgress: progress.onProgress,

@@ -2,13 +2,19 @@
 // stored bytes: blocks and scales, expert-rows.ts), and the slot table between. Swaps move whole rows and the
 // digest hashes every byte, so both cover a quantized row's data and scales alike.
 import { createHash } from 'node:crypto';
+import { ResidencyError } from '../../errors.ts';
 import { InstantMoves, type ExpertBanks, type RowExchange } from '../backend.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
-import type { LayerWeights } from '../../model/weights.ts';
+import type { ExpertWeights, LayerWeights } from '../../model/weights.ts';
 import { heapAlloc, type Alloc } from './alloc.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
 import { expertRowFormat, quantRowViews, writeExpertRow, type QuantRowLayout } from './expert-rows.ts';
 import type { QuantExpert } from './quant-linear.ts';
+
+const NONE = new Float32Array(0);
+
+/** What a taken expert's entry in the loaded weights becomes: its rows live only in a backend's banks. */
+export const TAKEN_EXPERT: ExpertWeights = Object.freeze({ gate: NONE, up: NONE, down: NONE });
 
 export class CpuExpertBanks implements ExpertBanks {
   readonly layers: number;
@@ -35,9 +41,12 @@ export class CpuExpertBanks implements ExpertBanks {
 
   /**
    * `alloc` places the banks (shared memory when worker threads read them: swaps then move bytes in
-   * place, and every thread sees them at the next step).
+   * place, and every thread sees them at the next step). `take`: the banks become the experts' only owner:
+   * each expert's entry in `layerWeights` is replaced by TAKEN_EXPERT as soon as its row is written, so its
+   * arrays can be collected while the next rows are written (host memory then holds one copy of every expert,
+   * and never much more than that while the banks fill).
    */
-  constructor(spec: ModelSpec, layerWeights: readonly LayerWeights[], placement?: BankPlacement, alloc: Alloc = heapAlloc) {
+  constructor(spec: ModelSpec, layerWeights: readonly LayerWeights[], placement?: BankPlacement, alloc: Alloc = heapAlloc, take = false) {
     // Only the layers with routed experts have banks: bank layer m holds model layer moeLayerIds(spec)[m].
     this.layers = moeLayerCount(spec);
     const moeIds = moeLayerIds(spec);
@@ -59,8 +68,12 @@ export class CpuExpertBanks implements ExpertBanks {
       const { hot, cold } = rows[l]!;
       const hotBank = alloc.f32(hot.length * this.rowSize);
       const coldBank = alloc.f32(cold.length * this.rowSize);
+      const experts = layerWeights[moeIds[l]!]!.experts;
       const place = (bank: Float32Array, row: number, expert: number): void => {
-        writeExpertRow(bank, row * this.rowSize, layerWeights[moeIds[l]!]!.experts[expert]!, format, I, H);
+        const e = experts[expert]!;
+        if (e === TAKEN_EXPERT) throw new ResidencyError('INTERNAL', `expert ${expert} of layer ${moeIds[l]} was already taken by a bank (layers share one experts array?)`);
+        writeExpertRow(bank, row * this.rowSize, e, format, I, H);
+        if (take) (experts as ExpertWeights[])[expert] = TAKEN_EXPERT;
       };
       hot.forEach((e, r) => place(hotBank, r, e));
       cold.forEach((e, r) => place(coldBank, r, e));

@@ -46,7 +46,17 @@ export interface CpuBackendOptions {
    * has WebAssembly SIMD and the weights fit its 4 GiB memory (else the JS loops).
    */
   readonly simd?: boolean;
+  /**
+   * The banks take the routed experts from `weights` (each entry becomes TAKEN_EXPERT once its row is in a
+   * bank), so host memory holds each expert once instead of twice (loaded weights + banks). The weights then
+   * serve no other backend: a second one over them is refused. Default false (tests and the API build several
+   * backends over one model); the CLI and server, which load a model for one backend, set it.
+   */
+  readonly takeExperts?: boolean;
 }
+
+/** Weights whose routed experts a backend has taken (takeExperts). */
+const takenWeights = new WeakSet<ModelWeights>();
 
 /** Per-step buffers for up to `tokens` tokens and `chunks` chunks; reallocated only when a step is bigger. */
 interface Scratch {
@@ -113,6 +123,9 @@ export class CpuBackend implements Backend {
     private readonly weights: ModelWeights,
     private readonly options: CpuBackendOptions = {},
   ) {
+    if (takenWeights.has(weights)) {
+      throw new ResidencyError('BAD_ARGUMENT', 'these weights\' routed experts were taken by another CPU backend (takeExperts): load the model again for a second backend, or create backends without takeExperts');
+    }
     checkWeights(spec, weights);
     this.threads = resolveThreads(options.threads);
     const arenaBytes = linearBytes(spec, weights);
@@ -122,7 +135,8 @@ export class CpuBackend implements Backend {
     const arena = this.simd ? new WasmArena(arenaBytes) : null;
     const plain = this.threads > 1 ? sharedAlloc : heapAlloc;
     this.alloc = arena ?? plain;
-    this.banks = new CpuExpertBanks(spec, weights.layers, options.placement, arena ?? plain);
+    this.banks = new CpuExpertBanks(spec, weights.layers, options.placement, arena ?? plain, options.takeExperts === true);
+    if (options.takeExperts) takenWeights.add(weights);
     const share = (a: Float32Array): Float32Array => (arena ? arena.copy(a) : this.threads > 1 ? sharedCopy(a) : a);
     // Quantized projections stay as stored, computed on the calling thread (quant-linear.ts).
     const shareMatrix = (m: Matrix): Matrix => (isQuantized(m) ? m : share(m));
