@@ -42,6 +42,7 @@ export const brIf = (d: number): number[] => [0x0d, ...u32(d)];
 export const EQZ = 0x45;
 export const f32Load = (off: number): number[] => [0x2a, 2, ...u32(off)];
 export const f32Store = [0x38, 2, 0];
+export const f32StoreAt = (off: number): number[] => [0x38, 2, ...u32(off)];
 export const PROMOTE = 0xbb; // f64.promote_f32
 export const DEMOTE = 0xb6; // f32.demote_f64
 export const FADD = 0xa0;
@@ -70,7 +71,10 @@ export function sleb(n: number): number[] {
 
 export const f64Load = (off: number): number[] => [0x2b, 3, ...u32(off)];
 export const f64Store = [0x39, 3, 0];
+export const f64StoreAt = (off: number): number[] => [0x39, 3, ...u32(off)];
 export const v128Load = [0xfd, 0x00, 3, 0];
 export const v128Store = [0xfd, 0x0b, 3, 0];
+export const v128LoadAt = (off: number): number[] => [0xfd, 0x00, 3, ...u32(off)];
+export const v128StoreAt = (off: number): number[] => [0xfd, 0x0b, 3, ...u32(off)];
 export const SPLAT = simd(0x14); // f64x2.splat
 export const AND = 0x71;

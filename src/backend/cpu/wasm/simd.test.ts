@@ -112,7 +112,8 @@ test('attention heads through the kernel: bit-identical to attentionHead (GQA, o
   const arena = new WasmArena();
   const k = simdKernel(arena.memory);
   const rand = mulberry32(21);
-  for (const [nH, nKv, d] of [[4, 2, 16], [2, 1, 7], [3, 3, 5], [8, 2, 64]] as const) {
+  // d: blocks of 8 only (16, 64), none (5, 7), blocks then a pair (10) or pairs and an odd one (13).
+  for (const [nH, nKv, d] of [[4, 2, 16], [2, 1, 7], [3, 3, 5], [8, 2, 64], [2, 1, 13], [4, 1, 10]] as const) {
     for (const pos of [0, 1, 6, 33]) {
       const cap = 40;
       const kc = arena.f32Reusable(cap * nKv * d);
