@@ -8,6 +8,7 @@ import type { RowMap } from '../../src/residency/rowmap.ts';
 import type { ReplayResult } from '../../src/sim/replay.ts';
 import type { Policy } from '../../src/sim/policies/policy.ts';
 import { Walk, type Docs, type Phase } from './traffic.ts';
+import { MovesInFlight } from '../../src/backend/moves-in-flight.ts';
 
 export type PolicyKind =
   | { readonly name: string; readonly kind: 'static'; readonly map?: RowMap }
@@ -109,39 +110,30 @@ export function runPolicy(be: Backend, p: PolicyKind, phases: readonly Phase[], 
  * hot that are cold are paired with experts it wants cold that are hot, skipping any already moving.
  */
 class Follower {
-  private readonly movingExperts = new Set<number>();
-  private readonly requested = new Map<string, [number, number]>();
+  private readonly moves: MovesInFlight;
 
-  constructor(private readonly be: Backend, private readonly maxRequestsPerStep = 8) {}
+  constructor(private readonly be: Backend, private readonly maxRequestsPerStep = 8) {
+    this.moves = new MovesInFlight(be.banks);
+  }
 
   /** Requests moves toward `hot` ([layers * experts]); returns the moves that landed since the last call. */
   follow(hot: Uint8Array): number {
     const banks = this.be.banks;
     const E = banks.experts;
-    let landed = 0;
-    for (const x of banks.takeLanded()) {
-      const key = `${x.layer}/${x.hotRow}/${x.coldRow}`;
-      for (const e of this.requested.get(key) ?? []) this.movingExperts.delete(x.layer * E + e);
-      this.requested.delete(key);
-      landed++;
-    }
+    const H = banks.hotPerLayer;
+    const landed = this.moves.settle().length;
     let requests = 0;
     for (let l = 0; l < banks.layers && requests < this.maxRequestsPerStep; l++) {
       const enter: number[] = [];
       const leave: number[] = [];
       for (let e = 0; e < E; e++) {
-        if (this.movingExperts.has(l * E + e)) continue;
-        const isHot = banks.slotOf(l, e) < banks.hotPerLayer;
-        if (hot[l * E + e] && !isHot) enter.push(e);
-        else if (!hot[l * E + e] && isHot) leave.push(e);
+        const slot = banks.slotOf(l, e);
+        if (slot < H ? this.moves.busy(l, slot, -1) : this.moves.busy(l, -1, slot - H)) continue; // its row is moving
+        if (hot[l * E + e] && slot >= H) enter.push(e);
+        else if (!hot[l * E + e] && slot < H) leave.push(e);
       }
       for (let i = 0; i < Math.min(enter.length, leave.length) && requests < this.maxRequestsPerStep; i++) {
-        const [b, a] = [enter[i]!, leave[i]!];
-        const hotRow = banks.slotOf(l, a);
-        const coldRow = banks.slotOf(l, b) - banks.hotPerLayer;
-        banks.requestSwap(l, hotRow, coldRow);
-        this.requested.set(`${l}/${hotRow}/${coldRow}`, [a, b]);
-        this.movingExperts.add(l * E + a).add(l * E + b);
+        this.moves.request({ layer: l, hotRow: banks.slotOf(l, leave[i]!), coldRow: banks.slotOf(l, enter[i]!) - H });
         requests++;
       }
     }

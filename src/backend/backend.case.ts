@@ -8,7 +8,8 @@
 //   - a bad step is refused before anything changes (counter, KV cache: the next good step is unaffected).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Backend, RowExchange } from './backend.ts';
+import type { Backend } from './backend.ts';
+import { MovesInFlight } from './moves-in-flight.ts';
 import type { BankPlacement } from './slot-tables.ts';
 import { mapFromBanks } from '../engine/residency-driver.ts';
 import { planRestore } from '../residency/restore.ts';
@@ -116,41 +117,26 @@ export function runBackendConformance(name: string, make: BackendFactory, o: Con
       const boot = mapFromBanks(banks, be.spec.name);
       const bootDigest = banks.digest();
       const rand = mulberry32(5);
-      const inFlight: RowExchange[] = [];
+      const moves = new MovesInFlight(banks);
       let landed = 0;
-      const settle = (): void => {
-        for (const x of banks.takeLanded()) {
-          inFlight.splice(inFlight.findIndex((f) => f.layer === x.layer && f.hotRow === x.hotRow && f.coldRow === x.coldRow), 1);
-          landed++;
-        }
-      };
-      const busy = (l: number, hr: number, cr: number): boolean => inFlight.some((f) => f.layer === l && (f.hotRow === hr || f.coldRow === cr));
       const churn = (): void => {
-        settle();
+        landed += moves.settle().length;
         for (let l = 0; l < banks.layers; l++) {
           for (let k = 0; k < (o.movesPerLayer ?? 2); k++) {
             const hr = Math.floor(rand() * o.hot), cr = Math.floor(rand() * (E - o.hot));
-            if (busy(l, hr, cr)) continue;
+            if (moves.busy(l, hr, cr)) continue;
+            moves.request({ layer: l, hotRow: hr, coldRow: cr });
             // A request naming a row in flight is refused, whatever the backend.
-            banks.requestSwap(l, hr, cr);
-            inFlight.push({ layer: l, hotRow: hr, coldRow: cr });
             if (k === 0) assert.throws(() => banks.requestSwap(l, hr, cr), (e: Error & { code?: string }) => e.code === 'BAD_ARGUMENT');
           }
         }
       };
       const r = decode(be, o, churn, ref.tokens);
-      while (banks.moving > 0) settle();
-      settle();
+      landed += moves.drain().length;
       assert.equal(sameLogits(r, ref), 0, 'logits while moves land == all hot');
       assert.ok(landed >= (o.minLanded ?? 50), `only ${landed} moves landed`);
-      const plan = planRestore(mapFromBanks(banks, be.spec.name), boot, 0);
-      for (const s of plan) {
-        while (busy(s.layer, s.hotRow, s.coldRow)) settle();
-        banks.requestSwap(s.layer, s.hotRow, s.coldRow);
-        inFlight.push(s);
-      }
-      while (banks.moving > 0) settle();
-      settle();
+      for (const s of planRestore(mapFromBanks(banks, be.spec.name), boot, 0)) moves.requestWhenFree(s);
+      moves.drain();
       assert.deepEqual(mapFromBanks(banks, be.spec.name), boot, 'the boot map is back');
       assert.equal(banks.digest(), bootDigest, 'and so is the digest');
     } finally {

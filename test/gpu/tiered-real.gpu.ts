@@ -10,6 +10,7 @@ import { argmax } from '../../src/backend/cpu/ops.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { Backend } from '../../src/backend/backend.ts';
 import { mapFromBanks } from '../../src/engine/residency-driver.ts';
+import { MovesInFlight } from '../../src/backend/moves-in-flight.ts';
 import { identityRowMap } from '../../src/residency/rowmap.ts';
 import { planRestore } from '../../src/residency/restore.ts';
 import { mulberry32 } from '../../src/util/rng.ts';
@@ -53,54 +54,33 @@ test('real shapes, 64/128 hot: thousands of background moves land while greedy d
   const boot = identityRowMap(m.spec.name, banks.layers, E, H);
   const bootDigest = banks.digest();
   const rand = mulberry32(7);
+  const moves = new MovesInFlight(banks);
   let requested = 0, landed = 0, maxMoving = 0;
-  const busy = new Set<string>();
-  const requests = new Map<string, string[]>();
-  const land = (): void => {
-    for (const x of banks.takeLanded()) {
-      const key = `${x.layer}/${x.hotRow}/${x.coldRow}`;
-      for (const b of requests.get(key) ?? []) busy.delete(b);
-      requests.delete(key);
-      landed++;
-    }
-  };
   // Between steps: land what finished, then ask for up to 4 random exchanges per layer of rows not moving.
   const churn = (): void => {
-    land();
+    landed += moves.settle().length;
     for (let l = 0; l < banks.layers; l++) {
       for (let k = 0; k < 4; k++) {
         const hr = Math.floor(rand() * H), cr = Math.floor(rand() * (E - H));
-        const keys = [`${l}/h${hr}`, `${l}/c${cr}`];
-        if (keys.some((x) => busy.has(x))) continue;
-        banks.requestSwap(l, hr, cr);
-        keys.forEach((x) => busy.add(x));
-        requests.set(`${l}/${hr}/${cr}`, keys);
+        if (moves.busy(l, hr, cr)) continue;
+        moves.request({ layer: l, hotRow: hr, coldRow: cr });
         requested++;
       }
     }
     maxMoving = Math.max(maxMoving, banks.moving);
   };
   const got = greedy(be, prompts, STEPS, churn);
-  while (banks.moving > 0) land();
-  land();
+  landed += moves.drain().length;
   const midDigest = banks.digest();
 
   let tokenDiffs = 0, logitDiffs = 0;
   got.tokens.forEach((t, i) => t.forEach((x, s) => { if (x !== want.tokens[i]![s]) tokenDiffs++; }));
   got.logits.forEach((lg, s) => { for (let j = 0; j < lg.length; j++) if (lg[j] !== want.logits[s]![j]) logitDiffs++; });
 
-  // Back to the boot map with background moves (the restore plan, then land them).
+  // Back to the boot map with background moves (the restore plan, each swap once its rows are free).
   const plan = planRestore(mapFromBanks(banks, m.spec.name), boot, 0);
-  const inFlight: { layer: number; hotRow: number; coldRow: number }[] = [];
-  for (const s of plan) {
-    // The plan chains swaps through rows: one on a row still moving waits for it to land.
-    while (inFlight.some((f) => f.layer === s.layer && (f.hotRow === s.hotRow || f.coldRow === s.coldRow))) {
-      for (const x of banks.takeLanded()) inFlight.splice(inFlight.findIndex((f) => f.layer === x.layer && f.hotRow === x.hotRow && f.coldRow === x.coldRow), 1);
-    }
-    banks.requestSwap(s.layer, s.hotRow, s.coldRow);
-    inFlight.push(s);
-  }
-  while (banks.moving > 0) land();
+  for (const s of plan) moves.requestWhenFree(s);
+  moves.drain();
   const afterDigest = banks.digest();
   be.dispose();
   report['tieredReal'] = { steps: STEPS, cases: prompts.length, requested, landed, maxMoving, tokenDiffs, logitDiffs, restoreSwaps: plan.length, bootDigest, midDigest, afterDigest };
