@@ -24,6 +24,8 @@ import { resolveThreads } from './parallel/threads.ts';
 import { WasmArena } from './wasm/arena.ts';
 import { resolveSimd } from './wasm/simd-option.ts';
 import { simdKernel } from './wasm/kernel.ts';
+import { TabStage } from './wasm/stage.ts';
+import { expertScratch } from './wasm/experts.ts';
 
 export interface CpuBackendOptions {
   /** Initial placement of experts in the hot and cold banks (default: all hot). */
@@ -153,13 +155,14 @@ export class CpuBackend implements Backend {
     });
     this.mla = weights.layers.map((w) => (w.mla ? { ...w.mla, qA: share(w.mla.qA), qB: share(w.mla.qB), kvA: share(w.mla.kvA), kvB: share(w.mla.kvB) } : null));
     this.mlps = spec.denseIntermediate !== undefined || spec.sharedIntermediate ? new FamilyMlps(spec, weights.layers) : null;
-    // One SwiGLU scratch (2*I floats) per thread in the wasm memory.
+    // Per thread scratch in the wasm memory: expert units, attention.
     const perThread = <T>(f: (a: WasmArena) => T): T[] => (arena ? Array.from({ length: this.threads }, () => f(arena)) : []);
     const simd = arena
       ? {
           arena,
           kernel: simdKernel(arena.memory),
-          acts: perThread((a) => a.f32(2 * spec.expertIntermediate)),
+          stage: new TabStage(arena),
+          experts: perThread((a) => expertScratch(a, spec.expertIntermediate)),
           scores: perThread((a) => a.f64(spec.maxPositions)),
           accs: perThread((a) => a.f64(spec.headDim)),
         }
@@ -389,7 +392,7 @@ export class CpuBackend implements Backend {
     if (cur) {
       // The workers may hold the old buffers: let them go.
       const m = cur.moe;
-      for (const a of [cur.xn, cur.q, cur.qkv, cur.attn, cur.proj, cur.last, cur.logits, m.routerLogits, m.pickOut, m.units]) this.compute.forget(a);
+      for (const a of [cur.xn, cur.q, cur.qkv, cur.attn, cur.proj, cur.last, cur.logits, m.routerLogits, m.pickOut, m.units, m.unitPicks]) this.compute.forget(a);
       if (cur.mla) for (const a of [cur.mla.qa, cur.mla.q, cur.mla.ckv, cur.mla.c, cur.mla.kv]) this.compute.forget(a);
     }
     const H = spec.hiddenSize;

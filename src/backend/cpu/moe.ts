@@ -3,7 +3,7 @@
 import { clampedSwigluExpert, softmax, topk } from './moe-ops.ts';
 import { groupLimitedTopk, topkSoftmax } from './routers.ts';
 import type { ClampedSwiglu, RouterSpec } from '../../model/spec.ts';
-import { UNIT, expertUnits } from './expert-units.ts';
+import { PICK, UNIT, expertUnits, unitPairs } from './expert-units.ts';
 import { heapAlloc, type Alloc } from './alloc.ts';
 import type { CpuExpertBanks } from './banks.ts';
 import type { RowCompute } from './row-compute.ts';
@@ -20,8 +20,9 @@ export interface MoeScratch {
   /** Picks ordered by slot: hot rows first, then cold rows (the split). */
   readonly order: Int32Array; // [T*K]
   readonly slotStart: Int32Array; // [E+1]
-  /** The expert compute as units (see expert-units.ts). */
+  /** The expert compute as units and their picks (see expert-units.ts). */
   readonly units: Int32Array; // [T*K][UNIT]
+  readonly unitPicks: Int32Array; // [T*K][PICK]
   /** Activation scratch of the JS expert loops run on the calling thread (2*I floats). */
   readonly act: Float32Array;
 }
@@ -37,6 +38,7 @@ export function moeScratch(tokens: number, hidden: number, experts: number, topK
     order: new Int32Array(tokens * topK),
     slotStart: new Int32Array(experts + 1),
     units: alloc.i32(tokens * topK * UNIT),
+    unitPicks: alloc.i32(tokens * topK * PICK),
     act: new Float32Array(2 * inter),
   };
 }
@@ -100,13 +102,13 @@ export function moeLayer(
     for (let p = 0; p < picks; p++) counter[base + s.ids[p]!]!++;
   }
   // Compute: hot picks from the hot bank, cold picks read in place from the cold bank, as units (a row
-  // and its one or two picks) that the compute may share out between threads.
-  const units = expertUnits(s.units, s.order, s.ids, slots, picks, layer, banks.hotPerLayer, banks.rowSize, K, H);
+  // and the picks of it) that the compute may share out between threads.
+  const units = expertUnits(s.units, s.unitPicks, s.order, s.ids, slots, picks, layer, banks.hotPerLayer, banks.rowSize, K, H);
   // Quantized rows (quant-linear.ts): shared out by the compute, gpt-oss's clamped ones on the calling thread.
-  if (banks.quant && shape.clamped) computeQuantUnits(s.pickOut, s.units, 0, units, banks.quantRows, banks.rowSize, x, H, I, s.act, shape.clamped);
-  else if (banks.quant) compute.quantExperts(s.pickOut, s.units, units, x, H, I);
-  else if (shape.clamped) clampedExpertUnits(s.pickOut, s.units, units, banks, x, H, I, shape.clamped, s.act);
-  else compute.experts(s.pickOut, s.units, units, x, H, I);
+  if (banks.quant && shape.clamped) computeQuantUnits(s.pickOut, s.units, s.unitPicks, 0, units, banks.quantRows, banks.rowSize, x, H, I, s.act, shape.clamped);
+  else if (banks.quant) compute.quantExperts(s.pickOut, s.units, s.unitPicks, units, x, H, I);
+  else if (shape.clamped) clampedExpertUnits(s.pickOut, s.units, s.unitPicks, units, banks, x, H, I, shape.clamped, s.act);
+  else compute.experts(s.pickOut, s.units, s.unitPicks, units, x, tokens, H, I);
   // Combine in router order (independent of bank placement).
   for (let t = 0; t < tokens; t++) {
     for (let o = 0; o < H; o++) {
@@ -142,6 +144,7 @@ function routeFamily(r: RouterSpec, s: MoeScratch, tokens: number, E: number, K:
 function clampedExpertUnits(
   out: Float32Array,
   units: Int32Array,
+  unitPicks: Int32Array,
   count: number,
   banks: CpuExpertBanks,
   x: Float32Array,
@@ -151,11 +154,12 @@ function clampedExpertUnits(
   scratch: Float32Array,
 ): void {
   for (let n = 0; n < count; n++) {
-    const u = n * UNIT;
-    const b = units[u]!;
+    const b = units[n * UNIT]!;
     const bank = (b & 1 ? banks.cold : banks.hot)[b >> 1]!;
-    const row = units[u + 1]!;
-    clampedSwigluExpert(out, units[u + 2]!, bank, row, x, units[u + 4]!, hidden, inter, act, scratch);
-    if (units[u + 3]! >= 0) clampedSwigluExpert(out, units[u + 3]!, bank, row, x, units[u + 5]!, hidden, inter, act, scratch);
+    const row = units[n * UNIT + 1]!;
+    unitPairs(units, unitPicks, n, (outA, outB, xA, xB) => {
+      clampedSwigluExpert(out, outA, bank, row, x, xA, hidden, inter, act, scratch);
+      if (outB >= 0) clampedSwigluExpert(out, outB, bank, row, x, xB, hidden, inter, act, scratch);
+    });
   }
 }

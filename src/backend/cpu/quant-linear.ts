@@ -11,7 +11,7 @@ import { dot, dot2 } from './linalg.ts';
 import { dotBf16, dotFp8, dotMxfp4, fusedFp8 } from './quant-dot.ts';
 import { clampedAct, swigluAct } from './moe-ops.ts';
 import type { ClampedSwiglu } from '../../model/spec.ts';
-import { UNIT } from './expert-units.ts';
+import { UNIT, unitPairs } from './expert-units.ts';
 
 /** One dequantized weight row, grown on demand, and the sums of rowDot (per thread: each has this module). */
 let rowA = new Float32Array(0);
@@ -118,6 +118,7 @@ function downOut(sum: number, e: QuantExpert, o: number, clamped: ClampedSwiglu 
 export function computeQuantUnits(
   out: Float32Array,
   units: Int32Array,
+  unitPicks: Int32Array,
   u0: number,
   u1: number,
   rows: readonly (readonly QuantExpert[])[],
@@ -129,8 +130,7 @@ export function computeQuantUnits(
   clamped?: ClampedSwiglu,
 ): void {
   for (let n = u0; n < u1; n++) {
-    const u = n * UNIT;
-    const e = rows[units[u]!]![units[u + 1]! / rowSize]!;
-    quantExpert(out, units[u + 2]!, units[u + 3]!, e, x, units[u + 4]!, units[u + 5]!, hidden, inter, act, clamped);
+    const e = rows[units[n * UNIT]!]![units[n * UNIT + 1]! / rowSize]!;
+    unitPairs(units, unitPicks, n, (outA, outB, xA, xB) => quantExpert(out, outA, outB, e, x, xA, xB, hidden, inter, act, clamped));
   }
 }

@@ -11,7 +11,7 @@ import { computeQuantUnits, linearQ, quantExpert } from './quant-linear.ts';
 import { CpuExpertBanks } from './banks.ts';
 import { sharedAlloc } from './alloc.ts';
 import { CpuThreadPool } from './parallel/pool.ts';
-import { UNIT } from './expert-units.ts';
+import { PICK, UNIT } from './expert-units.ts';
 import { mulberry32 } from '../../util/rng.ts';
 import { withTempDir } from '../../model/test-helpers.ts';
 import { syntheticConfig, writeSyntheticCheckpoint } from '../../model/synthetic.ts';
@@ -180,16 +180,20 @@ describe('a block-FP8 model on the CPU backend', () => {
       const list = banks.bankList.flatMap((bank, b) => Array.from({ length: bank.length / banks.rowSize }, (_, r) => [b, r] as const));
       const n = list.length;
       const units = sharedAlloc.i32(n * UNIT);
-      list.forEach(([b, r], k) => units.set([b, r * banks.rowSize, k * H, -1, k * H, -1], k * UNIT));
+      const unitPicks = sharedAlloc.i32(n * PICK);
+      list.forEach(([b, r], k) => {
+        units.set([b, r * banks.rowSize, k, 1], k * UNIT);
+        unitPicks.set([k * H, k * H], k * PICK);
+      });
       const x = sharedAlloc.f32(n * H);
       x.set(vec(n * H));
       const want = new Float32Array(n * H);
-      computeQuantUnits(want, units, 0, n, banks.quantRows, banks.rowSize, x, H, I, new Float32Array(2 * I));
+      computeQuantUnits(want, units, unitPicks, 0, n, banks.quantRows, banks.rowSize, x, H, I, new Float32Array(2 * I));
       const before = pool.workerChunks();
       // Until a worker has taken a chunk (on a loaded machine the main thread may claim them all for a while).
       for (let i = 0; i < 500 && (i < 20 || pool.workerChunks() === before); i++) {
         const out = sharedAlloc.f32(n * H);
-        pool.quantExperts(out, units, n, x, H, I);
+        pool.quantExperts(out, units, unitPicks, n, x, H, I);
         assert.deepEqual(bytesOf(out), bytesOf(want));
       }
       assert.ok(pool.workerChunks() > before, 'no worker took a chunk of quantized units');

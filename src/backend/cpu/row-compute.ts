@@ -5,7 +5,8 @@ import { linear } from './linalg.ts';
 import { computeExpertUnits } from './expert-units.ts';
 import { attention } from './attention-ops.ts';
 import { inArena, simdLinear, type SimdKernel } from './wasm/kernel.ts';
-import { computeExpertUnitsSimd } from './wasm/experts.ts';
+import { computeExpertUnitsSimd, type ExpertScratch } from './wasm/experts.ts';
+import type { TabStage } from './wasm/stage.ts';
 import type { WasmArena } from './wasm/arena.ts';
 import { attentionHeadSimd } from './wasm/attention.ts';
 import { computeQuantUnits, type QuantExpert } from './quant-linear.ts';
@@ -13,13 +14,14 @@ import type { QuantRowLayout } from './expert-rows.ts';
 import { ResidencyError } from '../../errors.ts';
 
 /**
- * The SIMD kernel, its memory, and per thread (main first) scratch in that memory: SwiGLU (2*I floats),
- * attention scores (maxPositions float64) and sums (headDim float64).
+ * The SIMD kernel, its memory, the main thread's staging of kernel inputs, and per thread (main first) scratch in
+ * that memory: expert units (wasm/experts.ts), attention scores (maxPositions float64) and sums (headDim float64).
  */
 export interface SimdCompute {
   readonly arena: WasmArena;
   readonly kernel: SimdKernel;
-  readonly acts: readonly Float32Array[];
+  readonly stage: TabStage;
+  readonly experts: readonly ExpertScratch[];
   readonly scores: readonly Float64Array[];
   readonly accs: readonly Float64Array[];
 }
@@ -51,10 +53,10 @@ export interface QuantBanks {
 export interface RowCompute {
   /** y = W x for `rows` inputs (see linalg.ts `linear`). */
   linear(y: Float32Array, w: Float32Array, wOff: number, x: Float32Array, rows: number, outDim: number, inDim: number): void;
-  /** Expert units [0, count) into `out` (see expert-units.ts). */
-  experts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void;
+  /** Expert units [0, count) and their picks into `out`, over x [tokens][hidden] (see expert-units.ts). */
+  experts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void;
   /** The same over quantized bank rows (quant-linear.ts `computeQuantUnits`; JS on every thread). */
-  quantExperts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void;
+  quantExperts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void;
   /**
    * Attention of `tokens` tokens (see attention-ops.ts): token i's query at q[i*H*d..), its layer's KV
    * cache keys[i] / values[i], its position pos[i]; output at out[i*H*d..). scores / acc: the calling
@@ -90,14 +92,15 @@ export interface RowCompute {
 export function serialCompute(banks: readonly Float32Array[], inter: number, simd?: SimdCompute, quant?: QuantBanks): RowCompute {
   const act = new Float32Array(2 * inter);
   return {
-    quantExperts: (out, units, count, x, hidden, i) => {
+    quantExperts: (out, units, unitPicks, count, x, hidden, i) => {
       if (!quant) throw new ResidencyError('INTERNAL', 'cpu: quantized expert units without quantized banks');
-      computeQuantUnits(out, units, 0, count, quant.rows, quant.rowSize, x, hidden, i, act);
+      computeQuantUnits(out, units, unitPicks, 0, count, quant.rows, quant.rowSize, x, hidden, i, act);
     },
-    linear: simd ? simdLinear(simd.arena, simd.kernel) : linear,
-    experts: (out, units, count, x, hidden, i) => {
-      if (simd && inArena(simd.arena, out, x, x)) computeExpertUnitsSimd(simd.kernel, simd.acts[0]!, out, units, 0, count, banks, x, hidden, i);
-      else computeExpertUnits(out, units, 0, count, banks, x, hidden, i, act);
+    linear: simd ? simdLinear(simd.arena, simd.kernel, simd.stage) : linear,
+    experts: (out, units, unitPicks, count, x, tokens, hidden, i) => {
+      if (simd && inArena(simd.arena, out, x, x)) {
+        computeExpertUnitsSimd(simd.kernel, simd.experts[0]!, out, units, unitPicks, 0, count, banks, simd.stage.promote(x, tokens * hidden), hidden, i);
+      } else computeExpertUnits(out, units, unitPicks, 0, count, banks, x, hidden, i, act);
     },
     attention: (out, q, tokens, keys, values, pos, heads, kvHeads, d, scores, acc) => {
       if (simd && simdAttention(simd, out, q, tokens, keys, values)) {

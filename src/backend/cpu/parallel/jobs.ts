@@ -7,7 +7,7 @@ import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, O
 import { computeQuantUnits, type QuantExpert } from '../quant-linear.ts';
 import { ResidencyError } from '../../../errors.ts';
 import type { SimdKernel } from '../wasm/kernel.ts';
-import { computeExpertUnitsSimd } from '../wasm/experts.ts';
+import { computeExpertUnitsSimd, type ExpertScratch } from '../wasm/experts.ts';
 import { attentionHeadSimd } from '../wasm/attention.ts';
 
 export type Table = (Float32Array | Int32Array | undefined)[];
@@ -21,8 +21,8 @@ export interface JobScratch {
   scores: Float64Array;
   acc: Float64Array;
   simd: SimdKernel | null;
-  /** This thread's SwiGLU scratch in the kernel's memory (2*I floats). */
-  simdAct: Float32Array | null;
+  /** This thread's expert-unit scratch in the kernel's memory. */
+  simdExperts: ExpertScratch | null;
   /** This thread's attention scratch in the kernel's memory. */
   simdScores: Float64Array | null;
   simdAcc: Float64Array | null;
@@ -31,7 +31,7 @@ export interface JobScratch {
 }
 
 export function jobScratch(): JobScratch {
-  return { act: new Float32Array(0), scores: new Float64Array(0), acc: new Float64Array(0), simd: null, simdAct: null, simdScores: null, simdAcc: null, quant: null };
+  return { act: new Float32Array(0), scores: new Float64Array(0), acc: new Float64Array(0), simd: null, simdExperts: null, simdScores: null, simdAcc: null, quant: null };
 }
 
 function f32(t: Table, id: number): Float32Array {
@@ -56,26 +56,23 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
     const lo = ctl[BOUNDS + c]!;
     const hi = ctl[BOUNDS + c + 1]!;
     if (op === OP_LINEAR && ctl[a + 7] === 1) {
-      // y, w, x live in the wasm memory: their byte offsets are the kernel's addresses.
+      // Staged by the main thread (wasm/stage.ts): the row tables' and the weights' byte addresses.
       if (s.simd === null) throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
-      const y = f32(table, ctl[a]!);
-      const w = f32(table, ctl[a + 1]!);
-      const x = f32(table, ctl[a + 3]!);
-      s.simd.rowsAt(y.byteOffset, w.byteOffset + 4 * ctl[a + 2]!, x.byteOffset, ctl[a + 4]!, ctl[a + 5]!, ctl[a + 6]!, lo, hi);
+      s.simd.linearAt(ctl[a + 8]!, ctl[a + 10]!, ctl[a + 9]!, ctl[a + 4]!, ctl[a + 6]!, lo, hi);
     } else if (op === OP_LINEAR) {
       linearRows(f32(table, ctl[a]!), f32(table, ctl[a + 1]!), ctl[a + 2]!, f32(table, ctl[a + 3]!), ctl[a + 4]!, ctl[a + 5]!, ctl[a + 6]!, lo, hi);
-    } else if (op === OP_EXPERTS && ctl[a + 5] === 1) {
-      if (s.simd === null || s.simdAct === null) throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
-      computeExpertUnitsSimd(s.simd, s.simdAct, f32(table, ctl[a]!), i32(table, ctl[a + 1]!), lo, hi, banks, f32(table, ctl[a + 2]!), ctl[a + 3]!, ctl[a + 4]!);
+    } else if (op === OP_EXPERTS && ctl[a + 6] === 1) {
+      if (s.simd === null || s.simdExperts === null) throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
+      computeExpertUnitsSimd(s.simd, s.simdExperts, f32(table, ctl[a]!), i32(table, ctl[a + 1]!), i32(table, ctl[a + 2]!), lo, hi, banks, ctl[a + 7]!, ctl[a + 4]!, ctl[a + 5]!);
     } else if (op === OP_EXPERTS) {
-      const inter = ctl[a + 4]!;
+      const inter = ctl[a + 5]!;
       if (s.act.length < 2 * inter) s.act = new Float32Array(2 * inter);
-      computeExpertUnits(f32(table, ctl[a]!), i32(table, ctl[a + 1]!), lo, hi, banks, f32(table, ctl[a + 2]!), ctl[a + 3]!, inter, s.act);
+      computeExpertUnits(f32(table, ctl[a]!), i32(table, ctl[a + 1]!), i32(table, ctl[a + 2]!), lo, hi, banks, f32(table, ctl[a + 3]!), ctl[a + 4]!, inter, s.act);
     } else if (op === OP_QUANT_EXPERTS) {
       if (s.quant === null) throw new ResidencyError('INTERNAL', 'cpu threads: a quantized experts job reached a thread without the quantized banks');
-      const inter = ctl[a + 4]!;
+      const inter = ctl[a + 5]!;
       if (s.act.length < 2 * inter) s.act = new Float32Array(2 * inter);
-      computeQuantUnits(f32(table, ctl[a]!), i32(table, ctl[a + 1]!), lo, hi, s.quant.rows, s.quant.rowSize, f32(table, ctl[a + 2]!), ctl[a + 3]!, inter, s.act);
+      computeQuantUnits(f32(table, ctl[a]!), i32(table, ctl[a + 1]!), i32(table, ctl[a + 2]!), lo, hi, s.quant.rows, s.quant.rowSize, f32(table, ctl[a + 3]!), ctl[a + 4]!, inter, s.act);
     } else if (op === OP_ATTENTION) {
       const out = f32(table, ctl[a]!);
       const q = f32(table, ctl[a + 1]!);

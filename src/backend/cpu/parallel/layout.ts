@@ -9,6 +9,7 @@
 import type { MessagePort } from 'node:worker_threads';
 import type { WasmMemory } from '../wasm/api.ts';
 import type { QuantRowLayout } from '../expert-rows.ts';
+import type { ExpertScratch } from '../wasm/experts.ts';
 
 /** Ints per block (128 bytes: flags written by different threads never share a cache line). */
 export const BLOCK = 32;
@@ -53,12 +54,14 @@ export function controlSize(workers: number): number {
 
 /**
  * args: y, w, wOff, x, rows, outDim, inDim (array-table ids for y, w, x), simd (1: y, w and x live in the
- * wasm memory, run the SIMD kernel on their byte offsets); chunks are output rows.
+ * wasm memory: run the SIMD kernel), then with simd the byte addresses of the output and input row tables and of
+ * w's first row (staged by the main thread, wasm/stage.ts); chunks are output rows.
  */
 export const OP_LINEAR = 1;
 /**
- * args: out, units, x, hidden, inter (array-table ids for out, units, x), simd (1: out, x and the banks
- * live in the wasm memory); chunks are expert units.
+ * args: out, units, unitPicks, x, hidden, inter (array-table ids for out, units, unitPicks, x), simd (1: out
+ * and the banks live in the wasm memory), then with simd the byte address of x promoted to float64 (staged by
+ * the main thread); chunks are expert units.
  */
 export const OP_EXPERTS = 2;
 
@@ -68,8 +71,8 @@ export const OP_EXPERTS = 2;
  */
 export const OP_ATTENTION = 3;
 /**
- * args: out, units, x, hidden, inter (array-table ids for out, units, x); chunks are expert units over
- * quantized bank rows (quant-linear.ts, JS on every thread: the rows' views come from WorkerInit.quant).
+ * args: out, units, unitPicks, x, hidden, inter (array-table ids for out, units, unitPicks, x); chunks are expert
+ * units over quantized bank rows (quant-linear.ts, JS on every thread: the rows' views come from WorkerInit.quant).
  */
 export const OP_QUANT_EXPERTS = 4;
 
@@ -90,8 +93,8 @@ export interface WorkerInit {
   readonly errorPort: MessagePort;
   /** The SIMD path's shared wasm memory (wasm/arena.ts), when the backend runs it. */
   readonly wasmMemory?: WasmMemory | undefined;
-  /** This worker's SwiGLU scratch (2*I floats) in that memory. */
-  readonly wasmAct?: Float32Array | undefined;
+  /** This worker's expert-unit scratch in that memory (wasm/experts.ts). */
+  readonly wasmExperts?: ExpertScratch | undefined;
   /** This worker's attention scratch in that memory: scores (maxPositions) and sums (headDim). */
   readonly wasmScores?: Float64Array | undefined;
   readonly wasmAcc?: Float64Array | undefined;

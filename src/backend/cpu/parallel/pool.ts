@@ -90,7 +90,7 @@ export class CpuThreadPool implements RowCompute {
     this.timeoutMs = opts.timeoutMs ?? 30_000;
     this.simd = opts.simd;
     this.scratch.simd = opts.simd?.kernel ?? null;
-    this.scratch.simdAct = opts.simd?.acts[0] ?? null;
+    this.scratch.simdExperts = opts.simd?.experts[0] ?? null;
     this.scratch.simdScores = opts.simd?.scores[0] ?? null;
     this.scratch.simdAcc = opts.simd?.accs[0] ?? null;
     this.quant = opts.quant;
@@ -108,7 +108,7 @@ export class CpuThreadPool implements RowCompute {
         tablePort: table.port2,
         errorPort: errors.port2,
         wasmMemory: opts.simd?.arena.memory,
-        wasmAct: opts.simd?.acts[i + 1],
+        wasmExperts: opts.simd?.experts[i + 1],
         wasmScores: opts.simd?.scores[i + 1],
         wasmAcc: opts.simd?.accs[i + 1],
         quant: opts.quant ? { layout: opts.quant.layout, hidden: opts.quant.hidden, inter: opts.quant.inter } : undefined,
@@ -132,45 +132,50 @@ export class CpuThreadPool implements RowCompute {
     const macs = rows * outDim * inDim;
     const chunks = Math.min(this.threads * t.chunksPerThread, outDim, Math.ceil(macs / t.minChunkMacs), MAX_CHUNKS);
     const simd = this.simd !== undefined && inArena(this.simd.arena, y, w, x);
+    const tabs = simd ? this.simd!.stage.linear(y, x, rows, outDim, inDim) : null;
+    const wAt = w.byteOffset + 4 * wOff;
     if (this.disposed || chunks < 2 || macs < t.minSplitMacs) {
-      if (simd) this.simd!.kernel.rowsAt(y.byteOffset, w.byteOffset + 4 * wOff, x.byteOffset, rows, outDim, inDim, 0, outDim);
+      if (tabs) this.simd!.kernel.linearAt(tabs.yTab, wAt, tabs.xTab, rows, inDim, 0, outDim);
       else linear(y, w, wOff, x, rows, outDim, inDim);
       return;
     }
     const c = this.ctl;
     for (let k = 0; k <= chunks; k++) c[BOUNDS + k] = Math.round((k * outDim) / chunks);
-    this.run(OP_LINEAR, chunks, [this.id(y), this.id(w), wOff, this.id(x), rows, outDim, inDim, simd ? 1 : 0]);
+    // With SIMD the workers need only the staged addresses (every array lives in the wasm memory).
+    if (tabs) this.run(OP_LINEAR, chunks, [0, 0, wOff, 0, rows, outDim, inDim, 1, tabs.yTab, tabs.xTab, wAt]);
+    else this.run(OP_LINEAR, chunks, [this.id(y), this.id(w), wOff, this.id(x), rows, outDim, inDim, 0]);
   }
 
-  experts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void {
+  experts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void {
     const t = poolTuning;
     const chunks = Math.min(this.threads * t.chunksPerThread, count, MAX_CHUNKS);
     const simd = this.simd !== undefined && inArena(this.simd.arena, out, x, x);
-    if (this.disposed || chunks < 2 || count * 3 * hidden * inter < t.minSplitMacs) {
+    const x64 = simd ? this.simd!.stage.promote(x, tokens * hidden) : 0;
+    if (this.disposed || chunks < 2 || pickCount(units, count) * 3 * hidden * inter < t.minSplitMacs) {
       if (simd) {
-        computeExpertUnitsSimd(this.simd!.kernel, this.simd!.acts[0]!, out, units, 0, count, this.banks, x, hidden, inter);
+        computeExpertUnitsSimd(this.simd!.kernel, this.simd!.experts[0]!, out, units, unitPicks, 0, count, this.banks, x64, hidden, inter);
         return;
       }
       if (this.serialAct[0]!.length < 2 * inter) this.serialAct[0] = new Float32Array(2 * inter);
-      computeExpertUnits(out, units, 0, count, this.banks, x, hidden, inter, this.serialAct[0]!);
+      computeExpertUnits(out, units, unitPicks, 0, count, this.banks, x, hidden, inter, this.serialAct[0]!);
       return;
     }
-    // A pair unit is two picks' work: chunks balance picks, not units.
-    writeBounds(this.ctl, count, chunks, (u) => (units[u * UNIT + 3]! >= 0 ? 2 : 1));
-    this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(x), hidden, inter, simd ? 1 : 0]);
+    // A unit is its picks' work: chunks balance picks, not units.
+    writeBounds(this.ctl, count, chunks, (u) => units[u * UNIT + 3]!);
+    this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(unitPicks), this.id(x), hidden, inter, simd ? 1 : 0, x64]);
   }
 
-  quantExperts(out: Float32Array, units: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void {
+  quantExperts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void {
     const q = this.quant;
     if (!q) throw new ResidencyError('INTERNAL', 'cpu thread pool: quantized expert units without quantized banks');
     const chunks = Math.min(this.threads * poolTuning.chunksPerThread, count, MAX_CHUNKS);
-    if (this.disposed || chunks < 2 || count * 3 * hidden * inter < poolTuning.minSplitMacs) {
+    if (this.disposed || chunks < 2 || pickCount(units, count) * 3 * hidden * inter < poolTuning.minSplitMacs) {
       if (this.serialAct[0]!.length < 2 * inter) this.serialAct[0] = new Float32Array(2 * inter);
-      computeQuantUnits(out, units, 0, count, q.rows, q.rowSize, x, hidden, inter, this.serialAct[0]!);
+      computeQuantUnits(out, units, unitPicks, 0, count, q.rows, q.rowSize, x, hidden, inter, this.serialAct[0]!);
       return;
     }
-    writeBounds(this.ctl, count, chunks, (u) => (units[u * UNIT + 3]! >= 0 ? 2 : 1));
-    this.run(OP_QUANT_EXPERTS, chunks, [this.id(out), this.id(units), this.id(x), hidden, inter]);
+    writeBounds(this.ctl, count, chunks, (u) => units[u * UNIT + 3]!);
+    this.run(OP_QUANT_EXPERTS, chunks, [this.id(out), this.id(units), this.id(unitPicks), this.id(x), hidden, inter]);
   }
 
   /**
@@ -349,6 +354,13 @@ export class CpuThreadPool implements RowCompute {
     for (const p of this.tablePorts) p.postMessage({ gen: this.gen, id, array: a });
     return id;
   }
+}
+
+/** The picks of units [0, count). */
+function pickCount(units: Int32Array, count: number): number {
+  let n = 0;
+  for (let u = 0; u < count; u++) n += units[u * UNIT + 3]!;
+  return n;
 }
 
 /**

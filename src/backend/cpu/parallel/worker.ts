@@ -16,7 +16,7 @@ function main(init: WorkerInit): void {
   const table: Table = [];
   const scratch = jobScratch();
   if (init.wasmMemory) scratch.simd = simdKernel(init.wasmMemory);
-  scratch.simdAct = init.wasmAct ?? null;
+  scratch.simdExperts = init.wasmExperts ?? null;
   scratch.simdScores = init.wasmScores ?? null;
   scratch.simdAcc = init.wasmAcc ?? null;
   const q = init.quant;

@@ -34,6 +34,8 @@ export const i32c = (n: number): number[] => [0x41, ...sleb(n)];
 export const ADD = 0x6a;
 export const MUL = 0x6c;
 export const LT_U = 0x49;
+export const GT_U = 0x4b;
+export const LE_U = 0x4d;
 export const BLOCK = [0x02, 0x40];
 export const LOOP = [0x03, 0x40];
 export const END = 0x0b;
@@ -42,6 +44,7 @@ export const brIf = (d: number): number[] => [0x0d, ...u32(d)];
 export const EQZ = 0x45;
 export const f32Load = (off: number): number[] => [0x2a, 2, ...u32(off)];
 export const f32Store = [0x38, 2, 0];
+export const i32LoadAt = (off: number): number[] => [0x28, 2, ...u32(off)];
 export const f32StoreAt = (off: number): number[] => [0x38, 2, ...u32(off)];
 export const PROMOTE = 0xbb; // f64.promote_f32
 export const DEMOTE = 0xb6; // f32.demote_f64

@@ -5,15 +5,24 @@ import { linear } from '../linalg.ts';
 import type { WasmArena } from './arena.ts';
 import { linearModuleBytes } from './module.ts';
 import { wasmApi, type WasmMemory } from './api.ts';
+import type { TabStage } from './stage.ts';
 
-/** linalg.ts `linearRows` over byte addresses in the kernel's memory. */
+/** linalg.ts `linearRows` and the attention sums over byte addresses in the kernel's memory. */
 export interface SimdKernel {
-  rowsAt(y: number, w: number, x: number, rows: number, outDim: number, inDim: number, o0: number, o1: number): void;
+  /**
+   * tile-code.ts `linear_tab`: for r < rows, o in [o0, o1): f32 at (yTab[r] + 4o) = dot(weight row o at w, the
+   * float64 row at xTab[r], inDim); yTab and xTab address i32 tables of byte addresses (stage.ts fills them).
+   * Output rows go in blocks whose weights fit L2, so every input tile reuses a block from cache.
+   */
+  linearAt(yTab: number, w: number, xTab: number, rows: number, inDim: number, o0: number, o1: number): void;
   /** out[p] (float64) = dot(q, k + p*kStride, d) for p < count (attention-code.ts). */
   scoresAt(out: number, q: number, k: number, kStride: number, d: number, count: number): void;
   /** acc[i] (float64) += e[p] * v[p*vStride + i] for p < count in order (attention-code.ts). */
   wsumAt(acc: number, e: number, v: number, vStride: number, d: number, count: number): void;
 }
+
+/** Weight bytes of one block of linear_tab's output rows (L2 is 512 KiB a core here; inputs and outputs need room). */
+const BLOCK_BYTES = 128 * 1024;
 
 let compiled: object | null = null;
 let calls = 0;
@@ -39,15 +48,14 @@ export function simdKernel(memory: WasmMemory): SimdKernel {
     compiled = new wasmApi.Module(linearModuleBytes());
   }
   const inst = new wasmApi!.Instance(compiled, { env: { memory } });
-  const f = inst.exports.linear_rows as (...a: number[]) => void;
-  const f2 = inst.exports.linear_rows2 as (...a: number[]) => void;
+  const tab = inst.exports.linear_tab as (...a: number[]) => void;
   const scores = inst.exports.attn_scores as (...a: number[]) => void;
   const wsum = inst.exports.attn_wsum as (...a: number[]) => void;
   return {
-    rowsAt: (y, w, x, rows, outDim, inDim, o0, o1) => {
+    linearAt: (yTab, w, xTab, rows, inDim, o0, o1) => {
       calls++;
-      // Batches take the two-rows-a-time kernel (prefill and batch 4 ~1.1-1.3x); one input row the plain one.
-      (rows > 1 ? f2 : f)(y, w, x, rows, outDim, inDim, o0, o1);
+      const step = Math.max(1, Math.floor(BLOCK_BYTES / (4 * inDim)));
+      for (let o = o0; o < o1; o += step) tab(yTab, w, xTab, rows, inDim, o, Math.min(o1, o + step));
     },
     scoresAt: (out, q, k, kStride, d, count) => {
       calls++;
@@ -62,10 +70,11 @@ export function inArena(arena: WasmArena, y: Float32Array, w: Float32Array, x: F
   return arena.holds(y) && arena.holds(w) && arena.holds(x);
 }
 
-/** linalg.ts `linear` through the kernel when its arrays live in `arena`, else the JS loop. */
-export function simdLinear(arena: WasmArena, k: SimdKernel) {
+/** linalg.ts `linear` through the kernel when its arrays live in `arena` (inputs staged by `stage`), else the JS loop. */
+export function simdLinear(arena: WasmArena, k: SimdKernel, stage: TabStage) {
   return (y: Float32Array, w: Float32Array, wOff: number, x: Float32Array, rows: number, outDim: number, inDim: number): void => {
-    if (inArena(arena, y, w, x)) k.rowsAt(y.byteOffset, w.byteOffset + 4 * wOff, x.byteOffset, rows, outDim, inDim, 0, outDim);
-    else linear(y, w, wOff, x, rows, outDim, inDim);
+    if (!inArena(arena, y, w, x)) return linear(y, w, wOff, x, rows, outDim, inDim);
+    const { yTab, xTab } = stage.linear(y, x, rows, outDim, inDim);
+    k.linearAt(yTab, w.byteOffset + 4 * wOff, xTab, rows, inDim, 0, outDim);
   };
 }

@@ -10,8 +10,10 @@ import { resolve } from 'node:path';
 import { WasmArena } from './arena.ts';
 import { simdKernel, simdKernelCalls, simdLinear } from './kernel.ts';
 import { linear, linearRows } from '../linalg.ts';
-import { UNIT, computeExpertUnits } from '../expert-units.ts';
-import { computeExpertUnitsSimd } from './experts.ts';
+import { MAX_GROUP, PICK, UNIT, computeExpertUnits, expertUnits } from '../expert-units.ts';
+import { computeExpertUnitsSimd, expertScratch } from './experts.ts';
+import { swigluExpert } from '../moe-ops.ts';
+import { TabStage } from './stage.ts';
 import { resolveSimd } from './simd-option.ts';
 import { attentionHeadSimd } from './attention.ts';
 import { attentionHead } from '../attention-ops.ts';
@@ -37,12 +39,13 @@ function fill(a: Float32Array, rand: () => number): void {
 test('kernel vs JS linear: bit-identical on random shapes, tails, offsets, row ranges and batches', () => {
   const arena = new WasmArena();
   const k = simdKernel(arena.memory);
-  const lin = simdLinear(arena, k);
+  const stage = new TabStage(arena);
+  const lin = simdLinear(arena, k, stage);
   const rand = mulberry32(7);
   const calls = simdKernelCalls();
   let compared = 0;
   for (let t = 0; t < 300; t++) {
-    const rows = 1 + Math.floor(rand() * 5);
+    const rows = 1 + Math.floor(rand() * 11); // tiles of three input rows, then two or one left
     const outDim = 1 + Math.floor(rand() * 20);
     const inDim = 1 + Math.floor(rand() * 70); // every residue mod 4, tails of 0..3
     const wOff = Math.floor(rand() * 9);
@@ -61,7 +64,8 @@ test('kernel vs JS linear: bit-identical on random shapes, tails, offsets, row r
     y.fill(-1);
     want.fill(-1);
     linearRows(want, w, wOff, x, rows, outDim, inDim, o0, o1);
-    k.rowsAt(y.byteOffset, w.byteOffset + 4 * wOff, x.byteOffset, rows, outDim, inDim, o0, o1);
+    const { yTab, xTab } = stage.linear(y, x, rows, outDim, inDim);
+    k.linearAt(yTab, w.byteOffset + 4 * wOff, xTab, rows, inDim, o0, o1);
     assert.ok(bytes(y).equals(bytes(want)), `rows [${o0}, ${o1}) of out ${outDim} in ${inDim}`);
     compared += 2;
   }
@@ -80,31 +84,69 @@ test('kernel vs JS linear: bit-identical on random shapes, tails, offsets, row r
   assert.ok(bytes(y).equals(bytes(want)));
 });
 
-test('expert units through the kernel: bit-identical to computeExpertUnits (single and pair units, tails)', () => {
+test('kernel vs JS linear: wide rows go in several blocks of output rows (and a sub-range across them), bit-identical', () => {
+  const arena = new WasmArena();
+  const k = simdKernel(arena.memory);
+  const stage = new TabStage(arena);
+  const rand = mulberry32(8);
+  // 128 KiB of weights a block: 6 rows of 5001 floats, so 17 rows make three blocks.
+  for (const [rows, outDim, inDim, o0, o1] of [[5, 17, 5001, 0, 17], [4, 17, 5001, 5, 14], [1, 13, 8192, 0, 13]] as const) {
+    const w = arena.f32(outDim * inDim);
+    const x = arena.f32(rows * inDim);
+    const y = arena.f32(rows * outDim).fill(-1);
+    fill(w, rand);
+    fill(x, rand);
+    const want = new Float32Array(rows * outDim).fill(-1);
+    linearRows(want, w, 0, x, rows, outDim, inDim, o0, o1);
+    const { yTab, xTab } = stage.linear(y, x, rows, outDim, inDim);
+    k.linearAt(yTab, w.byteOffset, xTab, rows, inDim, o0, o1);
+    assert.ok(bytes(y).equals(bytes(want)), `rows ${rows} out [${o0}, ${o1}) of ${outDim} in ${inDim}`);
+  }
+});
+
+test('expert units through the kernel: each pick bit-identical to swigluExpert, grouped by row (up to MAX_GROUP picks a unit, odd sizes)', () => {
   const rand = mulberry32(13);
-  for (const [hidden, inter] of [[64, 24], [66, 21], [7, 5]] as const) {
+  for (const [hidden, inter, tokens, topK, experts] of [[64, 24, 9, 3, 4], [66, 21, 40, 2, 3], [7, 5, 5, 2, 6], [13, 9, 80, 1, 2]] as const) {
     const arena = new WasmArena();
     const k = simdKernel(arena.memory);
+    const stage = new TabStage(arena);
     const rowSize = 3 * inter * hidden;
-    const banks = [arena.f32(3 * rowSize), arena.f32(2 * rowSize)];
+    // Hot rows in bank 0, cold rows in bank 1: experts [0, hot) hot.
+    const hot = Math.ceil(experts / 2);
+    const banks = [arena.f32(hot * rowSize), arena.f32((experts - hot) * rowSize)];
     for (const b of banks) fill(b, rand);
-    const picks = 6;
-    const x = arena.f32(picks * hidden);
+    const x = arena.f32(tokens * hidden);
     for (let i = 0; i < x.length; i++) x[i] = rand() * 2 - 1;
-    // Units: bank, row offset, out A, out B (-1: single), x A, x B.
-    const list = [
-      [0, 2 * rowSize, 0, -1, 0, -1],
-      [1, 0, 1 * hidden, 4 * hidden, 1 * hidden, 3 * hidden],
-      [0, 0, 2 * hidden, -1, 5 * hidden, -1],
-      [1, rowSize, 3 * hidden, 5 * hidden, 2 * hidden, 4 * hidden],
-    ];
-    const units = new Int32Array(list.length * UNIT);
-    list.forEach((u, i) => units.set(u, i * UNIT));
-    const want = new Float32Array(picks * hidden);
-    computeExpertUnits(want, units, 0, list.length, banks, x, hidden, inter, new Float32Array(2 * inter));
+    // Each token's topK distinct experts; the picks ordered by slot as moe.ts splits them.
+    const picks = tokens * topK;
+    const ids = new Int32Array(picks);
+    for (let t = 0; t < tokens; t++) {
+      const perm = Array.from({ length: experts }, (_, e) => e).sort(() => rand() - 0.5);
+      for (let j = 0; j < topK; j++) ids[t * topK + j] = perm[j]!;
+    }
+    const slots = Int32Array.from({ length: experts }, (_, e) => e);
+    const order = Int32Array.from({ length: picks }, (_, p) => p).sort((a, b) => ids[a]! - ids[b]! || a - b);
+    const units = new Int32Array(picks * UNIT);
+    const unitPicks = new Int32Array(picks * PICK);
+    const n = expertUnits(units, unitPicks, order, ids, slots, picks, 0, hot, rowSize, topK, hidden);
+    let most = 0;
+    for (let u = 0; u < n; u++) most = Math.max(most, units[u * UNIT + 3]!);
+    assert.ok(most <= MAX_GROUP);
+    if (tokens * topK / experts > MAX_GROUP) assert.equal(most, MAX_GROUP, 'a row picked more than MAX_GROUP times makes several full units');
+    // The spec: every pick alone.
+    const spec = new Float32Array(picks * hidden);
+    const act = new Float32Array(2 * inter);
+    for (let p = 0; p < picks; p++) {
+      const e = ids[p]!;
+      const bank = e < hot ? banks[0]! : banks[1]!;
+      swigluExpert(spec, p * hidden, bank, (e < hot ? e : e - hot) * rowSize, x, ((p / topK) | 0) * hidden, hidden, inter, act);
+    }
+    const js = new Float32Array(picks * hidden);
+    computeExpertUnits(js, units, unitPicks, 0, n, banks, x, hidden, inter, act);
+    assert.ok(bytes(js).equals(bytes(spec)), `JS units, hidden ${hidden} inter ${inter}`);
     const got = arena.f32(picks * hidden);
-    computeExpertUnitsSimd(k, arena.f32(2 * inter), got, units, 0, list.length, banks, x, hidden, inter);
-    assert.ok(bytes(got).equals(bytes(want)), `hidden ${hidden} inter ${inter}`);
+    computeExpertUnitsSimd(k, expertScratch(arena, inter), got, units, unitPicks, 0, n, banks, stage.promote(x, tokens * hidden), hidden, inter);
+    assert.ok(bytes(got).equals(bytes(spec)), `SIMD units, hidden ${hidden} inter ${inter} (largest unit ${most} picks)`);
   }
 });
 
@@ -159,7 +201,8 @@ test('the arena grows without moving or losing arrays handed out before', () => 
   assert.ok(a.every((v) => v === 3.5));
   const k = simdKernel(arena.memory);
   const y = arena.f32(1);
-  k.rowsAt(y.byteOffset, a.byteOffset, big.byteOffset, 1, 1, 1000, 0, 1);
+  const { yTab, xTab } = new TabStage(arena).linear(y, big, 1, 1, 1000);
+  k.linearAt(yTab, a.byteOffset, xTab, 1, 1000, 0, 1);
   assert.equal(y[0], 3500);
   assert.ok(arena.holds(a) && arena.holds(big) && !arena.holds(new Float32Array(4)));
 });
