@@ -64,7 +64,7 @@ function sameLogits(a: Run, b: Run): number {
 }
 
 export function runBackendConformance(name: string, make: BackendFactory, o: ConformanceOptions): void {
-  test(`${name}: the counter is the histogram of the counted steps' routed picks`, async () => {
+  test(`conformance, ${name}: the counter is the histogram of the counted steps' routed picks`, async () => {
     const be = await make();
     try {
       const r = decode(be, o);
@@ -79,7 +79,7 @@ export function runBackendConformance(name: string, make: BackendFactory, o: Con
     }
   });
 
-  test(`${name}: placement never changes a result (all hot, ${o.hot} hot, a shuffled map: same logits bit for bit)`, async () => {
+  test(`conformance, ${name}: placement never changes a result (all hot, ${o.hot} hot, a shuffled map: same logits bit for bit)`, async () => {
     const all = await make();
     const ref = decode(all, o);
     const E = all.spec.numExperts;
@@ -106,7 +106,7 @@ export function runBackendConformance(name: string, make: BackendFactory, o: Con
     }
   });
 
-  test(`${name}: background moves land losslessly while steps run; moving back gives back the boot digest`, async () => {
+  test(`conformance, ${name}: background moves land losslessly while steps run; moving back gives back the boot digest`, async () => {
     const all = await make();
     const ref = decode(all, o);
     all.dispose();
@@ -144,7 +144,7 @@ export function runBackendConformance(name: string, make: BackendFactory, o: Con
     }
   });
 
-  test(`${name}: a bad step is refused before anything changes`, async () => {
+  test(`conformance, ${name}: a bad step is refused before anything changes`, async () => {
     const be = await make({ hotPerLayer: o.hot });
     try {
       const V = be.spec.vocabSize;

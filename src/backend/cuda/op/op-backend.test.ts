@@ -34,9 +34,12 @@ function build(opts: OpBackendOptions = {}) {
 test('op path on the fake driver: prefill in pieces, decode graphs by bucket, splits and attention kind; dispose leaves nothing', () => {
   const { d, be } = build();
   be.openSequence(1, 64);
-  be.openSequence(2, 64);
+  be.openSequence(2, 16);
   assert.throws(() => be.openSequence(3, 8), /every KV cache slot is in use \(2 sequences\)/);
-  assert.throws(() => be.forward({ chunks: [{ seq: 1, tokens: [1], startPos: 64 }], count: false }), /exceed --max-model-len 64/);
+  assert.throws(() => be.openSequence(3, 65), /capacity 65 must be an integer in \[1, 64\] \(--max-model-len\)/);
+  assert.throws(() => be.forward({ chunks: [{ seq: 1, tokens: [1], startPos: 64 }], count: false }), /exceed its capacity of 64 positions/);
+  // A sequence's own capacity bounds it, not only --max-model-len (the conformance suite's bad step).
+  assert.throws(() => be.forward({ chunks: [{ seq: 2, tokens: [1, 2], startPos: 15 }], count: false }), /seq 2 positions 15..16 exceed its capacity of 16 positions/);
   // A 40-token prompt: a 32-row prefill piece (eager) then an 8-row piece of one sequence (unfused graph; 40 positions in 2 splits).
   const p = be.forward({ chunks: [{ seq: 1, tokens: Array.from({ length: 40 }, (_, i) => i % 50), startPos: 0 }], count: false });
   assert.equal(p.logits.length, spec.vocabSize);

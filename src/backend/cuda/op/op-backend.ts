@@ -82,7 +82,9 @@ export class CudaOpBackend implements Backend {
   private readonly kvPool: bigint;
   private readonly kvSlotBytes: number;
   private readonly freeSlots: number[];
+  /** Open sequences: seq -> KV slot, and the positions it was opened with. */
   private readonly seqs = new Map<number, number>();
+  private readonly capacities = new Map<number, number>();
   private readonly graphs = new Map<string, bigint>();
   private readonly d: CudaDriver;
   private disposed = false;
@@ -203,6 +205,7 @@ export class CudaOpBackend implements Backend {
     const slot = this.freeSlots.pop();
     if (slot === undefined) throw new ResidencyError('NOT_AVAILABLE', `every KV cache slot is in use (${this.memory.maxNumSeqs} sequences): close one first`);
     this.seqs.set(seq, slot);
+    this.capacities.set(seq, capacity);
   }
 
   closeSequence(seq: number): void {
@@ -210,6 +213,7 @@ export class CudaOpBackend implements Backend {
     if (slot === undefined) return;
     this.d.streamSync(this.stream, 'closeSequence');
     this.seqs.delete(seq);
+    this.capacities.delete(seq);
     this.freeSlots.push(slot);
   }
 
@@ -254,6 +258,7 @@ export class CudaOpBackend implements Backend {
     this.scope.close();
     this.graphs.clear();
     this.seqs.clear();
+    this.capacities.clear();
   }
 
   /** The keys of the decode graphs captured so far (`${bucket}/${splits}/${fused|unfused attention}`). */
@@ -472,8 +477,7 @@ export class CudaOpBackend implements Backend {
 
   private validate(chunks: readonly SequenceChunk[]): number {
     if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend used after dispose()');
-    const len = this.memory.maxModelLen;
-    return checkStepChunks(chunks, (seq) => (this.seqs.has(seq) ? len : undefined), this.spec.vocabSize, () => `--max-model-len ${len}`);
+    return checkStepChunks(chunks, (seq) => this.capacities.get(seq), this.spec.vocabSize, (cap) => `its capacity of ${cap} positions`);
   }
 
   private alloc(bytes: number, what: string): bigint {
