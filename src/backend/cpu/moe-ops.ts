@@ -1,13 +1,36 @@
 // The MoE ops of the CPU reference: router softmax and top-k, and the SwiGLU expert read from a bank row.
 import { dot, dot2 } from './linalg.ts';
 
+/** exp(x - max) of each value: computed once, divided by the sum after (softmax is single-threaded). */
+let softmaxExp = new Float64Array(0);
+
 /** Softmax of x[off..off+n) into probs[pOff..) (float64 math). */
 export function softmax(probs: Float32Array, pOff: number, x: Float32Array, off: number, n: number): void {
+  if (softmaxExp.length < n) softmaxExp = new Float64Array(n);
+  const ex = softmaxExp;
   let max = -Infinity;
   for (let i = 0; i < n; i++) if (x[off + i]! > max) max = x[off + i]!;
   let sum = 0;
-  for (let i = 0; i < n; i++) sum += Math.exp(x[off + i]! - max);
-  for (let i = 0; i < n; i++) probs[pOff + i] = Math.exp(x[off + i]! - max) / sum;
+  for (let i = 0; i < n; i++) {
+    const e = Math.exp(x[off + i]! - max);
+    ex[i] = e;
+    sum += e;
+  }
+  for (let i = 0; i < n; i++) probs[pOff + i] = ex[i]! / sum;
+}
+
+/**
+ * out[t][o] = sum over k in order of float32(w[t][k] * pick[t*K+k][o]) in float64, rounded once on store: an MoE
+ * layer's combine of its picks' outputs in router order (independent of bank placement).
+ */
+export function combinePicks(out: Float32Array, w: Float32Array, pickOut: Float32Array, tokens: number, K: number, H: number): void {
+  for (let t = 0; t < tokens; t++) {
+    for (let o = 0; o < H; o++) {
+      let acc = 0;
+      for (let k = 0; k < K; k++) acc += Math.fround(w[t * K + k]! * pickOut[(t * K + k) * H + o]!);
+      out[t * H + o] = acc;
+    }
+  }
 }
 
 /**

@@ -27,13 +27,13 @@ export interface MoeScratch {
   readonly act: Float32Array;
 }
 
-/** Arrays other threads read or write (router logits, the normed input, pick outputs, units) come from `alloc`. */
+/** Arrays other threads or the SIMD kernel read or write (router logits, pick weights and outputs, units) come from `alloc`. */
 export function moeScratch(tokens: number, hidden: number, experts: number, topK: number, alloc: Alloc = heapAlloc, inter = 0): MoeScratch {
   return {
     routerLogits: alloc.f32(tokens * experts),
     routerProbs: new Float32Array(tokens * experts),
     ids: new Int32Array(tokens * topK),
-    weights: new Float32Array(tokens * topK),
+    weights: alloc.f32(tokens * topK),
     pickOut: alloc.f32(tokens * topK * hidden),
     order: new Int32Array(tokens * topK),
     slotStart: new Int32Array(experts + 1),
@@ -110,13 +110,7 @@ export function moeLayer(
   else if (shape.clamped) clampedExpertUnits(s.pickOut, s.units, s.unitPicks, units, banks, x, H, I, shape.clamped, s.act);
   else compute.experts(s.pickOut, s.units, s.unitPicks, units, x, tokens, H, I);
   // Combine in router order (independent of bank placement).
-  for (let t = 0; t < tokens; t++) {
-    for (let o = 0; o < H; o++) {
-      let acc = 0;
-      for (let k = 0; k < K; k++) acc += Math.fround(s.weights[t * K + k]! * s.pickOut[(t * K + k) * H + o]!);
-      out[t * H + o] = acc;
-    }
-  }
+  compute.combine(out, s.weights, s.pickOut, tokens, K, H);
   return coldPicks;
 }
 

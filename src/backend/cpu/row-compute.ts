@@ -12,6 +12,7 @@ import { attentionHeadSimd } from './wasm/attention.ts';
 import { computeQuantUnits, type QuantExpert } from './quant-linear.ts';
 import type { QuantRowLayout } from './expert-rows.ts';
 import { ResidencyError } from '../../errors.ts';
+import { combinePicks } from './moe-ops.ts';
 
 /**
  * The SIMD kernel, its memory, the main thread's staging of kernel inputs, and per thread (main first) scratch in
@@ -41,6 +42,12 @@ export function attentionSimd(simd: SimdCompute, out: Float32Array, q: Float32Ar
   }
 }
 
+/** moe-ops.ts `combinePicks` on the calling thread: through the kernel when its arrays live in the kernel's memory. */
+export function combineOn(simd: SimdCompute | undefined, out: Float32Array, w: Float32Array, pickOut: Float32Array, tokens: number, topK: number, hidden: number): void {
+  if (simd && simd.arena.holds(out) && simd.arena.holds(w) && simd.arena.holds(pickOut)) simd.kernel.combineAt(out.byteOffset, w.byteOffset, pickOut.byteOffset, tokens, topK, hidden);
+  else combinePicks(out, w, pickOut, tokens, topK, hidden);
+}
+
 /** Quantized banks: the views of every row (CpuExpertBanks.quantRows) and their layout (for worker threads). */
 export interface QuantBanks {
   readonly rows: readonly (readonly QuantExpert[])[];
@@ -55,6 +62,8 @@ export interface RowCompute {
   linear(y: Float32Array, w: Float32Array, wOff: number, x: Float32Array, rows: number, outDim: number, inDim: number): void;
   /** Expert units [0, count) and their picks into `out`, over x [tokens][hidden] (see expert-units.ts). */
   experts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void;
+  /** out = the picks' outputs combined in router order (moe-ops.ts `combinePicks`; on the calling thread). */
+  combine(out: Float32Array, w: Float32Array, pickOut: Float32Array, tokens: number, topK: number, hidden: number): void;
   /** The same over quantized bank rows (quant-linear.ts `computeQuantUnits`; JS on every thread). */
   quantExperts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void;
   /**
@@ -97,6 +106,7 @@ export function serialCompute(banks: readonly Float32Array[], inter: number, sim
       computeQuantUnits(out, units, unitPicks, 0, count, quant.rows, quant.rowSize, x, hidden, i, act);
     },
     linear: simd ? simdLinear(simd.arena, simd.kernel, simd.stage) : linear,
+    combine: (out, w, pickOut, tokens, topK, hidden) => combineOn(simd, out, w, pickOut, tokens, topK, hidden),
     experts: (out, units, unitPicks, count, x, tokens, hidden, i) => {
       if (simd && inArena(simd.arena, out, x, x)) {
         computeExpertUnitsSimd(simd.kernel, simd.experts[0]!, out, units, unitPicks, 0, count, banks, simd.stage.promote(x, tokens * hidden), hidden, i);

@@ -12,7 +12,7 @@ import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENT
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
-import { attentionSimd, simdAttention, type QuantBanks, type SimdCompute } from '../row-compute.ts';
+import { attentionSimd, combineOn, simdAttention, type QuantBanks, type SimdCompute } from '../row-compute.ts';
 import { computeQuantUnits } from '../quant-linear.ts';
 import { inArena } from '../wasm/kernel.ts';
 import { computeExpertUnitsSimd } from '../wasm/experts.ts';
@@ -163,6 +163,10 @@ export class CpuThreadPool implements RowCompute {
     // A unit is its picks' work: chunks balance picks, not units.
     writeBounds(this.ctl, count, chunks, (u) => units[u * UNIT + 3]!);
     this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(unitPicks), this.id(x), hidden, inter, simd ? 1 : 0, x64]);
+  }
+
+  combine(out: Float32Array, w: Float32Array, pickOut: Float32Array, tokens: number, topK: number, hidden: number): void {
+    combineOn(this.simd, out, w, pickOut, tokens, topK, hidden);
   }
 
   quantExperts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void {

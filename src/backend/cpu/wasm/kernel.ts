@@ -15,6 +15,8 @@ export interface SimdKernel {
    * Output rows go in blocks whose weights fit L2, so every input tile reuses a block from cache.
    */
   linearAt(yTab: number, w: number, xTab: number, rows: number, inDim: number, o0: number, o1: number): void;
+  /** moe-ops.ts `combinePicks` over byte addresses (combine-code.ts). */
+  combineAt(out: number, w: number, pickOut: number, tokens: number, topK: number, hidden: number): void;
   /** out[p] (float64) = dot(q, k + p*kStride, d) for p < count (attention-code.ts). */
   scoresAt(out: number, q: number, k: number, kStride: number, d: number, count: number): void;
   /** acc[i] (float64) += e[p] * v[p*vStride + i] for p < count in order (attention-code.ts). */
@@ -51,6 +53,7 @@ export function simdKernel(memory: WasmMemory): SimdKernel {
   const tab = inst.exports.linear_tab as (...a: number[]) => void;
   const scores = inst.exports.attn_scores as (...a: number[]) => void;
   const wsum = inst.exports.attn_wsum as (...a: number[]) => void;
+  const combine = inst.exports.combine as (...a: number[]) => void;
   return {
     linearAt: (yTab, w, xTab, rows, inDim, o0, o1) => {
       calls++;
@@ -62,6 +65,10 @@ export function simdKernel(memory: WasmMemory): SimdKernel {
       scores(out, q, k, kStride, d, count);
     },
     wsumAt: (acc, e, v, vStride, d, count) => wsum(acc, e, v, vStride, d, count),
+    combineAt: (out, w, pickOut, tokens, topK, hidden) => {
+      calls++;
+      combine(out, w, pickOut, tokens, topK, hidden);
+    },
   };
 }
 

@@ -12,7 +12,7 @@ import { simdKernel, simdKernelCalls, simdLinear } from './kernel.ts';
 import { linear, linearRows } from '../linalg.ts';
 import { MAX_GROUP, PICK, UNIT, computeExpertUnits, expertUnits } from '../expert-units.ts';
 import { computeExpertUnitsSimd, expertScratch } from './experts.ts';
-import { swigluExpert } from '../moe-ops.ts';
+import { combinePicks, swigluExpert } from '../moe-ops.ts';
 import { TabStage } from './stage.ts';
 import { resolveSimd } from './simd-option.ts';
 import { attentionHeadSimd } from './attention.ts';
@@ -147,6 +147,24 @@ test('expert units through the kernel: each pick bit-identical to swigluExpert, 
     const got = arena.f32(picks * hidden);
     computeExpertUnitsSimd(k, expertScratch(arena, inter), got, units, unitPicks, 0, n, banks, stage.promote(x, tokens * hidden), hidden, inter);
     assert.ok(bytes(got).equals(bytes(spec)), `SIMD units, hidden ${hidden} inter ${inter} (largest unit ${most} picks)`);
+  }
+});
+
+test('combine through the kernel: bit-identical to combinePicks (odd hidden sizes, zero and negative weights)', () => {
+  const arena = new WasmArena();
+  const k = simdKernel(arena.memory);
+  const rand = mulberry32(17);
+  for (const [tokens, topK, hidden] of [[1, 1, 1], [3, 6, 128], [5, 2, 7], [2, 8, 66], [7, 3, 13]] as const) {
+    const w = arena.f32(tokens * topK);
+    const pickOut = arena.f32(tokens * topK * hidden);
+    fill(w, rand);
+    fill(pickOut, rand);
+    w[0] = -0;
+    const want = new Float32Array(tokens * hidden);
+    combinePicks(want, w, pickOut, tokens, topK, hidden);
+    const got = arena.f32(tokens * hidden);
+    k.combineAt(got.byteOffset, w.byteOffset, pickOut.byteOffset, tokens, topK, hidden);
+    assert.ok(bytes(got).equals(bytes(want)), `tokens ${tokens} topK ${topK} hidden ${hidden}`);
   }
 });
 
