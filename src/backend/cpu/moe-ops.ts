@@ -49,30 +49,31 @@ export function topk(
   k: number,
   normalize: boolean,
 ): void {
-  let sum = 0;
+  // One pass keeping the k best so far in order (a tie keeps the earlier, lower id first): the same picks as k
+  // passes of "the largest not yet taken, the first on ties". A value not above -Infinity (or NaN) is never
+  // picked: a slot left over keeps id -1 with -Infinity, as such a pass would leave it.
   for (let j = 0; j < k; j++) {
-    let best = -1;
-    let bestP = -Infinity;
-    for (let e = 0; e < n; e++) {
-      const p = probs[off + e]!;
-      if (p > bestP && !taken(ids, idOff, j, e)) {
-        best = e;
-        bestP = p;
-      }
-    }
-    ids[idOff + j] = best;
-    w[wOff + j] = bestP;
-    sum += w[wOff + j]!;
+    ids[idOff + j] = -1;
+    w[wOff + j] = -Infinity;
   }
+  const last = wOff + k - 1;
+  for (let e = 0; e < n; e++) {
+    const p = probs[off + e]!;
+    if (!(p > w[last]!)) continue;
+    let j = k - 1;
+    for (; j > 0 && p > w[wOff + j - 1]!; j--) {
+      w[wOff + j] = w[wOff + j - 1]!;
+      ids[idOff + j] = ids[idOff + j - 1]!;
+    }
+    w[wOff + j] = p;
+    ids[idOff + j] = e;
+  }
+  let sum = 0;
+  for (let j = 0; j < k; j++) sum += w[wOff + j]!;
   if (normalize) {
     const s = Math.fround(sum);
     for (let j = 0; j < k; j++) w[wOff + j] = w[wOff + j]! / s;
   }
-}
-
-function taken(ids: Int32Array, idOff: number, count: number, e: number): boolean {
-  for (let j = 0; j < count; j++) if (ids[idOff + j] === e) return true;
-  return false;
 }
 
 /** silu(x) = x * sigmoid(x), float32 result. */

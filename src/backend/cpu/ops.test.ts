@@ -133,6 +133,45 @@ test('router: softmax, top-k in descending order with ties to the lower id, reno
   assert.equal(argmax(Float32Array.from([1, 3, 3, 2]), 0, 4), 1);
 });
 
+test('top-k: the same ids and weights as k passes of "largest not taken, first on ties" (ties, -Infinity, NaN, k > n)', () => {
+  // The reference: pass j takes the largest value not yet taken (strictly larger wins, so ties go to the lower id).
+  const passes = (probs: Float32Array, n: number, k: number, normalize: boolean): [number[], Float32Array] => {
+    const ids: number[] = [];
+    const w = new Float32Array(k);
+    let sum = 0;
+    for (let j = 0; j < k; j++) {
+      let best = -1;
+      let bestP = -Infinity;
+      for (let e = 0; e < n; e++) if (probs[e]! > bestP && !ids.includes(e)) [best, bestP] = [e, probs[e]!];
+      ids.push(best);
+      w[j] = bestP;
+      sum += w[j]!;
+    }
+    if (normalize) for (let j = 0; j < k; j++) w[j] = w[j]! / Math.fround(sum);
+    return [ids, w];
+  };
+  const rand = mulberry32(23);
+  for (let t = 0; t < 2000; t++) {
+    const n = 1 + Math.floor(rand() * 20);
+    const k = 1 + Math.floor(rand() * 8);
+    // Few distinct values (many ties), some -Infinity and NaN.
+    const probs = Float32Array.from({ length: n }, () => {
+      const r = rand();
+      return r < 0.05 ? -Infinity : r < 0.08 ? NaN : Math.floor(rand() * 6) / 8;
+    });
+    for (const normalize of [false, true]) {
+      const [wantIds, wantW] = passes(probs, n, k, normalize);
+      const ids = new Int32Array(k + 2).fill(99);
+      const w = new Float32Array(k + 2).fill(99);
+      topk(ids, 1, w, 1, probs, 0, n, k, normalize);
+      assert.deepEqual([...ids.subarray(1, k + 1)], wantIds, `probs ${[...probs]} k ${k}`);
+      assert.deepEqual(Buffer.from(w.slice(1, k + 1).buffer), Buffer.from(wantW.buffer), `weights of ${[...probs]} k ${k}`);
+      assert.equal(ids[0], 99);
+      assert.equal(ids[k + 1], 99);
+    }
+  }
+});
+
 test('swiglu expert: down(silu(gate x) * up x) from one bank row', () => {
   const H = 10, I = 6, off = 7;
   const bank = randArray(off + 3 * H * I);
