@@ -9,20 +9,23 @@
 #include "op_attention.cuh"
 #include "op_moe.cuh"
 
-#define GEMV_ENTRY(B, R, EPI, NAME) \
-  extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) op_gemv_b##B##_r##R##_##NAME(GemmProblem p) { pdl_enter(); gemv_body<B, R, EPI>(p); }
-#define GEMV_ENTRIES(B) \
-  GEMV_ENTRY(B, 1, EPI_STORE, store) GEMV_ENTRY(B, 2, EPI_STORE, store) GEMV_ENTRY(B, 1, EPI_ADD, add) \
-  GEMV_ENTRY(B, 2, EPI_ADD, add) GEMV_ENTRY(B, 1, EPI_SWIGLU, swiglu) GEMV_ENTRY(B, 2, EPI_SWIGLU, swiglu)
+// Products: op_gemv_[fp8_]b<B>_r<R>_<epilogue> and op_gemm_tc_[fp8_]<epilogue>, bf16 or block-FP8 weights.
+#define GEMV_ENTRY(B, R, EPI, NAME, WF, WN) \
+  extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) op_gemv_##WN##b##B##_r##R##_##NAME(GemmProblem p) { pdl_enter(); gemv_body<B, R, EPI, WF>(p); }
+#define GEMV_ENTRIES_WF(B, WF, WN) \
+  GEMV_ENTRY(B, 1, EPI_STORE, store, WF, WN) GEMV_ENTRY(B, 2, EPI_STORE, store, WF, WN) GEMV_ENTRY(B, 1, EPI_ADD, add, WF, WN) \
+  GEMV_ENTRY(B, 2, EPI_ADD, add, WF, WN) GEMV_ENTRY(B, 1, EPI_SWIGLU, swiglu, WF, WN) GEMV_ENTRY(B, 2, EPI_SWIGLU, swiglu, WF, WN)
+#define GEMV_ENTRIES(B) GEMV_ENTRIES_WF(B, WF_BF16, ) GEMV_ENTRIES_WF(B, WF_FP8, fp8_)
 GEMV_ENTRIES(1)
 GEMV_ENTRIES(2)
 GEMV_ENTRIES(4)
 GEMV_ENTRIES(8)
 GEMV_ENTRIES(16)
 
-extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_store(GemmProblem p) { pdl_enter(); gemm_tc_body<EPI_STORE>(p); }
-extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_add(GemmProblem p) { pdl_enter(); gemm_tc_body<EPI_ADD>(p); }
-extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_swiglu(GemmProblem p) { pdl_enter(); gemm_tc_body<EPI_SWIGLU>(p); }
+#define TC_ENTRY(EPI, NAME, WF, WN) \
+  extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_##WN##NAME(GemmProblem p) { pdl_enter(); gemm_tc_body<EPI, WF>(p); }
+TC_ENTRY(EPI_STORE, store, WF_BF16, ) TC_ENTRY(EPI_ADD, add, WF_BF16, ) TC_ENTRY(EPI_SWIGLU, swiglu, WF_BF16, )
+TC_ENTRY(EPI_STORE, store, WF_FP8, fp8_) TC_ENTRY(EPI_ADD, add, WF_FP8, fp8_) TC_ENTRY(EPI_SWIGLU, swiglu, WF_FP8, fp8_)
 
 extern "C" __global__ void op_qk_rope_kv(float* qkv, int ld, OpRows rows, const bf16_t* q_norm, const bf16_t* k_norm, int layer,
                                          int nh, int nkv, int hd, float eps, float theta) { pdl_enter();

@@ -1,32 +1,38 @@
 // The op path's shared pieces: one kernel per op spread over every SM (real shapes: hidden 2048-7168, experts
 // of 256-2048 rows, 4-128 heads), as opposed to the row path (layer.cu), which gives one block to one token's
-// whole layer and is fast only for tiny models. Weights are bf16 as stored; activations and sums are fp32.
+// whole layer and is fast only for tiny models. Weights are as stored: bf16, or block FP8 (float8_e4m3fn
+// bytes and a float32 scale per block, value = e4m3 x scale); activations and sums are fp32.
 // Mirrored by src/backend/cuda/op/layout.ts (GemmProblem's bytes).
 #pragma once
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include "common.cuh"
 
 // One matrix product of the step: y[out row][o] = epi(x[in row] . w[o]) for every row of every group.
 // Dense (grp_n == null): one group, rows 0..rows-1, weights `w` [O][K], in row = out row = r.
 // Grouped (the experts): group g = the picks of expert grp_expert[g]; its rows are pick indices
 // p = grp_rows[grp_start[g] + i]; in row = p / x_div (the token for gate/up, the pick for down), out row = p;
-// weights: the bank row of the expert (slot table -> hot or cold bank) + w_off elements.
+// weights: the bank row of the expert (slot table -> hot or cold bank) + w_off bytes.
+// Block FP8 weights (the kernels' WF_FP8 variants) carry a scale grid: weight row r, value k has the scale
+// scales[(r / s_rows) * s_ld + k / s_cols] (the checkpoint's [128, 128] blocks; matrices stacked in one
+// product, gate | up or q | k | v, share one grid of s_rows-row scale rows: fp8-grid.ts).
 struct GemmProblem {
   const float* x;       // [in rows][ldx]
   float* y;             // [out rows][ldy]
   const float* res;     // EPI_ADD: y = res + acc (may alias y); else null
-  const bf16_t* w;      // dense weights [O][K] (null when grouped)
+  const void* w;        // dense weights [O][K] (null when grouped)
   const int32_t* grp_n; // device: number of groups (null = dense)
   const int32_t* grp_expert;
   const int32_t* grp_start; // [groups + 1]
   const int32_t* grp_rows;  // [picks]
   const int32_t* slots;     // [E] expert -> bank slot
-  const bf16_t* hot;
-  const bf16_t* cold;
+  const uint8_t* hot;
+  const uint8_t* cold;
   const int32_t* tile_n;     // TC grouped: number of 64-row tiles (device)
   const int32_t* tile_group; // [tiles] group of each tile
   const int32_t* tile_row0;  // [tiles] first row (within the group) of each tile
-  long long row_elems;       // elements of one bank row (3 * I * H)
-  long long w_off;           // offset of this product's matrix inside a bank row
+  long long row_bytes;       // bytes of one bank row
+  long long w_off;           // byte offset of this product's matrix inside a bank row
   int32_t ldx, ldy, O, K, rows, x_div, hot_rows, pad;
   // Dense gemv only, K staged whole: the input rows are RMSNorm'ed (times norm_w) in shared memory first,
   // and block (0, 0) writes the normalized rows to norm_out (the post-attention norm fused into the router).
@@ -34,9 +40,15 @@ struct GemmProblem {
   float* norm_out;
   float eps;
   int32_t pad2;
+  // WF_FP8 only: the dense matrix's scale grid (grouped: null, the grid sits in the bank row at s_off bytes).
+  const float* scales;
+  long long s_off;
+  int32_t s_rows, s_cols, s_ld, pad3;
 };
 
 enum { EPI_STORE = 0, EPI_ADD = 1, EPI_SWIGLU = 2 };
+// How the weights are stored: bf16 values, or float8_e4m3fn bytes with block scales.
+enum { WF_BF16 = 0, WF_FP8 = 1 };
 
 // Programmatic dependent launch: every op kernel is launched with programmatic stream serialization, so it
 // may start while the kernel before it finishes. It waits here for that kernel (and so, transitively, for every
@@ -50,12 +62,36 @@ __device__ __forceinline__ void pdl_enter() {
 // Rows of one tensor-core tile (the routing builds the grouped tiles of this size).
 #define TC_TILE_ROWS 64
 
-// The weights of group g (grouped) or the dense matrix.
-__device__ __forceinline__ const bf16_t* group_weights(const GemmProblem& p, int g) {
-  if (!p.grp_n) return p.w;
+// The bank row of group g's expert (slot table -> hot or cold bank); null when dense.
+__device__ __forceinline__ const uint8_t* group_row(const GemmProblem& p, int g) {
+  if (!p.grp_n) return nullptr;
   const int slot = p.slots[p.grp_expert[g]];
-  const bf16_t* row = slot < p.hot_rows ? p.hot + (size_t)slot * p.row_elems : p.cold + (size_t)(slot - p.hot_rows) * p.row_elems;
-  return row + p.w_off;
+  return slot < p.hot_rows ? p.hot + (size_t)slot * p.row_bytes : p.cold + (size_t)(slot - p.hot_rows) * p.row_bytes;
+}
+
+// The weights of group g (grouped) or the dense matrix, as bytes.
+__device__ __forceinline__ const uint8_t* group_weights(const GemmProblem& p, const uint8_t* row) {
+  return row ? row + p.w_off : static_cast<const uint8_t*>(p.w);
+}
+
+// The FP8 scale grid of group g (grouped) or the dense matrix.
+__device__ __forceinline__ const float* group_scales(const GemmProblem& p, const uint8_t* row) {
+  return row ? reinterpret_cast<const float*>(row + p.s_off) : p.scales;
+}
+
+// Eight float8_e4m3fn values (8 bytes, lowest first) widened to float (exact).
+__device__ __forceinline__ void fp8x8_to_float(uint2 v, float* f) {
+  const uint32_t w[2] = {v.x, v.y};
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i] >> (16 * h)), __NV_E4M3);
+      const float2 t = __half22float2(*reinterpret_cast<const __half2*>(&r));
+      f[4 * i + 2 * h] = t.x;
+      f[4 * i + 2 * h + 1] = t.y;
+    }
+  }
 }
 
 // Rows of group g: count and the i-th row's (in row, out row).

@@ -1,7 +1,8 @@
 // Prefill and batched products on the tensor cores: bf16 mma.sync m16n8k16 with fp32 accumulation. The
-// weights are bf16 as stored; each fp32 activation is split into two bf16 parts (hi = bf16(x), lo =
-// bf16(x - hi)) and both are multiplied, so the products keep ~16 bits of the activation (relative error
-// ~1e-5 per product instead of bf16's ~4e-3): the CPU spec's float32 results within the vs-CPU bar.
+// weights are bf16 as stored, or block FP8 widened to bf16 (exactly) on their way to shared memory; each
+// fp32 activation is split into two bf16 parts (hi = bf16(x), lo = bf16(x - hi)) and both are multiplied, so
+// the products keep ~16 bits of the activation (relative error ~1e-5 per product instead of bf16's ~4e-3):
+// the CPU spec's float32 results within the vs-CPU bar.
 // Block tile: 64 rows x 64 weight rows (SWIGLU: 32 gate + the 32 matching up rows) x 32 of K, 4 warps of
 // 32 x 32; the next K slice is loaded into registers while the tensor cores work on this one.
 // Grid (ceil(O / 64) or ceil(I / 32) for SWIGLU, row tiles); K % 32 == 0.
@@ -33,7 +34,23 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
   lo = (uint32_t)__bfloat16_as_ushort(la) | ((uint32_t)__bfloat16_as_ushort(lb) << 16);
 }
 
-template <int EPI>
+// 16 float8_e4m3fn values as 16 bf16 (exact: every e4m3 value is a bf16 value), packed in two uint4.
+__device__ __forceinline__ void fp8x16_to_bf16(uint4 v, uint4& lo, uint4& hi) {
+  float f[16];
+  fp8x8_to_float(make_uint2(v.x, v.y), f);
+  fp8x8_to_float(make_uint2(v.z, v.w), f + 8);
+  uint32_t w[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    w[i] = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * i])) | ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * i + 1])) << 16);
+  }
+  lo = make_uint4(w[0], w[1], w[2], w[3]);
+  hi = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+// WF_FP8: the weights' e4m3 values go through the tensor cores as bf16 (exact), summed over one scale
+// block of K (s_cols, a multiple of 32) in `part`, then acc += part x that block's scale of each weight row.
+template <int EPI, int WF = WF_BF16>
 __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
   __shared__ __align__(16) bf16_t Ahi[TC_BM][TC_LD];
   __shared__ __align__(16) bf16_t Alo[TC_BM][TC_LD];
@@ -51,7 +68,9 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
   const int n = group_rows(p, g, &start);
   if (r0 >= n) return;
   const int mrows = min(TC_BM, n - r0);
-  const bf16_t* W = group_weights(p, g);
+  const uint8_t* brow = group_row(p, g);
+  const uint8_t* W = group_weights(p, brow);
+  constexpr int BPE = WF == WF_FP8 ? 1 : 2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 1, wn = warp >> 1;
   const int K = p.K;
 
@@ -63,12 +82,16 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
     row_of(p, start, r0 + lrow, &ir, &orow);
     xa = p.x + (size_t)ir * p.ldx + lcol;
   }
-  const bf16_t* wb = nullptr;
+  // The weight row of shared-memory B row `sr` (-1 past O).
+  auto weight_row = [&](int sr) -> int {
+    const int f = EPI == EPI_SWIGLU ? blockIdx.x * 32 + (sr & 31) : blockIdx.x * TC_BN + sr;
+    if (f >= p.O) return -1;
+    return EPI == EPI_SWIGLU && sr >= 32 ? p.O + f : f;
+  };
+  const uint8_t* wb = nullptr;
   {
-    int f, wr;
-    if (EPI == EPI_SWIGLU) { f = blockIdx.x * 32 + (lrow & 31); wr = lrow < 32 ? f : p.O + f; }
-    else { f = blockIdx.x * TC_BN + lrow; wr = f; }
-    if (f < p.O) wb = W + (size_t)wr * K + lcol;
+    const int wr = weight_row(lrow);
+    if (wr >= 0) wb = W + ((size_t)wr * K + lcol) * BPE;
   }
   float4 ra[4];
   uint4 rb[2];
@@ -76,15 +99,29 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
 #pragma unroll
     for (int i = 0; i < 4; i++) ra[i] = xa ? *reinterpret_cast<const float4*>(xa + k0 + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int i = 0; i < 2; i++) rb[i] = wb ? __ldg(reinterpret_cast<const uint4*>(wb + k0) + i) : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < (WF == WF_FP8 ? 1 : 2); i++) rb[i] = wb ? __ldg(reinterpret_cast<const uint4*>(wb + (size_t)k0 * BPE) + i) : make_uint4(0, 0, 0, 0);
   };
-  float acc[2][4][4];
+  // FP8: the scale row of each accumulator column this thread holds (B fragment ni, column 2 (lane % 4) + e).
+  const float* srow[4][2];
+  if (WF == WF_FP8) {
+    const float* S = group_scales(p, brow);
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int np = ni >> 1;
+        const int base = EPI == EPI_SWIGLU ? np * 32 + wn * 16 : wn * 32 + np * 16;
+        const int wr = weight_row(base + (ni & 1) * 8 + (lane & 3) * 2 + e);
+        srow[ni][e] = S + (size_t)(wr < 0 ? 0 : wr / p.s_rows) * p.s_ld;
+      }
+  }
+  float acc[2][4][4], part[2][4][4];
 #pragma unroll
   for (int i = 0; i < 2; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
-      for (int q = 0; q < 4; q++) acc[i][j][q] = 0.f;
+      for (int q = 0; q < 4; q++) acc[i][j][q] = part[i][j][q] = 0.f;
   load(0);
   for (int k0 = 0; k0 < K; k0 += TC_BK) {
     __syncthreads();
@@ -102,8 +139,12 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
       al[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
       al[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
       uint4* bs = reinterpret_cast<uint4*>(&Bs[lrow][lcol]);
-      bs[0] = rb[0];
-      bs[1] = rb[1];
+      if (WF == WF_FP8) {
+        fp8x16_to_bf16(rb[0], bs[0], bs[1]);
+      } else {
+        bs[0] = rb[0];
+        bs[1] = rb[1];
+      }
     }
     __syncthreads();
     if (k0 + TC_BK < K) load(k0 + TC_BK);
@@ -126,8 +167,25 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
       for (int mi = 0; mi < 2; mi++)
 #pragma unroll
         for (int ni = 0; ni < 4; ni++) {
-          mma_bf16(acc[mi][ni], ahi[mi], b[ni]);
-          mma_bf16(acc[mi][ni], alo[mi], b[ni]);
+          float* c = WF == WF_FP8 ? part[mi][ni] : acc[mi][ni];
+          mma_bf16(c, ahi[mi], b[ni]);
+          mma_bf16(c, alo[mi], b[ni]);
+        }
+    }
+    if (WF == WF_FP8 && ((k0 + TC_BK) % p.s_cols == 0 || k0 + TC_BK >= K)) {
+      const int kb = k0 / p.s_cols;
+#pragma unroll
+      for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const float sc = srow[ni][e][kb];
+#pragma unroll
+          for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+              acc[mi][ni][2 * h + e] += part[mi][ni][2 * h + e] * sc;
+              part[mi][ni][2 * h + e] = 0.f;
+            }
         }
     }
   }

@@ -1,9 +1,9 @@
 // Decode products (at most B rows per group, B <= 16): bandwidth-bound, so every weight byte is read once per
 // step and the whole chip streams. Grid (ceil(O / (8 R)), groups); a block of 8 warps, each warp R output
 // features (SWIGLU: R (gate, up) pairs) for all of the group's rows. A lane reads 16 bytes of a weight row
-// per pass (a warp: 512 consecutive bytes), several passes in flight; the group's input rows sit in shared
-// memory (K in chunks that fit), read as float4. Sums are fp32 in a fixed order (lane partials, then a
-// butterfly): the same bits whatever the placement of the rows in the banks.
+// per pass (bf16: 8 values, block FP8: 16; a warp: 512 consecutive bytes), several passes in flight; the
+// group's input rows sit in shared memory (K in chunks that fit), read as float4. Sums are fp32 in a fixed
+// order (lane partials, then a butterfly): the same bits whatever the placement of the rows in the banks.
 #pragma once
 #include "op_common.cuh"
 
@@ -39,7 +39,21 @@ __device__ __forceinline__ void norm_staged(const GemmProblem& p, float* xs, int
   __syncthreads();
 }
 
-template <int B, int R, int EPI>
+// A lane's dot of one 16-byte weight load (bf16: 8 values; FP8: 16 values, each widened and times its
+// block's scale, as the spec dequantizes: float32(e4m3 x scale)) with the staged inputs at x.
+template <int WF>
+__device__ __forceinline__ float dot_load(const uint4 u, const float* __restrict__ x, const float* w) {
+  if (WF == WF_BF16) return dot8_bf16(u, x);
+  float a = 0.f;
+#pragma unroll
+  for (int q = 0; q < 4; q++) {
+    const float4 xv = *reinterpret_cast<const float4*>(x + 4 * q);
+    a += w[4 * q] * xv.x + w[4 * q + 1] * xv.y + w[4 * q + 2] * xv.z + w[4 * q + 3] * xv.w;
+  }
+  return a;
+}
+
+template <int B, int R, int EPI, int WF = WF_BF16>
 __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   extern __shared__ __align__(16) float xs[]; // [B][KC]
   const int g = blockIdx.y;
@@ -49,18 +63,24 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   if (n <= 0) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int K = p.K;
+  constexpr int BPE = WF == WF_FP8 ? 1 : 2; // bytes a value
+  constexpr int VPL = 16 / BPE;             // values a 16-byte load
   // Rows of weights this warp reads: STORE/ADD: features o0 + r; SWIGLU: gate rows j0 + r and up rows O + j0 + r.
   constexpr int NW = EPI == EPI_SWIGLU ? 2 * R : R;
   const int f0 = (blockIdx.x * GEMV_WARPS + warp) * R;
-  const bf16_t* W = group_weights(p, g);
-  const bf16_t* wrow[NW];
+  const uint8_t* brow = group_row(p, g);
+  const uint8_t* W = group_weights(p, brow);
+  const float* S = WF == WF_FP8 ? group_scales(p, brow) : nullptr;
+  const uint8_t* wrow[NW];
+  const float* srow[NW];
   bool live[NW];
 #pragma unroll
   for (int r = 0; r < NW; r++) {
     const int f = f0 + (EPI == EPI_SWIGLU ? (r % R) : r);
     live[r] = f < p.O;
-    const int wr = EPI == EPI_SWIGLU ? (r < R ? f : p.O + f) : f;
-    wrow[r] = W + (size_t)(live[r] ? wr : 0) * K;
+    const int wr = live[r] ? (EPI == EPI_SWIGLU ? (r < R ? f : p.O + f) : f) : 0;
+    wrow[r] = W + (size_t)wr * K * BPE;
+    srow[r] = WF == WF_FP8 ? S + (size_t)(wr / p.s_rows) * p.s_ld : nullptr;
   }
   int in_rows[B];
 #pragma unroll
@@ -88,12 +108,12 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
       for (int r = 0; r < NW; r++) {
         const int c = c0 + 32 * j;
-        dst[j][r] = (live[r] && c < chunks) ? __ldg(reinterpret_cast<const uint4*>(wrow[r] + k0) + c) : make_uint4(0, 0, 0, 0);
+        dst[j][r] = (live[r] && c < chunks) ? __ldg(reinterpret_cast<const uint4*>(wrow[r] + (size_t)k0 * BPE) + c) : make_uint4(0, 0, 0, 0);
       }
   };
   for (int k0 = 0; k0 < K; k0 += KC) {
     const int kc = min(KC, K - k0);
-    const int chunks = kc >> 3;
+    const int chunks = kc / VPL;
     __syncthreads();
     load(u, k0, lane, chunks);
 #pragma unroll
@@ -113,10 +133,18 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
         const int c = c0 + 32 * j;
         if (c < chunks) {
 #pragma unroll
-          for (int b = 0; b < B; b++) {
-            if (b < n) {
+          for (int r = 0; r < NW; r++) {
+            float w[WF == WF_FP8 ? 16 : 1];
+            if (WF == WF_FP8) {
+              const float sc = srow[r][(k0 + VPL * c) / p.s_cols];
+              fp8x8_to_float(make_uint2(u[j][r].x, u[j][r].y), w);
+              fp8x8_to_float(make_uint2(u[j][r].z, u[j][r].w), w + 8);
 #pragma unroll
-              for (int r = 0; r < NW; r++) acc[r][b] += dot8_bf16(u[j][r], xs + b * KS + 8 * c);
+              for (int q = 0; q < 16; q++) w[q] *= sc;
+            }
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+              if (b < n) acc[r][b] += dot_load<WF>(u[j][r], xs + b * KS + VPL * c, w);
             }
           }
         }

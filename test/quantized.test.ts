@@ -14,6 +14,11 @@ import { float32Bytes, heldBytes } from '../src/model/weight-bytes.ts';
 import type { Fp8Matrix, Mxfp4Matrix } from '../src/model/quant.ts';
 import { checkCudaSupport } from '../src/backend/cuda/support.ts';
 import { checkOpSupport } from '../src/backend/cuda/op/support.ts';
+import { CudaOpBackend } from '../src/backend/cuda/op/op-backend.ts';
+import { FakeCudaDriver } from '../src/backend/cuda/fake-driver.ts';
+import { KERNEL_GROUPS } from '../src/backend/cuda/kernels.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 
 const FIXTURES = resolve(process.cwd(), '../shared/fixtures');
 const FP8 = resolve(FIXTURES, 'qwen3-moe-fp8-tiny');
@@ -46,10 +51,45 @@ describe('qwen3-moe-fp8-tiny', { skip: !existsSync(FP8) && 'no fixture' }, () =>
     }
   });
 
-  it('the CUDA backend refuses it by name before any device work (both paths)', async () => {
+  it('CUDA: the row path refuses it by name; the op path takes it', async () => {
     const { spec } = await loadModel(FP8, { stream: true });
     assert.throws(() => checkCudaSupport(spec, 1024, 128, false), /cuda backend: quantized checkpoints \(quant_method fp8\) are not computed on CUDA yet; use --backend cpu/);
-    assert.throws(() => checkOpSupport(spec), /cuda backend: quantized checkpoints \(quant_method fp8\) are not computed on CUDA yet; use --backend cpu/);
+    assert.doesNotThrow(() => checkOpSupport(spec));
+  });
+
+  it('CUDA op path (fake driver): experts banked as stored, e4m3 bytes then scale grids; FP8 kernels for the FP8 products only', async () => {
+    const m = await loadModelFor(FP8, 'cuda');
+    const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-fp8-'));
+    for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');
+    const d = new FakeCudaDriver();
+    const be = new CudaOpBackend(d, m.spec, m.tensors, { kernelDir, placement: { hotPerLayer: 12 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+    try {
+      const { hiddenSize: H, expertIntermediate: I } = m.spec;
+      const row = be.rowLayout;
+      assert.equal(row.format, 'fp8');
+      assert.equal(be.banks.rowBytes, 3 * I * H + 4 * (4 * 2 + 2 * 2)); // 256 x 256 matrices: grids of 4 x 2 (gate | up) and 2 x 2 (down)
+      // Layer 1's first cold row holds its expert's stored bytes and its scales, exactly.
+      const e = be.banks.expertAt(1, 'cold', 0);
+      const host = be.banks.coldRowBytes(1, 0);
+      const read = (name: string): Uint8Array => { const t = m.tensors.info(name); const b = new Uint8Array(t.bytes); m.tensors.read(name, b); return b; };
+      const n = `model.layers.1.mlp.experts.${e}`;
+      assert.deepEqual(host.subarray(0, I * H), read(`${n}.gate_proj.weight`));
+      assert.deepEqual(host.subarray(2 * I * H, 3 * I * H), read(`${n}.down_proj.weight`));
+      const grid = new Float32Array(host.slice(row.gateUpGridAt, row.gateUpGridAt + 4 * 8).buffer);
+      assert.deepEqual(Array.from(grid.subarray(0, 4)), Array.from(new Float32Array(read(`${n}.gate_proj.weight_scale_inv`).buffer)));
+      assert.deepEqual(Array.from(grid.subarray(4, 8)), Array.from(new Float32Array(read(`${n}.up_proj.weight_scale_inv`).buffer)));
+      be.openSequence(0, 32);
+      d.launches.length = 0;
+      be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 0 }], count: true }); // a prefill piece: tensor cores
+      be.forward({ chunks: [{ seq: 0, tokens: [4], startPos: 20 }], count: true }); // decode: gemv
+      const names = new Set(d.launches.map((x) => x.name));
+      for (const k of ['op_gemm_tc_fp8_store', 'op_gemm_tc_fp8_add', 'op_gemm_tc_fp8_swiglu', 'op_gemv_fp8_b1_r2_store', 'op_gemv_fp8_b1_r2_add', 'op_gemv_fp8_b1_r2_swiglu']) assert.ok(names.has(k), `${k} launched (${[...names].join(', ')})`);
+      assert.ok([...names].some((k) => /^op_gemv_b1_r\d_store$/.test(k)), 'the router and lm head stay bf16');
+    } finally {
+      be.dispose();
+      rmSync(kernelDir, { recursive: true, force: true });
+    }
+    assert.deepEqual(d.liveByKind(), {});
   });
 
   it('host memory: weights as held plus the banks stay below a float32 copy of the weights', async (t) => {

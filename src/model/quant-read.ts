@@ -27,6 +27,12 @@ export function fp8Matrix(w: RawTensor, s: RawTensor, block: readonly [number, n
   for (let i = 0; i < data.length; i++) {
     if ((data[i]! & 0x7f) === 0x7f) throw corrupt(`tensor "${w.name}": element ${i} of ${rows}x${cols} is NaN (float8_e4m3fn byte 0x${data[i]!.toString(16)})`);
   }
+  const scales = fp8Scales(s, cols, block);
+  return { format: 'fp8', rows, cols, data, scales, block: [block[0], block[1]] };
+}
+
+/** The validated float32 block scales of a [rows][cols] FP8 weight from its scale tensor (F32 or BF16). */
+export function fp8Scales(s: RawTensor, cols: number, block: readonly [number, number]): Float32Array {
   const scales = tensorToFloat32(s, { finite: true });
   const bc = Math.ceil(cols / block[1]);
   for (let j = 0; j < scales.length; j++) {
@@ -35,7 +41,7 @@ export function fp8Matrix(w: RawTensor, s: RawTensor, block: readonly [number, n
       throw corrupt(`tensor "${s.name}": the scale of block [${Math.floor(j / bc)}, ${j % bc}] is ${v}, expected a non-negative scale of at most ${FLOAT32_MAX / FP8_E4M3_MAX} (448 x scale must stay finite in float32)`);
     }
   }
-  return { format: 'fp8', rows, cols, data, scales, block: [block[0], block[1]] };
+  return scales;
 }
 
 /**

@@ -1,6 +1,7 @@
 // The CUDA expert banks: per layer a hot bank in device memory and a cold bank in mapped pinned host
-// memory (read in place by the expert kernels), rows of bf16 gate [I][H] | up [I][H] | down [H][I] exactly
-// as stored in the checkpoint. The slot tables live on the device so a move never invalidates a graph.
+// memory (read in place by the expert kernels), rows of gate [I][H] | up [I][H] | down [H][I] exactly as
+// stored in the checkpoint: bf16, or block FP8 values followed by their scale grids (device-weights.ts).
+// Moves copy a row's bytes whole, scales with them. The slot tables live on the device so a move never invalidates a graph.
 //
 // Moves run in the background on a copy stream, through spare hot rows: each layer's hot allocation holds
 // hotPerLayer rows plus `spareRows` free ones. An exchange of hot expert A (logical hot row h) and cold expert
@@ -15,7 +16,7 @@ import { ResidencyError } from '../../errors.ts';
 import type { ExpertBanks, RowExchange } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { TensorUploader } from './uploader.ts';
-import { layerTensorNames } from '../../model/architecture.ts';
+import { bf16ExpertRowLayout, expertProduct, type ExpertRowLayout } from './device-weights.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
 import type { CudaDriver } from './driver.ts';
 import { ResourceScope, type ReleaseFailureSink } from './resource-scope.ts';
@@ -27,6 +28,8 @@ export interface CudaBankOptions {
   /** Copies queued on the copy stream at once, all layers together (default 2): paces moves beside in-place reads. */
   readonly copiesInFlight?: number;
   readonly onReleaseFailure?: ReleaseFailureSink;
+  /** The experts' bank row as stored (default: bf16 rows from the spec). */
+  readonly rowLayout?: ExpertRowLayout;
 }
 
 /** Default spare rows per layer: two exchanges of a layer in flight at once (the policy's default per drain). */
@@ -104,33 +107,36 @@ export class CudaExpertBanks implements ExpertBanks {
         throw new ResidencyError('BAD_ARGUMENT', `copiesInFlight ${opts.copiesInFlight}: expected an integer >= 1`);
       }
       this.hotRowsAllocated = this.hotPerLayer + this.spareRows;
-      const part = spec.expertIntermediate * spec.hiddenSize * 2;
-      this.rowBytes = 3 * part;
+      const row = opts.rowLayout ?? bf16ExpertRowLayout(spec);
+      this.rowBytes = row.bytes;
       this.slotTableDev = alloc(4 * this.layers * E, 'slot tables');
       this.physHost = scope.acquire('pinned slot tables', () => d.allocPinned(4 * this.layers * E, 'slot tables'), (h) => d.freeHost(h.hostPtr));
       // The copy stream and its table event exist only with a cold bank (nothing ever moves without one).
       this.copyStream = coldRows > 0 ? scope.acquire('copy stream', () => d.streamCreate(), (s) => d.streamDestroy(s)) : 0n;
       this.tableEvent = coldRows > 0 ? scope.acquire('table event', () => d.eventCreate(), (e) => d.eventDestroy(e)) : 0n;
+      const products = (l: number, e: number) => [
+        { p: expertProduct(row.gateUp, l, e, 'gateUp'), at: row.gateUpAt, grid: row.gateUpGridAt },
+        { p: expertProduct(row.down, l, e, 'down'), at: row.downAt, grid: row.downGridAt },
+      ];
       for (let l = 0; l < this.layers; l++) {
-        const names = layerTensorNames(l);
         const { hot, cold } = rows[l]!;
         // Each expert's three matrices go straight to their place in its row: hot rows through the uploader's
         // staging to the device, cold rows read from the shard into the mapped host bank.
         const hotDev = alloc(this.hotRowsAllocated * this.rowBytes, `hot bank layer ${l} (${this.hotPerLayer} rows + ${this.spareRows} spare)`);
         this.hotDev.push(hotDev);
         hot.forEach((e, r) => {
-          const n = names.expert(e);
-          [n.gate, n.up, n.down].forEach((name, i) => uploader.toDevice(name, hotDev + BigInt(r * this.rowBytes + i * part), part));
+          const base = hotDev + BigInt(r * this.rowBytes);
+          for (const x of products(l, e)) uploader.productToDevice(x.p, base + BigInt(x.at), base + BigInt(x.grid));
         });
         if (coldRows > 0) {
           const what = `cold bank layer ${l} (${coldRows} rows)`;
           const m = scope.acquire(what, () => d.allocMappedHost(coldRows * this.rowBytes, what), (c) => d.freeHost(c.hostPtr));
           cold.forEach((e, r) => {
-            const n = names.expert(e);
-            [n.gate, n.up, n.down].forEach((name, i) => {
-              const at = r * this.rowBytes + i * part;
-              uploader.toHost(name, m.host.subarray(at, at + part), m.dev + BigInt(at));
-            });
+            const base = r * this.rowBytes;
+            for (const x of products(l, e)) {
+              const grid = x.p.grid ? m.host.subarray(base + x.grid, base + x.grid + x.p.grid.bytes) : undefined;
+              uploader.productToHost(x.p, m.host.subarray(base + x.at, base + x.at + x.p.dataBytes), m.dev + BigInt(base + x.at), grid);
+            }
           });
           this.coldHost.push(m);
           this.coldDev.push(m.dev);
@@ -264,6 +270,12 @@ export class CudaExpertBanks implements ExpertBanks {
 
   private coldOffset(physSlot: number): bigint {
     return BigInt((physSlot - this.hotRowsAllocated) * this.rowBytes);
+  }
+
+  /** The mapped host bytes of logical cold row `row` of `layer` (what the kernels read in place for its expert). */
+  coldRowBytes(layer: number, row: number): Uint8Array {
+    const at = Number(this.coldOffset(this.phys[layer]![this.tables.expertAt(layer, 'cold', row)]!));
+    return this.coldHost[layer]!.host.subarray(at, at + this.rowBytes);
   }
 
   /** A content hash of every layer's hot then cold rows in logical row order (independent of the spare rows' rotation). */

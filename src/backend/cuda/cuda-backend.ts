@@ -141,7 +141,7 @@ export class CudaBackend implements Backend {
       const kernels: LoadedKernels = loadKernelModules(d, scope, opts.kernelDir, new Set(opts.attnSplits === 1 ? ['attn_route_split'] as const : []), ROW_PATH_GROUPS);
       this.fns = kernels.fns;
       this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
-      const uploader = scope.adopt(new TensorUploader(d, source, this.fns.get('op_check_finite_bf16')!, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
+      const uploader = scope.adopt(new TensorUploader(d, source, { bf16: this.fns.get('op_check_finite_bf16')! }, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
       this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, this.stream, {
         ...(opts.placement ? { placement: opts.placement } : {}), ...(opts.onReleaseFailure ? { onReleaseFailure: opts.onReleaseFailure } : {}),
         ...(opts.spareRows !== undefined ? { spareRows: opts.spareRows } : {}), ...(opts.copiesInFlight !== undefined ? { copiesInFlight: opts.copiesInFlight } : {}),

@@ -7,15 +7,21 @@ import { ResidencyError } from '../../errors.ts';
 import type { CudaDriver } from './driver.ts';
 import { ResourceScope } from './resource-scope.ts';
 
-/** The op path's products: rows per group (bucket), output features per warp, epilogue (kernels/op.cu). */
+/** The op path's products: weight format, rows per group (bucket), output features per warp, epilogue (kernels/op.cu). */
 export const GEMV_ROWS = [1, 2, 4, 8, 16] as const;
 export type GemvEpilogue = 'store' | 'add' | 'swiglu';
-export type GemvName = `op_gemv_b${(typeof GEMV_ROWS)[number]}_r${1 | 2}_${GemvEpilogue}`;
+/** Name infix of a product's weight format: bf16 '' and block FP8 'fp8_'. */
+export type WeightInfix = '' | 'fp8_';
+export type GemvName = `op_gemv_${WeightInfix}b${(typeof GEMV_ROWS)[number]}_r${1 | 2}_${GemvEpilogue}`;
+export type GemmTcName = `op_gemm_tc_${WeightInfix}${GemvEpilogue}`;
 export type AttendName = `op_attend${'' | '_decode'}_hd${64 | 128}_g${1 | 2 | 4 | 8 | 16}`;
-const GEMV_NAMES = GEMV_ROWS.flatMap((b) => ([1, 2] as const).flatMap((r) => (['store', 'add', 'swiglu'] as const).map((e): GemvName => `op_gemv_b${b}_r${r}_${e}`)));
+const EPILOGUES = ['store', 'add', 'swiglu'] as const;
+const INFIXES = ['', 'fp8_'] as const;
+const GEMV_NAMES = INFIXES.flatMap((w) => GEMV_ROWS.flatMap((b) => ([1, 2] as const).flatMap((r) => EPILOGUES.map((e): GemvName => `op_gemv_${w}b${b}_r${r}_${e}`))));
+const GEMM_TC_NAMES = INFIXES.flatMap((w) => EPILOGUES.map((e): GemmTcName => `op_gemm_tc_${w}${e}`));
 const ATTEND_NAMES = (['', '_decode'] as const).flatMap((v) => ([64, 128] as const).flatMap((hd) => ([1, 2, 4, 8, 16] as const).map((g): AttendName => `op_attend${v}_hd${hd}_g${g}`)));
 const OP_KERNELS = [
-  ...GEMV_NAMES, 'op_gemm_tc_store', 'op_gemm_tc_add', 'op_gemm_tc_swiglu', 'op_qk_rope_kv', ...ATTEND_NAMES, 'op_attend_merge',
+  ...GEMV_NAMES, ...GEMM_TC_NAMES, 'op_qk_rope_kv', ...ATTEND_NAMES, 'op_attend_merge',
   'op_route_group', 'op_route_rows', 'op_group', 'op_residual_norm',
 ] as const;
 
@@ -24,7 +30,7 @@ export const KERNEL_GROUPS = {
   layer: ['decode_layers', 'attn_route', 'attn_route_split', 'lm_head_argmax'],
   moe: ['expert_ffn'],
   ops: ['op_embed', 'op_gemm_bf16', 'op_rmsnorm', 'op_headnorm_rope', 'op_route'],
-  load: ['op_check_finite_bf16'],
+  load: ['op_check_finite_bf16', 'op_check_finite_fp8'],
   op: OP_KERNELS,
 } as const;
 

@@ -1,12 +1,15 @@
 // Streams tensors from a TensorSource to where the GPU reads them: device memory through two pinned staging
 // halves (the next piece is read from the shard while the last one is copied), or straight into mapped host
-// memory (the cold bank). Every tensor gets a finite check on the device as it lands (op_check_finite_bf16),
-// and finish() refuses the checkpoint naming the first tensor with a NaN or infinity, before anything is
-// served. Host memory beyond what stays there by design: the staging, nothing else.
+// memory (the cold bank), in their stored format: bf16, or block FP8 values and their scale grids. Every
+// tensor gets a finite check on the device as it lands (op_check_finite_bf16 / _fp8; FP8 scales are checked
+// on the host as they are read), and finish() refuses the checkpoint naming the first tensor with a NaN or
+// infinity, before anything is served. Host memory beyond what stays there by design: the staging.
 import { ResidencyError } from '../../errors.ts';
 import type { TensorSource } from '../../model/tensor-source.ts';
 import type { CudaDriver } from './driver.ts';
 import { ResourceScope } from './resource-scope.ts';
+import { readGrid, type ProductWeights } from './device-weights.ts';
+import { fp8ScaleName } from '../../model/quant-read.ts';
 
 export interface UploadProgress {
   (done: number, total: number, what: string): void;
@@ -24,6 +27,15 @@ const DEFAULT_STAGING = 64 * 1024 * 1024;
 const CHECK_THREADS = 256;
 const CHECK_MAX_BLOCKS = 1024;
 
+/** The finite-check kernels: bf16 tensors, and float8_e4m3fn ones (the op path; the row path has none). */
+export interface CheckKernels {
+  readonly bf16: bigint;
+  readonly fp8?: bigint;
+}
+
+/** Bytes a value of each dtype the device keeps as stored. */
+const STORED: Record<string, number> = { BF16: 2, F8_E4M3: 1 };
+
 export class TensorUploader {
   private readonly halves: { host: Uint8Array; hostPtr: bigint }[];
   private readonly events: bigint[];
@@ -40,7 +52,7 @@ export class TensorUploader {
   constructor(
     private readonly d: CudaDriver,
     private readonly source: TensorSource,
-    private readonly checkFn: bigint,
+    private readonly checks: CheckKernels,
     private readonly opts: UploaderOptions = {},
   ) {
     this.scope = new ResourceScope('tensor uploader');
@@ -70,9 +82,20 @@ export class TensorUploader {
     return t.bytes;
   }
 
-  /** Copies tensor `name` (bf16) to device memory at `dst`, through the staging halves. */
+  /** The tensor's stored bytes, checked to be bf16 or (with an fp8 check kernel) float8_e4m3fn, of `bytes` bytes. */
+  expectStored(name: string, bytes?: number): number {
+    const t = this.source.info(name);
+    if (STORED[t.dtype] === undefined || (t.dtype === 'F8_E4M3' && this.checks.fp8 === undefined)) {
+      const kinds = this.checks.fp8 === undefined ? 'bf16' : 'bf16 or block FP8';
+      throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend keeps weights as stored (${kinds}): tensor ${name} is ${t.dtype}; use --backend cpu`);
+    }
+    if (bytes !== undefined && t.bytes !== bytes) throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} has ${t.bytes} bytes: expected ${bytes}`);
+    return t.bytes;
+  }
+
+  /** Copies tensor `name` (bf16 or fp8, as stored) to device memory at `dst`, through the staging halves. */
   toDevice(name: string, dst: bigint, bytes?: number): void {
-    const n = this.expectBf16(name, bytes);
+    const n = this.expectStored(name, bytes);
     const cap = this.halves[0]!.host.byteLength;
     for (let off = 0; off < n; off += cap) {
       const len = Math.min(cap, n - off);
@@ -86,11 +109,66 @@ export class TensorUploader {
     this.check(name, dst, n);
   }
 
-  /** Reads tensor `name` (bf16) straight into host memory the device maps at `devPtr` (a cold bank row). */
+  /** Reads tensor `name` (as stored) straight into host memory the device maps at `devPtr` (a cold bank row). */
   toHost(name: string, host: Uint8Array, devPtr: bigint): void {
-    const n = this.expectBf16(name, host.byteLength);
+    const n = this.expectStored(name, host.byteLength);
     this.source.read(name, host);
     this.check(name, devPtr, n);
+  }
+
+  /** Copies product `p`'s values (its stacked matrices) to `dst` and, for fp8, its scale grid to `gridDst`. */
+  productToDevice(p: ProductWeights, dst: bigint, gridDst: bigint): void {
+    let at = 0;
+    p.names.forEach((name, i) => {
+      const n = this.partBytes(p, i);
+      this.toDevice(name, dst + BigInt(at), n);
+      at += n;
+    });
+    if (p.grid) this.bytesToDevice(this.grid(p), gridDst);
+  }
+
+  /** productToDevice into mapped host memory: values at host[0..], the grid at gridHost (a cold bank row). */
+  productToHost(p: ProductWeights, host: Uint8Array, devPtr: bigint, gridHost?: Uint8Array): void {
+    let at = 0;
+    p.names.forEach((name, i) => {
+      const n = this.partBytes(p, i);
+      this.toHost(name, host.subarray(at, at + n), devPtr + BigInt(at));
+      at += n;
+    });
+    if (p.grid) {
+      if (!gridHost) throw new ResidencyError('INTERNAL', `productToHost: no room given for the scale grid of ${p.names[0]}`);
+      gridHost.set(this.grid(p));
+    }
+  }
+
+  /** Bytes of the product's i-th matrix, its tensor checked to be stored in the product's format. */
+  private partBytes(p: ProductWeights, i: number): number {
+    const name = p.names[i]!;
+    const want = p.format === 'fp8' ? 'F8_E4M3' : 'BF16';
+    const t = this.source.info(name);
+    if (t.dtype !== want) throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: tensor ${name} is ${t.dtype} where ${want} is expected (its like in layer 0 is stored so: every layer's and expert's must be alike); use --backend cpu`);
+    return p.partRows[i]! * p.cols * (p.format === 'fp8' ? 1 : 2);
+  }
+
+  /** The product's scale grid as bytes, its scale tensors counted as loaded. */
+  private grid(p: ProductWeights): Uint8Array {
+    const g = readGrid(this.source, p);
+    for (const name of p.names) this.done += this.source.info(fp8ScaleName(name)).bytes;
+    return new Uint8Array(g.buffer, g.byteOffset, g.byteLength);
+  }
+
+  /** Copies bytes computed on the host (checked there) to device memory at `dst`, through the staging halves. */
+  private bytesToDevice(data: Uint8Array, dst: bigint): void {
+    const cap = this.halves[0]!.host.byteLength;
+    for (let off = 0; off < data.byteLength; off += cap) {
+      const len = Math.min(cap, data.byteLength - off);
+      const h = this.halves[this.half]!;
+      this.d.eventSync(this.events[this.half]!);
+      h.host.set(data.subarray(off, off + len));
+      this.d.htodAsync(dst + BigInt(off), h.hostPtr, len, this.stream);
+      this.d.eventRecord(this.events[this.half]!, this.stream);
+      this.half ^= 1;
+    }
   }
 
   /**
@@ -123,9 +201,10 @@ export class TensorUploader {
 
   private check(name: string, ptr: bigint, bytes: number): void {
     const idx = this.flagIndex.get(name)!;
-    const n = bytes / 2;
+    const fp8 = this.source.info(name).dtype === 'F8_E4M3';
+    const n = fp8 ? bytes : bytes / 2;
     const blocks = Math.max(1, Math.min(CHECK_MAX_BLOCKS, Math.ceil(n / CHECK_THREADS)));
-    this.d.launch(this.checkFn, 'op_check_finite_bf16', [blocks, 1, 1], CHECK_THREADS, 0, this.stream,
+    this.d.launch(fp8 ? this.checks.fp8! : this.checks.bf16, fp8 ? 'op_check_finite_fp8' : 'op_check_finite_bf16', [blocks, 1, 1], CHECK_THREADS, 0, this.stream,
       [{ u64: ptr }, { u64: BigInt(n) }, { u64: this.flagsDev }, { i32: idx }]);
     this.done += bytes;
     this.opts.onProgress?.(this.done, this.total, `uploading ${name}`);

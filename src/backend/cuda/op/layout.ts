@@ -7,24 +7,30 @@ export interface GemmArgs {
   grpN?: bigint; grpExpert?: bigint; grpStart?: bigint; grpRows?: bigint;
   slots?: bigint; hot?: bigint; cold?: bigint;
   tileN?: bigint; tileGroup?: bigint; tileRow0?: bigint;
-  rowElems?: number; wOff?: number;
+  /** Bytes of a bank row, and byte offsets in it of this product's values (and its FP8 scale grid). */
+  rowBytes?: number; wOff?: number; sOff?: number;
   ldx: number; ldy: number; O: number; K: number; rows?: number; xDiv?: number; hotRows?: number;
   /** Dense gemv with K staged whole: RMSNorm the input rows (times normW) first, writing them to normOut. */
   normW?: bigint; normOut?: bigint; eps?: number;
+  /** Block FP8 weights: the dense matrix's scale grid, and the grid's shape (fp8-grid.ts). */
+  scales?: bigint; sRows?: number; sCols?: number; sLd?: number;
 }
 
-export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8;
+export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8 + 2 * 8 + 4 * 4;
 
 export function encodeGemm(a: GemmArgs): Uint8Array {
   const b = Buffer.alloc(GEMM_PROBLEM_BYTES);
   const ptrs = [a.x, a.y, a.res, a.w, a.grpN, a.grpExpert, a.grpStart, a.grpRows, a.slots, a.hot, a.cold, a.tileN, a.tileGroup, a.tileRow0];
   ptrs.forEach((p, i) => b.writeBigUInt64LE(p ?? 0n, 8 * i));
-  b.writeBigInt64LE(BigInt(a.rowElems ?? 0), 112);
+  b.writeBigInt64LE(BigInt(a.rowBytes ?? 0), 112);
   b.writeBigInt64LE(BigInt(a.wOff ?? 0), 120);
   [a.ldx, a.ldy, a.O, a.K, a.rows ?? 0, a.xDiv ?? 1, a.hotRows ?? 0, 0].forEach((v, i) => b.writeInt32LE(v, 128 + 4 * i));
   b.writeBigUInt64LE(a.normW ?? 0n, 160);
   b.writeBigUInt64LE(a.normOut ?? 0n, 168);
   b.writeFloatLE(a.eps ?? 0, 176);
+  b.writeBigUInt64LE(a.scales ?? 0n, 184);
+  b.writeBigInt64LE(BigInt(a.sOff ?? 0), 192);
+  [a.sRows ?? 1, a.sCols ?? 1, a.sLd ?? 0, 0].forEach((v, i) => b.writeInt32LE(v, 200 + 4 * i));
   return b;
 }
 

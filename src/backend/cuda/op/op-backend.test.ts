@@ -13,6 +13,7 @@ import { FakeCudaDriver } from '../fake-driver.ts';
 import { KERNEL_GROUPS } from '../kernels.ts';
 import { CudaOpBackend, type OpBackendOptions } from './op-backend.ts';
 import { memoryNeeds } from './workspace.ts';
+import { deviceWeightBytes } from '../device-weights.ts';
 import { DEVICE_SLACK_BYTES } from './memory.ts';
 import { DEFAULT_SPARE_ROWS } from '../banks.ts';
 
@@ -66,7 +67,7 @@ test('op path without --hot or --map: every expert hot when they fit, else as ma
   // A budget that holds exactly 3 hot rows per layer (plus the spare rows moves land in) beside the rest.
   const T = 32, seqs = 2, len = 64;
   const needAt = (h: number): number => {
-    const n = memoryNeeds(spec, h + DEFAULT_SPARE_ROWS, T, 32);
+    const n = memoryNeeds(spec, h + DEFAULT_SPARE_ROWS, T, 32, deviceWeightBytes(mapTensorSource(raw), spec));
     return n.weights + n.kvPerPosition * len * seqs + n.workspace + DEVICE_SLACK_BYTES;
   };
   const util = (needAt(3) + 1) / 2 ** 34;

@@ -1,6 +1,7 @@
 // The CUDA backend at real shapes (the op path): one kernel per op over every SM, each expert's rows read
 // once per step, a prefill chunk run as one batch (tensor-core products), decode pieces of <= 16 rows replayed
-// as CUDA graphs keyed by (bucket, attention splits). Weights stay bf16 as stored, streamed from the shards;
+// as CUDA graphs keyed by (bucket, attention splits). Weights stay as stored (bf16, or block FP8 with its
+// scales: device-weights.ts), streamed from the shards;
 // activations and the KV cache are fp32 (the CPU spec's numbers within the vs-CPU bar). Memory is planned
 // from --gpu-memory-utilization and --max-model-len before anything is allocated.
 import { ResidencyError } from '../../../errors.ts';
@@ -10,6 +11,7 @@ import type { TensorSource } from '../../../model/tensor-source.ts';
 import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../../model/architecture.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
 import { CudaExpertBanks, DEFAULT_SPARE_ROWS } from '../banks.ts';
+import { align16, attentionProducts, deviceWeightBytes, expertRowLayout, productBytes, type ExpertRowLayout, type ProductWeights } from '../device-weights.ts';
 import type { CudaDriver, KernelArg } from '../driver.ts';
 import { OP_PATH_GROUPS, loadKernelModules, type KernelName } from '../kernels.ts';
 import { ResourceScope, type ReleaseFailureSink } from '../resource-scope.ts';
@@ -50,7 +52,15 @@ export interface OpBackendOptions {
   readonly copiesInFlight?: number;
 }
 
-interface LayerDev { inNorm: bigint; qkv: bigint; o: bigint; qNorm: bigint; kNorm: bigint; postNorm: bigint; router: bigint }
+/** A dense product on the device: its values, its scale grid (fp8), and how they are stored. */
+interface DenseDev { w: bigint; grid: bigint; p: ProductWeights }
+
+interface LayerDev { inNorm: bigint; qkv: DenseDev; o: DenseDev; qNorm: bigint; kNorm: bigint; postNorm: bigint; router: bigint }
+
+/** The kernel arguments of a product's FP8 scale grid (none for bf16). */
+function gridArgs(p: ProductWeights): Pick<GemmArgs, 'sRows' | 'sCols' | 'sLd'> {
+  return p.grid ? { sRows: p.grid.sRows, sCols: p.grid.sCols, sLd: p.grid.sLd } : {};
+}
 
 const GEMV_WARPS = 8;
 const gib = (b: number): string => `${(b / 2 ** 30).toFixed(1)} GiB`;
@@ -89,6 +99,8 @@ export class CudaOpBackend implements Backend {
   private readonly d: CudaDriver;
   private disposed = false;
   readonly QKV: number;
+  /** The experts' bank row as stored (bf16, or block FP8 values and scale grids). */
+  readonly rowLayout: ExpertRowLayout;
   private recording: { name: string; role: string; run: () => void }[] | null = null;
   private role = '';
   private readonly pdl: boolean;
@@ -125,7 +137,9 @@ export class CudaOpBackend implements Backend {
     // The plan first: nothing is allocated for a model that cannot fit. Without a placement the hot bank is
     // sized from the budget: every expert if they fit, else as many per layer as fit (the rest stay in host memory).
     const allocatedRows = (h: number): number => h + (h < E ? (opts.spareRows ?? DEFAULT_SPARE_ROWS) : 0);
-    const needsAt = (h: number) => memoryNeeds(s, allocatedRows(h), T, this.maxSplits);
+    const weightBytes = deviceWeightBytes(source, s);
+    this.rowLayout = expertRowLayout(source, s);
+    const needsAt = (h: number) => memoryNeeds(s, allocatedRows(h), T, this.maxSplits, weightBytes);
     const total = d.memInfo().total;
     const util = opts.gpuMemoryUtilization ?? 0.9;
     let placement = opts.placement;
@@ -149,10 +163,11 @@ export class CudaOpBackend implements Backend {
       const k = loadKernelModules(d, scope, opts.kernelDir, new Set(), OP_PATH_GROUPS);
       for (const [n, f] of k.fns) this.fns.set(n, f);
       this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
-      const uploader = scope.adopt(new TensorUploader(d, source, this.fns.get('op_check_finite_bf16')!, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
+      const uploader = scope.adopt(new TensorUploader(d, source, { bf16: this.fns.get('op_check_finite_bf16')!, fp8: this.fns.get('op_check_finite_fp8')! }, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
       this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, this.stream, {
         ...(placement ? { placement } : {}), ...(opts.spareRows !== undefined ? { spareRows: opts.spareRows } : {}),
         ...(opts.copiesInFlight !== undefined ? { copiesInFlight: opts.copiesInFlight } : {}), ...(opts.onReleaseFailure ? { onReleaseFailure: opts.onReleaseFailure } : {}),
+        rowLayout: this.rowLayout,
       }), 'expert banks', (b) => b.dispose());
       const up = (name: string): bigint => {
         const p = this.alloc(uploader.expectBf16(name), name);
@@ -160,13 +175,18 @@ export class CudaOpBackend implements Backend {
         return p;
       };
       this.embed = up(EMBED);
+      // A dense product: its stacked matrices' values, then (fp8) its scale grid 16-byte aligned after them.
+      const dense = (p: ProductWeights, what: string): DenseDev => {
+        const w = this.alloc(productBytes(p), what);
+        const grid = p.grid ? w + BigInt(align16(p.dataBytes)) : 0n;
+        uploader.productToDevice(p, w, grid);
+        return { w, grid, p };
+      };
       for (let l = 0; l < L; l++) {
         const n = layerTensorNames(l);
-        const qkv = this.alloc(this.QKV * H * 2, `qkv layer ${l}`);
-        uploader.toDevice(n.qProj, qkv, QD * H * 2);
-        uploader.toDevice(n.kProj, qkv + BigInt(QD * H * 2), KD * H * 2);
-        uploader.toDevice(n.vProj, qkv + BigInt((QD + KD) * H * 2), KD * H * 2);
-        this.layers.push({ inNorm: up(n.inputNorm), qkv, o: up(n.oProj), qNorm: up(n.qNorm), kNorm: up(n.kNorm), postNorm: up(n.postAttnNorm), router: up(n.router) });
+        const a = attentionProducts(source, s, l);
+        const qkv = dense(a.qkv, `qkv layer ${l}`);
+        this.layers.push({ inNorm: up(n.inputNorm), qkv, o: dense(a.o, `o_proj layer ${l}`), qNorm: up(n.qNorm), kNorm: up(n.kNorm), postNorm: up(n.postAttnNorm), router: up(n.router) });
       }
       this.finalNorm = up(FINAL_NORM);
       this.lmHead = s.tieWordEmbeddings ? this.embed : up(LM_HEAD);
@@ -360,7 +380,7 @@ export class CudaOpBackend implements Backend {
     for (let l = 0; l < L; l++) {
       const ly = this.layers[l]!;
       norm(l === 0 ? 0 : 1, l - 1, 0n, ly.inNorm, this.ptr('xn'), T);
-      this.product('qkv', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: ly.qkv, ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T });
+      this.product('qkv', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: ly.qkv.w, scales: ly.qkv.grid, ...gridArgs(ly.qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T }, ly.qkv.p.format);
       const G = nh / nkv;
       const attend = [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(this.ptr('att')), u64(this.ptr('attnPart')), i32(l), i32(nh), i32(nkv)];
       const threads = G === 16 ? 128 : 256;
@@ -373,7 +393,7 @@ export class CudaOpBackend implements Backend {
         this.launch(`op_attend_hd${hd as 64 | 128}_g${G as 1 | 2 | 4 | 8 | 16}`, [T, nkv, S], threads, 0, attend);
       }
       if (S > 1) this.launch('op_attend_merge', [T, nh, 1], Math.max(32, hd), 0, [u64(this.ptr('attnPart')), u64(this.ptr('att')), i32(nh), i32(hd), i32(S)]);
-      this.product('o_proj', decode, T, 'add', { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), w: ly.o, ldx: QD, ldy: H, O: H, K: QD, rows: T });
+      this.product('o_proj', decode, T, 'add', { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), w: ly.o.w, scales: ly.o.grid, ...gridArgs(ly.o.p), ldx: QD, ldy: H, O: H, K: QD, rows: T }, ly.o.p.format);
       if (decode && gemvStagesWhole(T, H)) {
         // The post-attention norm inside the router's gemv (each block normalizes the rows it staged).
         this.product('router', decode, T, 'store', { x: this.ptr('hidden'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, normW: ly.postNorm, normOut: this.ptr('xn'), eps: s.rmsNormEps });
@@ -396,18 +416,20 @@ export class CudaOpBackend implements Backend {
       const grouped = {
         grpN: this.ptr('grpN'), grpExpert: this.ptr('grpExpert'), grpStart: this.ptr('grpStart'), grpRows: this.ptr('grpRows'),
         slots: banks.slotTableDev + BigInt(4 * l * E), hot: banks.hotDev[l]!, cold: banks.coldDev[l]!, hotRows: banks.hotRowsAllocated,
-        tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0'), rowElems: 3 * I * H,
+        tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0'), rowBytes: banks.rowBytes,
       };
-      this.product('experts_gate_up', decode, T, 'swiglu', { ...grouped, x: this.ptr('xn'), y: this.ptr('act'), ldx: H, ldy: I, O: I, K: H, xDiv: K, wOff: 0 });
-      this.product('experts_down', decode, T, 'store', { ...grouped, x: this.ptr('act'), y: this.ptr('partial'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: 2 * I * H });
+      const row = this.rowLayout;
+      this.product('experts_gate_up', decode, T, 'swiglu', { ...grouped, x: this.ptr('xn'), y: this.ptr('act'), ldx: H, ldy: I, O: I, K: H, xDiv: K, wOff: row.gateUpAt, sOff: row.gateUpGridAt, ...gridArgs(row.gateUp) }, row.format);
+      this.product('experts_down', decode, T, 'store', { ...grouped, x: this.ptr('act'), y: this.ptr('partial'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down) }, row.format);
     }
     const nOutB = bucketFor(nOut, [1, 2, 4, 8, 16]);
     norm(1, L - 1, outRows, this.finalNorm, this.ptr('xf'), nOutB);
     this.product('lm_head', true, nOutB, 'store', { x: this.ptr('xf'), y: this.ptr('logits'), w: this.lmHead, ldx: H, ldy: V, O: V, K: H, rows: nOutB });
   }
 
-  /** One product: gemv (decode: B = T rows a group) or the tensor-core tiles (prefill). */
-  private product(role: string, decode: boolean, T: number, epi: 'store' | 'add' | 'swiglu', a: GemmArgs): void {
+  /** One product: gemv (decode: B = T rows a group) or the tensor-core tiles (prefill), for weights stored as `format`. */
+  private product(role: string, decode: boolean, T: number, epi: 'store' | 'add' | 'swiglu', a: GemmArgs, format: 'bf16' | 'fp8' = 'bf16'): void {
+    const wf = format === 'fp8' ? 'fp8_' : '';
     this.role = role;
     const grouped = a.grpN !== undefined;
     const { numExperts: E, topK: K } = this.spec;
@@ -415,12 +437,12 @@ export class CudaOpBackend implements Backend {
       const groups = grouped ? Math.min(T * K, E) : 1;
       const feats = a.O;
       const R = gemvRowsPerWarp(feats, groups, this.d.smCount);
-      const name = `op_gemv_b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const;
+      const name = `op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const;
       this.launch(name, [Math.ceil(feats / (GEMV_WARPS * R)), groups, 1], GEMV_WARPS * 32, gemvSmemBytes(T, a.K), [{ bytes: encodeGemm(a) }]);
     } else {
       const tiles = grouped ? maxGroupedTiles(T * K, E) : Math.ceil(T / 64);
       const gx = epi === 'swiglu' ? Math.ceil(a.O / 32) : Math.ceil(a.O / 64);
-      this.launch(`op_gemm_tc_${epi}`, [gx, tiles, 1], TC_THREADS, 0, [{ bytes: encodeGemm(a) }]);
+      this.launch(`op_gemm_tc_${wf}${epi}`, [gx, tiles, 1], TC_THREADS, 0, [{ bytes: encodeGemm(a) }]);
     }
     this.role = '';
   }

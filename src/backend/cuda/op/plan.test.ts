@@ -36,9 +36,9 @@ describe('op path planning', () => {
     assert.equal(maxGroupedTiles(2048 * 8, 128), 256 + 128);
   });
   it('layouts: GemmProblem fields at the C offsets (op_common.cuh), step rows 8-aligned and compact', () => {
-    const b = Buffer.from(encodeGemm({ x: 1n, y: 2n, tileRow0: 14n, rowElems: 99, wOff: 7, ldx: 3, ldy: 4, O: 5, K: 6, rows: 8, xDiv: 9, hotRows: 10, normW: 11n, normOut: 12n, eps: 0.5 }));
+    const b = Buffer.from(encodeGemm({ x: 1n, y: 2n, tileRow0: 14n, rowBytes: 99, wOff: 7, ldx: 3, ldy: 4, O: 5, K: 6, rows: 8, xDiv: 9, hotRows: 10, normW: 11n, normOut: 12n, eps: 0.5, scales: 13n, sOff: 15, sRows: 128, sCols: 64, sLd: 16 }));
     assert.equal(b.byteLength, GEMM_PROBLEM_BYTES);
-    assert.equal(b.byteLength, 184);
+    assert.equal(b.byteLength, 216);
     assert.equal(b.readBigUInt64LE(8 * 13), 14n);
     assert.equal(b.readBigInt64LE(112), 99n);
     assert.equal(b.readBigInt64LE(120), 7n);
@@ -46,6 +46,9 @@ describe('op path planning', () => {
     assert.equal(b.readBigUInt64LE(160), 11n);
     assert.equal(b.readBigUInt64LE(168), 12n);
     assert.equal(b.readFloatLE(176), 0.5);
+    assert.equal(b.readBigUInt64LE(184), 13n);
+    assert.equal(b.readBigInt64LE(192), 15n);
+    assert.deepEqual([0, 1, 2].map((i) => b.readInt32LE(200 + 4 * i)), [128, 64, 16]);
     for (const T of [1, 2, 4, 16, 2048]) {
       const o = stepLayout(T);
       assert.equal(o.kv % 8, 0);
@@ -66,10 +69,15 @@ describe('op path planning', () => {
 });
 
 describe('op path workspace', () => {
-  it('counts the bf16 weights, the fp32 KV per position and the work buffers of a piece', async () => {
+  it('counts the weights as stored, the fp32 KV per position and the work buffers of a piece', async () => {
     const { memoryNeeds, workspaceLayout } = await import('./workspace.ts');
-    const spec = { hiddenSize: 2048, numHeads: 32, numKvHeads: 4, headDim: 128, numExperts: 128, topK: 8, expertIntermediate: 768, vocabSize: 8192, numLayers: 16, tieWordEmbeddings: false } as import('../../../model/spec.ts').ModelSpec;
-    const n = memoryNeeds(spec, 128, 2048, 32);
+    const { parseConfig } = await import('../../../model/config.ts');
+    const { syntheticConfig } = await import('../../../model/synthetic.ts');
+    const { headerSource } = await import('../header-source.ts');
+    const { deviceWeightBytes } = await import('../device-weights.ts');
+    const spec = parseConfig(syntheticConfig({ vocab_size: 8192, hidden_size: 2048, num_hidden_layers: 16, num_attention_heads: 32, num_key_value_heads: 4, head_dim: 128,
+      moe_intermediate_size: 768, num_experts: 128, num_experts_per_tok: 8, tie_word_embeddings: false }), 'q30');
+    const n = memoryNeeds(spec, 128, 2048, 32, deviceWeightBytes(headerSource(spec), spec));
     // Qwen3-30B-A3B geometry, 16 layers, every expert hot: the checkpoint's 20.0 GB less nothing of note.
     assert.ok(Math.abs(n.weights - 20.01e9) < 0.02e9, `weights ${n.weights}`);
     assert.equal(n.kvPerPosition, 16 * 2 * 512 * 4);

@@ -7,7 +7,11 @@ export function checkOpSupport(s: ModelSpec): void {
   const refuse = (why: string): never => {
     throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: ${why}; use --backend cpu`);
   };
-  if (s.quantization) refuse(`quantized checkpoints (quant_method ${s.quantization.method}) are not computed on CUDA yet`);
+  // Block FP8 is computed as stored (device-weights.ts); MXFP4 not yet.
+  if (s.quantization?.method === 'mxfp4') refuse('MXFP4 checkpoints (quant_method mxfp4) are not computed on CUDA yet');
+  if (s.quantization?.method === 'fp8' && s.quantization.blockSize[1] % 32 !== 0) {
+    refuse(`FP8 blocks of [${s.quantization.blockSize.join(', ')}] (quantization_config.weight_block_size): the kernels take block columns that are a multiple of 32`);
+  }
   if (s.architecture !== 'qwen3_moe') refuse(`architecture ${s.architecture} is not implemented on CUDA yet (qwen3_moe only)`);
   const QD = s.numHeads * s.headDim;
   // The tensor-core tiles read K in slices of 32; the gemv reads 16-byte pieces.

@@ -1,8 +1,9 @@
 // What the op path holds on the device, counted before anything is allocated: the resident weights (the
-// non-expert tensors and the hot bank, bf16 as stored), the KV cache per position, and the work buffers of
+// non-expert tensors and the hot bank, as stored: bf16 or block FP8 with its scales), the KV cache per position, and the work buffers of
 // one piece. planMemory checks the sum against the budget; the backend allocates exactly these buffers.
 import type { ModelSpec } from '../../../model/spec.ts';
 import type { MemoryNeeds } from './memory.ts';
+import type { DeviceWeightBytes } from '../device-weights.ts';
 import { maxGroupedTiles, stepLayout } from './layout.ts';
 import { DECODE_MAX_ROWS } from './plan.ts';
 
@@ -24,12 +25,10 @@ export function workspaceLayout(s: ModelSpec, T: number, maxSplits: number): [st
   ];
 }
 
-/** The memory plan's inputs for a model with `hotPerLayer` experts of each layer in HBM. */
-export function memoryNeeds(s: ModelSpec, hotPerLayer: number, T: number, maxSplits: number): MemoryNeeds {
-  const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, expertIntermediate: I, vocabSize: V, numLayers: L } = s;
-  const QD = nh * hd, KD = nkv * hd;
-  const attention = ((QD + 2 * KD) * H + H * QD + E * H + 2 * H + 2 * hd) * 2; // q|k|v, o, router, norms
-  const weights = (V * H * (s.tieWordEmbeddings ? 1 : 2) + H) * 2 + L * attention + L * hotPerLayer * 3 * I * H * 2;
+/** The memory plan's inputs for a model with `hotPerLayer` experts of each layer in HBM (`w`: its weights' device bytes as stored). */
+export function memoryNeeds(s: ModelSpec, hotPerLayer: number, T: number, maxSplits: number, w: DeviceWeightBytes): MemoryNeeds {
+  const KD = s.numKvHeads * s.headDim;
+  const weights = w.resident + s.numLayers * hotPerLayer * w.expertRow;
   const work = workspaceLayout(s, T, maxSplits).reduce((a, [, b]) => a + b, 0) + stepLayout(T).bytes;
-  return { weights, kvPerPosition: L * 2 * KD * 4, workspace: work };
+  return { weights, kvPerPosition: s.numLayers * 2 * KD * 4, workspace: work };
 }

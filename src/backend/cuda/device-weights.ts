@@ -1,0 +1,149 @@
+// How the CUDA backend holds weights on the device: as stored (bf16 values, or block FP8: e4m3 bytes plus a
+// float32 scale grid, fp8-grid.ts), a product's stacked matrices (q | k | v, gate | up) contiguous. The one
+// description of a product's bytes, used to plan memory, to lay out an expert's bank row, and to upload.
+import { ResidencyError } from '../../errors.ts';
+import type { ModelSpec } from '../../model/spec.ts';
+import type { TensorSource } from '../../model/tensor-source.ts';
+import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/architecture.ts';
+import { fp8ScaleName, fp8Scales } from '../../model/quant-read.ts';
+import type { DType } from '../../model/weights.ts';
+import { fillFp8Grid, fp8Grid, type Fp8Grid } from './fp8-grid.ts';
+
+export type WeightFormat = 'bf16' | 'fp8';
+
+/** One product's weights: matrices `names` ([partRows[i]][cols] each) stacked by rows. */
+export interface ProductWeights {
+  readonly format: WeightFormat;
+  readonly names: readonly string[];
+  readonly partRows: readonly number[];
+  readonly cols: number;
+  /** Stored bytes of the values (bf16: 2 a value, fp8: 1). */
+  readonly dataBytes: number;
+  /** fp8: the scale grid the kernels read. */
+  readonly grid?: Fp8Grid;
+  /** fp8: the checkpoint's [br, bc] blocks. */
+  readonly block?: readonly [number, number];
+}
+
+const DTYPE: Record<string, WeightFormat> = { BF16: 'bf16', F8_E4M3: 'fp8' };
+
+/**
+ * The product stacking `names` (each [partRows[i]][cols], as stored in `source`). Every matrix must be in
+ * the same format: bf16, or block FP8 with scale blocks whose columns are a multiple of 32 (the kernels'
+ * slices of K).
+ */
+export function productWeights(source: TensorSource, spec: ModelSpec, names: readonly string[], partRows: readonly number[], cols: number): ProductWeights {
+  let format: WeightFormat | undefined;
+  names.forEach((name, i) => {
+    const t = source.info(name);
+    const f = DTYPE[t.dtype];
+    if (f === undefined) throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend keeps weights as stored, bf16 or block FP8: tensor ${name} is ${t.dtype}; use --backend cpu`);
+    if (format !== undefined && f !== format) {
+      throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: tensor ${name} is ${t.dtype} but ${names[0]}, computed in the same product, is not; use --backend cpu`);
+    }
+    format = f;
+    if (t.shape.length !== 2 || t.shape[0] !== partRows[i] || t.shape[1] !== cols) {
+      throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} has shape [${t.shape.join(', ')}]: expected [${partRows[i]}, ${cols}]`);
+    }
+  });
+  const rows = partRows.reduce((a, b) => a + b, 0);
+  if (format === 'bf16') return { format, names, partRows, cols, dataBytes: 2 * rows * cols };
+  const q = spec.quantization;
+  if (q?.method !== 'fp8') throw new ResidencyError('BAD_CHECKPOINT', `tensor ${names[0]} is F8_E4M3 but config.json has no fp8 quantization_config`);
+  const block = q.blockSize;
+  if (block[1] % 32 !== 0) {
+    throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: FP8 blocks of [${block.join(', ')}] (quantization_config.weight_block_size): the kernels take block columns that are a multiple of 32; use --backend cpu`);
+  }
+  return { format: 'fp8', names, partRows, cols, dataBytes: rows * cols, grid: fp8Grid(partRows, cols, block), block };
+}
+
+/** Device bytes of a product: its values, and its scale grid 16-byte aligned after them. */
+export function productBytes(p: ProductWeights): number {
+  return p.grid ? align16(p.dataBytes) + p.grid.bytes : p.dataBytes;
+}
+
+export const align16 = (n: number): number => Math.ceil(n / 16) * 16;
+
+/** The product's scale grid from its matrices' stored scales, each validated (BAD_CHECKPOINT naming the tensor). */
+export function readGrid(source: TensorSource, p: ProductWeights): Float32Array {
+  if (!p.grid || !p.block) throw new ResidencyError('INTERNAL', `readGrid: ${p.names[0]} is not block FP8`);
+  const parts = p.names.map((name) => {
+    const sName = fp8ScaleName(name);
+    const t = source.info(sName);
+    const bytes = new Uint8Array(t.bytes);
+    source.read(sName, bytes);
+    return fp8Scales({ name: sName, dtype: t.dtype as DType, shape: t.shape, bytes }, p.cols, p.block!);
+  });
+  return fillFp8Grid(p.grid, p.partRows, p.block[0], parts);
+}
+
+/** An expert's bank row: gate | up values, down values, then (fp8) the gate | up grid and the down grid. */
+export interface ExpertRowLayout {
+  readonly format: WeightFormat;
+  readonly bytes: number;
+  readonly gateUp: ProductWeights;
+  readonly down: ProductWeights;
+  /** Byte offsets in the row. */
+  readonly gateUpAt: number;
+  readonly downAt: number;
+  readonly gateUpGridAt: number;
+  readonly downGridAt: number;
+}
+
+/** The bank row of every routed expert, from layer 0's expert 0 as stored (the uploads check every other). */
+export function expertRowLayout(source: TensorSource, spec: ModelSpec): ExpertRowLayout {
+  const { hiddenSize: H, expertIntermediate: I } = spec;
+  const n = layerTensorNames(0).expert(0);
+  const gateUp = productWeights(source, spec, [n.gate, n.up], [I, I], H);
+  const down = productWeights(source, spec, [n.down], [H], I);
+  if (gateUp.format !== down.format) throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: ${n.down} and ${n.gate} are stored in different formats; use --backend cpu`);
+  const dataEnd = gateUp.dataBytes + down.dataBytes;
+  if (gateUp.format === 'bf16') return { format: 'bf16', bytes: dataEnd, gateUp, down, gateUpAt: 0, downAt: gateUp.dataBytes, gateUpGridAt: 0, downGridAt: 0 };
+  const gateUpGridAt = align16(dataEnd);
+  const downGridAt = gateUpGridAt + gateUp.grid!.bytes;
+  return { format: 'fp8', bytes: align16(downGridAt + down.grid!.bytes), gateUp, down, gateUpAt: 0, downAt: gateUp.dataBytes, gateUpGridAt, downGridAt };
+}
+
+/** The bf16 bank row (the row path's, and any bf16 checkpoint's), from the spec alone. */
+export function bf16ExpertRowLayout(spec: ModelSpec): ExpertRowLayout {
+  const { hiddenSize: H, expertIntermediate: I } = spec;
+  const n = layerTensorNames(0).expert(0);
+  const gateUp: ProductWeights = { format: 'bf16', names: [n.gate, n.up], partRows: [I, I], cols: H, dataBytes: 4 * I * H };
+  const down: ProductWeights = { format: 'bf16', names: [n.down], partRows: [H], cols: I, dataBytes: 2 * I * H };
+  return { format: 'bf16', bytes: 6 * I * H, gateUp, down, gateUpAt: 0, downAt: 4 * I * H, gateUpGridAt: 0, downGridAt: 0 };
+}
+
+/** Product `p` with the names of expert e of layer l (same shapes and format as the layout's). */
+export function expertProduct(p: ProductWeights, l: number, e: number, which: 'gateUp' | 'down'): ProductWeights {
+  const n = layerTensorNames(l).expert(e);
+  return { ...p, names: which === 'gateUp' ? [n.gate, n.up] : [n.down] };
+}
+
+/** A layer's attention products as stored: q | k | v (one product) and o. */
+export function attentionProducts(source: TensorSource, spec: ModelSpec, l: number): { qkv: ProductWeights; o: ProductWeights } {
+  const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd } = spec;
+  const n = layerTensorNames(l);
+  return {
+    qkv: productWeights(source, spec, [n.qProj, n.kProj, n.vProj], [nh * hd, nkv * hd, nkv * hd], H),
+    o: productWeights(source, spec, [n.oProj], [H], nh * hd),
+  };
+}
+
+/** What the weights take on the device: everything but the routed experts, and one expert's bank row. */
+export interface DeviceWeightBytes {
+  readonly resident: number;
+  readonly expertRow: number;
+}
+
+/** The device bytes of a model's weights as stored (the op path's memory plan). */
+export function deviceWeightBytes(source: TensorSource, spec: ModelSpec): DeviceWeightBytes {
+  const stored = (name: string): number => source.info(name).bytes;
+  let resident = stored(EMBED) + stored(FINAL_NORM) + (spec.tieWordEmbeddings ? 0 : stored(LM_HEAD));
+  for (let l = 0; l < spec.numLayers; l++) {
+    const n = layerTensorNames(l);
+    const a = attentionProducts(source, spec, l);
+    resident += productBytes(a.qkv) + productBytes(a.o);
+    for (const name of [n.inputNorm, n.postAttnNorm, n.qNorm, n.kNorm, n.router]) resident += stored(name);
+  }
+  return { resident, expertRow: expertRowLayout(source, spec).bytes };
+}
