@@ -39,8 +39,9 @@ __device__ __forceinline__ void norm_staged(const GemmProblem& p, float* xs, int
   __syncthreads();
 }
 
-// A lane's dot of one 16-byte weight load (bf16: 8 values; FP8: 16 values, each widened and times its
-// block's scale, as the spec dequantizes: float32(e4m3 x scale)) with the staged inputs at x.
+// A lane's dot of one 16-byte weight load with the staged inputs at x: bf16, 8 values; FP8, 16 values
+// widened (exact) into w, the caller scaling the sum by their block's scale (the spec scales each value
+// first, float32(e4m3 x scale): the same products, rounded once less).
 template <int WF>
 __device__ __forceinline__ float dot_load(const uint4 u, const float* __restrict__ x, const float* w) {
   if (WF == WF_BF16) return dot8_bf16(u, x);
@@ -135,16 +136,18 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
           for (int r = 0; r < NW; r++) {
             float w[WF == WF_FP8 ? 16 : 1];
+            float sc = 1.f;
             if (WF == WF_FP8) {
-              const float sc = srow[r][(k0 + VPL * c) / p.s_cols];
+              sc = srow[r][(k0 + VPL * c) / p.s_cols];
               fp8x8_to_float(make_uint2(u[j][r].x, u[j][r].y), w);
               fp8x8_to_float(make_uint2(u[j][r].z, u[j][r].w), w + 8);
-#pragma unroll
-              for (int q = 0; q < 16; q++) w[q] *= sc;
             }
 #pragma unroll
             for (int b = 0; b < B; b++) {
-              if (b < n) acc[r][b] += dot_load<WF>(u[j][r], xs + b * KS + VPL * c, w);
+              if (b < n) {
+                if (WF == WF_FP8) acc[r][b] += sc * dot_load<WF>(u[j][r], xs + b * KS + VPL * c, w);
+                else acc[r][b] += dot_load<WF>(u[j][r], xs + b * KS + VPL * c, w);
+              }
             }
           }
         }
