@@ -11,6 +11,7 @@ import { loadModelFor } from '../../src/model/load.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
 import { planPieces } from '../../src/backend/cuda/op/plan.ts';
+import { attentionProducts, productBytes } from '../../src/backend/cuda/device-weights.ts';
 
 const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' }, layers: { type: 'string', default: '16' } } });
 // Without --model the checkpoint is made here (the device has torch and transformers; gpu-bundle copies
@@ -78,8 +79,12 @@ be.forward({ chunks: [{ seq: 0, tokens: prompt.slice(0, 64), startPos: 0 }], cou
 const { launches: prof, stepUs } = be.profilePiece(planPieces([{ seq: 0, tokens: [prompt[64]!], startPos: 64 }], 2048, 16)[0]!);
 be.closeSequence(0);
 const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, expertIntermediate: I, numLayers: L } = s;
+// As stored: bf16 2 bytes a value, block FP8 1 (plus its scale grids, ~0.1%).
+const att = attentionProducts(m.tensors, s, 0);
+const row = be.rowLayout;
 const perRole: Record<string, number> = {
-  qkv: (nh + 2 * nkv) * hd * H * 2, o_proj: H * nh * hd * 2, router: E * H * 2, experts_gate_up: K * 2 * I * H * 2, experts_down: K * H * I * 2, lm_head: V * H * 2,
+  qkv: productBytes(att.qkv), o_proj: productBytes(att.o), router: E * H * 2, lm_head: V * H * 2,
+  experts_gate_up: K * (row.gateUp.dataBytes + (row.gateUp.grid?.bytes ?? 0)), experts_down: K * (row.down.dataBytes + (row.down.grid?.bytes ?? 0)),
 };
 const roles = new Map<string, { us: number; n: number }>();
 for (const p of prof) {
