@@ -25,7 +25,8 @@ __device__ __forceinline__ void qk_rope_kv_body(float* qkv, int ld, OpRows rows,
   const int h = blockIdx.y * (blockDim.x >> 5) + warp;
   if (h < nh + nkv) {
     float* v = x + h * hd;
-    warp_rmsnorm(v, h < nh ? q_norm : k_norm, hd, eps);
+    const bf16_t* nw = h < nh ? q_norm : k_norm;
+    if (nw) warp_rmsnorm(v, nw, hd, eps); // null: a family without q/k norms
     warp_rope(v, hd, pos, theta);
     if (h >= nh) {
       const int kh = h - nh;
@@ -71,7 +72,8 @@ __device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows row
     for (int i = threadIdx.x; i < (G + 1) * HD; i += blockDim.x) sq[i] = i < G * HD ? x[kh * G * HD + i] : x[(nh + kh) * HD + i - G * HD];
     __syncthreads();
     for (int h = warp; h < G + 1; h += NW) {
-      warp_rmsnorm(sq + h * HD, h < G ? qn.q_norm : qn.k_norm, HD, qn.eps);
+      const bf16_t* nw = h < G ? qn.q_norm : qn.k_norm;
+      if (nw) warp_rmsnorm(sq + h * HD, nw, HD, qn.eps); // null: a family without q/k norms
       warp_rope(sq + h * HD, HD, n - 1, qn.theta);
     }
     __syncthreads();

@@ -6,8 +6,13 @@ import type { ModelSpec } from './spec.ts';
 import { familyOf } from './families/index.ts';
 import { attentionShapes, expertShapes, tensorMap } from './families/common.ts';
 
-export { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from './tensor-names.ts';
-import { LM_HEAD, layerTensorNames } from './tensor-names.ts';
+export { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames, type MoeNames } from './tensor-names.ts';
+import { LM_HEAD, layerTensorNames, type MoeNames } from './tensor-names.ts';
+
+/** Layer l's router and routed experts' tensor names in the spec's family (qwen3_moe's unless it names its own). */
+export function moeTensorNames(spec: ModelSpec, l: number): MoeNames {
+  return familyOf(spec.architecture)?.moeNames?.(l) ?? layerTensorNames(l);
+}
 
 /** Every tensor the spec needs, with its expected shape, in checkpoint order (embed, layers, norm, head). */
 export function expectedTensors(spec: ModelSpec): Map<string, readonly number[]> {

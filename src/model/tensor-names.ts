@@ -3,6 +3,12 @@
 // is imported first.
 
 /** Hub tensor names of one layer. */
+/** A layer's router and routed experts' tensor names (a family's own, or qwen3_moe's below). */
+export interface MoeNames {
+  readonly router: string;
+  expert(e: number): { readonly gate: string; readonly up: string; readonly down: string };
+}
+
 export function layerTensorNames(l: number) {
   const p = `model.layers.${l}`;
   return {

@@ -17,6 +17,7 @@ import type { ExpertBanks, RowExchange } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { TensorUploader } from './uploader.ts';
 import { bf16ExpertRowLayout, expertProduct, type ExpertRowLayout } from './device-weights.ts';
+import { moeTensorNames } from '../../model/architecture.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
 import type { CudaDriver } from './driver.ts';
 import { ResourceScope, type ReleaseFailureSink } from './resource-scope.ts';
@@ -114,10 +115,13 @@ export class CudaExpertBanks implements ExpertBanks {
       // The copy stream and its table event exist only with a cold bank (nothing ever moves without one).
       this.copyStream = coldRows > 0 ? scope.acquire('copy stream', () => d.streamCreate(), (s) => d.streamDestroy(s)) : 0n;
       this.tableEvent = coldRows > 0 ? scope.acquire('table event', () => d.eventCreate(), (e) => d.eventDestroy(e)) : 0n;
-      const products = (l: number, e: number) => [
-        { p: expertProduct(row.gateUp, l, e, 'gateUp'), at: row.gateUpAt, grid: row.gateUpGridAt },
-        { p: expertProduct(row.down, l, e, 'down'), at: row.downAt, grid: row.downGridAt },
-      ];
+      const products = (l: number, e: number) => {
+        const n = moeTensorNames(spec, l).expert(e);
+        return [
+          { p: expertProduct(row.gateUp, n, 'gateUp'), at: row.gateUpAt, grid: row.gateUpGridAt },
+          { p: expertProduct(row.down, n, 'down'), at: row.downAt, grid: row.downGridAt },
+        ];
+      };
       for (let l = 0; l < this.layers; l++) {
         const { hot, cold } = rows[l]!;
         // Each expert's three matrices go straight to their place in its row: hot rows through the uploader's

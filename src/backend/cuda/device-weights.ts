@@ -4,7 +4,7 @@
 import { ResidencyError } from '../../errors.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { TensorSource } from '../../model/tensor-source.ts';
-import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/architecture.ts';
+import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames, moeTensorNames } from '../../model/architecture.ts';
 import { fp8ScaleName, fp8Scales } from '../../model/quant-read.ts';
 import type { DType } from '../../model/weights.ts';
 import { fillFp8Grid, fp8Grid, type Fp8Grid } from './fp8-grid.ts';
@@ -93,7 +93,7 @@ export interface ExpertRowLayout {
 /** The bank row of every routed expert, from layer 0's expert 0 as stored (the uploads check every other). */
 export function expertRowLayout(source: TensorSource, spec: ModelSpec): ExpertRowLayout {
   const { hiddenSize: H, expertIntermediate: I } = spec;
-  const n = layerTensorNames(0).expert(0);
+  const n = moeTensorNames(spec, 0).expert(0);
   const gateUp = productWeights(source, spec, [n.gate, n.up], [I, I], H);
   const down = productWeights(source, spec, [n.down], [H], I);
   if (gateUp.format !== down.format) throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: ${n.down} and ${n.gate} are stored in different formats; use --backend cpu`);
@@ -107,15 +107,14 @@ export function expertRowLayout(source: TensorSource, spec: ModelSpec): ExpertRo
 /** The bf16 bank row (the row path's, and any bf16 checkpoint's), from the spec alone. */
 export function bf16ExpertRowLayout(spec: ModelSpec): ExpertRowLayout {
   const { hiddenSize: H, expertIntermediate: I } = spec;
-  const n = layerTensorNames(0).expert(0);
+  const n = moeTensorNames(spec, 0).expert(0);
   const gateUp: ProductWeights = { format: 'bf16', names: [n.gate, n.up], partRows: [I, I], cols: H, dataBytes: 4 * I * H };
   const down: ProductWeights = { format: 'bf16', names: [n.down], partRows: [H], cols: I, dataBytes: 2 * I * H };
   return { format: 'bf16', bytes: 6 * I * H, gateUp, down, gateUpAt: 0, downAt: 4 * I * H, gateUpGridAt: 0, downGridAt: 0 };
 }
 
-/** Product `p` with the names of expert e of layer l (same shapes and format as the layout's). */
-export function expertProduct(p: ProductWeights, l: number, e: number, which: 'gateUp' | 'down'): ProductWeights {
-  const n = layerTensorNames(l).expert(e);
+/** Product `p` with an expert's tensor names `n` (same shapes and format as the layout's). */
+export function expertProduct(p: ProductWeights, n: { readonly gate: string; readonly up: string; readonly down: string }, which: 'gateUp' | 'down'): ProductWeights {
   return { ...p, names: which === 'gateUp' ? [n.gate, n.up] : [n.down] };
 }
 
@@ -143,7 +142,8 @@ export function deviceWeightBytes(source: TensorSource, spec: ModelSpec): Device
     const n = layerTensorNames(l);
     const a = attentionProducts(source, spec, l);
     resident += productBytes(a.qkv) + productBytes(a.o);
-    for (const name of [n.inputNorm, n.postAttnNorm, n.qNorm, n.kNorm, n.router]) resident += stored(name);
+    const norms = spec.qkNorm === 'none' ? [n.inputNorm, n.postAttnNorm] : [n.inputNorm, n.postAttnNorm, n.qNorm, n.kNorm];
+    for (const name of [...norms, moeTensorNames(spec, l).router]) resident += stored(name);
   }
   return { resident, expertRow: expertRowLayout(source, spec).bytes };
 }

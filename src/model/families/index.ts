@@ -3,7 +3,8 @@
 
 import type { Architecture, ModelSpec } from '../spec.ts';
 import type { ModelWeights, RawTensor } from '../weights.ts';
-import { mixtralTensors, mixtralWeights, parseMixtral } from './mixtral.ts';
+import { mixtralMoeNames, mixtralTensors, mixtralWeights, parseMixtral } from './mixtral.ts';
+import type { MoeNames } from '../tensor-names.ts';
 import { olmoeTensors, olmoeWeights, parseOlmoe } from './olmoe.ts';
 import { deepseekV3Tensors, deepseekV3Weights, parseDeepseekV3 } from './deepseek-v3.ts';
 import { gptOssTensors, gptOssWeights, parseGptOss } from './gpt-oss.ts';
@@ -15,10 +16,12 @@ export interface Family {
   tensors(spec: ModelSpec): Map<string, readonly number[]>;
   /** The float32 weights from validated raw tensors (`onTensor`: progress, raw bytes per tensor). */
   weights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void): ModelWeights;
+  /** Layer l's router and routed experts, when they are not named as qwen3_moe's (mlp.gate, mlp.experts.E.*_proj). */
+  moeNames?(l: number): MoeNames;
 }
 
 const FAMILIES: Partial<Record<Architecture, Family>> = {
-  mixtral: { parse: parseMixtral, tensors: mixtralTensors, weights: mixtralWeights },
+  mixtral: { parse: parseMixtral, tensors: mixtralTensors, weights: mixtralWeights, moeNames: mixtralMoeNames },
   olmoe: { parse: parseOlmoe, tensors: olmoeTensors, weights: olmoeWeights },
   deepseek_v3: { parse: parseDeepseekV3, tensors: deepseekV3Tensors, weights: deepseekV3Weights },
   gpt_oss: { parse: parseGptOss, tensors: gptOssTensors, weights: gptOssWeights },

@@ -2,7 +2,7 @@
 // block_sparse_moe.experts.E.w1 (gate) / w3 (up) / w2 (down), softmax over all experts then top-k renormalized.
 
 import { z } from 'zod';
-import { layerTensorNames } from '../tensor-names.ts';
+import { layerTensorNames, type MoeNames } from '../tensor-names.ts';
 import type { ModelSpec } from '../spec.ts';
 import type { ModelWeights, RawTensor } from '../weights.ts';
 import {
@@ -37,7 +37,8 @@ export function parseMixtral(json: unknown, name: string): ModelSpec {
   } satisfies ModelSpec);
 }
 
-function names(l: number) {
+/** Layer l's router and routed experts' tensor names (block_sparse_moe). */
+export function mixtralMoeNames(l: number): MoeNames {
   const p = `model.layers.${l}.block_sparse_moe`;
   return {
     router: `${p}.gate.weight`,
@@ -49,7 +50,7 @@ export function mixtralTensors(spec: ModelSpec): TensorShapes {
   const { hiddenSize: H, numExperts: E } = spec;
   return tensorMap(spec, (out, l) => {
     const n = layerTensorNames(l);
-    const m = names(l);
+    const m = mixtralMoeNames(l);
     out.set(n.inputNorm, [H]);
     attentionShapes(out, n, spec);
     out.set(n.postAttnNorm, [H]);
@@ -62,7 +63,7 @@ export function mixtralWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTens
   const { f32 } = tensorReader(raw, onTensor);
   return modelWeights(spec, f32, (l) => {
     const n = layerTensorNames(l);
-    const m = names(l);
+    const m = mixtralMoeNames(l);
     return {
       inputNorm: f32(n.inputNorm),
       ...attentionWeights(f32, n),

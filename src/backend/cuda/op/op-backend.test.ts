@@ -77,3 +77,29 @@ test('op path without --hot or --map: every expert hot when they fit, else as ma
   some.be.dispose();
   assert.deepEqual(some.d.liveByKind(), {});
 });
+
+test('op path, mixtral (fake driver): its own router and expert names, no q/k norms; other families refused by name', async () => {
+  const { readFileSync } = await import('node:fs');
+  const { parseConfig } = await import('../../../model/config.ts');
+  const { checkOpSupport } = await import('./support.ts');
+  const fixtures = join(process.cwd(), '..', 'shared', 'fixtures');
+  const cfg = JSON.parse(readFileSync(join(fixtures, 'mixtral-tiny', 'config.json'), 'utf8'));
+  // The fixture's head_dim of 32 is below the attention kernels' 64: the same family at a shape they take.
+  assert.throws(() => checkOpSupport(parseConfig(cfg, 'mixtral-tiny')), /head_dim 32 \(the attention kernels take 64 or 128\)/);
+  const mx = parseConfig({ ...cfg, head_dim: 64, hidden_size: 128, intermediate_size: 64 }, 'mixtral-64');
+  const mraw = new Map<string, RawTensor>();
+  for (const [name, shape] of expectedTensors(mx)) mraw.set(name, { name, dtype: 'BF16', shape, bytes: new Uint8Array(2 * shape.reduce((a, b) => a * b, 1)) });
+  assert.ok([...mraw.keys()].some((n) => n.endsWith('block_sparse_moe.experts.7.w3.weight')));
+  const d = new FakeCudaDriver();
+  const be = new CudaOpBackend(d, mx, mapTensorSource(mraw), { kernelDir, placement: { hotPerLayer: 6 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+  be.openSequence(0, 32);
+  be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i), startPos: 0 }], count: true });
+  be.forward({ chunks: [{ seq: 0, tokens: [7], startPos: 20 }], count: true });
+  assert.equal(be.banks.hotPerLayer, 6);
+  be.dispose();
+  assert.deepEqual(d.liveByKind(), {});
+  for (const f of ['olmoe-tiny', 'deepseek-v3-tiny']) {
+    const spec = parseConfig(JSON.parse(readFileSync(join(fixtures, f, 'config.json'), 'utf8')), f);
+    assert.throws(() => checkOpSupport(spec), new RegExp(`architecture ${spec.architecture} is not implemented on CUDA yet \\(qwen3_moe and mixtral only\\)`));
+  }
+});

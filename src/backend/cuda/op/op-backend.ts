@@ -8,7 +8,7 @@ import { ResidencyError } from '../../../errors.ts';
 import type { Backend, SequenceChunk, StepInput, StepOutput } from '../../backend.ts';
 import type { ModelSpec } from '../../../model/spec.ts';
 import type { TensorSource } from '../../../model/tensor-source.ts';
-import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../../model/architecture.ts';
+import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames, moeTensorNames } from '../../../model/architecture.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
 import { CudaExpertBanks, DEFAULT_SPARE_ROWS } from '../banks.ts';
 import { align16, attentionProducts, deviceWeightBytes, expertRowLayout, productBytes, type ExpertRowLayout, type ProductWeights } from '../device-weights.ts';
@@ -186,7 +186,9 @@ export class CudaOpBackend implements Backend {
         const n = layerTensorNames(l);
         const a = attentionProducts(source, s, l);
         const qkv = dense(a.qkv, `qkv layer ${l}`);
-        this.layers.push({ inNorm: up(n.inputNorm), qkv, o: dense(a.o, `o_proj layer ${l}`), qNorm: up(n.qNorm), kNorm: up(n.kNorm), postNorm: up(n.postAttnNorm), router: up(n.router) });
+        // Families without q/k norms (mixtral): null norm weights, which the attention kernels skip.
+        const qk = s.qkNorm === 'none' ? { qNorm: 0n, kNorm: 0n } : { qNorm: up(n.qNorm), kNorm: up(n.kNorm) };
+        this.layers.push({ inNorm: up(n.inputNorm), qkv, o: dense(a.o, `o_proj layer ${l}`), ...qk, postNorm: up(n.postAttnNorm), router: up(moeTensorNames(s, l).router) });
       }
       this.finalNorm = up(FINAL_NORM);
       this.lmHead = s.tieWordEmbeddings ? this.embed : up(LM_HEAD);

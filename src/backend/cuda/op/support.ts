@@ -12,7 +12,10 @@ export function checkOpSupport(s: ModelSpec): void {
   if (s.quantization?.method === 'fp8' && s.quantization.blockSize[1] % 32 !== 0) {
     refuse(`FP8 blocks of [${s.quantization.blockSize.join(', ')}] (quantization_config.weight_block_size): the kernels take block columns that are a multiple of 32`);
   }
-  if (s.architecture !== 'qwen3_moe') refuse(`architecture ${s.architecture} is not implemented on CUDA yet (qwen3_moe only)`);
+  // Mixtral is Qwen3-MoE's layer without q/k norms, its router softmax then top-k renormalized (normTopkProb).
+  if (s.architecture !== 'qwen3_moe' && s.architecture !== 'mixtral') refuse(`architecture ${s.architecture} is not implemented on CUDA yet (qwen3_moe and mixtral only)`);
+  if (s.qkNorm !== undefined && s.qkNorm !== 'head' && s.qkNorm !== 'none') refuse(`q/k norm over the ${s.qkNorm} projection (the attention kernels norm each head or none)`);
+  if (s.router !== undefined && s.router.kind !== 'softmax_topk') refuse(`router ${s.router.kind} (the routing kernel takes softmax then top-k)`);
   const QD = s.numHeads * s.headDim;
   // The tensor-core tiles read K in slices of 32; the gemv reads 16-byte pieces.
   for (const [what, v] of [['hidden_size', s.hiddenSize], ['num_heads x head_dim', QD], ['moe_intermediate_size', s.expertIntermediate]] as const) {
