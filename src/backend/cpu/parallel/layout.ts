@@ -85,8 +85,8 @@ export interface WorkerInit {
   readonly index: number;
   /** The worker module's URL (what worker-boot.mjs imports when running from sources). */
   readonly entry: string;
-  /** The expert banks in CpuExpertBanks.bankList order (shared memory). */
-  readonly banks: Float32Array[];
+  /** The expert banks in CpuExpertBanks.bankList order (shared memory), as views that cross intact. */
+  readonly banks: SharedView[];
   /** Array-table registrations arrive here, read synchronously (receiveMessageOnPort). */
   readonly tablePort: MessagePort;
   /** A worker's error message goes here before it sets ERR. */
@@ -106,5 +106,26 @@ export interface WorkerInit {
 export interface Registration {
   readonly gen: number;
   readonly id: number;
-  readonly array: Float32Array | Int32Array | undefined;
+  readonly array: SharedView | undefined;
+}
+
+/**
+ * A shared array as it crosses to a worker. Node 20's structured clone keeps a typed-array view's byte length
+ * in 32 bits (a 5 GiB bank, Mixtral-8x7B's 8 experts of a layer in float32, arrived as its first 0.7 GiB and
+ * the rest read as NaN), so a view travels as its buffer, offset and length and is rebuilt on the other side.
+ */
+export interface SharedView {
+  readonly kind: 'f32' | 'i32';
+  readonly buffer: SharedArrayBuffer;
+  readonly byteOffset: number;
+  readonly length: number;
+}
+
+export function toSharedView(a: Float32Array | Int32Array): SharedView {
+  if (!(a.buffer instanceof SharedArrayBuffer)) throw new Error('toSharedView: the array must live in a SharedArrayBuffer');
+  return { kind: a instanceof Float32Array ? 'f32' : 'i32', buffer: a.buffer, byteOffset: a.byteOffset, length: a.length };
+}
+
+export function fromSharedView(v: SharedView): Float32Array | Int32Array {
+  return v.kind === 'f32' ? new Float32Array(v.buffer, v.byteOffset, v.length) : new Int32Array(v.buffer, v.byteOffset, v.length);
 }

@@ -8,7 +8,7 @@ import { ResidencyError } from '../../../errors.ts';
 import type { RowCompute } from '../row-compute.ts';
 import { linear } from '../linalg.ts';
 import { UNIT, computeExpertUnits } from '../expert-units.ts';
-import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, type WorkerInit } from './layout.ts';
+import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
@@ -104,7 +104,7 @@ export class CpuThreadPool implements RowCompute {
         control: this.ctl,
         index: i,
         entry,
-        banks: this.banks,
+        banks: this.banks.map(toSharedView),
         tablePort: table.port2,
         errorPort: errors.port2,
         wasmMemory: opts.simd?.arena.memory,
@@ -355,7 +355,7 @@ export class CpuThreadPool implements RowCompute {
     this.table[id] = a;
     this.ids.set(a, id);
     this.gen++;
-    for (const p of this.tablePorts) p.postMessage({ gen: this.gen, id, array: a });
+    for (const p of this.tablePorts) p.postMessage({ gen: this.gen, id, array: toSharedView(a) });
     return id;
   }
 }

@@ -2,7 +2,7 @@
 // any new array registrations, claims chunks until none are left, and leaves. It spins briefly after
 // each job (the next op of the step usually follows within microseconds), then sleeps on Atomics.wait.
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
-import { ERR, GEN, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, BLOCK, type Registration, type WorkerInit } from './layout.ts';
+import { ERR, GEN, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, BLOCK, fromSharedView, type Registration, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { simdKernel } from '../wasm/kernel.ts';
 import { quantRowViews } from '../expert-rows.ts';
@@ -19,8 +19,9 @@ function main(init: WorkerInit): void {
   scratch.simdExperts = init.wasmExperts ?? null;
   scratch.simdScores = init.wasmScores ?? null;
   scratch.simdAcc = init.wasmAcc ?? null;
+  const banks = init.banks.map((v) => fromSharedView(v) as Float32Array);
   const q = init.quant;
-  if (q) scratch.quant = { rows: quantRowViews(init.banks, q.layout, q.inter, q.hidden), rowSize: q.layout.words };
+  if (q) scratch.quant = { rows: quantRowViews(banks, q.layout, q.inter, q.hidden), rowSize: q.layout.words };
   let gen = 0;
   let last = 0;
   parentPort!.postMessage('ready');
@@ -42,10 +43,10 @@ function main(init: WorkerInit): void {
         const m = receiveMessageOnPort(init.tablePort);
         if (m === undefined) throw new Error(`array table generation ${want} announced, only ${gen} received`);
         const r = m.message as Registration;
-        table[r.id] = r.array;
+        table[r.id] = r.array && fromSharedView(r.array);
         gen = r.gen;
       }
-      ctl[state - STATE + RAN] += claimChunks(ctl, table, init.banks, scratch);
+      ctl[state - STATE + RAN] += claimChunks(ctl, table, banks, scratch);
     } catch (e) {
       init.errorPort.postMessage(e instanceof Error ? (e.stack ?? e.message) : String(e));
       Atomics.store(ctl, state + ERR - STATE, 1);
