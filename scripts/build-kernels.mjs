@@ -1,7 +1,8 @@
 // Compiles kernels/*.cu ahead of time with nvcc into dist/kernels/<name>.fatbin: SASS for sm_90 plus
 // compute_90 PTX (so a newer GPU can JIT it). The cuda backend loads these; nothing compiles at run time.
-// Usage: node scripts/build-kernels.mjs [--optional] [--out DIR]
+// Usage: node scripts/build-kernels.mjs [--optional] [--out DIR] [--force] [--no-compress]
 //   --optional  when nvcc is absent, say so and exit 0 (the CPU package still builds); otherwise exit 1.
+//   --no-compress  leave the device code uncompressed (nvcc compresses large fatbins; the build test reads the PTX).
 // NVCC=/path/to/nvcc overrides the compiler (default: nvcc on PATH, then /usr/local/cuda/bin/nvcc).
 import { existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -45,7 +46,7 @@ for (const src of sources) {
     const t = statSync(out).mtimeMs;
     if (t > statSync(inPath).mtimeMs && t > newestHeader) continue;
   }
-  const r = spawnSync(nvcc, ['-fatbin', '-O3', '-std=c++17', '-lineinfo', ...ARCH, '-o', out, inPath], { stdio: 'inherit' });
+  const r = spawnSync(nvcc, ['-fatbin', '-O3', '-std=c++17', '-lineinfo', ...ARCH, ...(args.includes('--no-compress') ? ['-no-compress'] : []), '-o', out, inPath], { stdio: 'inherit' });
   if (r.status !== 0) { console.error(`build-kernels: nvcc failed on ${src}`); process.exit(1); }
   built++;
 }

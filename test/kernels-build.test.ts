@@ -1,5 +1,6 @@
 // CI: compile the CUDA kernels ahead of time when nvcc is present and check each fatbin holds sm_90
-// machine code and compute_90 PTX. Where nvcc is absent the test is reported as skipped (never silently).
+// machine code and compute_90 PTX (built uncompressed here, so the PTX's text can be read). Where nvcc is
+// absent the test is reported as skipped (never silently).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -14,7 +15,7 @@ const nvcc = [process.env['NVCC'], 'nvcc', '/usr/local/cuda/bin/nvcc', '/usr/loc
 test('build-kernels compiles every kernels/*.cu into a fatbin (sm_90 SASS + PTX)', { skip: nvcc ? false : 'nvcc not found: kernels not compiled on this machine' }, () => {
   const out = mkdtempSync(join(tmpdir(), 'kernels-'));
   try {
-    const r = spawnSync(process.execPath, ['scripts/build-kernels.mjs', '--force', '--out', out], { encoding: 'utf8', env: { ...process.env, NVCC: nvcc } });
+    const r = spawnSync(process.execPath, ['scripts/build-kernels.mjs', '--force', '--no-compress', '--out', out], { encoding: 'utf8', env: { ...process.env, NVCC: nvcc } });
     assert.equal(r.status, 0, r.stderr + r.stdout);
     const sources = readdirSync('kernels').filter((f) => f.endsWith('.cu'));
     assert.ok(sources.length >= 3);
