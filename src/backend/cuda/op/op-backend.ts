@@ -155,6 +155,7 @@ export class CudaOpBackend implements Backend {
       this.memory = planMemory(needsAt(hot), total, util, maxModelLen, maxNumSeqs);
       this.hotReason = `${hot} of ${E} experts per layer hot: ${'layers_map' in placement ? 'the map given' : 'the hot count given'}`;
     }
+    this.hotReason += ` (an expert: ${(this.rowLayout.bytes / 2 ** 20).toFixed(2)} MiB, ${this.rowLayout.format === 'fp8' ? 'block FP8' : 'bf16'} as stored)`;
     const kvPerPosition = needsAt(0).kvPerPosition;
 
     const scope = new ResourceScope('cuda op backend', opts.onReleaseFailure);
