@@ -1,6 +1,8 @@
 // The backend conformance suite (src/backend/backend.case.ts) on the CPU backend, one thread and two
-// (RESIDENCY_CPU_SIMD=0 in npm test runs it again on the JS loops), on the shipped trained tiny-moe.
+// (RESIDENCY_CPU_SIMD=0 in npm test runs it again on the JS loops), on the shipped trained tiny-moe; and on the
+// CPU's other bank variants: block-FP8 and MXFP4 rows kept as stored, and a family with its own expert names.
 import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { loadModel } from '../../model/load.ts';
 import { runBackendConformance } from '../backend.case.ts';
 import { CpuBackend } from './cpu-backend.ts';
@@ -13,4 +15,14 @@ for (const threads of [1, 2]) {
     await be.ready();
     return be;
   }, opts);
+}
+
+const fixtures = fileURLToPath(new URL('../../../../shared/fixtures', import.meta.url));
+for (const [name, hot] of [['qwen3-moe-fp8-tiny', 12], ['gpt-oss-tiny-mxfp4', 12], ['mixtral-tiny', 6]] as const) {
+  const m = await loadModel(join(fixtures, name));
+  runBackendConformance(`cpu, ${name}`, async (placement) => {
+    const be = new CpuBackend(m.spec, m.weights, { threads: 1, ...(placement ? { placement } : {}) });
+    await be.ready();
+    return be;
+  }, { ...opts, hot, minLanded: 60 });
 }
