@@ -1,9 +1,9 @@
 // Expert units through the SIMD kernel, each unit's picks as one batch over its row: gate and up rows (contiguous
-// in the bank row) as one linear of 2I outputs for every pick, SwiGLU in JS (Math.exp stays JS: wasm has none),
-// then down as a linear of H outputs written straight to the picks' output rows. Each sum is the kernel's `dot`
-// and each rounding the one moe-ops.ts `swigluExpert` does, so units match `computeExpertUnits` bit for bit.
+// in the bank row) as one linear of 2I outputs for every pick, SwiGLU in wasm (swiglu-code.ts, its exp Math.exp's
+// steps: exp-code.ts), then down as a linear of H outputs written straight to the picks' output rows. Each sum is
+// the kernel's `dot` and each rounding the one moe-ops.ts `swigluExpert` does, so units match `computeExpertUnits`
+// bit for bit.
 import { MAX_GROUP, PICK, UNIT } from '../expert-units.ts';
-import { silu } from '../moe-ops.ts';
 import type { WasmArena } from './arena.ts';
 import type { SimdKernel } from './kernel.ts';
 
@@ -51,6 +51,8 @@ export function computeExpertUnitsSimd(
   const { gu, act, tabs } = s;
   const tabsAt = tabs.byteOffset;
   const outAt = out.byteOffset;
+  const actAt = act.byteOffset;
+  const guAt = gu.byteOffset;
   const twoI = 2 * inter;
   for (let n = u0; n < u1; n++) {
     const u = n * UNIT;
@@ -62,11 +64,7 @@ export function computeExpertUnitsSimd(
       tabs[3 * G + j] = outAt + 4 * unitPicks[(first + j) * PICK]!;
     }
     k.linearAt(tabsAt + 4 * G, row, tabsAt, count, hidden, 0, twoI);
-    for (let j = 0; j < count; j++) {
-      const g = j * twoI;
-      const a = j * inter;
-      for (let i = 0; i < inter; i++) act[a + i] = Math.fround(silu(gu[g + i]!) * gu[g + inter + i]!);
-    }
+    k.swigluAt(actAt, guAt, count, inter);
     k.linearAt(tabsAt + 12 * G, row + 4 * twoI * hidden, tabsAt + 8 * G, count, inter, 0, hidden);
   }
 }

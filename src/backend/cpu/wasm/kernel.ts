@@ -17,6 +17,10 @@ export interface SimdKernel {
   linearAt(yTab: number, w: number, xTab: number, rows: number, inDim: number, o0: number, o1: number): void;
   /** moe-ops.ts `combinePicks` over byte addresses (combine-code.ts). */
   combineAt(out: number, w: number, pickOut: number, tokens: number, topK: number, hidden: number): void;
+  /** swiglu-code.ts `swiglu`: the float64 activations of `count` picks' gate|up float32 sums (8*inter bytes a row each). */
+  swigluAt(act: number, gu: number, count: number, inter: number): void;
+  /** exp-code.ts: Math.exp's steps in wasm (for tests). */
+  exp(x: number): number;
   /** out[p] (float64) = dot(q, k + p*kStride, d) for p < count (attention-code.ts). */
   scoresAt(out: number, q: number, k: number, kStride: number, d: number, count: number): void;
   /** acc[i] (float64) += e[p] * v[p*vStride + i] for p < count in order (attention-code.ts). */
@@ -54,6 +58,7 @@ export function simdKernel(memory: WasmMemory): SimdKernel {
   const scores = inst.exports.attn_scores as (...a: number[]) => void;
   const wsum = inst.exports.attn_wsum as (...a: number[]) => void;
   const combine = inst.exports.combine as (...a: number[]) => void;
+  const swiglu = inst.exports.swiglu as (...a: number[]) => void;
   return {
     linearAt: (yTab, w, xTab, rows, inDim, o0, o1) => {
       calls++;
@@ -69,6 +74,8 @@ export function simdKernel(memory: WasmMemory): SimdKernel {
       calls++;
       combine(out, w, pickOut, tokens, topK, hidden);
     },
+    swigluAt: (act, gu, count, inter) => swiglu(act, gu, count, inter),
+    exp: inst.exports.exp as (x: number) => number,
   };
 }
 
