@@ -392,7 +392,7 @@ export class CpuBackend implements Backend {
     if (cur) {
       // The workers may hold the old buffers: let them go.
       const m = cur.moe;
-      for (const a of [cur.xn, cur.q, cur.qkv, cur.attn, cur.proj, cur.last, cur.logits, m.routerLogits, m.pickOut, m.units, m.unitPicks]) this.compute.forget(a);
+      for (const a of [cur.xn, cur.q, cur.qkv, cur.attn, cur.proj, cur.last, cur.logits, m.routerLogits, m.routerProbs, m.ids, m.weights, m.pickOut, m.units, m.unitPicks]) this.compute.forget(a);
       if (cur.mla) for (const a of [cur.mla.qa, cur.mla.q, cur.mla.ckv, cur.mla.c, cur.mla.kv]) this.compute.forget(a);
     }
     const H = spec.hiddenSize;

@@ -1,7 +1,7 @@
 // The MoE ops of the CPU reference: router softmax and top-k, and the SwiGLU expert read from a bank row.
 import { dot, dot2 } from './linalg.ts';
 
-/** exp(x - max) of each value: computed once, divided by the sum after (softmax is single-threaded). */
+/** exp(x - max) of each value: computed once, divided by the sum after (one scratch a thread: a worker has its own module). */
 let softmaxExp = new Float64Array(0);
 
 /** Softmax of x[off..off+n) into probs[pOff..) (float64 math). */
@@ -17,6 +17,17 @@ export function softmax(probs: Float32Array, pOff: number, x: Float32Array, off:
     sum += e;
   }
   for (let i = 0; i < n; i++) probs[pOff + i] = ex[i]! / sum;
+}
+
+/**
+ * The router of moe.ts on tokens [t0, t1) from their logits ([T][E]): softmax into probs, then top-k into ids and
+ * w ([T][K]). Each token's route depends on its own logits alone, so threads may take parts of a step's tokens.
+ */
+export function routeTokens(logits: Float32Array, probs: Float32Array, ids: Int32Array, w: Float32Array, t0: number, t1: number, E: number, K: number, normalize: boolean): void {
+  for (let t = t0; t < t1; t++) {
+    softmax(probs, t * E, logits, t * E, E);
+    topk(ids, t * K, w, t * K, probs, t * E, E, K, normalize);
+  }
 }
 
 /**

@@ -1,6 +1,6 @@
 // The MoE op of one layer, the CPU twin of the GPU route-and-split kernel: route every token, split the
 // picks into hot and cold by the slot table, count them, then compute each pick from its bank row.
-import { clampedSwigluExpert, softmax, topk } from './moe-ops.ts';
+import { clampedSwigluExpert } from './moe-ops.ts';
 import { groupLimitedTopk, topkSoftmax } from './routers.ts';
 import type { ClampedSwiglu, RouterSpec } from '../../model/spec.ts';
 import { PICK, UNIT, expertUnits, unitPairs } from './expert-units.ts';
@@ -27,12 +27,12 @@ export interface MoeScratch {
   readonly act: Float32Array;
 }
 
-/** Arrays other threads or the SIMD kernel read or write (router logits, pick weights and outputs, units) come from `alloc`. */
+/** Arrays other threads or the SIMD kernel read or write (router logits, probabilities, picks, pick outputs, units) come from `alloc`. */
 export function moeScratch(tokens: number, hidden: number, experts: number, topK: number, alloc: Alloc = heapAlloc, inter = 0): MoeScratch {
   return {
     routerLogits: alloc.f32(tokens * experts),
-    routerProbs: new Float32Array(tokens * experts),
-    ids: new Int32Array(tokens * topK),
+    routerProbs: alloc.f32(tokens * experts),
+    ids: alloc.i32(tokens * topK),
     weights: alloc.f32(tokens * topK),
     pickOut: alloc.f32(tokens * topK * hidden),
     order: new Int32Array(tokens * topK),
@@ -79,14 +79,13 @@ export function moeLayer(
   extras: RouterExtras = {},
 ): number {
   const { hidden: H, experts: E, topK: K, inter: I } = shape;
-  compute.linear(s.routerLogits, router, 0, x, tokens, E, H);
   if (shape.router === undefined || shape.router.kind === 'softmax_topk') {
     // Route: logits = gate W x, softmax over all experts, top-k, renormalize.
-    for (let t = 0; t < tokens; t++) {
-      softmax(s.routerProbs, t * E, s.routerLogits, t * E, E);
-      topk(s.ids, t * K, s.weights, t * K, s.routerProbs, t * E, E, K, shape.normTopkProb);
-    }
-  } else routeFamily(shape.router, s, tokens, E, K, shape.normTopkProb, extras);
+    compute.route(s.routerLogits, s.routerProbs, s.ids, s.weights, router, x, tokens, E, H, K, shape.normTopkProb);
+  } else {
+    compute.linear(s.routerLogits, router, 0, x, tokens, E, H);
+    routeFamily(shape.router, s, tokens, E, K, shape.normTopkProb, extras);
+  }
   // Split: order picks by slot (a counting sort), so hot rows come first and a row's tokens are adjacent.
   const slots = banks.slots[layer]!;
   const picks = tokens * K;

@@ -1,5 +1,5 @@
-// The two ops the CPU backend may share out between threads, behind one interface: a linear layer
-// (split by output rows) and a layer's expert units (split by units). The serial compute here is the
+// The ops the CPU backend may share out between threads, behind one interface: a linear layer (split by
+// output rows), a layer's router (split by tokens), its expert units (split by units) and attention. The serial compute here is the
 // reference; the thread pool (parallel/pool.ts) runs the same code on parts of the rows.
 import { linear } from './linalg.ts';
 import { computeExpertUnits } from './expert-units.ts';
@@ -12,7 +12,7 @@ import { attentionHeadSimd } from './wasm/attention.ts';
 import { computeQuantUnits, type QuantExpert } from './quant-linear.ts';
 import type { QuantRowLayout } from './expert-rows.ts';
 import { ResidencyError } from '../../errors.ts';
-import { combinePicks } from './moe-ops.ts';
+import { combinePicks, routeTokens } from './moe-ops.ts';
 
 /**
  * The SIMD kernel, its memory, the main thread's staging of kernel inputs, and per thread (main first) scratch in
@@ -60,6 +60,11 @@ export interface QuantBanks {
 export interface RowCompute {
   /** y = W x for `rows` inputs (see linalg.ts `linear`). */
   linear(y: Float32Array, w: Float32Array, wOff: number, x: Float32Array, rows: number, outDim: number, inDim: number): void;
+  /**
+   * An MoE layer's router on `tokens` tokens: logits = W x ([tokens][experts], W [experts][hidden]), then moe-ops.ts
+   * `routeTokens` into probs, ids and weights (threads split it by tokens when a step has enough of them).
+   */
+  route(logits: Float32Array, probs: Float32Array, ids: Int32Array, weights: Float32Array, w: Float32Array, x: Float32Array, tokens: number, experts: number, hidden: number, topK: number, normalize: boolean): void;
   /** Expert units [0, count) and their picks into `out`, over x [tokens][hidden] (see expert-units.ts). */
   experts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void;
   /** out = the picks' outputs combined in router order (moe-ops.ts `combinePicks`; on the calling thread). */
@@ -100,12 +105,17 @@ export interface RowCompute {
  */
 export function serialCompute(banks: readonly Float32Array[], inter: number, simd?: SimdCompute, quant?: QuantBanks): RowCompute {
   const act = new Float32Array(2 * inter);
+  const lin = simd ? simdLinear(simd.arena, simd.kernel, simd.stage) : linear;
   return {
     quantExperts: (out, units, unitPicks, count, x, hidden, i) => {
       if (!quant) throw new ResidencyError('INTERNAL', 'cpu: quantized expert units without quantized banks');
       computeQuantUnits(out, units, unitPicks, 0, count, quant.rows, quant.rowSize, x, hidden, i, act);
     },
-    linear: simd ? simdLinear(simd.arena, simd.kernel, simd.stage) : linear,
+    linear: lin,
+    route: (logits, probs, ids, weights, w, x, tokens, experts, hidden, topK, normalize) => {
+      lin(logits, w, 0, x, tokens, experts, hidden);
+      routeTokens(logits, probs, ids, weights, 0, tokens, experts, topK, normalize);
+    },
     combine: (out, w, pickOut, tokens, topK, hidden) => combineOn(simd, out, w, pickOut, tokens, topK, hidden),
     experts: (out, units, unitPicks, count, x, tokens, hidden, i) => {
       if (simd && inArena(simd.arena, out, x, x)) {

@@ -3,7 +3,8 @@
 import { linearRows } from '../linalg.ts';
 import { computeExpertUnits } from '../expert-units.ts';
 import { attentionHead } from '../attention-ops.ts';
-import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS } from './layout.ts';
+import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE } from './layout.ts';
+import { routeTokens } from '../moe-ops.ts';
 import { computeQuantUnits, type QuantExpert } from '../quant-linear.ts';
 import { ResidencyError } from '../../../errors.ts';
 import type { SimdKernel } from '../wasm/kernel.ts';
@@ -61,6 +62,16 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
       s.simd.linearAt(ctl[a + 8]!, ctl[a + 10]!, ctl[a + 9]!, ctl[a + 4]!, ctl[a + 6]!, lo, hi);
     } else if (op === OP_LINEAR) {
       linearRows(f32(table, ctl[a]!), f32(table, ctl[a + 1]!), ctl[a + 2]!, f32(table, ctl[a + 3]!), ctl[a + 4]!, ctl[a + 5]!, ctl[a + 6]!, lo, hi);
+    } else if (op === OP_ROUTE) {
+      // The chunk's tokens: their logits (every router row, each output the same dot whatever the split), then routed.
+      const logits = f32(table, ctl[a]!);
+      const E = ctl[a + 6]!;
+      const H = ctl[a + 7]!;
+      if (ctl[a + 10] === 1) {
+        if (s.simd === null) throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
+        s.simd.linearAt(ctl[a + 11]! + 4 * lo, ctl[a + 13]!, ctl[a + 12]! + 4 * lo, hi - lo, H, 0, E);
+      } else linearRows(logits.subarray(lo * E), f32(table, ctl[a + 4]!), 0, f32(table, ctl[a + 5]!).subarray(lo * H), hi - lo, E, H, 0, E);
+      routeTokens(logits, f32(table, ctl[a + 1]!), i32(table, ctl[a + 2]!), f32(table, ctl[a + 3]!), lo, hi, E, ctl[a + 8]!, ctl[a + 9] === 1);
     } else if (op === OP_EXPERTS && ctl[a + 6] === 1) {
       if (s.simd === null || s.simdExperts === null) throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
       computeExpertUnitsSimd(s.simd, s.simdExperts, f32(table, ctl[a]!), i32(table, ctl[a + 1]!), i32(table, ctl[a + 2]!), lo, hi, banks, ctl[a + 7]!, ctl[a + 4]!, ctl[a + 5]!);

@@ -76,6 +76,14 @@ export const OP_ATTENTION = 3;
  */
 export const OP_QUANT_EXPERTS = 4;
 
+/**
+ * args: logits, probs, ids, weights, w, x (array-table ids), experts, hidden, topK, normalize (1/0), simd (1: logits,
+ * w and x live in the wasm memory), then with simd the byte addresses of the output and input row tables and of w
+ * (staged by the main thread); chunks are tokens: each computes its tokens' router logits (every output row) and
+ * routes them (moe-ops.ts `routeTokens`).
+ */
+export const OP_ROUTE = 5;
+
 /** Ints per attention unit: key cache id, value cache id, position, q/out offset, head. */
 export const ATTN_UNIT = 5;
 

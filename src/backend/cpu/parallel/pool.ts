@@ -7,8 +7,9 @@ import { MessageChannel, Worker, receiveMessageOnPort, type MessagePort } from '
 import { ResidencyError } from '../../../errors.ts';
 import type { RowCompute } from '../row-compute.ts';
 import { linear } from '../linalg.ts';
+import { routeTokens } from '../moe-ops.ts';
 import { UNIT, computeExpertUnits } from '../expert-units.ts';
-import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
+import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
@@ -144,6 +145,23 @@ export class CpuThreadPool implements RowCompute {
     // With SIMD the workers need only the staged addresses (every array lives in the wasm memory).
     if (tabs) this.run(OP_LINEAR, chunks, [0, 0, wOff, 0, rows, outDim, inDim, 1, tabs.yTab, tabs.xTab, wAt]);
     else this.run(OP_LINEAR, chunks, [this.id(y), this.id(w), wOff, this.id(x), rows, outDim, inDim, 0]);
+  }
+
+  route(logits: Float32Array, probs: Float32Array, ids: Int32Array, weights: Float32Array, w: Float32Array, x: Float32Array, tokens: number, experts: number, hidden: number, topK: number, normalize: boolean): void {
+    // Split by tokens when each thread gets two or more (a token's softmax and top-k follow its logits on the thread
+    // that computed them); fewer tokens split the logits by rows and route on the calling thread.
+    const chunks = Math.min(this.threads * poolTuning.chunksPerThread, tokens, MAX_CHUNKS);
+    if (this.disposed || tokens < 2 * this.threads || tokens * experts * hidden < poolTuning.minSplitMacs) {
+      this.linear(logits, w, 0, x, tokens, experts, hidden);
+      routeTokens(logits, probs, ids, weights, 0, tokens, experts, topK, normalize);
+      return;
+    }
+    const simd = this.simd !== undefined && inArena(this.simd.arena, logits, w, x);
+    const tabs = simd ? this.simd!.stage.linear(logits, x, tokens, experts, hidden) : null;
+    const c = this.ctl;
+    for (let k = 0; k <= chunks; k++) c[BOUNDS + k] = Math.round((k * tokens) / chunks);
+    const ends = tabs ? [1, tabs.yTab, tabs.xTab, w.byteOffset] : [0];
+    this.run(OP_ROUTE, chunks, [this.id(logits), this.id(probs), this.id(ids), this.id(weights), this.id(w), this.id(x), experts, hidden, topK, normalize ? 1 : 0, ...ends]);
   }
 
   experts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void {
