@@ -45,6 +45,39 @@ export function headNorm(x: Float32Array, off: number, heads: number, d: number,
   for (let h = 0; h < heads; h++) rmsnorm(x, off + h * d, x, off + h * d, weight, d, eps);
 }
 
+/** Where Qwen3's attention prologue reads and writes (qkvPrologue): head counts, head size, q/k norm weights, RoPE tables. */
+export interface QkvShape {
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly d: number;
+  readonly qNorm: Float32Array;
+  readonly kNorm: Float32Array;
+  readonly eps: number;
+  readonly cos: Float32Array;
+  readonly sin: Float32Array;
+}
+
+/**
+ * Qwen3's attention prologue for token i from its row of the stacked q|k|v projection ([T][(heads + 2 kvHeads) d]):
+ * q = RoPE(q_norm(q)) into q[i], k = RoPE(k_norm(k)) and v into the caches at position `pos`. The same ops as
+ * headNorm then rope in place (a head's norm reads all of it before writing), so threads may take any tokens.
+ */
+export function qkvPrologue(qkv: Float32Array, q: Float32Array, keys: Float32Array, values: Float32Array, i: number, pos: number, s: QkvShape): void {
+  const { heads, kvHeads, d } = s;
+  const qW = heads * d;
+  const kvW = kvHeads * d;
+  const row = i * (qW + 2 * kvW);
+  for (let h = 0; h < heads; h++) {
+    rmsnorm(q, i * qW + h * d, qkv, row + h * d, s.qNorm, d, s.eps);
+    rope(q, i * qW + h * d, d, s.cos, s.sin, pos);
+  }
+  for (let h = 0; h < kvHeads; h++) {
+    rmsnorm(keys, pos * kvW + h * d, qkv, row + qW + h * d, s.kNorm, d, s.eps);
+    rope(keys, pos * kvW + h * d, d, s.cos, s.sin, pos);
+  }
+  values.set(qkv.subarray(row + qW + kvW, row + qW + 2 * kvW), pos * kvW);
+}
+
 /**
  * Causal grouped-query attention of one token at position `pos` over cached keys/values 0..pos.
  * q: [numHeads][d] at qOff; kCache/vCache: [capacity][numKvHeads*d]; out: [numHeads][d] at outOff.

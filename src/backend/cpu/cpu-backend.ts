@@ -12,7 +12,7 @@ import { CpuExpertBanks } from './banks.ts';
 import type { BankPlacement } from '../slot-tables.ts';
 import { KvCaches, type SequenceCache } from './kv-cache.ts';
 import { moeLayer, moeScratch, type MoeScratch, type MoeShape } from './moe.ts';
-import { headNorm, rope } from './attention-ops.ts';
+import { headNorm, rope, type QkvShape } from './attention-ops.ts';
 import { attentionWindowed, mlaAttention, mlaScratch, ropeTablesFor, type MlaScratch } from './family-attention.ts';
 import { addBias, FamilyMlps } from './family-mlp.ts';
 import { checkWeights } from './check-weights.ts';
@@ -113,6 +113,8 @@ export class CpuBackend implements Backend {
   private readonly oProjs: Matrix[];
   /** Threads only: per layer q, k and v projection rows stacked in one shared matrix. */
   private readonly qkv: (Float32Array | null)[];
+  /** Per layer with a stacked q/k/v, no biases and per-head q/k norms (Qwen3): the prologue's shape (compute.qkv). */
+  private readonly qkvShapes: (QkvShape | null)[];
   /** Per model layer: its index among the MoE layers (banks, counter, routing), or -1 for a dense layer. */
   private readonly moeIndex: Int32Array;
   /** Dense and shared-expert MLPs (families with them). */
@@ -153,6 +155,12 @@ export class CpuBackend implements Backend {
       if (spec.mla || !(this.threads > 1 || arena) || isQuantized(q) || isQuantized(k) || isQuantized(v)) return null;
       return stackRows(arena ?? sharedAlloc, q, k, v);
     });
+    ({ cos: this.cos, sin: this.sin } = ropeTablesFor(spec));
+    const tables = { cos: share(this.cos), sin: share(this.sin) };
+    this.qkvShapes = weights.layers.map((w, l) => {
+      if (!this.qkv[l] || w.qBias || w.kBias || w.vBias || (spec.qkNorm ?? 'head') !== 'head') return null;
+      return { heads: spec.numHeads, kvHeads: spec.numKvHeads, d: spec.headDim, qNorm: share(w.qNorm), kNorm: share(w.kNorm), eps: spec.rmsNormEps, ...tables };
+    });
     this.mla = weights.layers.map((w) => (w.mla ? { ...w.mla, qA: share(w.mla.qA), qB: share(w.mla.qB), kvA: share(w.mla.kvA), kvB: share(w.mla.kvB) } : null));
     this.mlps = spec.denseIntermediate !== undefined || spec.sharedIntermediate ? new FamilyMlps(spec, weights.layers) : null;
     // Per thread scratch in the wasm memory: expert units, attention.
@@ -180,7 +188,6 @@ export class CpuBackend implements Backend {
     const keyWidth = m ? spec.numHeads * (m.qkNopeDim + spec.headDim) : spec.numKvHeads * spec.headDim;
     const valueWidth = m ? spec.numHeads * m.vHeadDim : keyWidth;
     this.caches = new KvCaches(spec.numLayers, keyWidth, spec.maxPositions, kvAlloc, valueWidth);
-    ({ cos: this.cos, sin: this.sin } = ropeTablesFor(spec));
     this.scores = new Float64Array(spec.maxPositions);
     this.attnAcc = new Float64Array(Math.max(spec.headDim, m?.vHeadDim ?? 0));
     this.moeShape = {
@@ -335,6 +342,17 @@ export class CpuBackend implements Backend {
     const kvW = nKv * d;
     const w = this.weights.layers[l]!;
     const fused = this.qkv[l];
+    const shape = this.qkvShapes[l];
+    if (fused && shape) {
+      // Qwen3: q, k, v and their prologue (norms, RoPE, cache writes) as one op the threads split by tokens.
+      for (let i = 0; i < T; i++) {
+        s.keys[i] = s.cacheOf[i]!.keys[l]!;
+        s.values[i] = s.cacheOf[i]!.values[l]!;
+      }
+      this.compute.qkv(s.qkv, fused, s.xn, T, H, s.q, s.keys, s.values, s.pos, shape);
+      this.attend(l, T, s);
+      return;
+    }
     if (fused) {
       // Threads: q, k and v as one linear over the stacked rows (one hand-off instead of three), then
       // unstacked; each output is the same dot product as the three separate layers compute.
@@ -374,7 +392,14 @@ export class CpuBackend implements Backend {
       s.keys[i] = s.cacheOf[i]!.keys[l]!;
       s.values[i] = s.cacheOf[i]!.values[l]!;
     }
-    const window = spec.slidingWindows?.[l] ?? 0;
+    this.attend(l, T, s);
+  }
+
+  /** Attention of layer `l` over s.q and the caches in s.keys / s.values (written for this step's positions). */
+  private attend(l: number, T: number, s: Scratch): void {
+    const { numHeads: nH, numKvHeads: nKv, headDim: d } = this.spec;
+    const w = this.weights.layers[l]!;
+    const window = this.spec.slidingWindows?.[l] ?? 0;
     if (window > 0 || w.sinks) {
       attentionWindowed(s.attn, s.q, T, s.keys, s.values, s.pos, nH, nKv, d, window, w.sinks, this.scores, this.attnAcc);
     } else {

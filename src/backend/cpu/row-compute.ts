@@ -1,9 +1,10 @@
 // The ops the CPU backend may share out between threads, behind one interface: a linear layer (split by
-// output rows), a layer's router (split by tokens), its expert units (split by units) and attention. The serial compute here is the
+// output rows), Qwen3's q/k/v with its prologue and a layer's router (split by tokens), its expert units (split
+// by units) and attention. The serial compute here is the
 // reference; the thread pool (parallel/pool.ts) runs the same code on parts of the rows.
 import { linear } from './linalg.ts';
 import { computeExpertUnits } from './expert-units.ts';
-import { attention } from './attention-ops.ts';
+import { attention, qkvPrologue, type QkvShape } from './attention-ops.ts';
 import { inArena, simdLinear, type SimdKernel } from './wasm/kernel.ts';
 import { computeExpertUnitsSimd, type ExpertScratch } from './wasm/experts.ts';
 import type { TabStage } from './wasm/stage.ts';
@@ -65,6 +66,12 @@ export interface RowCompute {
    * `routeTokens` into probs, ids and weights (threads split it by tokens when a step has enough of them).
    */
   route(logits: Float32Array, probs: Float32Array, ids: Int32Array, weights: Float32Array, w: Float32Array, x: Float32Array, tokens: number, experts: number, hidden: number, topK: number, normalize: boolean): void;
+  /**
+   * Qwen3's q, k and v: qkv = W x over the stacked q|k|v rows ([tokens][(heads + 2 kvHeads) d], W [that][hidden]),
+   * then attention-ops.ts `qkvPrologue` of each token into q and its caches keys[i] / values[i] at pos[i] (threads
+   * split it by tokens when a step has enough of them).
+   */
+  qkv(qkv: Float32Array, w: Float32Array, x: Float32Array, tokens: number, hidden: number, q: Float32Array, keys: readonly Float32Array[], values: readonly Float32Array[], pos: Int32Array, shape: QkvShape): void;
   /** Expert units [0, count) and their picks into `out`, over x [tokens][hidden] (see expert-units.ts). */
   experts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void;
   /** out = the picks' outputs combined in router order (moe-ops.ts `combinePicks`; on the calling thread). */
@@ -112,6 +119,10 @@ export function serialCompute(banks: readonly Float32Array[], inter: number, sim
       computeQuantUnits(out, units, unitPicks, 0, count, quant.rows, quant.rowSize, x, hidden, i, act);
     },
     linear: lin,
+    qkv: (qkv, w, x, tokens, hidden, q, keys, values, pos, shape) => {
+      lin(qkv, w, 0, x, tokens, (shape.heads + 2 * shape.kvHeads) * shape.d, hidden);
+      for (let i = 0; i < tokens; i++) qkvPrologue(qkv, q, keys[i]!, values[i]!, i, pos[i]!, shape);
+    },
     route: (logits, probs, ids, weights, w, x, tokens, experts, hidden, topK, normalize) => {
       lin(logits, w, 0, x, tokens, experts, hidden);
       routeTokens(logits, probs, ids, weights, 0, tokens, experts, topK, normalize);

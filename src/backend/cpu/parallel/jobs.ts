@@ -2,8 +2,8 @@
 // compute, so a row's result never depends on which thread computed it.
 import { linearRows } from '../linalg.ts';
 import { computeExpertUnits } from '../expert-units.ts';
-import { attentionHead } from '../attention-ops.ts';
-import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE } from './layout.ts';
+import { attentionHead, qkvPrologue, type QkvShape } from '../attention-ops.ts';
+import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, QKV_UNIT, getF64 } from './layout.ts';
 import { routeTokens } from '../moe-ops.ts';
 import { computeQuantUnits, type QuantExpert } from '../quant-linear.ts';
 import { ResidencyError } from '../../../errors.ts';
@@ -62,6 +62,22 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
       s.simd.linearAt(ctl[a + 8]!, ctl[a + 10]!, ctl[a + 9]!, ctl[a + 4]!, ctl[a + 6]!, lo, hi);
     } else if (op === OP_LINEAR) {
       linearRows(f32(table, ctl[a]!), f32(table, ctl[a + 1]!), ctl[a + 2]!, f32(table, ctl[a + 3]!), ctl[a + 4]!, ctl[a + 5]!, ctl[a + 6]!, lo, hi);
+    } else if (op === OP_QKV) {
+      // The chunk's tokens: their stacked q|k|v rows (each output the same dot whatever the split), then each prologue.
+      const qkv = f32(table, ctl[a]!);
+      const [heads, kvHeads, d, H] = [ctl[a + 5]!, ctl[a + 6]!, ctl[a + 7]!, ctl[a + 8]!];
+      const W = (heads + 2 * kvHeads) * d;
+      if (ctl[a + 15] === 1) {
+        if (s.simd === null) throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
+        s.simd.linearAt(ctl[a + 16]! + 4 * lo, ctl[a + 18]!, ctl[a + 17]! + 4 * lo, hi - lo, H, 0, W);
+      } else linearRows(qkv.subarray(lo * W), f32(table, ctl[a + 1]!), 0, f32(table, ctl[a + 2]!).subarray(lo * H), hi - lo, W, H, 0, W);
+      const shape: QkvShape = { heads, kvHeads, d, qNorm: f32(table, ctl[a + 9]!), kNorm: f32(table, ctl[a + 10]!), cos: f32(table, ctl[a + 11]!), sin: f32(table, ctl[a + 12]!), eps: getF64(ctl, a + 13) };
+      const q = f32(table, ctl[a + 3]!);
+      const units = i32(table, ctl[a + 4]!);
+      for (let i = lo; i < hi; i++) {
+        const u = i * QKV_UNIT;
+        qkvPrologue(qkv, q, f32(table, units[u]!), f32(table, units[u + 1]!), i, units[u + 2]!, shape);
+      }
     } else if (op === OP_ROUTE) {
       // The chunk's tokens: their logits (every router row, each output the same dot whatever the split), then routed.
       const logits = f32(table, ctl[a]!);

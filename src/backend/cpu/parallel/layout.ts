@@ -84,6 +84,30 @@ export const OP_QUANT_EXPERTS = 4;
  */
 export const OP_ROUTE = 5;
 
+/**
+ * args: qkv, w, x, q, units (array-table ids), heads, kvHeads, d, hidden, qNorm, kNorm, cos, sin (ids), eps (a float64
+ * as two ints: f64Args), simd (1: qkv, w and x live in the wasm memory), then with simd the byte addresses of the
+ * output and input row tables and of w; units are QKV_UNIT ints a token (key cache id, value cache id, position);
+ * chunks are tokens: each computes its tokens' stacked q|k|v rows, then attention-ops.ts `qkvPrologue` of each.
+ */
+export const OP_QKV = 6;
+/** Ints per q/k/v token unit: key cache id, value cache id, position. */
+export const QKV_UNIT = 3;
+
+const f64Bits = new Float64Array(1);
+const f64Ints = new Int32Array(f64Bits.buffer);
+/** A float64 job argument as two int slots. */
+export function f64Args(v: number): [number, number] {
+  f64Bits[0] = v;
+  return [f64Ints[0]!, f64Ints[1]!];
+}
+/** Reads a float64 job argument from the two int slots at `at` (f64Args). */
+export function getF64(c: Int32Array, at: number): number {
+  f64Ints[0] = c[at]!;
+  f64Ints[1] = c[at + 1]!;
+  return f64Bits[0]!;
+}
+
 /** Ints per attention unit: key cache id, value cache id, position, q/out offset, head. */
 export const ATTN_UNIT = 5;
 

@@ -9,9 +9,9 @@ import type { RowCompute } from '../row-compute.ts';
 import { linear } from '../linalg.ts';
 import { routeTokens } from '../moe-ops.ts';
 import { UNIT, computeExpertUnits } from '../expert-units.ts';
-import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
+import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, QKV_UNIT, f64Args, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
-import { attention } from '../attention-ops.ts';
+import { attention, qkvPrologue, type QkvShape } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
 import { attentionSimd, combineOn, simdAttention, type QuantBanks, type SimdCompute } from '../row-compute.ts';
 import { computeQuantUnits } from '../quant-linear.ts';
@@ -72,6 +72,8 @@ export class CpuThreadPool implements RowCompute {
   private readonly scratch = jobScratch();
   /** The attention units of the current op (grown on demand). */
   private attnUnits: Int32Array = new Int32Array(new SharedArrayBuffer(0));
+  /** The q/k/v token units of the current op (grown on demand). */
+  private qkvUnits: Int32Array = new Int32Array(new SharedArrayBuffer(0));
   private readonly serialAct: Float32Array[] = [new Float32Array(0)];
   private readonly timeoutMs: number;
   private readonly simd: PoolOptions['simd'];
@@ -145,6 +147,34 @@ export class CpuThreadPool implements RowCompute {
     // With SIMD the workers need only the staged addresses (every array lives in the wasm memory).
     if (tabs) this.run(OP_LINEAR, chunks, [0, 0, wOff, 0, rows, outDim, inDim, 1, tabs.yTab, tabs.xTab, wAt]);
     else this.run(OP_LINEAR, chunks, [this.id(y), this.id(w), wOff, this.id(x), rows, outDim, inDim, 0]);
+  }
+
+  qkv(qkv: Float32Array, w: Float32Array, x: Float32Array, tokens: number, hidden: number, q: Float32Array, keys: readonly Float32Array[], values: readonly Float32Array[], pos: Int32Array, shape: QkvShape): void {
+    // As route: split by tokens when each thread gets two or more, else the linear split by rows and the prologue here.
+    const W = (shape.heads + 2 * shape.kvHeads) * shape.d;
+    const chunks = Math.min(this.threads * poolTuning.chunksPerThread, tokens, MAX_CHUNKS);
+    if (this.disposed || tokens < 2 * this.threads || tokens * W * hidden < poolTuning.minSplitMacs) {
+      this.linear(qkv, w, 0, x, tokens, W, hidden);
+      for (let i = 0; i < tokens; i++) qkvPrologue(qkv, q, keys[i]!, values[i]!, i, pos[i]!, shape);
+      return;
+    }
+    if (this.qkvUnits.length < tokens * QKV_UNIT) {
+      this.forget(this.qkvUnits);
+      this.qkvUnits = new Int32Array(new SharedArrayBuffer(4 * QKV_UNIT * Math.max(tokens, 2 * (this.qkvUnits.length / QKV_UNIT))));
+    }
+    const units = this.qkvUnits;
+    for (let i = 0; i < tokens; i++) {
+      units[i * QKV_UNIT] = this.id(keys[i]!);
+      units[i * QKV_UNIT + 1] = this.id(values[i]!);
+      units[i * QKV_UNIT + 2] = pos[i]!;
+    }
+    const simd = this.simd !== undefined && inArena(this.simd.arena, qkv, w, x);
+    const tabs = simd ? this.simd!.stage.linear(qkv, x, tokens, W, hidden) : null;
+    const c = this.ctl;
+    for (let k = 0; k <= chunks; k++) c[BOUNDS + k] = Math.round((k * tokens) / chunks);
+    const s = shape;
+    const ends = tabs ? [1, tabs.yTab, tabs.xTab, w.byteOffset] : [0];
+    this.run(OP_QKV, chunks, [this.id(qkv), this.id(w), this.id(x), this.id(q), this.id(units), s.heads, s.kvHeads, s.d, hidden, this.id(s.qNorm), this.id(s.kNorm), this.id(s.cos), this.id(s.sin), ...f64Args(s.eps), ...ends]);
   }
 
   route(logits: Float32Array, probs: Float32Array, ids: Int32Array, weights: Float32Array, w: Float32Array, x: Float32Array, tokens: number, experts: number, hidden: number, topK: number, normalize: boolean): void {

@@ -1,0 +1,70 @@
+// The q/k/v job (OP_QKV: a step's tokens split between threads, each computing its tokens' stacked q|k|v rows and
+// their prologue: q/k head norms, RoPE, the key and value written to the token's cache): bit-identical to the serial
+// compute (q, every cache byte) for token counts below and above the split, GQA and odd head sizes, tokens of
+// several sequences at scattered positions, with the JS loops and the SIMD kernel, the workers taking part.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { CpuThreadPool } from './pool.ts';
+import { serialCompute, type RowCompute, type SimdCompute } from '../row-compute.ts';
+import { sharedAlloc, type Alloc } from '../alloc.ts';
+import { ropeTables, type QkvShape } from '../attention-ops.ts';
+import { WasmArena } from '../wasm/arena.ts';
+import { simdKernel } from '../wasm/kernel.ts';
+import { TabStage } from '../wasm/stage.ts';
+import { expertScratch } from '../wasm/experts.ts';
+import { mulberry32 } from '../synthetic.ts';
+import { bytesOf as bytes } from '../test-helpers.ts';
+
+function simdOf(arena: WasmArena, threads: number): SimdCompute {
+  const per = <T>(f: () => T): T[] => Array.from({ length: threads }, f);
+  return { arena, kernel: simdKernel(arena.memory), stage: new TabStage(arena), experts: per(() => expertScratch(arena, 8)), scores: per(() => arena.f64(64)), accs: per(() => arena.f64(16)) };
+}
+
+const POSITIONS = 48;
+
+/** q and every cache after compute.qkv on random inputs (the same seed on every compute); tokens go to 3 sequences. */
+function qkvOn(compute: RowCompute, alloc: Alloc, tokens: number, heads: number, kvHeads: number, d: number, hidden: number): Buffer {
+  const rand = mulberry32(tokens * 131 + heads * 7 + d);
+  const W = (heads + 2 * kvHeads) * d;
+  const w = alloc.f32(W * hidden);
+  const x = alloc.f32(tokens * hidden);
+  for (const a of [w, x]) for (let i = 0; i < a.length; i++) a[i] = rand() * 2 - 1;
+  const { cos: c, sin: s } = ropeTables(d, 10000, POSITIONS);
+  const copy = (a: Float32Array): Float32Array => {
+    const b = alloc.f32(a.length);
+    b.set(a);
+    return b;
+  };
+  const norm = (): Float32Array => copy(Float32Array.from({ length: d }, () => 0.5 + rand()));
+  const shape: QkvShape = { heads, kvHeads, d, qNorm: norm(), kNorm: norm(), eps: 1e-6, cos: copy(c), sin: copy(s) };
+  const caches = Array.from({ length: 3 }, () => ({ keys: alloc.f32(POSITIONS * kvHeads * d), values: alloc.f32(POSITIONS * kvHeads * d) }));
+  const seqOf = (i: number): number => i % 3;
+  const pos = Int32Array.from({ length: tokens }, (_, i) => Math.floor(i / 3) * 2 + (i % 3));
+  const qkv = alloc.f32(tokens * W);
+  const q = alloc.f32(tokens * heads * d);
+  compute.qkv(qkv, w, x, tokens, hidden, q, Array.from({ length: tokens }, (_, i) => caches[seqOf(i)]!.keys), Array.from({ length: tokens }, (_, i) => caches[seqOf(i)]!.values), pos, shape);
+  return Buffer.concat([bytes(qkv), bytes(q), ...caches.flatMap((k) => [bytes(k.keys), bytes(k.values)])]);
+}
+
+for (const simd of [false, true]) {
+  test(`q/k/v and their prologue split by tokens are bit-identical to the serial compute (${simd ? 'SIMD kernel' : 'JS loops'})`, async () => {
+    const arena = simd ? new WasmArena() : null;
+    const alloc: Alloc = arena ?? sharedAlloc;
+    const serial = serialCompute([], 8, arena ? simdOf(arena, 1) : undefined);
+    const pool = new CpuThreadPool({ threads: 2, banks: [], ...(arena ? { simd: simdOf(arena, 2) } : {}) });
+    try {
+      await pool.ready();
+      const before = pool.workerChunks();
+      for (let round = 0; round < 3 || (pool.workerChunks() === before && round < 200); round++) {
+        for (const [tokens, heads, kvHeads, d, hidden] of [[1, 2, 1, 64, 128], [3, 4, 2, 10, 9], [4, 2, 1, 64, 128], [9, 6, 2, 14, 33], [40, 2, 1, 64, 128]] as const) {
+          const want = qkvOn(serial, alloc, tokens, heads, kvHeads, d, hidden);
+          const got = qkvOn(pool, alloc, tokens, heads, kvHeads, d, hidden);
+          assert.ok(got.equals(want), `tokens ${tokens} heads ${heads}/${kvHeads} d ${d} hidden ${hidden}`);
+        }
+      }
+      assert.ok(pool.workerChunks() > before, 'the worker took part');
+    } finally {
+      pool.dispose();
+    }
+  });
+}
