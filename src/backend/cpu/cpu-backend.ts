@@ -64,7 +64,7 @@ const takenWeights = new WeakSet<ModelWeights>();
 interface Scratch {
   readonly tokens: number;
   readonly chunks: number;
-  readonly x: Float32Array; // [T][H] residual stream
+  readonly x: Float32Array; // [T][H] residual stream (from the allocator: threads add to it)
   readonly xn: Float32Array; // [T][H] normalized
   readonly q: Float32Array; // [T][nH*d]
   readonly k: Float32Array; // [T][nKv*d]
@@ -113,6 +113,8 @@ export class CpuBackend implements Backend {
   private readonly oProjs: Matrix[];
   /** Threads only: per layer q, k and v projection rows stacked in one shared matrix. */
   private readonly qkv: (Float32Array | null)[];
+  /** Per layer its input and post-attention RMSNorm weights where every thread can read them. */
+  private readonly norms: { readonly input: Float32Array; readonly post: Float32Array }[];
   /** Per layer with a stacked q/k/v, no biases and per-head q/k norms (Qwen3): the prologue's shape (compute.qkv). */
   private readonly qkvShapes: (QkvShape | null)[];
   /** Per model layer: its index among the MoE layers (banks, counter, routing), or -1 for a dense layer. */
@@ -155,6 +157,7 @@ export class CpuBackend implements Backend {
       if (spec.mla || !(this.threads > 1 || arena) || isQuantized(q) || isQuantized(k) || isQuantized(v)) return null;
       return stackRows(arena ?? sharedAlloc, q, k, v);
     });
+    this.norms = weights.layers.map((w) => ({ input: share(w.inputNorm), post: share(w.postAttnNorm) }));
     ({ cos: this.cos, sin: this.sin } = ropeTablesFor(spec));
     const tables = { cos: share(this.cos), sin: share(this.sin) };
     this.qkvShapes = weights.layers.map((w, l) => {
@@ -272,10 +275,11 @@ export class CpuBackend implements Backend {
     const counter = input.count ? this.counter : null;
     let coldPicks = 0;
 
+    // Each layer's input_layernorm: layer 0's here, the next layer's with each layer's last residual add (residual()).
+    for (let i = 0; i < T; i++) rmsnorm(s.xn, i * H, s.x, i * H, this.weights.layers[0]!.inputNorm, H, spec.rmsNormEps);
     for (let l = 0; l < L; l++) {
       const w = this.weights.layers[l]!;
       // Attention block: h = x + o_proj(attn(input_layernorm(x))).
-      for (let i = 0; i < T; i++) rmsnorm(s.xn, i * H, s.x, i * H, w.inputNorm, H, spec.rmsNormEps);
       const mla = this.mla[l];
       if (mla) {
         for (let i = 0; i < T; i++) {
@@ -289,19 +293,18 @@ export class CpuBackend implements Backend {
         this.project(s.proj, this.oProjs[l]!, s.attn, T, H, qW);
       }
       if (w.oBias) addBias(s.proj, T, w.oBias);
-      addInPlace(s.x, 0, s.proj, 0, T * H);
       // MLP block: out = h + moe(post_attention_layernorm(h)) (a dense layer: its MLP; + the shared expert).
-      for (let i = 0; i < T; i++) rmsnorm(s.xn, i * H, s.x, i * H, w.postAttnNorm, H, spec.rmsNormEps);
+      this.compute.addNorm(s.x, s.proj, s.xn, this.norms[l]!.post, T, H, spec.rmsNormEps);
       const m = this.moeIndex[l]!;
       if (m < 0) {
         this.mlps!.dense(l, s.proj, s.xn, T);
-        addInPlace(s.x, 0, s.proj, 0, T * H);
+        this.residual(s, T, l);
         continue;
       }
       const extras = w.routerBias || w.correctionBias ? { bias: w.routerBias, correction: w.correctionBias } : undefined;
       coldPicks += moeLayer(s.proj, s.xn, T, m, this.routers[l]!, this.banks, this.moeShape, s.moe, counter, this.compute, extras);
       if (w.shared) this.mlps!.addShared(l, s.proj, s.xn, T);
-      addInPlace(s.x, 0, s.proj, 0, T * H);
+      this.residual(s, T, l);
       if (routing && routingWeights) {
         for (let i = 0; i < T; i++) {
           routing.set(s.moe.ids.subarray(i * K, i * K + K), (i * Lm + m) * K);
@@ -326,6 +329,13 @@ export class CpuBackend implements Backend {
     if (record) this.lastRouterProbs = probs;
     const out: StepOutput = { logits: s.logits.slice(0, chunks.length * spec.vocabSize) };
     return record ? { ...out, routing, routingWeights } : out;
+  }
+
+  /** Layer l's last residual add, x += proj, with the next layer's input_layernorm into xn (none after the last). */
+  private residual(s: Scratch, T: number, l: number): void {
+    const H = this.spec.hiddenSize;
+    if (l + 1 < this.spec.numLayers) this.compute.addNorm(s.x, s.proj, s.xn, this.norms[l + 1]!.input, T, H, this.spec.rmsNormEps);
+    else addInPlace(s.x, 0, s.proj, 0, T * H);
   }
 
   /** y = W x for T rows: float32 W through the compute (threads, SIMD), a quantized W as stored (quant-linear.ts). */
@@ -417,7 +427,7 @@ export class CpuBackend implements Backend {
     if (cur) {
       // The workers may hold the old buffers: let them go.
       const m = cur.moe;
-      for (const a of [cur.xn, cur.q, cur.qkv, cur.attn, cur.proj, cur.last, cur.logits, m.routerLogits, m.routerProbs, m.ids, m.weights, m.pickOut, m.units, m.unitPicks]) this.compute.forget(a);
+      for (const a of [cur.x, cur.xn, cur.q, cur.qkv, cur.attn, cur.proj, cur.last, cur.logits, m.routerLogits, m.routerProbs, m.ids, m.weights, m.pickOut, m.units, m.unitPicks]) this.compute.forget(a);
       if (cur.mla) for (const a of [cur.mla.qa, cur.mla.q, cur.mla.ckv, cur.mla.c, cur.mla.kv]) this.compute.forget(a);
     }
     const H = spec.hiddenSize;
@@ -426,7 +436,7 @@ export class CpuBackend implements Backend {
     this.scratch = {
       tokens: T,
       chunks: C,
-      x: new Float32Array(T * H),
+      x: this.alloc.f32(T * H),
       xn: this.alloc.f32(T * H),
       q: this.alloc.f32(T * qW),
       k: new Float32Array(T * kvW),

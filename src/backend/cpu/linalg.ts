@@ -50,6 +50,17 @@ export function rmsnorm(
 }
 
 /**
+ * The residual add and the next RMSNorm of tokens [t0, t1) ([T][n] rows): x += add, then xn = rmsnorm(x) with
+ * `weight`, each row as addInPlace then rmsnorm compute it (rows are independent: threads may take any tokens).
+ */
+export function addNorm(x: Float32Array, add: Float32Array, xn: Float32Array, weight: Float32Array, t0: number, t1: number, n: number, eps: number): void {
+  for (let t = t0; t < t1; t++) {
+    addInPlace(x, t * n, add, t * n, n);
+    rmsnorm(xn, t * n, x, t * n, weight, n, eps);
+  }
+}
+
+/**
  * y = W x for `rows` inputs: W row-major [outDim][inDim], x [rows][inDim], y [rows][outDim]. Loops over
  * weight rows outside so a weight row is read once per batch, and takes inputs two at a time (`dot2`)
  * so each weight load serves both; every output is summed in exactly `dot`'s order whatever the batch.

@@ -1,8 +1,8 @@
 // The ops the CPU backend may share out between threads, behind one interface: a linear layer (split by
-// output rows), Qwen3's q/k/v with its prologue and a layer's router (split by tokens), its expert units (split
-// by units) and attention. The serial compute here is the
+// output rows), Qwen3's q/k/v with its prologue, a layer's router and the residual adds with their norms (split by
+// tokens), its expert units (split by units) and attention. The serial compute here is the
 // reference; the thread pool (parallel/pool.ts) runs the same code on parts of the rows.
-import { linear } from './linalg.ts';
+import { addNorm, linear } from './linalg.ts';
 import { computeExpertUnits } from './expert-units.ts';
 import { attention, qkvPrologue, type QkvShape } from './attention-ops.ts';
 import { inArena, simdLinear, type SimdKernel } from './wasm/kernel.ts';
@@ -72,6 +72,8 @@ export interface RowCompute {
    * split it by tokens when a step has enough of them).
    */
   qkv(qkv: Float32Array, w: Float32Array, x: Float32Array, tokens: number, hidden: number, q: Float32Array, keys: readonly Float32Array[], values: readonly Float32Array[], pos: Int32Array, shape: QkvShape): void;
+  /** linalg.ts `addNorm` of `tokens` tokens: x += add, xn = rmsnorm(x) (threads split it by tokens in long steps). */
+  addNorm(x: Float32Array, add: Float32Array, xn: Float32Array, weight: Float32Array, tokens: number, hidden: number, eps: number): void;
   /** Expert units [0, count) and their picks into `out`, over x [tokens][hidden] (see expert-units.ts). */
   experts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void;
   /** out = the picks' outputs combined in router order (moe-ops.ts `combinePicks`; on the calling thread). */
@@ -119,6 +121,7 @@ export function serialCompute(banks: readonly Float32Array[], inter: number, sim
       computeQuantUnits(out, units, unitPicks, 0, count, quant.rows, quant.rowSize, x, hidden, i, act);
     },
     linear: lin,
+    addNorm: (x, add, xn, weight, tokens, hidden, eps) => addNorm(x, add, xn, weight, 0, tokens, hidden, eps),
     qkv: (qkv, w, x, tokens, hidden, q, keys, values, pos, shape) => {
       lin(qkv, w, 0, x, tokens, (shape.heads + 2 * shape.kvHeads) * shape.d, hidden);
       for (let i = 0; i < tokens; i++) qkvPrologue(qkv, q, keys[i]!, values[i]!, i, pos[i]!, shape);

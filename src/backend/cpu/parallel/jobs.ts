@@ -1,9 +1,9 @@
 // Runs chunks of the current job on whichever thread claims them: the same kernels as the serial
 // compute, so a row's result never depends on which thread computed it.
-import { linearRows } from '../linalg.ts';
+import { addNorm, linearRows } from '../linalg.ts';
 import { computeExpertUnits } from '../expert-units.ts';
 import { attentionHead, qkvPrologue, type QkvShape } from '../attention-ops.ts';
-import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, QKV_UNIT, getF64 } from './layout.ts';
+import { ARGS, ATTN_UNIT, BOUNDS, CHUNKS, CLAIM, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, OP_ADD_NORM, QKV_UNIT, getF64 } from './layout.ts';
 import { routeTokens } from '../moe-ops.ts';
 import { computeQuantUnits, type QuantExpert } from '../quant-linear.ts';
 import { ResidencyError } from '../../../errors.ts';
@@ -62,6 +62,8 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
       s.simd.linearAt(ctl[a + 8]!, ctl[a + 10]!, ctl[a + 9]!, ctl[a + 4]!, ctl[a + 6]!, lo, hi);
     } else if (op === OP_LINEAR) {
       linearRows(f32(table, ctl[a]!), f32(table, ctl[a + 1]!), ctl[a + 2]!, f32(table, ctl[a + 3]!), ctl[a + 4]!, ctl[a + 5]!, ctl[a + 6]!, lo, hi);
+    } else if (op === OP_ADD_NORM) {
+      addNorm(f32(table, ctl[a]!), f32(table, ctl[a + 1]!), f32(table, ctl[a + 2]!), f32(table, ctl[a + 3]!), lo, hi, ctl[a + 4]!, getF64(ctl, a + 5));
     } else if (op === OP_QKV) {
       // The chunk's tokens: their stacked q|k|v rows (each output the same dot whatever the split), then each prologue.
       const qkv = f32(table, ctl[a]!);

@@ -91,6 +91,9 @@ export const OP_ROUTE = 5;
  * chunks are tokens: each computes its tokens' stacked q|k|v rows, then attention-ops.ts `qkvPrologue` of each.
  */
 export const OP_QKV = 6;
+/** args: x, add, xn, weight (array-table ids), hidden, eps (a float64 as two ints: f64Args); chunks are tokens (linalg.ts `addNorm`). */
+export const OP_ADD_NORM = 7;
+
 /** Ints per q/k/v token unit: key cache id, value cache id, position. */
 export const QKV_UNIT = 3;
 

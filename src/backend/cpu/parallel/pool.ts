@@ -6,10 +6,10 @@ import { once } from 'node:events';
 import { MessageChannel, Worker, receiveMessageOnPort, type MessagePort } from 'node:worker_threads';
 import { ResidencyError } from '../../../errors.ts';
 import type { RowCompute } from '../row-compute.ts';
-import { linear } from '../linalg.ts';
+import { addNorm, linear } from '../linalg.ts';
 import { routeTokens } from '../moe-ops.ts';
 import { UNIT, computeExpertUnits } from '../expert-units.ts';
-import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, QKV_UNIT, f64Args, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
+import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, OP_ADD_NORM, QKV_UNIT, f64Args, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention, qkvPrologue, type QkvShape } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
@@ -147,6 +147,18 @@ export class CpuThreadPool implements RowCompute {
     // With SIMD the workers need only the staged addresses (every array lives in the wasm memory).
     if (tabs) this.run(OP_LINEAR, chunks, [0, 0, wOff, 0, rows, outDim, inDim, 1, tabs.yTab, tabs.xTab, wAt]);
     else this.run(OP_LINEAR, chunks, [this.id(y), this.id(w), wOff, this.id(x), rows, outDim, inDim, 0]);
+  }
+
+  addNorm(x: Float32Array, add: Float32Array, xn: Float32Array, weight: Float32Array, tokens: number, hidden: number, eps: number): void {
+    // A token's add and norm is ~1 us here: split only steps long enough to pay for the hand-off several times.
+    const chunks = Math.min(this.threads * poolTuning.chunksPerThread, tokens, MAX_CHUNKS);
+    if (this.disposed || tokens < 8 * this.threads) {
+      addNorm(x, add, xn, weight, 0, tokens, hidden, eps);
+      return;
+    }
+    const c = this.ctl;
+    for (let k = 0; k <= chunks; k++) c[BOUNDS + k] = Math.round((k * tokens) / chunks);
+    this.run(OP_ADD_NORM, chunks, [this.id(x), this.id(add), this.id(xn), this.id(weight), hidden, ...f64Args(eps)]);
   }
 
   qkv(qkv: Float32Array, w: Float32Array, x: Float32Array, tokens: number, hidden: number, q: Float32Array, keys: readonly Float32Array[], values: readonly Float32Array[], pos: Int32Array, shape: QkvShape): void {
