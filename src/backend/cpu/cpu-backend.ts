@@ -158,8 +158,11 @@ export class CpuBackend implements Backend {
       return stackRows(arena ?? sharedAlloc, q, k, v);
     });
     this.norms = weights.layers.map((w) => ({ input: share(w.inputNorm), post: share(w.postAttnNorm) }));
-    ({ cos: this.cos, sin: this.sin } = ropeTablesFor(spec));
-    const tables = { cos: share(this.cos), sin: share(this.sin) };
+    // The RoPE tables once, where every thread can read them (the serial ops and the q/k/v jobs share them).
+    const rope = ropeTablesFor(spec);
+    this.cos = share(rope.cos);
+    this.sin = share(rope.sin);
+    const tables = { cos: this.cos, sin: this.sin };
     this.qkvShapes = weights.layers.map((w, l) => {
       if (!this.qkv[l] || w.qBias || w.kBias || w.vBias || (spec.qkNorm ?? 'head') !== 'head') return null;
       return { heads: spec.numHeads, kvHeads: spec.numKvHeads, d: spec.headDim, qNorm: share(w.qNorm), kNorm: share(w.kNorm), eps: spec.rmsNormEps, ...tables };
