@@ -174,11 +174,7 @@ export class CpuThreadPool implements RowCompute {
       for (let i = 0; i < tokens; i++) qkvPrologue(qkv, q, keys[i]!, values[i]!, i, pos[i]!, shape);
       return;
     }
-    if (this.qkvUnits.length < tokens * QKV_UNIT) {
-      this.forget(this.qkvUnits);
-      this.qkvUnits = new Int32Array(new SharedArrayBuffer(4 * QKV_UNIT * Math.max(tokens, 2 * (this.qkvUnits.length / QKV_UNIT))));
-    }
-    const units = this.qkvUnits;
+    const units = (this.qkvUnits = this.unitsFor(this.qkvUnits, tokens, QKV_UNIT));
     for (let i = 0; i < tokens; i++) {
       units[i * QKV_UNIT] = this.id(keys[i]!);
       units[i * QKV_UNIT + 1] = this.id(values[i]!);
@@ -311,11 +307,7 @@ export class CpuThreadPool implements RowCompute {
       for (let i = 0; i < tokens; i++) attention(out, i * w, q, i * w, keys[i]!, values[i]!, pos[i]!, heads, kvHeads, d, scores, acc);
       return;
     }
-    if (this.attnUnits.length < count * ATTN_UNIT) {
-      this.forget(this.attnUnits);
-      this.attnUnits = new Int32Array(new SharedArrayBuffer(4 * ATTN_UNIT * Math.max(count, 2 * (this.attnUnits.length / ATTN_UNIT))));
-    }
-    const units = this.attnUnits;
+    const units = (this.attnUnits = this.unitsFor(this.attnUnits, count, ATTN_UNIT));
     for (let i = 0; i < tokens; i++) {
       const k = this.id(keys[i]!);
       const v = this.id(values[i]!);
@@ -333,6 +325,13 @@ export class CpuThreadPool implements RowCompute {
   }
 
   /** Drops an array from every worker's table (an array about to be freed, e.g. a closed KV cache). */
+  /** `units` if it holds `count` units of `ints` each, else a shared one at least twice its size (the old one forgotten). */
+  private unitsFor(units: Int32Array, count: number, ints: number): Int32Array {
+    if (units.length >= count * ints) return units;
+    this.forget(units);
+    return new Int32Array(new SharedArrayBuffer(4 * ints * Math.max(count, 2 * (units.length / ints))));
+  }
+
   forget(a: Float32Array | Int32Array): void {
     const id = this.ids.get(a);
     if (id === undefined) return;

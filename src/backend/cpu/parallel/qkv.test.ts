@@ -3,22 +3,12 @@
 // compute (q, every cache byte) for token counts below and above the split, GQA and odd head sizes, tokens of
 // several sequences at scattered positions, with the JS loops and the SIMD kernel, the workers taking part.
 import { test } from 'node:test';
-import assert from 'node:assert/strict';
-import { CpuThreadPool } from './pool.ts';
-import { serialCompute, type RowCompute, type SimdCompute } from '../row-compute.ts';
-import { sharedAlloc, type Alloc } from '../alloc.ts';
+import type { RowCompute } from '../row-compute.ts';
+import type { Alloc } from '../alloc.ts';
+import { assertSplitMatchesSerial } from './split-harness.ts';
 import { ropeTables, type QkvShape } from '../attention-ops.ts';
-import { WasmArena } from '../wasm/arena.ts';
-import { simdKernel } from '../wasm/kernel.ts';
-import { TabStage } from '../wasm/stage.ts';
-import { expertScratch } from '../wasm/experts.ts';
 import { mulberry32 } from '../synthetic.ts';
 import { bytesOf as bytes } from '../test-helpers.ts';
-
-function simdOf(arena: WasmArena, threads: number): SimdCompute {
-  const per = <T>(f: () => T): T[] => Array.from({ length: threads }, f);
-  return { arena, kernel: simdKernel(arena.memory), stage: new TabStage(arena), experts: per(() => expertScratch(arena, 8)), scores: per(() => arena.f64(64)), accs: per(() => arena.f64(16)) };
-}
 
 const POSITIONS = 48;
 
@@ -46,25 +36,10 @@ function qkvOn(compute: RowCompute, alloc: Alloc, tokens: number, heads: number,
   return Buffer.concat([bytes(qkv), bytes(q), ...caches.flatMap((k) => [bytes(k.keys), bytes(k.values)])]);
 }
 
+const QKV_CASES = [[1, 2, 1, 64, 128], [3, 4, 2, 10, 9], [4, 2, 1, 64, 128], [9, 6, 2, 14, 33], [40, 2, 1, 64, 128]] as const;
+
 for (const simd of [false, true]) {
-  test(`q/k/v and their prologue split by tokens are bit-identical to the serial compute (${simd ? 'SIMD kernel' : 'JS loops'})`, async () => {
-    const arena = simd ? new WasmArena() : null;
-    const alloc: Alloc = arena ?? sharedAlloc;
-    const serial = serialCompute([], 8, arena ? simdOf(arena, 1) : undefined);
-    const pool = new CpuThreadPool({ threads: 2, banks: [], ...(arena ? { simd: simdOf(arena, 2) } : {}) });
-    try {
-      await pool.ready();
-      const before = pool.workerChunks();
-      for (let round = 0; round < 3 || (pool.workerChunks() === before && round < 200); round++) {
-        for (const [tokens, heads, kvHeads, d, hidden] of [[1, 2, 1, 64, 128], [3, 4, 2, 10, 9], [4, 2, 1, 64, 128], [9, 6, 2, 14, 33], [40, 2, 1, 64, 128]] as const) {
-          const want = qkvOn(serial, alloc, tokens, heads, kvHeads, d, hidden);
-          const got = qkvOn(pool, alloc, tokens, heads, kvHeads, d, hidden);
-          assert.ok(got.equals(want), `tokens ${tokens} heads ${heads}/${kvHeads} d ${d} hidden ${hidden}`);
-        }
-      }
-      assert.ok(pool.workerChunks() > before, 'the worker took part');
-    } finally {
-      pool.dispose();
-    }
-  });
+  test(`q/k/v and their prologue split by tokens are bit-identical to the serial compute (${simd ? 'SIMD kernel' : 'JS loops'})`, () =>
+    assertSplitMatchesSerial(simd, QKV_CASES, (compute, alloc, [tokens, heads, kvHeads, d, hidden]) => qkvOn(compute, alloc, tokens, heads, kvHeads, d, hidden),
+      ([tokens, heads, kvHeads, d, hidden]) => `tokens ${tokens} heads ${heads}/${kvHeads} d ${d} hidden ${hidden}`));
 }
