@@ -16,7 +16,7 @@ import { ResidencyError } from '../../errors.ts';
 import type { ExpertBanks, RowExchange } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { TensorUploader } from './uploader.ts';
-import { bf16ExpertRowLayout, expertProduct, type ExpertRowLayout } from './device-weights.ts';
+import { expertProduct, type ExpertRowLayout } from './device-weights.ts';
 import { moeTensorNames } from '../../model/architecture.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
 import type { CudaDriver } from './driver.ts';
@@ -29,8 +29,6 @@ export interface CudaBankOptions {
   /** Copies queued on the copy stream at once, all layers together (default 2): paces moves beside in-place reads. */
   readonly copiesInFlight?: number;
   readonly onReleaseFailure?: ReleaseFailureSink;
-  /** The experts' bank row as stored (default: bf16 rows from the spec). */
-  readonly rowLayout?: ExpertRowLayout;
 }
 
 /** Default spare rows per layer: two exchanges of a layer in flight at once (the policy's default per drain). */
@@ -83,6 +81,8 @@ export class CudaExpertBanks implements ExpertBanks {
     private readonly d: CudaDriver,
     spec: ModelSpec,
     uploader: TensorUploader,
+    /** The experts' bank row as stored (device-weights.ts expertRowLayout). */
+    row: ExpertRowLayout,
     /** The backend's compute stream: table uploads are ordered with its steps. */
     private readonly computeStream: bigint,
     opts: CudaBankOptions = {},
@@ -108,7 +108,6 @@ export class CudaExpertBanks implements ExpertBanks {
         throw new ResidencyError('BAD_ARGUMENT', `copiesInFlight ${opts.copiesInFlight}: expected an integer >= 1`);
       }
       this.hotRowsAllocated = this.hotPerLayer + this.spareRows;
-      const row = opts.rowLayout ?? bf16ExpertRowLayout(spec);
       this.rowBytes = row.bytes;
       this.slotTableDev = alloc(4 * this.layers * E, 'slot tables');
       this.physHost = scope.acquire('pinned slot tables', () => d.allocPinned(4 * this.layers * E, 'slot tables'), (h) => d.freeHost(h.hostPtr));

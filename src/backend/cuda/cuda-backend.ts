@@ -10,6 +10,7 @@ import type { RawTensor } from '../../model/weights.ts';
 import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/architecture.ts';
 import type { BankPlacement } from '../slot-tables.ts';
 import { CudaExpertBanks } from './banks.ts';
+import { expertRowLayout } from './device-weights.ts';
 import { checkStepChunks } from './step-chunks.ts';
 import { scatterRouting } from './routing-record.ts';
 import { mapTensorSource, type TensorSource } from '../../model/tensor-source.ts';
@@ -142,7 +143,7 @@ export class CudaBackend implements Backend {
       this.fns = kernels.fns;
       this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
       const uploader = scope.adopt(new TensorUploader(d, source, { bf16: this.fns.get('op_check_finite_bf16')! }, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
-      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, this.stream, {
+      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, expertRowLayout(source, s), this.stream, {
         ...(opts.placement ? { placement: opts.placement } : {}), ...(opts.onReleaseFailure ? { onReleaseFailure: opts.onReleaseFailure } : {}),
         ...(opts.spareRows !== undefined ? { spareRows: opts.spareRows } : {}), ...(opts.copiesInFlight !== undefined ? { copiesInFlight: opts.copiesInFlight } : {}),
       }), 'expert banks', (b) => b.dispose());

@@ -104,15 +104,6 @@ export function expertRowLayout(source: TensorSource, spec: ModelSpec): ExpertRo
   return { format: 'fp8', bytes: align16(downGridAt + down.grid!.bytes), gateUp, down, gateUpAt: 0, downAt: gateUp.dataBytes, gateUpGridAt, downGridAt };
 }
 
-/** The bf16 bank row (the row path's, and any bf16 checkpoint's), from the spec alone. */
-export function bf16ExpertRowLayout(spec: ModelSpec): ExpertRowLayout {
-  const { hiddenSize: H, expertIntermediate: I } = spec;
-  const n = moeTensorNames(spec, 0).expert(0);
-  const gateUp: ProductWeights = { format: 'bf16', names: [n.gate, n.up], partRows: [I, I], cols: H, dataBytes: 4 * I * H };
-  const down: ProductWeights = { format: 'bf16', names: [n.down], partRows: [H], cols: I, dataBytes: 2 * I * H };
-  return { format: 'bf16', bytes: 6 * I * H, gateUp, down, gateUpAt: 0, downAt: 4 * I * H, gateUpGridAt: 0, downGridAt: 0 };
-}
-
 /** Product `p` with an expert's tensor names `n` (same shapes and format as the layout's). */
 export function expertProduct(p: ProductWeights, n: { readonly gate: string; readonly up: string; readonly down: string }, which: 'gateUp' | 'down'): ProductWeights {
   return { ...p, names: which === 'gateUp' ? [n.gate, n.up] : [n.down] };

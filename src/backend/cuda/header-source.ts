@@ -1,5 +1,5 @@
 // A TensorSource of headers alone (dtypes and shapes, no values): what the memory plan and the weight layouts
-// read, at any size without the bytes. Reads are refused. For tests, and for sizing a model before loading it.
+// read, at any size without the bytes. Reads are refused. For tests (memory plans and layouts at real shapes).
 import { ResidencyError } from '../../errors.ts';
 import { expectedTensors } from '../../model/architecture.ts';
 import type { ModelSpec } from '../../model/spec.ts';

@@ -96,16 +96,7 @@ export class TensorUploader {
   /** Copies tensor `name` (bf16 or fp8, as stored) to device memory at `dst`, through the staging halves. */
   toDevice(name: string, dst: bigint, bytes?: number): void {
     const n = this.expectStored(name, bytes);
-    const cap = this.halves[0]!.host.byteLength;
-    for (let off = 0; off < n; off += cap) {
-      const len = Math.min(cap, n - off);
-      const h = this.halves[this.half]!;
-      this.d.eventSync(this.events[this.half]!); // the copy that last used this half is done
-      this.source.read(name, h.host.subarray(0, len), off);
-      this.d.htodAsync(dst + BigInt(off), h.hostPtr, len, this.stream);
-      this.d.eventRecord(this.events[this.half]!, this.stream);
-      this.half ^= 1;
-    }
+    this.staged(n, dst, (into, off) => this.source.read(name, into, off));
     this.check(name, dst, n);
   }
 
@@ -159,12 +150,17 @@ export class TensorUploader {
 
   /** Copies bytes computed on the host (checked there) to device memory at `dst`, through the staging halves. */
   private bytesToDevice(data: Uint8Array, dst: bigint): void {
+    this.staged(data.byteLength, dst, (into, off) => into.set(data.subarray(off, off + into.byteLength)));
+  }
+
+  /** n bytes to device memory at dst through the staging halves, `fill` writing each piece (at `off`) into a half. */
+  private staged(n: number, dst: bigint, fill: (into: Uint8Array, off: number) => void): void {
     const cap = this.halves[0]!.host.byteLength;
-    for (let off = 0; off < data.byteLength; off += cap) {
-      const len = Math.min(cap, data.byteLength - off);
+    for (let off = 0; off < n; off += cap) {
+      const len = Math.min(cap, n - off);
       const h = this.halves[this.half]!;
-      this.d.eventSync(this.events[this.half]!);
-      h.host.set(data.subarray(off, off + len));
+      this.d.eventSync(this.events[this.half]!); // the copy that last used this half is done
+      fill(h.host.subarray(0, len), off);
       this.d.htodAsync(dst + BigInt(off), h.hostPtr, len, this.stream);
       this.d.eventRecord(this.events[this.half]!, this.stream);
       this.half ^= 1;

@@ -165,10 +165,9 @@ export class CudaOpBackend implements Backend {
       for (const [n, f] of k.fns) this.fns.set(n, f);
       this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
       const uploader = scope.adopt(new TensorUploader(d, source, { bf16: this.fns.get('op_check_finite_bf16')!, fp8: this.fns.get('op_check_finite_fp8')! }, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
-      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, this.stream, {
+      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, this.rowLayout, this.stream, {
         ...(placement ? { placement } : {}), ...(opts.spareRows !== undefined ? { spareRows: opts.spareRows } : {}),
         ...(opts.copiesInFlight !== undefined ? { copiesInFlight: opts.copiesInFlight } : {}), ...(opts.onReleaseFailure ? { onReleaseFailure: opts.onReleaseFailure } : {}),
-        rowLayout: this.rowLayout,
       }), 'expert banks', (b) => b.dispose());
       const up = (name: string): bigint => {
         const p = this.alloc(uploader.expectBf16(name), name);
