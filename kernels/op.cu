@@ -9,13 +9,14 @@
 #include "op_attention.cuh"
 #include "op_moe.cuh"
 
-// Products: op_gemv_[fp8_]b<B>_r<R>_<epilogue> and op_gemm_tc_[fp8_]<epilogue>, bf16 or block-FP8 weights.
+// Products: op_gemv_[fp8_|mxfp4_]b<B>_r<R>_<epilogue> and op_gemm_tc_[fp8_|mxfp4_]<epilogue>, bf16, block-FP8
+// or MXFP4 weights.
 #define GEMV_ENTRY(B, R, EPI, NAME, WF, WN) \
   extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) op_gemv_##WN##b##B##_r##R##_##NAME(GemmProblem p) { pdl_enter(); gemv_body<B, R, EPI, WF>(p); }
 #define GEMV_ENTRIES_WF(B, WF, WN) \
   GEMV_ENTRY(B, 1, EPI_STORE, store, WF, WN) GEMV_ENTRY(B, 2, EPI_STORE, store, WF, WN) GEMV_ENTRY(B, 1, EPI_ADD, add, WF, WN) \
   GEMV_ENTRY(B, 2, EPI_ADD, add, WF, WN) GEMV_ENTRY(B, 1, EPI_SWIGLU, swiglu, WF, WN) GEMV_ENTRY(B, 2, EPI_SWIGLU, swiglu, WF, WN)
-#define GEMV_ENTRIES(B) GEMV_ENTRIES_WF(B, WF_BF16, ) GEMV_ENTRIES_WF(B, WF_FP8, fp8_)
+#define GEMV_ENTRIES(B) GEMV_ENTRIES_WF(B, WF_BF16, ) GEMV_ENTRIES_WF(B, WF_FP8, fp8_) GEMV_ENTRIES_WF(B, WF_MXFP4, mxfp4_)
 GEMV_ENTRIES(1)
 GEMV_ENTRIES(2)
 GEMV_ENTRIES(4)
@@ -26,10 +27,10 @@ GEMV_ENTRIES(16)
   extern "C" __global__ void __launch_bounds__(128) op_gemm_tc_##WN##NAME(GemmProblem p) { pdl_enter(); gemm_tc_body<EPI, WF>(p); }
 TC_ENTRY(EPI_STORE, store, WF_BF16, ) TC_ENTRY(EPI_ADD, add, WF_BF16, ) TC_ENTRY(EPI_SWIGLU, swiglu, WF_BF16, )
 TC_ENTRY(EPI_STORE, store, WF_FP8, fp8_) TC_ENTRY(EPI_ADD, add, WF_FP8, fp8_) TC_ENTRY(EPI_SWIGLU, swiglu, WF_FP8, fp8_)
+TC_ENTRY(EPI_STORE, store, WF_MXFP4, mxfp4_) TC_ENTRY(EPI_ADD, add, WF_MXFP4, mxfp4_) TC_ENTRY(EPI_SWIGLU, swiglu, WF_MXFP4, mxfp4_)
 
-extern "C" __global__ void op_qk_rope_kv(float* qkv, int ld, OpRows rows, const bf16_t* q_norm, const bf16_t* k_norm, int layer,
-                                         int nh, int nkv, int hd, float eps, float theta) { pdl_enter();
-  qk_rope_kv_body(qkv, ld, rows, q_norm, k_norm, layer, nh, nkv, hd, eps, theta);
+extern "C" __global__ void op_qk_rope_kv(float* qkv, int ld, OpRows rows, AttnParams ap, int layer, int nh, int nkv, int hd) { pdl_enter();
+  qk_rope_kv_body(qkv, ld, rows, ap, layer, nh, nkv, hd);
 }
 
 // 8 warps a block (4 at G = 16, whose shared partials would pass 48 KiB): attendThreads in op/op-backend.ts.
@@ -37,19 +38,21 @@ extern "C" __global__ void op_qk_rope_kv(float* qkv, int ld, OpRows rows, const 
 // the norm, RoPE and KV write fused in.
 #define ATTEND_ENTRY(HD, G)                                                                                          \
   extern "C" __global__ void __launch_bounds__(32 * ((G) == 16 ? 4 : 8))                                             \
-      op_attend_hd##HD##_g##G(const float* qkv, int ld, OpRows rows, float* att, float* part, int layer, int nh, int nkv) { pdl_enter(); \
-    attend_body<HD, G, (G) == 16 ? 4 : 8, false>(qkv, ld, rows, att, part, layer, nh, nkv, QkNorm{});               \
+      op_attend_hd##HD##_g##G(const float* qkv, int ld, OpRows rows, float* att, float* part, int layer, int nh, int nkv, \
+                              AttnParams ap) { pdl_enter();                                                          \
+    attend_body<HD, G, (G) == 16 ? 4 : 8, false>(qkv, ld, rows, att, part, layer, nh, nkv, ap);                     \
   }                                                                                                                  \
   extern "C" __global__ void __launch_bounds__(32 * ((G) == 16 ? 4 : 8))                                             \
       op_attend_decode_hd##HD##_g##G(const float* qkv, int ld, OpRows rows, float* att, float* part, int layer, int nh, \
-                                     int nkv, QkNorm qn) { pdl_enter();                                                           \
+                                     int nkv, AttnParams qn) { pdl_enter();                                                       \
     attend_body<HD, G, (G) == 16 ? 4 : 8, true>(qkv, ld, rows, att, part, layer, nh, nkv, qn);                      \
   }
+ATTEND_ENTRY(32, 1) ATTEND_ENTRY(32, 2) ATTEND_ENTRY(32, 4) ATTEND_ENTRY(32, 8) ATTEND_ENTRY(32, 16)
 ATTEND_ENTRY(64, 1) ATTEND_ENTRY(64, 2) ATTEND_ENTRY(64, 4) ATTEND_ENTRY(64, 8) ATTEND_ENTRY(64, 16)
 ATTEND_ENTRY(128, 1) ATTEND_ENTRY(128, 2) ATTEND_ENTRY(128, 4) ATTEND_ENTRY(128, 8) ATTEND_ENTRY(128, 16)
 
-extern "C" __global__ void op_attend_merge(const float* part, float* att, int nh, int hd, int S) { pdl_enter();
-  attend_merge_body(part, att, nh, hd, S);
+extern "C" __global__ void op_attend_merge(const float* part, float* att, int nh, int hd, int S, const bf16_t* sinks) { pdl_enter();
+  attend_merge_body(part, att, nh, hd, S, sinks);
 }
 
 // Decode steps (T <= 16 rows): route every row (a warp each) and group the picks, in one block and its

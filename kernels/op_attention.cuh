@@ -6,6 +6,38 @@
 #pragma once
 #include "op_common.cuh"
 
+// How a layer attends: q/k RMSNorm weights per head (null: none), RoPE's inverse frequencies [hd / 2] (the
+// spec's, YaRN included) and the factor cos and sin are scaled by, a sink logit per head (bf16, null: none:
+// gpt-oss's join every softmax), and a sliding window (attend to the last `window` positions; 0: all).
+struct AttnParams {
+  const bf16_t* q_norm;
+  const bf16_t* k_norm;
+  const float* inv_freq;
+  const bf16_t* sinks;
+  float eps, mscale;
+  int32_t window, pad;
+};
+
+// Rotate-half RoPE of one head vector (d values) at `pos`, by one warp, in place: angle = pos x inv_freq[i]
+// in float32, cos and sin times mscale (the CPU's tables: attention-ops.ts, family-attention.ts).
+__device__ __forceinline__ void warp_rope_tab(float* x, int d, int pos, const float* __restrict__ inv_freq, float mscale) {
+  const int lane = threadIdx.x & 31, half = d >> 1;
+  for (int i = lane; i < half; i += 32) {
+    const float angle = (float)pos * inv_freq[i];
+    float sn, cs;
+    sincosf(angle, &sn, &cs);
+    cs *= mscale;
+    sn *= mscale;
+    const float a = x[i], b = x[half + i];
+    x[i] = a * cs - b * sn;
+    x[half + i] = b * cs + a * sn;
+  }
+  __syncwarp();
+}
+
+// The first position row position `n - 1` attends to.
+__device__ __forceinline__ int attend_from(int n, int window) { return window > 0 ? max(0, n - window) : 0; }
+
 // Per-row inputs of a step (device arrays written by the host each step).
 struct OpRows {
   const int32_t* token; // [T]
@@ -16,8 +48,7 @@ struct OpRows {
 
 // q/k RMSNorm over each head, RoPE at the row's position, k and v into the cache. Grid (T, ceil(heads / warps)),
 // a warp per head.
-__device__ __forceinline__ void qk_rope_kv_body(float* qkv, int ld, OpRows rows, const bf16_t* q_norm, const bf16_t* k_norm,
-                                                int layer, int nh, int nkv, int hd, float eps, float theta) {
+__device__ __forceinline__ void qk_rope_kv_body(float* qkv, int ld, OpRows rows, AttnParams ap, int layer, int nh, int nkv, int hd) {
   const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int pos = rows.pos[t], KD = nkv * hd;
   float* x = qkv + (size_t)t * ld;
@@ -25,9 +56,9 @@ __device__ __forceinline__ void qk_rope_kv_body(float* qkv, int ld, OpRows rows,
   const int h = blockIdx.y * (blockDim.x >> 5) + warp;
   if (h < nh + nkv) {
     float* v = x + h * hd;
-    const bf16_t* nw = h < nh ? q_norm : k_norm;
-    if (nw) warp_rmsnorm(v, nw, hd, eps); // null: a family without q/k norms
-    warp_rope(v, hd, pos, theta);
+    const bf16_t* nw = h < nh ? ap.q_norm : ap.k_norm;
+    if (nw) warp_rmsnorm(v, nw, hd, ap.eps); // null: a family without q/k norms
+    warp_rope_tab(v, hd, pos, ap.inv_freq, ap.mscale);
     if (h >= nh) {
       const int kh = h - nh;
       for (int i = lane; i < hd; i += 32) {
@@ -44,22 +75,18 @@ __device__ __forceinline__ void qk_rope_kv_body(float* qkv, int ld, OpRows rows,
 // The norm/RoPE pass a decode row's attention does first (FUSED: the row's q and k are normalized and
 // rotated in shared memory, and the block whose split holds the row's position writes its k and v into the
 // cache before any position is read), so a decode layer needs no separate qk_rope_kv launch.
-struct QkNorm {
-  const bf16_t* q_norm;
-  const bf16_t* k_norm;
-  float eps, theta;
-};
-
+// With a window, the positions are [n - window, n); sinks join the softmax where the splits are combined.
 template <int HD, int G, int NW, bool FUSED>
 __device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows rows, float* att, float* part, int layer, int nh,
-                                            int nkv, QkNorm qn) {
+                                            int nkv, AttnParams qn) {
   constexpr int D = HD / 32; // dims per lane
   const int t = blockIdx.x, kh = blockIdx.y, j = blockIdx.z, S = gridDim.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = NW;
   const int KD = nkv * HD;
   const int n = rows.pos[t] + 1;
-  const int chunk = (n + S - 1) / S;
-  const int p0 = j * chunk, p1 = min(n, p0 + chunk);
+  const int lo = attend_from(n, qn.window);
+  const int chunk = (n - lo + S - 1) / S;
+  const int p0 = lo + j * chunk, p1 = min(n, p0 + chunk);
   __shared__ float sm_m[NW][G], sm_l[NW][G];
   __shared__ __align__(16) float sm_acc[NW][G][HD];
   float q[G][D];
@@ -74,10 +101,10 @@ __device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows row
     for (int h = warp; h < G + 1; h += NW) {
       const bf16_t* nw = h < G ? qn.q_norm : qn.k_norm;
       if (nw) warp_rmsnorm(sq + h * HD, nw, HD, qn.eps); // null: a family without q/k norms
-      warp_rope(sq + h * HD, HD, n - 1, qn.theta);
+      warp_rope_tab(sq + h * HD, HD, n - 1, qn.inv_freq, qn.mscale);
     }
     __syncthreads();
-    if ((n - 1) / chunk == j) { // this split holds the row's own position: its k and v go to the cache first
+    if ((n - 1 - lo) / chunk == j) { // this split holds the row's own position: its k and v go to the cache first
       float* kvrow = rows.kv[t] + ((size_t)layer * rows.cap[t] + (n - 1)) * 2 * KD;
       for (int i = threadIdx.x; i < HD; i += blockDim.x) {
         kvrow[kh * HD + i] = sq[G * HD + i];
@@ -153,6 +180,11 @@ __device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows row
     }
     const int head = kh * G + g;
     if (S == 1) {
+      if (qn.sinks) { // the sink's logit joins the softmax (it adds to the sum, no value)
+        const float sk = bf2f(qn.sinks[head]), M2 = fmaxf(M, sk), f = expf(M - M2);
+        L = L * f + expf(sk - M2);
+        A *= f;
+      }
       att[(size_t)t * nh * HD + head * HD + d] = A / L;
     } else {
       float* pp = part + (((size_t)t * nh + head) * S + j) * (HD + 2);
@@ -162,14 +194,15 @@ __device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows row
   }
 }
 
-// Splits of one (row, head) merged in split order: grid (T, nh), hd threads.
-__device__ __forceinline__ void attend_merge_body(const float* part, float* att, int nh, int hd, int S) {
+// Splits of one (row, head) merged in split order (and the head's sink, when given): grid (T, nh), hd threads.
+__device__ __forceinline__ void attend_merge_body(const float* part, float* att, int nh, int hd, int S, const bf16_t* sinks) {
   const int t = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
   if (d >= hd) return;
   const float* pp = part + ((size_t)t * nh + head) * S * (hd + 2);
-  float M = -INFINITY;
+  const float sk = sinks ? bf2f(sinks[head]) : -INFINITY;
+  float M = sk;
   for (int j = 0; j < S; j++) M = fmaxf(M, pp[j * (hd + 2) + hd]);
-  float L = 0.f, A = 0.f;
+  float L = sinks ? expf(sk - M) : 0.f, A = 0.f;
   for (int j = 0; j < S; j++) {
     const float* q = pp + j * (hd + 2);
     if (q[hd + 1] == 0.f) continue; // an empty split (chunk past the row's positions)

@@ -16,6 +16,12 @@
 // Block FP8 weights (the kernels' WF_FP8 variants) carry a scale grid: weight row r, value k has the scale
 // scales[(r / s_rows) * s_ld + k / s_cols] (the checkpoint's [128, 128] blocks; matrices stacked in one
 // product, gate | up or q | k | v, share one grid of s_rows-row scale rows: fp8-grid.ts).
+// MXFP4 weights (WF_MXFP4, gpt-oss experts as the hub stores them): a row is K/2 bytes, two E2M1 values a
+// byte (low nibble first), and K/32 E8M0 scale bytes (value = e2m1 x 2^(scale - 127)), row r's at
+// scales + r * s_ld bytes.
+// Biases (gpt-oss): the dense product's bias [O] bf16 at `bias`, a grouped one's in the bank row at b_off
+// bytes (b_off < 0: none), indexed by weight row. SWIGLU: gate unit j is weight row j and up row O + j, or
+// with gu_interleave rows 2j and 2j + 1 (gpt-oss's gate_up_proj); limit > 0 clamps it (clamped SwiGLU).
 struct GemmProblem {
   const float* x;       // [in rows][ldx]
   float* y;             // [out rows][ldy]
@@ -44,11 +50,15 @@ struct GemmProblem {
   const float* scales;
   long long s_off;
   int32_t s_rows, s_cols, s_ld, pad3;
+  const bf16_t* bias;
+  long long b_off;
+  float limit, alpha;
+  int32_t gu_interleave, pad4;
 };
 
 enum { EPI_STORE = 0, EPI_ADD = 1, EPI_SWIGLU = 2 };
 // How the weights are stored: bf16 values, or float8_e4m3fn bytes with block scales.
-enum { WF_BF16 = 0, WF_FP8 = 1 };
+enum { WF_BF16 = 0, WF_FP8 = 1, WF_MXFP4 = 2 };
 
 // Programmatic dependent launch: every op kernel is launched with programmatic stream serialization, so it
 // may start while the kernel before it finishes. It waits here for that kernel (and so, transitively, for every
@@ -77,6 +87,47 @@ __device__ __forceinline__ const uint8_t* group_weights(const GemmProblem& p, co
 // The FP8 scale grid of group g (grouped) or the dense matrix.
 __device__ __forceinline__ const float* group_scales(const GemmProblem& p, const uint8_t* row) {
   return row ? reinterpret_cast<const float*>(row + p.s_off) : p.scales;
+}
+
+// The bias of group g (grouped) or the dense product; null when none.
+__device__ __forceinline__ const bf16_t* group_bias(const GemmProblem& p, const uint8_t* row) {
+  if (row) return p.b_off >= 0 ? reinterpret_cast<const bf16_t*>(row + p.b_off) : nullptr;
+  return p.bias;
+}
+
+// SWIGLU's weight rows of gate unit j and up unit j.
+__device__ __forceinline__ int gate_row(const GemmProblem& p, int j) { return p.gu_interleave ? 2 * j : j; }
+__device__ __forceinline__ int up_row(const GemmProblem& p, int j) { return p.gu_interleave ? 2 * j + 1 : p.O + j; }
+
+// The activation of one unit from its gate and up sums (biases added): silu(gate) x up, or gpt-oss's clamped
+// SwiGLU (gate clamped above at limit, up to [-limit, limit], (up + 1) x gate x sigmoid(alpha gate)).
+__device__ __forceinline__ float swiglu_act(const GemmProblem& p, float g, float u) {
+  if (p.limit > 0.f) {
+    g = fminf(g, p.limit);
+    u = fminf(fmaxf(u, -p.limit), p.limit);
+    return (u + 1.f) * (g * (1.0f / (1.0f + expf(-(g * p.alpha)))));
+  }
+  return silu(g) * u;
+}
+
+// An E8M0 scale byte as a float: 2^(s - 127) (s = 0 gives 2^-127, a subnormal; 255, NaN, is refused at load).
+__device__ __forceinline__ float e8m0_to_float(uint32_t s) { return s ? __uint_as_float(s << 23) : 5.877471754e-39f; }
+
+// 32 E2M1 values (16 bytes, low nibble first) as floats, exact: each nibble's sign, exponent and mantissa
+// bits placed in an fp16 (s << 15 | em << 9) are the value x 2^-14, two nibbles (k, k + 4 of a word) at once.
+__device__ __forceinline__ void fp4x32_to_float(uint4 v, float* f) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const uint32_t t = w[i] >> (4 * k);
+      const uint32_t h = ((t & 0x00080008u) << 12) | ((t & 0x00070007u) << 9);
+      const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&h));
+      f[8 * i + k] = x.x * 16384.f;
+      f[8 * i + 4 + k] = x.y * 16384.f;
+    }
+  }
 }
 
 // Eight float8_e4m3fn values (8 bytes, lowest first) widened to float (exact).
@@ -109,7 +160,9 @@ __device__ __forceinline__ void row_of(const GemmProblem& p, int start, int i, i
 }
 
 // The epilogue of one output (o, acc) of one row; SWIGLU gets the gate and up sums of output j.
-__device__ __forceinline__ void epi_store(const GemmProblem& p, int epi, int out_row, int o, float acc) {
+// `bias`: the product's (group_bias), null when none.
+__device__ __forceinline__ void epi_store(const GemmProblem& p, int epi, int out_row, int o, float acc, const bf16_t* bias = nullptr) {
+  if (bias) acc += bf2f(bias[o]);
   float* y = p.y + (size_t)out_row * p.ldy + o;
   if (epi == EPI_ADD) *y = p.res[(size_t)out_row * p.ldy + o] + acc;
   else *y = acc;

@@ -48,6 +48,21 @@ __device__ __forceinline__ void fp8x16_to_bf16(uint4 v, uint4& lo, uint4& hi) {
   hi = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
+// 16 E2M1 values (8 bytes, low nibble first) times their block's scale as 16 bf16 (exact: a power of two
+// times an E2M1 value is a bf16 value), packed in two uint4.
+__device__ __forceinline__ void fp4x16_to_bf16(uint2 v, float scale, uint4& lo, uint4& hi) {
+  float f[32];
+  fp4x32_to_float(make_uint4(v.x, v.y, 0, 0), f);
+  uint32_t w[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    w[i] = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * i] * scale)) | ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * i + 1] * scale)) << 16);
+  }
+  lo = make_uint4(w[0], w[1], w[2], w[3]);
+  hi = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+// WF_MXFP4: the weights widen to bf16 with their scale applied (exact), straight into the sums.
 // WF_FP8: the weights' e4m3 values go through the tensor cores as bf16 (exact), summed over one scale
 // block of K (s_cols, a multiple of 32) in `part`, then acc += part x that block's scale of each weight row.
 template <int EPI, int WF = WF_BF16>
@@ -70,7 +85,8 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
   const int mrows = min(TC_BM, n - r0);
   const uint8_t* brow = group_row(p, g);
   const uint8_t* W = group_weights(p, brow);
-  constexpr int BPE = WF == WF_FP8 ? 1 : 2;
+  // Bytes of k values of a weight row.
+  auto bytes_of = [](int k) -> size_t { return WF == WF_MXFP4 ? (size_t)k / 2 : (WF == WF_FP8 ? (size_t)k : 2 * (size_t)k); };
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 1, wn = warp >> 1;
   const int K = p.K;
 
@@ -86,20 +102,30 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
   auto weight_row = [&](int sr) -> int {
     const int f = EPI == EPI_SWIGLU ? blockIdx.x * 32 + (sr & 31) : blockIdx.x * TC_BN + sr;
     if (f >= p.O) return -1;
-    return EPI == EPI_SWIGLU && sr >= 32 ? p.O + f : f;
+    if (EPI == EPI_SWIGLU) return sr >= 32 ? up_row(p, f) : gate_row(p, f);
+    return f;
   };
   const uint8_t* wb = nullptr;
+  const uint8_t* sb = nullptr; // MXFP4: this thread's B row's scale bytes
   {
     const int wr = weight_row(lrow);
-    if (wr >= 0) wb = W + ((size_t)wr * K + lcol) * BPE;
+    if (wr >= 0) wb = W + bytes_of((size_t)wr * K + lcol);
+    if (WF == WF_MXFP4 && wr >= 0) sb = reinterpret_cast<const uint8_t*>(group_scales(p, brow)) + (size_t)wr * p.s_ld;
   }
   float4 ra[4];
   uint4 rb[2];
+  uint32_t rs = 0; // MXFP4: the slice's scale byte
   auto load = [&](int k0) {
 #pragma unroll
     for (int i = 0; i < 4; i++) ra[i] = xa ? *reinterpret_cast<const float4*>(xa + k0 + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (WF == WF_MXFP4) {
+      const uint2 v = wb ? __ldg(reinterpret_cast<const uint2*>(wb + bytes_of(k0))) : make_uint2(0, 0);
+      rb[0] = make_uint4(v.x, v.y, 0, 0);
+      rs = sb ? sb[k0 >> 5] : 0u;
+    } else {
 #pragma unroll
-    for (int i = 0; i < (WF == WF_FP8 ? 1 : 2); i++) rb[i] = wb ? __ldg(reinterpret_cast<const uint4*>(wb + (size_t)k0 * BPE) + i) : make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < (WF == WF_FP8 ? 1 : 2); i++) rb[i] = wb ? __ldg(reinterpret_cast<const uint4*>(wb + bytes_of(k0)) + i) : make_uint4(0, 0, 0, 0);
+    }
   };
   // FP8: the scale row of each accumulator column this thread holds (B fragment ni, column 2 (lane % 4) + e).
   const float* srow[4][2];
@@ -141,6 +167,8 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
       uint4* bs = reinterpret_cast<uint4*>(&Bs[lrow][lcol]);
       if (WF == WF_FP8) {
         fp8x16_to_bf16(rb[0], bs[0], bs[1]);
+      } else if (WF == WF_MXFP4) {
+        fp4x16_to_bf16(make_uint2(rb[0].x, rb[0].y), e8m0_to_float(rs), bs[0], bs[1]);
       } else {
         bs[0] = rb[0];
         bs[1] = rb[1];
@@ -189,6 +217,7 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
         }
     }
   }
+  const bf16_t* bias = group_bias(p, brow);
   // Epilogue: c[0..1] row lane/4, c[2..3] row lane/4 + 8; columns 2 (lane % 4) + {0, 1} of each n8 tile.
 #pragma unroll
   for (int mi = 0; mi < 2; mi++)
@@ -204,7 +233,9 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
 #pragma unroll
           for (int e = 0; e < 2; e++) {
             const int j = blockIdx.x * 32 + wn * 16 + ni * 8 + (lane & 3) * 2 + e;
-            if (j < p.O) p.y[(size_t)orow * p.ldy + j] = silu(acc[mi][ni][2 * h + e]) * acc[mi][ni + 2][2 * h + e];
+            if (j >= p.O) continue;
+            const float gb = bias ? bf2f(bias[gate_row(p, j)]) : 0.f, ub = bias ? bf2f(bias[up_row(p, j)]) : 0.f;
+            p.y[(size_t)orow * p.ldy + j] = swiglu_act(p, acc[mi][ni][2 * h + e] + gb, acc[mi][ni + 2][2 * h + e] + ub);
           }
       } else {
 #pragma unroll
@@ -212,7 +243,7 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
 #pragma unroll
           for (int e = 0; e < 2; e++) {
             const int f = blockIdx.x * TC_BN + wn * 32 + ni * 8 + (lane & 3) * 2 + e;
-            if (f < p.O) epi_store(p, EPI, orow, f, acc[mi][ni][2 * h + e]);
+            if (f < p.O) epi_store(p, EPI, orow, f, acc[mi][ni][2 * h + e], bias);
           }
       }
     }

@@ -1,7 +1,7 @@
 // Decode products (at most B rows per group, B <= 16): bandwidth-bound, so every weight byte is read once per
 // step and the whole chip streams. Grid (ceil(O / (8 R)), groups); a block of 8 warps, each warp R output
 // features (SWIGLU: R (gate, up) pairs) for all of the group's rows. A lane reads 16 bytes of a weight row
-// per pass (bf16: 8 values, block FP8: 16; a warp: 512 consecutive bytes), several passes in flight; the
+// per pass (bf16: 8 values, block FP8: 16, MXFP4: 32 and one scale; a warp: 512 consecutive bytes), several passes in flight; the
 // group's input rows sit in shared memory (K in chunks that fit), read as float4. Sums are fp32 in a fixed
 // order (lane partials, then a butterfly): the same bits whatever the placement of the rows in the banks.
 #pragma once
@@ -39,15 +39,15 @@ __device__ __forceinline__ void norm_staged(const GemmProblem& p, float* xs, int
   __syncthreads();
 }
 
-// A lane's dot of one 16-byte weight load with the staged inputs at x: bf16, 8 values; FP8, 16 values
-// widened (exact) into w, the caller scaling the sum by their block's scale (the spec scales each value
-// first, float32(e4m3 x scale): the same products, rounded once less).
+// A lane's dot of one 16-byte weight load with the staged inputs at x: bf16, 8 values; FP8, 16 values, and
+// MXFP4, 32, widened (exact) into w, the caller scaling the sum by their block's scale (the spec scales each
+// value first, float32(value x scale): the same products, rounded once less).
 template <int WF>
 __device__ __forceinline__ float dot_load(const uint4 u, const float* __restrict__ x, const float* w) {
   if (WF == WF_BF16) return dot8_bf16(u, x);
   float a = 0.f;
 #pragma unroll
-  for (int q = 0; q < 4; q++) {
+  for (int q = 0; q < (WF == WF_MXFP4 ? 8 : 4); q++) {
     const float4 xv = *reinterpret_cast<const float4*>(x + 4 * q);
     a += w[4 * q] * xv.x + w[4 * q + 1] * xv.y + w[4 * q + 2] * xv.z + w[4 * q + 3] * xv.w;
   }
@@ -64,24 +64,27 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   if (n <= 0) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int K = p.K;
-  constexpr int BPE = WF == WF_FP8 ? 1 : 2; // bytes a value
-  constexpr int VPL = 16 / BPE;             // values a 16-byte load
+  constexpr int VPL = WF == WF_MXFP4 ? 32 : (WF == WF_FP8 ? 16 : 8); // values a 16-byte load
+  auto bytes_of = [](int k) -> size_t { return (size_t)k * 16 / VPL; }; // bytes of k values
   // Rows of weights this warp reads: STORE/ADD: features o0 + r; SWIGLU: gate rows j0 + r and up rows O + j0 + r.
   constexpr int NW = EPI == EPI_SWIGLU ? 2 * R : R;
   const int f0 = (blockIdx.x * GEMV_WARPS + warp) * R;
   const uint8_t* brow = group_row(p, g);
   const uint8_t* W = group_weights(p, brow);
-  const float* S = WF == WF_FP8 ? group_scales(p, brow) : nullptr;
+  const uint8_t* S = WF != WF_BF16 ? reinterpret_cast<const uint8_t*>(group_scales(p, brow)) : nullptr;
+  const bf16_t* bias = group_bias(p, brow);
   const uint8_t* wrow[NW];
-  const float* srow[NW];
+  const uint8_t* srow[NW]; // FP8: float scales of the row's scale row; MXFP4: the row's scale bytes
+  int wrs[NW];
   bool live[NW];
 #pragma unroll
   for (int r = 0; r < NW; r++) {
     const int f = f0 + (EPI == EPI_SWIGLU ? (r % R) : r);
     live[r] = f < p.O;
-    const int wr = live[r] ? (EPI == EPI_SWIGLU ? (r < R ? f : p.O + f) : f) : 0;
-    wrow[r] = W + (size_t)wr * K * BPE;
-    srow[r] = WF == WF_FP8 ? S + (size_t)(wr / p.s_rows) * p.s_ld : nullptr;
+    const int wr = live[r] ? (EPI == EPI_SWIGLU ? (r < R ? gate_row(p, f) : up_row(p, f)) : f) : 0;
+    wrs[r] = wr;
+    wrow[r] = W + (size_t)wr * bytes_of(K);
+    srow[r] = WF == WF_FP8 ? S + 4 * (size_t)(wr / p.s_rows) * p.s_ld : (WF == WF_MXFP4 ? S + (size_t)wr * p.s_ld : nullptr);
   }
   int in_rows[B];
 #pragma unroll
@@ -109,7 +112,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
       for (int r = 0; r < NW; r++) {
         const int c = c0 + 32 * j;
-        dst[j][r] = (live[r] && c < chunks) ? __ldg(reinterpret_cast<const uint4*>(wrow[r] + (size_t)k0 * BPE) + c) : make_uint4(0, 0, 0, 0);
+        dst[j][r] = (live[r] && c < chunks) ? __ldg(reinterpret_cast<const uint4*>(wrow[r] + bytes_of(k0)) + c) : make_uint4(0, 0, 0, 0);
       }
   };
   for (int k0 = 0; k0 < K; k0 += KC) {
@@ -135,18 +138,21 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
         if (c < chunks) {
 #pragma unroll
           for (int r = 0; r < NW; r++) {
-            float w[WF == WF_FP8 ? 16 : 1];
+            float w[WF == WF_BF16 ? 1 : VPL];
             float sc = 1.f;
             if (WF == WF_FP8) {
-              sc = srow[r][(k0 + VPL * c) / p.s_cols];
+              sc = reinterpret_cast<const float*>(srow[r])[(k0 + VPL * c) / p.s_cols];
               fp8x8_to_float(make_uint2(u[j][r].x, u[j][r].y), w);
               fp8x8_to_float(make_uint2(u[j][r].z, u[j][r].w), w + 8);
+            } else if (WF == WF_MXFP4) {
+              sc = e8m0_to_float(live[r] ? srow[r][(k0 >> 5) + c] : 0u);
+              fp4x32_to_float(u[j][r], w);
             }
 #pragma unroll
             for (int b = 0; b < B; b++) {
               if (b < n) {
-                if (WF == WF_FP8) acc[r][b] += sc * dot_load<WF>(u[j][r], xs + b * KS + VPL * c, w);
-                else acc[r][b] += dot_load<WF>(u[j][r], xs + b * KS + VPL * c, w);
+                if (WF == WF_BF16) acc[r][b] += dot_load<WF>(u[j][r], xs + b * KS + VPL * c, w);
+                else acc[r][b] += sc * dot_load<WF>(u[j][r], xs + b * KS + VPL * c, w);
               }
             }
           }
@@ -172,8 +178,12 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
       for (int r = 0; r < R; r++) {
         const int f = f0 + r;
         if (f >= p.O) continue;
-        if (EPI == EPI_SWIGLU) p.y[(size_t)orow * p.ldy + f] = silu(acc[r][b]) * acc[R + r][b];
-        else epi_store(p, EPI, orow, f, acc[r][b]);
+        if (EPI == EPI_SWIGLU) {
+          const float gb = bias ? bf2f(bias[wrs[r]]) : 0.f, ub = bias ? bf2f(bias[wrs[R + r]]) : 0.f;
+          p.y[(size_t)orow * p.ldy + f] = swiglu_act(p, acc[r][b] + gb, acc[R + r][b] + ub);
+        } else {
+          epi_store(p, EPI, orow, f, acc[r][b], bias);
+        }
       }
     }
   }

@@ -25,7 +25,7 @@ struct OpRoute {
   const int32_t* slots;  // [E]
   uint32_t* counter;     // this layer's [E] row
   const int32_t* header; // [0] valid rows, [1] count flag
-  int32_t T, E, K, LK, layer, norm_topk;
+  int32_t T, E, K, LK, layer, mode; // mode: ROUTE_* (route.cuh)
 };
 
 // Row t's route (one warp); `lg` is E floats of shared scratch for it. With `se`/`sw` (shared, [T*K]) the
@@ -37,13 +37,13 @@ __device__ __forceinline__ void route_row(const OpRoute& r, int t, float* lg, in
   const size_t pk = (size_t)t * r.LK + (size_t)r.layer * r.K;
   const bool counted = r.header[1] != 0 && t < r.header[0];
   if (!se) {
-    warp_route(lg, r.E, r.K, r.norm_topk, r.slots, r.pick_expert + pk, r.pick_weight + pk, r.pick_slot + (size_t)t * r.K,
+    warp_route(lg, r.E, r.K, r.mode, r.slots, r.pick_expert + pk, r.pick_weight + pk, r.pick_slot + (size_t)t * r.K,
                counted ? r.counter : nullptr);
     return;
   }
   int32_t* e = se + t * r.K;
   float* w = sw + t * r.K;
-  warp_route(lg, r.E, r.K, r.norm_topk, r.slots, e, w, r.pick_slot + (size_t)t * r.K, counted ? r.counter : nullptr);
+  warp_route(lg, r.E, r.K, r.mode, r.slots, e, w, r.pick_slot + (size_t)t * r.K, counted ? r.counter : nullptr);
   if (lane < r.K) { r.pick_expert[pk + lane] = e[lane]; r.pick_weight[pk + lane] = w[lane]; }
 }
 

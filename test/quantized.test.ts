@@ -150,4 +150,50 @@ describe('gpt-oss-tiny-mxfp4', { skip: !existsSync(MXFP4) && 'no fixture' }, () 
       stream.tensors.close();
     }
   });
+
+  it('CUDA op path (fake driver): experts banked as stored slices (blocks, scales, biases); MXFP4 kernels for the experts only, hd 32 attention', async () => {
+    const m = await loadModelFor(MXFP4, 'cuda');
+    assert.doesNotThrow(() => checkOpSupport(m.spec));
+    const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-mxfp4-'));
+    for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');
+    const d = new FakeCudaDriver();
+    const be = new CudaOpBackend(d, m.spec, m.tensors, { kernelDir, placement: { hotPerLayer: 12 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+    try {
+      const { hiddenSize: H, expertIntermediate: I } = m.spec;
+      const row = be.rowLayout;
+      assert.equal(row.format, 'mxfp4');
+      assert.equal(row.interleaved, true);
+      // gate | up blocks, down blocks, their scales, their biases (bf16): 16-byte aligned pieces.
+      assert.equal(be.banks.rowBytes, I * H + (H * I) / 2 + (2 * I * H) / 32 + (H * I) / 32 + 2 * 2 * I + 2 * H);
+      assert.match(be.hotReason, /MXFP4 as stored/);
+      // Layer 1's first cold row holds its expert's slice of each stacked tensor, exactly.
+      const e = be.banks.expertAt(1, 'cold', 0);
+      const host = be.banks.coldRowBytes(1, 0);
+      const slice = (name: string, at: number, bytes: number): void => {
+        const want = new Uint8Array(bytes);
+        m.tensors.read(`model.layers.1.mlp.experts.${name}`, want, e * bytes);
+        assert.deepEqual(host.subarray(at, at + bytes), want, name);
+      };
+      slice('gate_up_proj_blocks', row.gateUpAt, I * H);
+      slice('down_proj_blocks', row.downAt, (H * I) / 2);
+      slice('gate_up_proj_scales', row.gateUpGridAt, (2 * I * H) / 32);
+      slice('down_proj_scales', row.downGridAt, (H * I) / 32);
+      slice('gate_up_proj_bias', row.gateUpBiasAt, 4 * I);
+      slice('down_proj_bias', row.downBiasAt, 2 * H);
+      be.openSequence(0, 40);
+      d.launches.length = 0;
+      be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 0 }], count: true }); // a prefill piece: tensor cores
+      be.forward({ chunks: [{ seq: 0, tokens: [4], startPos: 20 }], count: true }); // decode: gemv
+      const names = new Set(d.launches.map((x) => x.name));
+      for (const k of [/^op_gemm_tc_mxfp4_swiglu$/, /^op_gemm_tc_mxfp4_store$/, /^op_gemv_mxfp4_b1_r\d_swiglu$/, /^op_gemv_mxfp4_b1_r\d_store$/, /^op_attend_hd32_g2$/, /^op_attend_decode_hd32_g2$/, /^op_gemm_tc_add$/]) {
+        assert.ok([...names].some((n) => k.test(n)), `${k} launched (${[...names].join(', ')})`);
+      }
+      assert.ok(![...names].some((k) => /fp8/.test(k)), 'no FP8 kernels');
+      assert.ok([...names].some((k) => /^op_gemv_b1_r\d_store$/.test(k)), 'q/k/v, the router and lm head stay bf16');
+    } finally {
+      be.dispose();
+      rmSync(kernelDir, { recursive: true, force: true });
+    }
+    assert.deepEqual(d.liveByKind(), {});
+  });
 });

@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
 # One device call for the real-size checks of every format and family the op path computes: makes 2-layer
-# make-checkpoint folders with references (qwen3-30b-a3b bf16 and --format fp8, mixtral-8x7b), then on each
-# the real-size test (greedy tokens vs transformers, CUDA vs CPU, NaN refusal) and, for the 128-expert ones, the
-# conformance suite and the tiered moves test. Each stage has its own time limit; logs and a summary in $OUT.
-#   source .gpu/boot.sh && bash test/gpu/real-run.sh      (about 6 minutes on the H200)
+# make-checkpoint folders with references (qwen3-30b-a3b bf16 and --format fp8, mixtral-8x7b, gpt-oss-120b in
+# MXFP4), then on each the real-size test (greedy tokens vs transformers, CUDA vs CPU, NaN refusal) and, for the
+# 128-expert ones, the tiered moves test; and the family fixtures carried in .gpu/ (FAMILY_FIXTURES) against
+# their parity.json. Each stage has its own time limit; logs and a summary in $OUT.
+#   source .gpu/boot.sh && bash test/gpu/real-run.sh [stage ...]   (stages: q2 q2f mx2 g2 fixtures; default all;
+#   about 8 minutes on the H200 for all)
 set -u
 OUT=${OUT:-out/real}; mkdir -p "$OUT"
-python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 > /tmp/mk-q2.log 2>&1 &
-python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --format fp8 --out /tmp/q2f > /tmp/mk-q2f.log 2>&1 &
-python3 .gpu/make-checkpoint.py --preset mixtral-8x7b --layers 2 --out /tmp/mx2 > /tmp/mk-mx2.log 2>&1 &
+STAGES=${*:-q2 q2f mx2 g2 fixtures}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+make() { local out=${*: -1}; python3 .gpu/make-checkpoint.py "$@" > "/tmp/mk-$(basename "$out").log" 2>&1 || echo "make-checkpoint $* failed" | tee -a "$OUT/summary.txt"; }
+has q2 && make --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 &
+has q2f && make --preset qwen3-30b-a3b --layers 2 --format fp8 --out /tmp/q2f &
+has mx2 && make --preset mixtral-8x7b --layers 2 --out /tmp/mx2 &
+has g2 && make --preset gpt-oss-120b --layers 2 --format mxfp4 --out /tmp/g2 &
 wait
-for c in q2:"real shapes|NaN weight|64/128 hot" q2f:"real shapes|NaN weight|64/128 hot" mx2:"real shapes: greedy|NaN weight"; do
-  dir=/tmp/${c%%:*}; pat=${c#*:}
-  REAL_CKPT=$dir TIERED_STEPS=400 OUT=$OUT timeout 150 node --test-name-pattern="$pat" dist/gpu-tests.mjs > "$OUT/t-${c%%:*}.log" 2>&1
-  echo "${c%%:*} rc=$?: $(grep -cE '^ok ' "$OUT/t-${c%%:*}.log") ok, $(grep -cE '^not ok ' "$OUT/t-${c%%:*}.log") not ok" | tee -a "$OUT/summary.txt"
-  grep -E "^# (real size|tiered)" "$OUT/t-${c%%:*}.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+if has fixtures; then
+  FIX=$(ls -d .gpu/*-tiny* 2>/dev/null | paste -sd, -)
+  FAMILY_FIXTURES=$FIX OUT=$OUT timeout 150 node --test-name-pattern="family fixture" dist/gpu-tests.mjs > "$OUT/t-fixtures.log" 2>&1
+  echo "fixtures ($FIX) rc=$?: $(grep -cE '^ok ' "$OUT/t-fixtures.log") ok, $(grep -cE '^not ok ' "$OUT/t-fixtures.log") not ok" | tee -a "$OUT/summary.txt"
+  grep -E "^# (family|  )" "$OUT/t-fixtures.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+fi
+for c in q2:"real shapes|NaN weight|64/128 hot" q2f:"real shapes|NaN weight|64/128 hot" mx2:"real shapes: greedy|NaN weight" g2:"real shapes|NaN weight|64/128 hot"; do
+  name=${c%%:*}; has "$name" || continue
+  dir=/tmp/$name; pat=${c#*:}
+  REAL_CKPT=$dir TIERED_STEPS=400 OUT=$OUT timeout 180 node --test-name-pattern="$pat" dist/gpu-tests.mjs > "$OUT/t-$name.log" 2>&1
+  echo "$name rc=$?: $(grep -cE '^ok ' "$OUT/t-$name.log") ok, $(grep -cE '^not ok ' "$OUT/t-$name.log") not ok" | tee -a "$OUT/summary.txt"
+  grep -E "^# (real size|tiered)" "$OUT/t-$name.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
 done

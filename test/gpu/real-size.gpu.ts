@@ -122,9 +122,12 @@ function poisonedCopy(src: string, name: string): string {
 }
 
 for (const [path, src] of [['row', modelDir()], ['op', dir]] as const) {
-  // bf16 0xFFFF and float8_e4m3fn 0xFF are both NaN: a block-FP8 checkpoint's expert weights are poisoned too.
-  const fp8 = path === 'op' && !skip && existsSync(join(src!, 'config.json')) && JSON.parse(readFileSync(join(src!, 'config.json'), 'utf8')).quantization_config?.quant_method === 'fp8';
-  for (const name of ['model.norm.weight', ...(fp8 ? ['model.layers.1.mlp.experts.5.down_proj.weight', 'model.layers.0.self_attn.q_proj.weight'] : [])]) {
+  // bf16 0xFFFF and float8_e4m3fn 0xFF are both NaN, and so is an E8M0 scale of 0xFF: quantized checkpoints' experts are poisoned too.
+  const quant = path === 'op' && !skip && existsSync(join(src!, 'config.json')) ? JSON.parse(readFileSync(join(src!, 'config.json'), 'utf8')).quantization_config?.quant_method : undefined;
+  // MXFP4: a 0xFF scale byte (E8M0 NaN) and a NaN expert bias.
+  const more = quant === 'fp8' ? ['model.layers.1.mlp.experts.5.down_proj.weight', 'model.layers.0.self_attn.q_proj.weight']
+    : quant === 'mxfp4' ? ['model.layers.1.mlp.experts.gate_up_proj_scales', 'model.layers.0.mlp.experts.down_proj_bias'] : [];
+  for (const name of ['model.norm.weight', ...more]) {
     test(`a NaN weight is refused at load naming the tensor (${path} path, ${name})`, { skip: path === 'op' ? skip : false }, async () => {
       const tmp = poisonedCopy(src!, name);
       try {

@@ -8,6 +8,7 @@ import './serve.gpu.ts';
 import './lifecycle.gpu.ts';
 import './long-context.gpu.ts';
 import './real-size.gpu.ts';
+import './family-parity.gpu.ts';
 import './tiered-real.gpu.ts';
 import './backend-conformance.gpu.ts';
 

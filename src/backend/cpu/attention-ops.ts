@@ -9,11 +9,7 @@ import { dot, rmsnorm } from './linalg.ts';
  */
 export function ropeTables(headDim: number, theta: number, positions: number): { cos: Float32Array; sin: Float32Array } {
   const half = headDim / 2;
-  const invFreq = new Float32Array(half);
-  for (let i = 0; i < half; i++) {
-    const exponent = Math.fround((2 * i) / headDim);
-    invFreq[i] = Math.fround(1 / Math.fround(Math.pow(theta, exponent)));
-  }
+  const invFreq = ropeInvFreq(headDim, theta);
   const cos = new Float32Array(positions * half);
   const sin = new Float32Array(positions * half);
   for (let p = 0; p < positions; p++) {
@@ -24,6 +20,16 @@ export function ropeTables(headDim: number, theta: number, positions: number): {
     }
   }
   return { cos, sin };
+}
+
+/** Default RoPE's inverse frequencies [headDim / 2] in transformers' float32 steps: 1 / theta^(2i / d). */
+export function ropeInvFreq(headDim: number, theta: number): Float32Array {
+  const invFreq = new Float32Array(headDim / 2);
+  for (let i = 0; i < headDim / 2; i++) {
+    const exponent = Math.fround((2 * i) / headDim);
+    invFreq[i] = Math.fround(1 / Math.fround(Math.pow(theta, exponent)));
+  }
+  return invFreq;
 }
 
 /** Rotate-half RoPE on one head vector x[off..off+d) in place, at table row `pos`. */

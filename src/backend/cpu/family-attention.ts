@@ -2,7 +2,7 @@
 // interleaved RoPE (DeepSeek), attention with sinks and a sliding window (gpt-oss), and multi-head latent
 // attention (DeepSeek-V3) computed the plain way: every head's key and value are expanded into the cache.
 import { dot, rmsnorm } from './linalg.ts';
-import { ropeTables } from './attention-ops.ts';
+import { ropeInvFreq, ropeTables } from './attention-ops.ts';
 import type { ModelSpec, YarnSpec } from '../../model/spec.ts';
 import type { MlaWeights } from '../../model/weights.ts';
 import type { RowCompute } from './row-compute.ts';
@@ -24,6 +24,17 @@ export function ropeTablesFor(spec: ModelSpec): { cos: Float32Array; sin: Float3
     }
   }
   return { cos, sin };
+}
+
+/**
+ * What RoPE a spec rotates by, as the CUDA kernels take it: the inverse frequencies (YaRN's or the default)
+ * and the factor cos and sin are multiplied by (YaRN's attention factor, else 1). The same numbers the
+ * tables above are made of.
+ */
+export function ropeFrequencies(spec: ModelSpec): { invFreq: Float32Array; scale: number } {
+  const yarn = spec.rope?.yarn;
+  if (!yarn) return { invFreq: ropeInvFreq(spec.headDim, spec.ropeTheta), scale: 1 };
+  return { invFreq: yarnInvFreq(spec.headDim, spec.ropeTheta, yarn), scale: Math.fround(yarn.attentionFactor) };
 }
 
 /** transformers `_compute_yarn_parameters`' inverse frequencies, in its float32 steps. */

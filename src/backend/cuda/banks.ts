@@ -16,7 +16,7 @@ import { ResidencyError } from '../../errors.ts';
 import type { ExpertBanks, RowExchange } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { TensorUploader } from './uploader.ts';
-import { expertProduct, type ExpertRowLayout } from './device-weights.ts';
+import { expertProduct, expertSlices, type ExpertRowLayout } from './device-weights.ts';
 import { moeTensorNames } from '../../model/architecture.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
 import type { CudaDriver } from './driver.ts';
@@ -121,26 +121,34 @@ export class CudaExpertBanks implements ExpertBanks {
           { p: expertProduct(row.down, n, 'down'), at: row.downAt, grid: row.downGridAt },
         ];
       };
+      // Expert e's row to the device at `dev`, or into the mapped cold bank at host[base..] (device address m.dev).
+      const toDevice = (l: number, e: number, dev: bigint): void => {
+        const slices = expertSlices(spec, row, l, e);
+        if (slices) for (const x of slices) uploader.sliceToDevice(x, dev + BigInt(x.at));
+        else for (const x of products(l, e)) uploader.productToDevice(x.p, dev + BigInt(x.at), dev + BigInt(x.grid));
+      };
+      const toHost = (l: number, e: number, m: { host: Uint8Array; dev: bigint }, base: number): void => {
+        const slices = expertSlices(spec, row, l, e);
+        if (slices) {
+          for (const x of slices) uploader.sliceToHost(x, m.host.subarray(base + x.at, base + x.at + x.bytes), m.dev + BigInt(base + x.at));
+          return;
+        }
+        for (const x of products(l, e)) {
+          const grid = x.p.grid ? m.host.subarray(base + x.grid, base + x.grid + x.p.grid.bytes) : undefined;
+          uploader.productToHost(x.p, m.host.subarray(base + x.at, base + x.at + x.p.dataBytes), m.dev + BigInt(base + x.at), grid);
+        }
+      };
       for (let l = 0; l < this.layers; l++) {
         const { hot, cold } = rows[l]!;
         // Each expert's three matrices go straight to their place in its row: hot rows through the uploader's
         // staging to the device, cold rows read from the shard into the mapped host bank.
         const hotDev = alloc(this.hotRowsAllocated * this.rowBytes, `hot bank layer ${l} (${this.hotPerLayer} rows + ${this.spareRows} spare)`);
         this.hotDev.push(hotDev);
-        hot.forEach((e, r) => {
-          const base = hotDev + BigInt(r * this.rowBytes);
-          for (const x of products(l, e)) uploader.productToDevice(x.p, base + BigInt(x.at), base + BigInt(x.grid));
-        });
+        hot.forEach((e, r) => toDevice(l, e, hotDev + BigInt(r * this.rowBytes)));
         if (coldRows > 0) {
           const what = `cold bank layer ${l} (${coldRows} rows)`;
           const m = scope.acquire(what, () => d.allocMappedHost(coldRows * this.rowBytes, what), (c) => d.freeHost(c.hostPtr));
-          cold.forEach((e, r) => {
-            const base = r * this.rowBytes;
-            for (const x of products(l, e)) {
-              const grid = x.p.grid ? m.host.subarray(base + x.grid, base + x.grid + x.p.grid.bytes) : undefined;
-              uploader.productToHost(x.p, m.host.subarray(base + x.at, base + x.at + x.p.dataBytes), m.dev + BigInt(base + x.at), grid);
-            }
-          });
+          cold.forEach((e, r) => toHost(l, e, m, r * this.rowBytes));
           this.coldHost.push(m);
           this.coldDev.push(m.dev);
         } else {

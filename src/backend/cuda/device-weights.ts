@@ -1,5 +1,6 @@
-// How the CUDA backend holds weights on the device: as stored (bf16 values, or block FP8: e4m3 bytes plus a
-// float32 scale grid, fp8-grid.ts), a product's stacked matrices (q | k | v, gate | up) contiguous. The one
+// How the CUDA backend holds weights on the device: as stored (bf16 values, block FP8: e4m3 bytes plus a
+// float32 scale grid, fp8-grid.ts, or MXFP4 experts: E2M1 bytes plus E8M0 scale bytes), a product's stacked
+// matrices (q | k | v, gate | up) contiguous. The one
 // description of a product's bytes, used to plan memory, to lay out an expert's bank row, and to upload.
 import { ResidencyError } from '../../errors.ts';
 import type { ModelSpec } from '../../model/spec.ts';
@@ -8,8 +9,9 @@ import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames, moeTensorNames } from '..
 import { fp8ScaleName, fp8Scales } from '../../model/quant-read.ts';
 import type { DType } from '../../model/weights.ts';
 import { fillFp8Grid, fp8Grid, type Fp8Grid } from './fp8-grid.ts';
+import { gptOssNames } from '../../model/families/gpt-oss.ts';
 
-export type WeightFormat = 'bf16' | 'fp8';
+export type WeightFormat = 'bf16' | 'fp8' | 'mxfp4';
 
 /** One product's weights: matrices `names` ([partRows[i]][cols] each) stacked by rows. */
 export interface ProductWeights {
@@ -19,7 +21,7 @@ export interface ProductWeights {
   readonly cols: number;
   /** Stored bytes of the values (bf16: 2 a value, fp8: 1). */
   readonly dataBytes: number;
-  /** fp8: the scale grid the kernels read. */
+  /** fp8: the scale grid the kernels read; mxfp4: its scale bytes (sLd a row, one per 32 values). */
   readonly grid?: Fp8Grid;
   /** fp8: the checkpoint's [br, bc] blocks. */
   readonly block?: readonly [number, number];
@@ -77,31 +79,113 @@ export function readGrid(source: TensorSource, p: ProductWeights): Float32Array 
   return fillFp8Grid(p.grid, p.partRows, p.block[0], parts);
 }
 
-/** An expert's bank row: gate | up values, down values, then (fp8) the gate | up grid and the down grid. */
+/**
+ * An expert's bank row: gate | up values, down values, then (fp8) the gate | up grid and the down grid, or
+ * (mxfp4) their scale bytes, then (gpt-oss) the gate | up and down biases, bf16.
+ */
 export interface ExpertRowLayout {
   readonly format: WeightFormat;
   readonly bytes: number;
   readonly gateUp: ProductWeights;
   readonly down: ProductWeights;
-  /** Byte offsets in the row. */
+  /** Byte offsets in the row (biases: -1 when none). */
   readonly gateUpAt: number;
   readonly downAt: number;
   readonly gateUpGridAt: number;
   readonly downGridAt: number;
+  readonly gateUpBiasAt: number;
+  readonly downBiasAt: number;
+  /** Gate unit j is gate | up row 2j and up unit j row 2j + 1 (gpt-oss's gate_up_proj), else rows j and I + j. */
+  readonly interleaved: boolean;
+}
+
+/** The MXFP4 scale bytes of a [rows][cols] matrix, in the grid's terms (a scale row per weight row). */
+function mxfp4Grid(rows: number, cols: number): Fp8Grid {
+  return { sRows: 1, sCols: 32, sLd: cols / 32, rows, bytes: rows * (cols / 32) };
 }
 
 /** The bank row of every routed expert, from layer 0's expert 0 as stored (the uploads check every other). */
 export function expertRowLayout(source: TensorSource, spec: ModelSpec): ExpertRowLayout {
   const { hiddenSize: H, expertIntermediate: I } = spec;
+  if (spec.architecture === 'gpt_oss') return gptOssRowLayout(source, spec);
   const n = moeTensorNames(spec, 0).expert(0);
   const gateUp = productWeights(source, spec, [n.gate, n.up], [I, I], H);
   const down = productWeights(source, spec, [n.down], [H], I);
   if (gateUp.format !== down.format) throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: ${n.down} and ${n.gate} are stored in different formats; use --backend cpu`);
   const dataEnd = gateUp.dataBytes + down.dataBytes;
-  if (gateUp.format === 'bf16') return { format: 'bf16', bytes: dataEnd, gateUp, down, gateUpAt: 0, downAt: gateUp.dataBytes, gateUpGridAt: 0, downGridAt: 0 };
+  const none = { gateUpBiasAt: -1, downBiasAt: -1, interleaved: false };
+  if (gateUp.format === 'bf16') return { format: 'bf16', bytes: dataEnd, gateUp, down, gateUpAt: 0, downAt: gateUp.dataBytes, gateUpGridAt: 0, downGridAt: 0, ...none };
   const gateUpGridAt = align16(dataEnd);
   const downGridAt = gateUpGridAt + gateUp.grid!.bytes;
-  return { format: 'fp8', bytes: align16(downGridAt + down.grid!.bytes), gateUp, down, gateUpAt: 0, downAt: gateUp.dataBytes, gateUpGridAt, downGridAt };
+  return { format: 'fp8', bytes: align16(downGridAt + down.grid!.bytes), gateUp, down, gateUpAt: 0, downAt: gateUp.dataBytes, gateUpGridAt, downGridAt, ...none };
+}
+
+/**
+ * gpt-oss: each layer stacks its experts in six tensors (gate_up and down MXFP4 blocks and scales, and their
+ * biases); an expert's row holds its slice of each, as stored: gate | up blocks [2I][H/2] (rows interleaved),
+ * down blocks [H][I/2], their scales, their biases.
+ */
+function gptOssRowLayout(source: TensorSource, spec: ModelSpec): ExpertRowLayout {
+  const { hiddenSize: H, expertIntermediate: I, numExperts: E } = spec;
+  const n = gptOssNames(0);
+  const want = (name: string, dtype: string, shape: readonly number[]): void => {
+    const t = source.info(name);
+    if (t.dtype !== dtype || t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
+      throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} is ${t.dtype} [${t.shape.join(', ')}]: expected ${dtype} [${shape.join(', ')}]`);
+    }
+  };
+  want(n.gateUpBlocks, 'U8', [E, 2 * I, H / 32, 16]);
+  want(n.gateUpScales, 'U8', [E, 2 * I, H / 32]);
+  want(n.gateUpBias, 'BF16', [E, 2 * I]);
+  want(n.downBlocks, 'U8', [E, H, I / 32, 16]);
+  want(n.downScales, 'U8', [E, H, I / 32]);
+  want(n.downBias, 'BF16', [E, H]);
+  const gateUp: ProductWeights = { format: 'mxfp4', names: [n.gateUpBlocks], partRows: [2 * I], cols: H, dataBytes: I * H, grid: mxfp4Grid(2 * I, H) };
+  const down: ProductWeights = { format: 'mxfp4', names: [n.downBlocks], partRows: [H], cols: I, dataBytes: (H * I) / 2, grid: mxfp4Grid(H, I) };
+  const downAt = align16(gateUp.dataBytes);
+  const gateUpGridAt = align16(downAt + down.dataBytes);
+  const downGridAt = align16(gateUpGridAt + gateUp.grid!.bytes);
+  const gateUpBiasAt = align16(downGridAt + down.grid!.bytes);
+  const downBiasAt = align16(gateUpBiasAt + 2 * 2 * I);
+  return { format: 'mxfp4', bytes: align16(downBiasAt + 2 * H), gateUp, down, gateUpAt: 0, downAt, gateUpGridAt, downGridAt, gateUpBiasAt, downBiasAt, interleaved: true };
+}
+
+/** One piece of an expert's bank row read straight from a stacked tensor (gpt-oss): bytes [offset, offset + bytes) of `name` at `at`. */
+export interface ExpertSlice {
+  readonly name: string;
+  readonly offset: number;
+  readonly bytes: number;
+  readonly at: number;
+  /** How its values are checked as they land: bf16 finite, E8M0 scales (at most 252), or none (E2M1: every code is a number). */
+  readonly check: 'bf16' | 'e8m0' | 'none';
+}
+
+/** An expert's row as slices of its layer's stacked tensors (gpt-oss), or null for checkpoints with a tensor per expert. */
+export function expertSlices(spec: ModelSpec, row: ExpertRowLayout, l: number, e: number): ExpertSlice[] | null {
+  if (spec.architecture !== 'gpt_oss') return null;
+  const { hiddenSize: H, expertIntermediate: I } = spec;
+  const n = gptOssNames(l);
+  const slice = (name: string, bytes: number, at: number, check: ExpertSlice['check']): ExpertSlice => ({ name, offset: e * bytes, bytes, at, check });
+  return [
+    slice(n.gateUpBlocks, row.gateUp.dataBytes, row.gateUpAt, 'none'),
+    slice(n.downBlocks, row.down.dataBytes, row.downAt, 'none'),
+    slice(n.gateUpScales, row.gateUp.grid!.bytes, row.gateUpGridAt, 'e8m0'),
+    slice(n.downScales, row.down.grid!.bytes, row.downGridAt, 'e8m0'),
+    slice(n.gateUpBias, 2 * 2 * I, row.gateUpBiasAt, 'bf16'),
+    slice(n.downBias, 2 * H, row.downBiasAt, 'bf16'),
+  ];
+}
+
+/** A layer's bf16 tensors beyond the common ones that stay on the device (gpt-oss: attention biases, sinks, router bias). */
+export function layerExtras(spec: ModelSpec, l: number): { qkvBias: string[]; oBias?: string; sinks?: string; routerBias?: string } {
+  if (spec.architecture !== 'gpt_oss') return { qkvBias: [] };
+  const n = gptOssNames(l);
+  return {
+    qkvBias: spec.attentionBias ? [n.qBias, n.kBias, n.vBias] : [],
+    ...(spec.attentionBias ? { oBias: n.oBias } : {}),
+    sinks: n.sinks,
+    routerBias: n.routerBias,
+  };
 }
 
 /** Product `p` with an expert's tensor names `n` (same shapes and format as the layout's). */
@@ -134,7 +218,9 @@ export function deviceWeightBytes(source: TensorSource, spec: ModelSpec): Device
     const a = attentionProducts(source, spec, l);
     resident += productBytes(a.qkv) + productBytes(a.o);
     const norms = spec.qkNorm === 'none' ? [n.inputNorm, n.postAttnNorm] : [n.inputNorm, n.postAttnNorm, n.qNorm, n.kNorm];
-    for (const name of [...norms, moeTensorNames(spec, l).router]) resident += stored(name);
+    const x = layerExtras(spec, l);
+    const extras = [...x.qkvBias, ...[x.oBias, x.sinks, x.routerBias].filter((v): v is string => v !== undefined)];
+    for (const name of [...norms, moeTensorNames(spec, l).router, ...extras]) resident += stored(name);
   }
   return { resident, expertRow: expertRowLayout(source, spec).bytes };
 }

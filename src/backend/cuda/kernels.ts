@@ -10,16 +10,17 @@ import { ResourceScope } from './resource-scope.ts';
 /** The op path's products: weight format, rows per group (bucket), output features per warp, epilogue (kernels/op.cu). */
 export const GEMV_ROWS = [1, 2, 4, 8, 16] as const;
 export type GemvEpilogue = 'store' | 'add' | 'swiglu';
-/** Name infix of a product's weight format: bf16 '' and block FP8 'fp8_'. */
-export type WeightInfix = '' | 'fp8_';
+/** Name infix of a product's weight format: bf16 '', block FP8 'fp8_' and MXFP4 'mxfp4_'. */
+export type WeightInfix = '' | 'fp8_' | 'mxfp4_';
 export type GemvName = `op_gemv_${WeightInfix}b${(typeof GEMV_ROWS)[number]}_r${1 | 2}_${GemvEpilogue}`;
 export type GemmTcName = `op_gemm_tc_${WeightInfix}${GemvEpilogue}`;
-export type AttendName = `op_attend${'' | '_decode'}_hd${64 | 128}_g${1 | 2 | 4 | 8 | 16}`;
+export type AttendHeadDim = 32 | 64 | 128;
+export type AttendName = `op_attend${'' | '_decode'}_hd${AttendHeadDim}_g${1 | 2 | 4 | 8 | 16}`;
 const EPILOGUES = ['store', 'add', 'swiglu'] as const;
-const INFIXES = ['', 'fp8_'] as const;
+const INFIXES = ['', 'fp8_', 'mxfp4_'] as const;
 const GEMV_NAMES = INFIXES.flatMap((w) => GEMV_ROWS.flatMap((b) => ([1, 2] as const).flatMap((r) => EPILOGUES.map((e): GemvName => `op_gemv_${w}b${b}_r${r}_${e}`))));
 const GEMM_TC_NAMES = INFIXES.flatMap((w) => EPILOGUES.map((e): GemmTcName => `op_gemm_tc_${w}${e}`));
-const ATTEND_NAMES = (['', '_decode'] as const).flatMap((v) => ([64, 128] as const).flatMap((hd) => ([1, 2, 4, 8, 16] as const).map((g): AttendName => `op_attend${v}_hd${hd}_g${g}`)));
+const ATTEND_NAMES = (['', '_decode'] as const).flatMap((v) => ([32, 64, 128] as const).flatMap((hd) => ([1, 2, 4, 8, 16] as const).map((g): AttendName => `op_attend${v}_hd${hd}_g${g}`)));
 const OP_KERNELS = [
   ...GEMV_NAMES, ...GEMM_TC_NAMES, 'op_qk_rope_kv', ...ATTEND_NAMES, 'op_attend_merge',
   'op_route_group', 'op_route_rows', 'op_group', 'op_residual_norm',

@@ -14,6 +14,8 @@ export function checkCudaSupport(s: ModelSpec, rowThreads: number, ffnThreads: n
     throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: ${why}; use --backend cpu`);
   };
   if (s.quantization) refuse(`quantized checkpoints (quant_method ${s.quantization.method}) are not computed on CUDA yet`);
+  // The row path's fused layer is Qwen3-MoE's; other families take the op path (op/support.ts).
+  if (s.architecture !== 'qwen3_moe') refuse(`architecture ${s.architecture} on the row path (qwen3_moe only)`);
   if (![128, 256, 512, 1024].includes(rowThreads)) {
     throw new ResidencyError('BAD_ARGUMENT', `rowThreads ${rowThreads}: expected 128, 256, 512 or 1024`);
   }

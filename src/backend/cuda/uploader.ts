@@ -1,6 +1,7 @@
 // Streams tensors from a TensorSource to where the GPU reads them: device memory through two pinned staging
 // halves (the next piece is read from the shard while the last one is copied), or straight into mapped host
-// memory (the cold bank), in their stored format: bf16, or block FP8 values and their scale grids. Every
+// memory (the cold bank), in their stored format: bf16, block FP8 values and their scale grids, or slices of
+// gpt-oss's stacked MXFP4 expert tensors. Every
 // tensor gets a finite check on the device as it lands (op_check_finite_bf16 / _fp8; FP8 scales are checked
 // on the host as they are read), and finish() refuses the checkpoint naming the first tensor with a NaN or
 // infinity, before anything is served. Host memory beyond what stays there by design: the staging.
@@ -8,8 +9,8 @@ import { ResidencyError } from '../../errors.ts';
 import type { TensorSource } from '../../model/tensor-source.ts';
 import type { CudaDriver } from './driver.ts';
 import { ResourceScope } from './resource-scope.ts';
-import { readGrid, type ProductWeights } from './device-weights.ts';
-import { fp8ScaleName } from '../../model/quant-read.ts';
+import { readGrid, type ExpertSlice, type ProductWeights } from './device-weights.ts';
+import { fp8ScaleName, MXFP4_MAX_SCALE } from '../../model/quant-read.ts';
 
 export interface UploadProgress {
   (done: number, total: number, what: string): void;
@@ -35,6 +36,12 @@ export interface CheckKernels {
 
 /** Bytes a value of each dtype the device keeps as stored. */
 const STORED: Record<string, number> = { BF16: 2, F8_E4M3: 1 };
+
+/** E8M0 scale bytes of an MXFP4 tensor: 255 is NaN, and over 252 overflows a weight (quant-read.ts's bound). */
+function checkE8m0(name: string, bytes: Uint8Array): void {
+  const bad = bytes.findIndex((b) => b > MXFP4_MAX_SCALE);
+  if (bad >= 0) throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} holds an MXFP4 scale of ${bytes[bad]} (expected at most ${MXFP4_MAX_SCALE}): the checkpoint is corrupt; nothing was served`);
+}
 
 export class TensorUploader {
   private readonly halves: { host: Uint8Array; hostPtr: bigint }[];
@@ -130,6 +137,44 @@ export class TensorUploader {
       if (!gridHost) throw new ResidencyError('INTERNAL', `productToHost: no room given for the scale grid of ${p.names[0]}`);
       gridHost.set(this.grid(p));
     }
+  }
+
+  /**
+   * Copies bytes [offset, offset + bytes) of tensor `name` (one expert's slice of a stacked tensor, gpt-oss)
+   * to device memory at `dst`, checked as `check` says (bf16 on the device; E8M0 scales on the host).
+   */
+  sliceToDevice(x: ExpertSlice, dst: bigint): void {
+    this.expectSlice(x);
+    this.staged(x.bytes, dst, (into, off) => {
+      this.source.read(x.name, into, x.offset + off);
+      if (x.check === 'e8m0') checkE8m0(x.name, into);
+    });
+    this.sliceLanded(x, dst);
+  }
+
+  /** sliceToDevice into mapped host memory (a cold bank row). */
+  sliceToHost(x: ExpertSlice, host: Uint8Array, devPtr: bigint): void {
+    if (host.byteLength !== x.bytes) throw new ResidencyError('INTERNAL', `sliceToHost: ${host.byteLength} bytes of room for ${x.bytes} of ${x.name}`);
+    this.expectSlice(x);
+    this.source.read(x.name, host, x.offset);
+    if (x.check === 'e8m0') checkE8m0(x.name, host);
+    this.sliceLanded(x, devPtr);
+  }
+
+  /** Every layer's stacked tensor stored as layer 0's (the row layout's): bf16 biases, uint8 blocks and scales. */
+  private expectSlice(x: ExpertSlice): void {
+    const t = this.source.info(x.name);
+    const want = x.check === 'bf16' ? 'BF16' : 'U8';
+    if (t.dtype !== want) throw new ResidencyError('BAD_CHECKPOINT', `tensor ${x.name} is ${t.dtype}: expected ${want}`);
+  }
+
+  private sliceLanded(x: ExpertSlice, ptr: bigint): void {
+    if (x.check === 'bf16') {
+      this.check(x.name, ptr, x.bytes);
+      return;
+    }
+    this.done += x.bytes;
+    this.opts.onProgress?.(this.done, this.total, `uploading ${x.name}`);
   }
 
   /** Bytes of the product's i-th matrix, its tensor checked to be stored in the product's format. */

@@ -4,7 +4,7 @@
 
 import { z } from 'zod';
 import { ResidencyError } from '../../errors.ts';
-import { layerTensorNames } from '../tensor-names.ts';
+import { layerTensorNames, type MoeNames } from '../tensor-names.ts';
 import type { ModelSpec } from '../spec.ts';
 import type { ExpertWeights, ModelWeights, RawTensor } from '../weights.ts';
 import {
@@ -69,7 +69,8 @@ export function parseGptOss(json: unknown, name: string): ModelSpec {
   } satisfies ModelSpec);
 }
 
-function names(l: number) {
+/** A gpt-oss layer's tensors beyond the common ones (biases, sinks, router, the stacked MXFP4 experts). */
+export function gptOssNames(l: number) {
   const a = `model.layers.${l}.self_attn`;
   const x = `model.layers.${l}.mlp.experts`;
   return {
@@ -89,11 +90,21 @@ function names(l: number) {
   };
 }
 
+/** The router, and no per-expert names: gpt-oss stacks a layer's experts in its gate_up / down tensors. */
+export function gptOssMoeNames(l: number): MoeNames {
+  return {
+    router: gptOssNames(l).router,
+    expert: () => {
+      throw new ResidencyError('INTERNAL', `gpt-oss layer ${l}: experts are stacked in ${gptOssNames(l).gateUpBlocks} and its likes, not one tensor each`);
+    },
+  };
+}
+
 export function gptOssTensors(spec: ModelSpec): TensorShapes {
   const { hiddenSize: H, numHeads: nH, numKvHeads: nKv, headDim: d, numExperts: E, expertIntermediate: I } = spec;
   return tensorMap(spec, (out, l) => {
     const s = layerTensorNames(l);
-    const n = names(l);
+    const n = gptOssNames(l);
     out.set(s.inputNorm, [H]);
     attentionShapes(out, s, spec);
     if (spec.attentionBias) {
@@ -123,7 +134,7 @@ export function gptOssWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTenso
   const upRows = gateRows.map((r) => r + 1);
   return modelWeights(spec, f32, (l) => {
     const s = layerTensorNames(l);
-    const n = names(l);
+    const n = gptOssNames(l);
     const gateUp = { blocks: rawOf(n.gateUpBlocks), scales: rawOf(n.gateUpScales), bias: f32(n.gateUpBias) };
     const down = { blocks: rawOf(n.downBlocks), scales: rawOf(n.downScales), bias: f32(n.downBias) };
     const experts: ExpertWeights[] = [];

@@ -7,7 +7,7 @@ import { mixtralMoeNames, mixtralTensors, mixtralWeights, parseMixtral } from '.
 import type { MoeNames } from '../tensor-names.ts';
 import { olmoeTensors, olmoeWeights, parseOlmoe } from './olmoe.ts';
 import { deepseekV3Tensors, deepseekV3Weights, parseDeepseekV3 } from './deepseek-v3.ts';
-import { gptOssTensors, gptOssWeights, parseGptOss } from './gpt-oss.ts';
+import { gptOssMoeNames, gptOssTensors, gptOssWeights, parseGptOss } from './gpt-oss.ts';
 
 export interface Family {
   /** config.json's object -> a frozen spec, refusing by name what the engine does not compute. */
@@ -24,7 +24,7 @@ const FAMILIES: Partial<Record<Architecture, Family>> = {
   mixtral: { parse: parseMixtral, tensors: mixtralTensors, weights: mixtralWeights, moeNames: mixtralMoeNames },
   olmoe: { parse: parseOlmoe, tensors: olmoeTensors, weights: olmoeWeights },
   deepseek_v3: { parse: parseDeepseekV3, tensors: deepseekV3Tensors, weights: deepseekV3Weights },
-  gpt_oss: { parse: parseGptOss, tensors: gptOssTensors, weights: gptOssWeights },
+  gpt_oss: { parse: parseGptOss, tensors: gptOssTensors, weights: gptOssWeights, moeNames: gptOssMoeNames },
 };
 
 /** The family of a model_type other than qwen3_moe, if the engine has one. */

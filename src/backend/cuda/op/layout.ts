@@ -12,11 +12,15 @@ export interface GemmArgs {
   ldx: number; ldy: number; O: number; K: number; rows?: number; xDiv?: number; hotRows?: number;
   /** Dense gemv with K staged whole: RMSNorm the input rows (times normW) first, writing them to normOut. */
   normW?: bigint; normOut?: bigint; eps?: number;
-  /** Block FP8 weights: the dense matrix's scale grid, and the grid's shape (fp8-grid.ts). */
+  /** Block FP8 weights: the dense matrix's scale grid, and the grid's shape (fp8-grid.ts); MXFP4: sLd scale bytes a row. */
   scales?: bigint; sRows?: number; sCols?: number; sLd?: number;
+  /** The dense product's bias (bf16 [O]), or a grouped one's byte offset in the bank row (absent: none). */
+  bias?: bigint; bOff?: number;
+  /** SWIGLU: clamped (gpt-oss) when limit > 0; gate and up rows interleaved (2j, 2j + 1). */
+  limit?: number; alpha?: number; guInterleave?: boolean;
 }
 
-export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8 + 2 * 8 + 4 * 4;
+export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8 + 2 * 8 + 4 * 4 + 2 * 8 + 4 * 4;
 
 export function encodeGemm(a: GemmArgs): Uint8Array {
   const b = Buffer.alloc(GEMM_PROBLEM_BYTES);
@@ -31,6 +35,11 @@ export function encodeGemm(a: GemmArgs): Uint8Array {
   b.writeBigUInt64LE(a.scales ?? 0n, 184);
   b.writeBigInt64LE(BigInt(a.sOff ?? 0), 192);
   [a.sRows ?? 1, a.sCols ?? 1, a.sLd ?? 0, 0].forEach((v, i) => b.writeInt32LE(v, 200 + 4 * i));
+  b.writeBigUInt64LE(a.bias ?? 0n, 216);
+  b.writeBigInt64LE(BigInt(a.bOff ?? -1), 224);
+  b.writeFloatLE(a.limit ?? 0, 232);
+  b.writeFloatLE(a.alpha ?? 0, 236);
+  b.writeInt32LE(a.guInterleave ? 1 : 0, 240);
   return b;
 }
 
@@ -53,25 +62,32 @@ export function encodeRows(r: RowArrays): Uint8Array {
   return b;
 }
 
-/** QkNorm (op_attention.cuh): the decode attention's q/k norm weights, eps and RoPE theta. */
-export function encodeQkNorm(qNorm: bigint, kNorm: bigint, eps: number, theta: number): Uint8Array {
-  const b = Buffer.alloc(24);
-  b.writeBigUInt64LE(qNorm, 0);
-  b.writeBigUInt64LE(kNorm, 8);
-  b.writeFloatLE(eps, 16);
-  b.writeFloatLE(theta, 20);
+/** AttnParams (op_attention.cuh): how a layer attends (pointers 0n: none; window 0: every position). */
+export interface AttnArgs { qNorm: bigint; kNorm: bigint; invFreq: bigint; sinks: bigint; eps: number; mscale: number; window: number }
+
+export function encodeAttn(a: AttnArgs): Uint8Array {
+  const b = Buffer.alloc(48);
+  [a.qNorm, a.kNorm, a.invFreq, a.sinks].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
+  b.writeFloatLE(a.eps, 32);
+  b.writeFloatLE(a.mscale, 36);
+  b.writeInt32LE(a.window, 40);
   return b;
 }
 
 export interface RouteArgs {
   logits: bigint; pickExpert: bigint; pickWeight: bigint; pickSlot: bigint; slots: bigint; counter: bigint; header: bigint;
-  T: number; E: number; K: number; LK: number; layer: number; normTopk: boolean;
+  T: number; E: number; K: number; LK: number; layer: number;
+  /** route.cuh's ROUTE_*: softmax over all then top-k (renormalized or not), or top-k then softmax over the k. */
+  mode: RouteMode;
 }
+
+export type RouteMode = 'softmax' | 'softmax_renorm' | 'topk_softmax';
+const ROUTE_MODES: Record<RouteMode, number> = { softmax: 0, softmax_renorm: 1, topk_softmax: 2 };
 
 export function encodeRoute(a: RouteArgs): Uint8Array {
   const b = Buffer.alloc(7 * 8 + 6 * 4);
   [a.logits, a.pickExpert, a.pickWeight, a.pickSlot, a.slots, a.counter, a.header].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
-  [a.T, a.E, a.K, a.LK, a.layer, a.normTopk ? 1 : 0].forEach((v, i) => b.writeInt32LE(v, 56 + 4 * i));
+  [a.T, a.E, a.K, a.LK, a.layer, ROUTE_MODES[a.mode]].forEach((v, i) => b.writeInt32LE(v, 56 + 4 * i));
   return b;
 }
 

@@ -11,13 +11,14 @@ import type { TensorSource } from '../../../model/tensor-source.ts';
 import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames, moeTensorNames } from '../../../model/architecture.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
 import { CudaExpertBanks, DEFAULT_SPARE_ROWS } from '../banks.ts';
-import { align16, attentionProducts, deviceWeightBytes, expertRowLayout, productBytes, type ExpertRowLayout, type ProductWeights } from '../device-weights.ts';
+import { align16, attentionProducts, deviceWeightBytes, expertRowLayout, layerExtras, productBytes, type ExpertRowLayout, type ProductWeights, type WeightFormat } from '../device-weights.ts';
+import { ropeFrequencies } from '../../cpu/family-attention.ts';
 import type { CudaDriver, KernelArg } from '../driver.ts';
-import { OP_PATH_GROUPS, loadKernelModules, type KernelName } from '../kernels.ts';
+import { OP_PATH_GROUPS, loadKernelModules, type AttendHeadDim, type KernelName, type WeightInfix } from '../kernels.ts';
 import { ResourceScope, type ReleaseFailureSink } from '../resource-scope.ts';
 import { TensorUploader, type UploadProgress } from '../uploader.ts';
 import { bucketFor, DEFAULT_BUCKETS } from '../plan.ts';
-import { encodeGemm, encodeGroups, encodeQkNorm, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, maxGroupedTiles, stepLayout, type GemmArgs } from './layout.ts';
+import { encodeAttn, encodeGemm, encodeGroups, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, maxGroupedTiles, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
 import { hotExpertsThatFit, planMemory, type MemoryPlan } from './memory.ts';
 import { DECODE_MAX_ROWS, attendSplits, gemvRowsPerWarp, planPieces, type OpPiece } from './plan.ts';
 import { checkOpSupport } from './support.ts';
@@ -55,7 +56,11 @@ export interface OpBackendOptions {
 /** A dense product on the device: its values, its scale grid (fp8), and how they are stored. */
 interface DenseDev { w: bigint; grid: bigint; p: ProductWeights }
 
-interface LayerDev { inNorm: bigint; qkv: DenseDev; o: DenseDev; qNorm: bigint; kNorm: bigint; postNorm: bigint; router: bigint }
+interface LayerDev {
+  inNorm: bigint; qkv: DenseDev; o: DenseDev; qNorm: bigint; kNorm: bigint; postNorm: bigint; router: bigint;
+  /** gpt-oss (0n: none): q | k | v and o biases, a sink logit per head, the router's bias; and the sliding window (0: full). */
+  qkvBias: bigint; oBias: bigint; sinks: bigint; routerBias: bigint; window: number;
+}
 
 /** The kernel arguments of a product's FP8 scale grid (none for bf16). */
 function gridArgs(p: ProductWeights): Pick<GemmArgs, 'sRows' | 'sCols' | 'sLd'> {
@@ -63,6 +68,8 @@ function gridArgs(p: ProductWeights): Pick<GemmArgs, 'sRows' | 'sCols' | 'sLd'> 
 }
 
 const GEMV_WARPS = 8;
+const FORMAT_NAMES: Record<WeightFormat, string> = { bf16: 'bf16', fp8: 'block FP8', mxfp4: 'MXFP4' };
+const INFIX: Record<WeightFormat, WeightInfix> = { bf16: '', fp8: 'fp8_', mxfp4: 'mxfp4_' };
 const gib = (b: number): string => `${(b / 2 ** 30).toFixed(1)} GiB`;
 const TC_THREADS = 128;
 
@@ -82,6 +89,9 @@ export class CudaOpBackend implements Backend {
   private readonly embed: bigint;
   private readonly lmHead: bigint;
   private readonly finalNorm: bigint;
+  /** RoPE's inverse frequencies [hd / 2] (the spec's: ropeFrequencies) and the factor on cos and sin. */
+  private readonly invFreq: bigint;
+  private readonly ropeScale: number;
   private readonly counterDev: bigint;
   private readonly b: Record<string, bigint> = {};
   private readonly stepDev: bigint;
@@ -99,6 +109,7 @@ export class CudaOpBackend implements Backend {
   private readonly d: CudaDriver;
   private disposed = false;
   readonly QKV: number;
+  private readonly routeMode: RouteMode;
   /** The experts' bank row as stored (bf16, or block FP8 values and scale grids). */
   readonly rowLayout: ExpertRowLayout;
   private recording: { name: string; role: string; run: () => void }[] | null = null;
@@ -132,6 +143,7 @@ export class CudaOpBackend implements Backend {
     const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, vocabSize: V, numLayers: L } = s;
     const QD = nh * hd, KD = nkv * hd;
     this.QKV = QD + 2 * KD;
+    this.routeMode = s.router?.kind === 'topk_softmax' ? 'topk_softmax' : s.normTopkProb ? 'softmax_renorm' : 'softmax';
     const T = this.maxRows;
 
     // The plan first: nothing is allocated for a model that cannot fit. Without a placement the hot bank is
@@ -155,7 +167,7 @@ export class CudaOpBackend implements Backend {
       this.memory = planMemory(needsAt(hot), total, util, maxModelLen, maxNumSeqs);
       this.hotReason = `${hot} of ${E} experts per layer hot: ${'layers_map' in placement ? 'the map given' : 'the hot count given'}`;
     }
-    this.hotReason += ` (an expert: ${(this.rowLayout.bytes / 2 ** 20).toFixed(2)} MiB, ${this.rowLayout.format === 'fp8' ? 'block FP8' : 'bf16'} as stored)`;
+    this.hotReason += ` (an expert: ${(this.rowLayout.bytes / 2 ** 20).toFixed(2)} MiB, ${FORMAT_NAMES[this.rowLayout.format]} as stored)`;
     const kvPerPosition = needsAt(0).kvPerPosition;
 
     const scope = new ResourceScope('cuda op backend', opts.onReleaseFailure);
@@ -182,14 +194,33 @@ export class CudaOpBackend implements Backend {
         uploader.productToDevice(p, w, grid);
         return { w, grid, p };
       };
+      // Several bf16 tensors back to back in one allocation (q | k | v biases).
+      const upConcat = (names: readonly string[], what: string): bigint => {
+        if (names.length === 0) return 0n;
+        const sizes = names.map((name) => uploader.expectBf16(name));
+        const p = this.alloc(sizes.reduce((a, b) => a + b, 0), what);
+        let at = 0;
+        names.forEach((name, i) => { uploader.toDevice(name, p + BigInt(at), sizes[i]); at += sizes[i]!; });
+        return p;
+      };
+      const opt = (name: string | undefined): bigint => (name === undefined ? 0n : up(name));
       for (let l = 0; l < L; l++) {
         const n = layerTensorNames(l);
         const a = attentionProducts(source, s, l);
         const qkv = dense(a.qkv, `qkv layer ${l}`);
-        // Families without q/k norms (mixtral): null norm weights, which the attention kernels skip.
+        // Families without q/k norms (mixtral, gpt-oss): null norm weights, which the attention kernels skip.
         const qk = s.qkNorm === 'none' ? { qNorm: 0n, kNorm: 0n } : { qNorm: up(n.qNorm), kNorm: up(n.kNorm) };
-        this.layers.push({ inNorm: up(n.inputNorm), qkv, o: dense(a.o, `o_proj layer ${l}`), ...qk, postNorm: up(n.postAttnNorm), router: up(moeTensorNames(s, l).router) });
+        const x = layerExtras(s, l);
+        this.layers.push({
+          inNorm: up(n.inputNorm), qkv, o: dense(a.o, `o_proj layer ${l}`), ...qk, postNorm: up(n.postAttnNorm), router: up(moeTensorNames(s, l).router),
+          qkvBias: upConcat(x.qkvBias, `q/k/v biases layer ${l}`), oBias: opt(x.oBias), sinks: opt(x.sinks), routerBias: opt(x.routerBias),
+          window: s.slidingWindows?.[l] ?? 0,
+        });
       }
+      const rope = ropeFrequencies(s);
+      this.invFreq = this.alloc(4 * rope.invFreq.length, 'RoPE frequencies');
+      d.htod(this.invFreq, new Uint8Array(rope.invFreq.buffer, rope.invFreq.byteOffset, rope.invFreq.byteLength));
+      this.ropeScale = rope.scale;
       this.finalNorm = up(FINAL_NORM);
       this.lmHead = s.tieWordEmbeddings ? this.embed : up(LM_HEAD);
       this.counterDev = this.alloc(4 * L * E, 'counter table');
@@ -382,30 +413,32 @@ export class CudaOpBackend implements Backend {
     for (let l = 0; l < L; l++) {
       const ly = this.layers[l]!;
       norm(l === 0 ? 0 : 1, l - 1, 0n, ly.inNorm, this.ptr('xn'), T);
-      this.product('qkv', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: ly.qkv.w, scales: ly.qkv.grid, ...gridArgs(ly.qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T }, ly.qkv.p.format);
+      this.product('qkv', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: ly.qkv.w, scales: ly.qkv.grid, ...gridArgs(ly.qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T, bias: ly.qkvBias }, ly.qkv.p.format);
       const G = nh / nkv;
       const attend = [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(this.ptr('att')), u64(this.ptr('attnPart')), i32(l), i32(nh), i32(nkv)];
+      const params = { bytes: encodeAttn({ qNorm: ly.qNorm, kNorm: ly.kNorm, invFreq: this.invFreq, sinks: ly.sinks, eps: s.rmsNormEps, mscale: this.ropeScale, window: ly.window }) };
       const threads = G === 16 ? 128 : 256;
+      const shape = `hd${hd as AttendHeadDim}_g${G as 1 | 2 | 4 | 8 | 16}` as const;
       if (fusedAttention) {
         // Decode rows of distinct sequences: q/k norm, RoPE and the KV write happen inside the attention blocks.
-        this.launch(`op_attend_decode_hd${hd as 64 | 128}_g${G as 1 | 2 | 4 | 8 | 16}`, [T, nkv, S], threads, 0, [...attend, { bytes: encodeQkNorm(ly.qNorm, ly.kNorm, s.rmsNormEps, s.ropeTheta) }]);
+        this.launch(`op_attend_decode_${shape}`, [T, nkv, S], threads, 0, [...attend, params]);
       } else {
         // Rows that read each other's k and v (a prefill chunk): every row's are written first.
-        this.launch('op_qk_rope_kv', [T, Math.ceil((nh + nkv) / 4), 1], 128, 0, [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(ly.qNorm), u64(ly.kNorm), i32(l), i32(nh), i32(nkv), i32(hd), f32(s.rmsNormEps), f32(s.ropeTheta)]);
-        this.launch(`op_attend_hd${hd as 64 | 128}_g${G as 1 | 2 | 4 | 8 | 16}`, [T, nkv, S], threads, 0, attend);
+        this.launch('op_qk_rope_kv', [T, Math.ceil((nh + nkv) / 4), 1], 128, 0, [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, params, i32(l), i32(nh), i32(nkv), i32(hd)]);
+        this.launch(`op_attend_${shape}`, [T, nkv, S], threads, 0, [...attend, params]);
       }
-      if (S > 1) this.launch('op_attend_merge', [T, nh, 1], Math.max(32, hd), 0, [u64(this.ptr('attnPart')), u64(this.ptr('att')), i32(nh), i32(hd), i32(S)]);
-      this.product('o_proj', decode, T, 'add', { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), w: ly.o.w, scales: ly.o.grid, ...gridArgs(ly.o.p), ldx: QD, ldy: H, O: H, K: QD, rows: T }, ly.o.p.format);
+      if (S > 1) this.launch('op_attend_merge', [T, nh, 1], Math.max(32, hd), 0, [u64(this.ptr('attnPart')), u64(this.ptr('att')), i32(nh), i32(hd), i32(S), u64(ly.sinks)]);
+      this.product('o_proj', decode, T, 'add', { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), w: ly.o.w, scales: ly.o.grid, ...gridArgs(ly.o.p), ldx: QD, ldy: H, O: H, K: QD, rows: T, bias: ly.oBias }, ly.o.p.format);
       if (decode && gemvStagesWhole(T, H)) {
         // The post-attention norm inside the router's gemv (each block normalizes the rows it staged).
-        this.product('router', decode, T, 'store', { x: this.ptr('hidden'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, normW: ly.postNorm, normOut: this.ptr('xn'), eps: s.rmsNormEps });
+        this.product('router', decode, T, 'store', { x: this.ptr('hidden'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, normW: ly.postNorm, normOut: this.ptr('xn'), eps: s.rmsNormEps, bias: ly.routerBias });
       } else {
         norm(2, 0, 0n, ly.postNorm, this.ptr('xn'), T);
-        this.product('router', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T });
+        this.product('router', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, bias: ly.routerBias });
       }
       const route = encodeRoute({
         logits: this.ptr('rlog'), pickExpert: this.ptr('pickE'), pickWeight: this.ptr('pickW'), pickSlot: this.ptr('pickSlot'),
-        slots: banks.slotTableDev + BigInt(4 * l * E), counter: this.counterDev + BigInt(4 * l * E), header, T, E, K, LK, layer: l, normTopk: s.normTopkProb,
+        slots: banks.slotTableDev + BigInt(4 * l * E), counter: this.counterDev + BigInt(4 * l * E), header, T, E, K, LK, layer: l, mode: this.routeMode,
       });
       const groups = encodeGroups({ n: this.ptr('grpN'), expert: this.ptr('grpExpert'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
       if (decode) {
@@ -421,8 +454,12 @@ export class CudaOpBackend implements Backend {
         tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0'), rowBytes: banks.rowBytes,
       };
       const row = this.rowLayout;
-      this.product('experts_gate_up', decode, T, 'swiglu', { ...grouped, x: this.ptr('xn'), y: this.ptr('act'), ldx: H, ldy: I, O: I, K: H, xDiv: K, wOff: row.gateUpAt, sOff: row.gateUpGridAt, ...gridArgs(row.gateUp) }, row.format);
-      this.product('experts_down', decode, T, 'store', { ...grouped, x: this.ptr('act'), y: this.ptr('partial'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down) }, row.format);
+      const act = s.expertAct ? { limit: s.expertAct.limit, alpha: s.expertAct.alpha } : {};
+      this.product('experts_gate_up', decode, T, 'swiglu', {
+        ...grouped, x: this.ptr('xn'), y: this.ptr('act'), ldx: H, ldy: I, O: I, K: H, xDiv: K, wOff: row.gateUpAt, sOff: row.gateUpGridAt, ...gridArgs(row.gateUp),
+        bOff: row.gateUpBiasAt, guInterleave: row.interleaved, ...act,
+      }, row.format);
+      this.product('experts_down', decode, T, 'store', { ...grouped, x: this.ptr('act'), y: this.ptr('partial'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down), bOff: row.downBiasAt }, row.format);
     }
     const nOutB = bucketFor(nOut, [1, 2, 4, 8, 16]);
     norm(1, L - 1, outRows, this.finalNorm, this.ptr('xf'), nOutB);
@@ -430,8 +467,8 @@ export class CudaOpBackend implements Backend {
   }
 
   /** One product: gemv (decode: B = T rows a group) or the tensor-core tiles (prefill), for weights stored as `format`. */
-  private product(role: string, decode: boolean, T: number, epi: 'store' | 'add' | 'swiglu', a: GemmArgs, format: 'bf16' | 'fp8' = 'bf16'): void {
-    const wf = format === 'fp8' ? 'fp8_' : '';
+  private product(role: string, decode: boolean, T: number, epi: 'store' | 'add' | 'swiglu', a: GemmArgs, format: WeightFormat = 'bf16'): void {
+    const wf = INFIX[format];
     this.role = role;
     const grouped = a.grpN !== undefined;
     const { numExperts: E, topK: K } = this.spec;

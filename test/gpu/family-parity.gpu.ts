@@ -1,0 +1,108 @@
+// The family fixtures on the device (the op path): $FAMILY_FIXTURES, comma-separated folders in the format of
+// ../shared/fixtures/README.md (parity.json: 8 cases, greedy steps, top-5 logits, routing). For each: greedy
+// tokens against the transformers float32 references (mismatches only at reported near-ties), top-5 logits,
+// routing ids against the references (mismatches reported with the reference's weight gap), CUDA vs the CPU
+// backend (the spec) on the same teacher-forced run, and half the experts cold giving the very same logits.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
+import { loadModel, loadModelFor } from '../../src/model/load.ts';
+import { CpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
+import { argmax } from '../../src/backend/cpu/ops.ts';
+import { createCuda } from '../../src/backend/cuda/create.ts';
+import type { Backend, StepOutput } from '../../src/backend/backend.ts';
+import type { BankPlacement } from '../../src/backend/slot-tables.ts';
+import { normErr } from './harness.ts';
+import { report } from './model.gpu.ts';
+
+interface Step { token: number; top5_ids: number[]; top5_logits: number[]; routing: number[][]; routing_weights: number[][] }
+interface Case { prompt_ids: number[]; prefill_routing: number[][][]; steps: Step[] }
+interface Fixture { cases: Case[]; moe_layers: number[] }
+
+const dirs = (process.env['FAMILY_FIXTURES'] ?? '').split(',').filter((d) => d && existsSync(join(d, 'parity.json')));
+
+/** Prefill every case in one step, then teacher-forced decode steps (all cases batched), recording routing. */
+function run(be: Backend, cases: Case[]): StepOutput[] {
+  cases.forEach((c, i) => be.openSequence(i, c.prompt_ids.length + c.steps.length + 1));
+  const outs = [be.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: c.prompt_ids, startPos: 0 })), count: false, recordRouting: true })];
+  for (let s = 0; s + 1 < cases[0]!.steps.length; s++) {
+    outs.push(be.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: [c.steps[s]!.token], startPos: c.prompt_ids.length + s })), count: true, recordRouting: true }));
+  }
+  cases.forEach((_, i) => be.closeSequence(i));
+  return outs;
+}
+
+for (const dir of dirs) {
+  test(`family fixture ${basename(dir)} on CUDA: greedy tokens and top-5 logits vs transformers, routing, CUDA vs CPU < 1e-3, half cold = all hot`, async () => {
+    const fx = JSON.parse(readFileSync(join(dir, 'parity.json'), 'utf8')) as Fixture;
+    const cases = fx.cases;
+    const m = await loadModelFor(dir, 'cuda');
+    const { vocabSize: V, topK: K, numExperts: E } = m.spec;
+    const Lm = fx.moe_layers.length;
+    const gpuRun = async (placement?: BankPlacement): Promise<StepOutput[]> => {
+      const be = await createCuda(m, { path: 'op', maxModelLen: 128, maxNumSeqs: cases.length, ...(placement ? { placement } : {}) });
+      assert.equal((be as { path?: string }).path, 'op');
+      try {
+        return run(be, cases);
+      } finally {
+        be.dispose();
+      }
+    };
+    const gpu = await gpuRun();
+    let tokenMismatch = 0, maxTopErr = 0, routeMismatch = 0, routeChecks = 0;
+    const notes: string[] = [];
+    const routeGap = (w: number[]): number => (w.length > 1 ? Math.min(...w.slice(1).map((x, j) => w[j]! - x)) : Infinity);
+    const checkRoute = (got: Int32Array, at: number, want: number[], weights: number[] | undefined, where: string): void => {
+      routeChecks++;
+      const g = Array.from(got.subarray(at, at + K));
+      if (g.join() !== want.join()) {
+        routeMismatch++;
+        notes.push(`routing ${where}: got [${g}], ref [${want}]${weights ? `, ref weight gap ${routeGap(weights).toExponential(1)}` : ''}`);
+      }
+    };
+    // Prefill routing: rows in chunk order.
+    let row = 0;
+    cases.forEach((c, i) => {
+      c.prompt_ids.forEach((_, t) => {
+        for (let l = 0; l < Lm; l++) checkRoute(gpu[0]!.routing!, ((row + t) * Lm + l) * K, c.prefill_routing[t]![l]!, undefined, `case ${i} prompt token ${t} layer ${l}`);
+      });
+      row += c.prompt_ids.length;
+    });
+    gpu.forEach((o, s) => {
+      cases.forEach((c, i) => {
+        const lg = o.logits.subarray(i * V, (i + 1) * V);
+        const ref = c.steps[s]!;
+        const tok = argmax(lg, 0, V);
+        if (tok !== ref.token) {
+          tokenMismatch++;
+          notes.push(`token case ${i} step ${s}: got ${tok}, ref ${ref.token}, ref top-2 margin ${(ref.top5_logits[0]! - ref.top5_logits[1]!).toFixed(5)}`);
+        }
+        ref.top5_ids.forEach((id, j) => { maxTopErr = Math.max(maxTopErr, Math.abs(lg[id]! - ref.top5_logits[j]!)); });
+        // Decode step s's routing is the routing of token steps[s - 1] (the first decode step feeds steps[0]).
+        if (s > 0) for (let l = 0; l < Lm; l++) checkRoute(o.routing!, (i * Lm + l) * K, c.steps[s - 1]!.routing[l]!, c.steps[s - 1]!.routing_weights[l], `case ${i} step ${s - 1} layer ${l}`);
+      });
+    });
+    // Half the experts in host memory: the same numbers, bit for bit.
+    const half = await gpuRun({ hotPerLayer: Math.floor(E / 2) });
+    let placementDiffs = 0;
+    half.forEach((o, s) => { for (let j = 0; j < o.logits.length; j++) if (o.logits[j] !== gpu[s]!.logits[j]) placementDiffs++; });
+    m.tensors.close();
+    // The spec: the CPU backend, the same run.
+    const cm = await loadModel(dir);
+    const cpu = new CpuBackend(cm.spec, cm.weights, { threads: 4 });
+    await cpu.ready();
+    const want = run(cpu, cases);
+    cpu.dispose();
+    let vsCpu = 0;
+    want.forEach((o, s) => cases.forEach((_, i) => { vsCpu = Math.max(vsCpu, normErr(gpu[s]!.logits.subarray(i * V, (i + 1) * V), o.logits.subarray(i * V, (i + 1) * V))); }));
+    const steps = cases[0]!.steps.length;
+    report[`family_${basename(dir)}`] = { cases: cases.length, steps, tokenMismatch, maxTopErr, routeMismatch, routeChecks, vsCpu, placementDiffs, notes };
+    console.log(`# family ${basename(dir)}: ${cases.length} cases x ${steps} steps, ${tokenMismatch} token flips vs transformers, top-5 logit err ${maxTopErr.toExponential(2)}, routing ${routeMismatch}/${routeChecks} differ, vs CPU ${vsCpu.toExponential(2)}, half cold vs all hot ${placementDiffs} logits differ`);
+    for (const n of notes.slice(0, 12)) console.log(`#   ${n}`);
+    assert.ok(vsCpu < 1e-3, `CUDA vs CPU normalized logit error ${vsCpu}`);
+    assert.equal(placementDiffs, 0, 'placement changed a result');
+    assert.ok(maxTopErr < 2e-3, `top-5 logits off by ${maxTopErr}`);
+    for (const n of notes.filter((x) => x.startsWith('token'))) assert.ok(Number(n.split('margin ')[1]) < 1e-3, `a flip away from a near-tie: ${n}`);
+  });
+}
