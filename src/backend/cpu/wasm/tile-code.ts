@@ -5,24 +5,39 @@
 //   linear_tab(yTab, w, xTab, rows, inDim, o0, o1): for r < rows, o in [o0, o1):
 //     f32 at (yTab[r] + 4*o) = dot(w[o*inDim..), x_r, inDim) with x_r the float64 row at xTab[r].
 // Every sum is linalg.ts `dot`'s: lanes (s0, s1) and (s2, s3) of float64 products (exact: float32 * float32 fits
-// a float64), the scalar tail on s0, s0 + s1 + (s2 + s3), one float32 rounding on store. Speed: up to three input
-// rows per pass over a weight row (each promoted weight pair serves three inputs, six independent sums in
-// flight), input rows outside and weight rows inside, so the tile's inputs stay in L1 while the weight rows stream
-// (callers keep [o0, o1) to a block that fits L2: kernel.ts).
-import { ADD, AND, GT_U, LE_U, BLOCK, EQZ, END, F64_ZERO2, FADD, FMUL, LOOP, LT_U, MUL, PROMOTE, PROMOTE_LOW, VADD, VMUL, DEMOTE, brIf, f32Load, f32Store, f64Load, get, i32c, i32LoadAt, lane, load64Zero, set, tee, v128LoadAt, u32, I32, F64, V128, vec } from './asm.ts';
+// a float64), the scalar tail on s0, s0 + s1 + (s2 + s3), one float32 rounding on store. Speed: tiles of n input
+// rows by m weight rows (3 x 1 while three or more rows are left, then 2 x 2 or 1 x 4), each promoted weight
+// pair serving the tile's n inputs and each input pair its m weight rows, with 2nm independent sums in flight
+// (one row against one weight row at a time left the sums waiting on their own adds). A tile's m weight rows
+// are a quarter (a half) of the block apart, each cursor running on through its part of the block row after
+// row, so the weights stream as m long sequential reads the prefetcher follows (m adjacent rows made m streams
+// of one row each: loads missed, and the whole step ran slower). Input rows outside and weight rows inside, so
+// the tile's inputs stay in L1 while the weight rows stream (callers keep [o0, o1) to a block that fits L2:
+// kernel.ts).
+import { ADD, AND, DIV_U, SHR_U, SUB, GT_U, LE_U, BLOCK, EQZ, END, F64_ZERO2, FADD, FMUL, LOOP, LT_U, MUL, PROMOTE, PROMOTE_LOW, VADD, VMUL, DEMOTE, brIf, f32Load, f32StoreAt, f64Load, get, i32c, i32LoadAt, lane, load64Zero, set, v128LoadAt, u32, I32, F64, V128, vec } from './asm.ts';
+
+/** Most input rows and weight rows of a tile (n * m <= 4: eight v128 sums). */
+const MAX_N = 3;
+const MAX_M = 4;
+const MAX_SUMS = 8;
 
 // Parameters.
 const [YT, W, XT, ROWS, IND, O0, O1] = [0, 1, 2, 3, 4, 5, 6];
 // i32 locals.
-const [R, O, A, AROW, AEND, TEND] = [7, 8, 9, 10, 11, 12];
-const B = [13, 14, 15, 16]; // input cursors of the tile's rows
-const YA = 17;
-// v128 locals: per input row k, (s0, s1) at ACC[2k] and (s2, s3) at ACC[2k+1]; the promoted weight pairs.
-const ACC = [18, 19, 20, 21, 22, 23, 24, 25];
-const [WP0, WP1] = [26, 27];
-// f64 locals: per input row its s0 after the lanes; the promoted weight of the tail.
-const S = [28, 29, 30, 31];
-const WS = 32;
+const [R, O, AEND, TEND, ROWB, YA, OEND, QB] = [7, 8, 9, 10, 11, 12, 13, 14];
+const B = [15, 16, 17]; // input cursors of the tile's rows
+const A = [18, 19, 20, 21]; // weight cursors of the tile's weight rows (each runs on to its next row)
+const I32_LOCALS = 15;
+// v128 locals: sums (s0, s1) at ACC[2s] and (s2, s3) at ACC[2s+1] of sum s = k*m + j; promoted weight pairs WP[2j],
+// WP[2j+1]; the input pair XP0, XP1 of the row in hand.
+const ACC = Array.from({ length: 2 * MAX_SUMS }, (_, i) => 22 + i);
+const WP = Array.from({ length: 2 * MAX_M }, (_, i) => 38 + i);
+const [XP0, XP1] = [46, 47];
+const V128_LOCALS = 26;
+// f64 locals: each sum's s0 after the lanes; the promoted weights of the tail.
+const S = Array.from({ length: MAX_SUMS }, (_, i) => 48 + i);
+const WS = Array.from({ length: MAX_M }, (_, i) => 56 + i);
+const F64_LOCALS = 12;
 
 const whileLt = (cur: number, end: number, body: number[]): number[] => [
   ...BLOCK, ...get(cur), ...get(end), LT_U, EQZ, ...brIf(0),
@@ -32,44 +47,81 @@ const whileLt = (cur: number, end: number, body: number[]): number[] => [
 const bump = (l: number, n: number): number[] => [...get(l), ...i32c(n), ADD, ...set(l)];
 const ks = (n: number): number[] => Array.from({ length: n }, (_, k) => k);
 
-/** Rows R..R+n-1 against weight row O: n dot products sharing each weight load. */
-function tile(n: number): number[] {
+/**
+ * Input rows R..R+n-1 against the weight rows at cursors A[0..m) (rows O, O + Q, .. with QB = 4Q): nm dot products
+ * sharing each load. The cursors end at their next rows.
+ */
+function tile(n: number, m: number): number[] {
+  if (n > MAX_N || m > MAX_M || n * m > MAX_SUMS / 2 + (n === 1 ? MAX_SUMS / 2 : 0)) throw new Error(`linear_tab: no ${n} x ${m} tile`);
+  const sum = (k: number, j: number): number => k * m + j;
   return [
-    // AROW = w + o*inDim*4; TEND = AROW + inDim*4; AEND = AROW + (inDim & ~3)*4
-    ...get(W), ...get(O), ...get(IND), MUL, ...i32c(4), MUL, ADD, ...tee(AROW), ...set(A),
-    ...get(AROW), ...get(IND), ...i32c(4), MUL, ADD, ...set(TEND),
-    ...get(AROW), ...get(IND), ...i32c(-4), AND, ...i32c(4), MUL, ADD, ...set(AEND),
+    // TEND = A[0] + ROWB; AEND = A[0] + (inDim & ~3)*4
+    ...get(A[0]!), ...get(ROWB), ADD, ...set(TEND),
+    ...get(A[0]!), ...get(IND), ...i32c(-4), AND, ...i32c(4), MUL, ADD, ...set(AEND),
     ...ks(n).flatMap((k) => [...get(XT), ...get(R), ...i32c(4), MUL, ADD, ...i32LoadAt(4 * k), ...set(B[k]!)]),
-    ...ks(2 * n).flatMap((k) => [...F64_ZERO2, ...set(ACC[k]!)]),
-    ...whileLt(A, AEND, [
-      ...get(A), ...load64Zero(0), ...PROMOTE_LOW, ...set(WP0),
-      ...get(A), ...load64Zero(8), ...PROMOTE_LOW, ...set(WP1),
-      ...ks(n).flatMap((k) => [
-        ...get(ACC[2 * k]!), ...get(WP0), ...get(B[k]!), ...v128LoadAt(0), ...VMUL, ...VADD, ...set(ACC[2 * k]!),
-        ...get(ACC[2 * k + 1]!), ...get(WP1), ...get(B[k]!), ...v128LoadAt(16), ...VMUL, ...VADD, ...set(ACC[2 * k + 1]!),
+    ...ks(2 * n * m).flatMap((s) => [...F64_ZERO2, ...set(ACC[s]!)]),
+    ...whileLt(A[0]!, AEND, [
+      ...ks(m).flatMap((j) => [
+        ...get(A[j]!), ...load64Zero(0), ...PROMOTE_LOW, ...set(WP[2 * j]!),
+        ...get(A[j]!), ...load64Zero(8), ...PROMOTE_LOW, ...set(WP[2 * j + 1]!),
       ]),
-      ...bump(A, 16),
+      ...ks(n).flatMap((k) => [
+        ...get(B[k]!), ...v128LoadAt(0), ...set(XP0),
+        ...get(B[k]!), ...v128LoadAt(16), ...set(XP1),
+        ...ks(m).flatMap((j) => [
+          ...get(ACC[2 * sum(k, j)]!), ...get(WP[2 * j]!), ...get(XP0), ...VMUL, ...VADD, ...set(ACC[2 * sum(k, j)]!),
+          ...get(ACC[2 * sum(k, j) + 1]!), ...get(WP[2 * j + 1]!), ...get(XP1), ...VMUL, ...VADD, ...set(ACC[2 * sum(k, j) + 1]!),
+        ]),
+      ]),
+      ...ks(m).flatMap((j) => bump(A[j]!, 16)),
       ...ks(n).flatMap((k) => bump(B[k]!, 32)),
     ]),
-    ...ks(n).flatMap((k) => [...get(ACC[2 * k]!), ...lane(0), ...set(S[k]!)]),
+    ...ks(n * m).flatMap((s) => [...get(ACC[2 * s]!), ...lane(0), ...set(S[s]!)]),
     // Scalar tail on each s0.
-    ...whileLt(A, TEND, [
-      ...get(A), ...f32Load(0), PROMOTE, ...set(WS),
-      ...ks(n).flatMap((k) => [...get(S[k]!), ...get(WS), ...get(B[k]!), ...f64Load(0), FMUL, FADD, ...set(S[k]!), ...bump(B[k]!, 8)]),
-      ...bump(A, 4),
+    ...whileLt(A[0]!, TEND, [
+      ...ks(m).flatMap((j) => [...get(A[j]!), ...f32Load(0), PROMOTE, ...set(WS[j]!), ...bump(A[j]!, 4)]),
+      ...ks(n).flatMap((k) => [
+        ...ks(m).flatMap((j) => [...get(S[sum(k, j)]!), ...get(WS[j]!), ...get(B[k]!), ...f64Load(0), FMUL, FADD, ...set(S[sum(k, j)]!)]),
+        ...bump(B[k]!, 8),
+      ]),
     ]),
     ...ks(n).flatMap((k) => [
       ...get(YT), ...get(R), ...i32c(4), MUL, ADD, ...i32LoadAt(4 * k), ...get(O), ...i32c(4), MUL, ADD, ...set(YA),
-      ...get(YA),
-      ...get(S[k]!), ...get(ACC[2 * k]!), ...lane(1), FADD,
-      ...get(ACC[2 * k + 1]!), ...lane(0), ...get(ACC[2 * k + 1]!), ...lane(1), FADD,
-      FADD, DEMOTE, ...f32Store,
+      ...ks(m).flatMap((j) => {
+        const s = sum(k, j);
+        return [
+          ...get(YA), ...(j > 0 ? [...get(QB), ...i32c(j), MUL, ADD] : []),
+          ...get(S[s]!), ...get(ACC[2 * s]!), ...lane(1), FADD,
+          ...get(ACC[2 * s + 1]!), ...lane(0), ...get(ACC[2 * s + 1]!), ...lane(1), FADD,
+          FADD, DEMOTE, ...f32StoreAt(0),
+        ];
+      }),
     ]),
   ];
 }
 
-/** for (o = o0; o < o1; o++) inner */
-const overO = (inner: number[]): number[] => [...get(O0), ...set(O), ...whileLt(O, O1, [...inner, ...bump(O, 1)])];
+/**
+ * Rows [o0, o1) as tiles of m rows Q = (o1 - o0) / m apart (row O with O + Q, .., O + (m-1)Q for O in [o0, o0 + Q)),
+ * then the rows from o0 + mQ on as n x 1 tiles; the cursors start once and run on.
+ */
+const overO = (n: number, m: number): number[] => [
+  ...get(O0), ...set(O),
+  ...get(W), ...get(O0), ...get(ROWB), MUL, ADD, ...set(A[0]!),
+  ...(m > 1
+    ? [
+        // Q rows a part: OEND = o0 + Q, QB = 4Q; A[j] = A[0] + j*Q*ROWB.
+        ...get(O1), ...get(O0), SUB, ...i32c(m), DIV_U, ...set(QB),
+        ...get(O0), ...get(QB), ADD, ...set(OEND),
+        ...ks(m).slice(1).flatMap((j) => [...get(A[j - 1]!), ...get(QB), ...get(ROWB), MUL, ADD, ...set(A[j]!)]),
+        ...get(QB), ...i32c(4), MUL, ...set(QB),
+        ...whileLt(O, OEND, [...tile(n, m), ...bump(O, 1)]),
+        // On to the rows after the m parts: O = o0 + mQ, where A[m-1] has run on to.
+        ...get(O0), ...get(QB), ...i32c(2), SHR_U, ...i32c(m), MUL, ADD, ...set(O),
+        ...get(A[m - 1]!), ...set(A[0]!),
+      ]
+    : []),
+  ...whileLt(O, O1, [...tile(n, 1), ...bump(O, 1)]),
+];
 
 /** `then` when R + n <= rows, once. */
 const ifRows = (n: number, then: number[]): number[] => [
@@ -77,29 +129,30 @@ const ifRows = (n: number, then: number[]): number[] => [
 ];
 
 /**
- * Input rows per pass over a weight row. Four spilled an accumulator in V8's x64 code (a store-forwarding chain
- * each pass: slower than two); two and three ran alike (~1.3x linear_rows2 in a loop of each at tiny-moe's shapes).
+ * Input rows per pass over a weight row while three or more are left. Four spilled an accumulator in V8's x64 code
+ * (a store-forwarding chain each pass: slower than two); two and three ran alike.
  */
 const TILE = 3;
 
 const body: number[] = [
+  ...get(IND), ...i32c(4), MUL, ...set(ROWB),
   ...i32c(0), ...set(R),
   // Tiles of TILE input rows while R + TILE <= rows.
   ...BLOCK,
   ...get(R), ...i32c(TILE), ADD, ...get(ROWS), GT_U, ...brIf(0),
   ...LOOP,
-  ...overO(tile(TILE)),
+  ...overO(TILE, 1),
   ...bump(R, TILE),
   ...get(R), ...i32c(TILE), ADD, ...get(ROWS), LE_U, ...brIf(0),
   END,
   END,
-  // The one or two rows left.
-  ...ifRows(2, [...overO(tile(2)), ...bump(R, 2)]),
-  ...ifRows(1, overO(tile(1))),
+  // The one or two rows left, against two or four weight rows at a time.
+  ...ifRows(2, [...overO(2, 2), ...bump(R, 2)]),
+  ...ifRows(1, overO(1, 4)),
   END,
 ];
 
 /** The function's type: seven i32 parameters, no result. */
 export const tabType = [0x60, ...vec(Array.from({ length: 7 }, () => [I32])), 0];
 
-export const tabCode = [...vec([[...u32(11), I32], [...u32(10), V128], [...u32(5), F64]]), ...body];
+export const tabCode = [...vec([[...u32(I32_LOCALS), I32], [...u32(V128_LOCALS), V128], [...u32(F64_LOCALS), F64]]), ...body];
