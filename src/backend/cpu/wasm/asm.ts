@@ -59,6 +59,16 @@ export const load64Zero = (off: number): number[] => simd(0x5d, 3, ...u32(off));
 export const PROMOTE_LOW = simd(0x5f); // f64x2.promote_low_f32x4
 export const VADD = simd(0xf0); // f64x2.add
 export const VMUL = simd(0xf2); // f64x2.mul
+export const VMADD = simd(0x107); // f64x2.relaxed_madd (relaxed SIMD): a * b + c, fused or not
+
+/**
+ * acc += a * b over f64x2 lanes whose products are exact (float32 values times float32 values: 48 significant bits
+ * fit a float64's 53, and no product over- or underflows), so rounding the product first or not gives the same sum:
+ * with `fma` one relaxed_madd, else a multiply and an add (acc + a*b, the JS loops' order).
+ */
+export function exactMulAdd(acc: number, a: number[], b: number[], fma: boolean): number[] {
+  return fma ? [...a, ...b, ...get(acc), ...VMADD, ...set(acc)] : [...get(acc), ...a, ...b, ...VMUL, ...VADD, ...set(acc)];
+}
 export const lane = (l: number): number[] => simd(0x21, l); // f64x2.extract_lane
 export const F64_ZERO2 = [0x44, 0, 0, 0, 0, 0, 0, 0, 0, ...simd(0x14)]; // f64.const 0; f64x2.splat
 

@@ -8,7 +8,7 @@
 // blocks of 8 elements held in registers over all positions; neither changes any sum's order.
 import {
   ADD, AND, BLOCK, EQZ, END, F64_ZERO2, FADD, FMUL, LOOP, LT_U, MUL, PROMOTE, PROMOTE_LOW, SPLAT, VADD, VMUL,
-  brIf, f32Load, f64Load, f64Store, f64StoreAt, get, i32c, lane, load64Zero, set, tee, v128Load, v128LoadAt, v128Store, v128StoreAt, u32, I32, F64, V128, vec,
+  exactMulAdd, brIf, f32Load, f64Load, f64Store, f64StoreAt, get, i32c, lane, load64Zero, set, tee, v128Load, v128LoadAt, v128Store, v128StoreAt, u32, I32, F64, V128, vec,
 } from './asm.ts';
 
 /** Loop `body` while local `cur` < local `end` (tested before the first pass). */
@@ -26,12 +26,8 @@ const [P, A, B, AEND, TEND, OUTC] = [6, 7, 8, 9, 10, 11];
 const [ACC01, ACC23] = [12, 13];
 const [S0, S1, S2, S3] = [14, 15, 16, 17];
 
-const pair = (acc: number, off: number): number[] => [
-  ...get(acc),
-  ...get(A), ...load64Zero(off), ...PROMOTE_LOW,
-  ...get(B), ...load64Zero(off), ...PROMOTE_LOW,
-  ...VMUL, ...VADD, ...set(acc),
-];
+const pair = (acc: number, off: number, fma: boolean): number[] =>
+  exactMulAdd(acc, [...get(A), ...load64Zero(off), ...PROMOTE_LOW], [...get(B), ...load64Zero(off), ...PROMOTE_LOW], fma);
 
 // Two positions at once (p and p+1 against the same q, each in `dot`'s exact order): the second key row's cursor,
 // lanes and scalars, and q's pairs promoted once for both.
@@ -39,9 +35,8 @@ const B2 = 18; // i32
 const [BCC01, BCC23, QP0, QP1] = [19, 20, 21, 22]; // v128
 const [T0, T1, T2, T3] = [23, 24, 25, 26]; // f64
 
-const pairWith = (acc: number, cursor: number, off: number, qp: number): number[] => [
-  ...get(acc), ...get(cursor), ...load64Zero(off), ...PROMOTE_LOW, ...get(qp), ...VMUL, ...VADD, ...set(acc),
-];
+const pairWith = (acc: number, cursor: number, off: number, qp: number, fma: boolean): number[] =>
+  exactMulAdd(acc, [...get(cursor), ...load64Zero(off), ...PROMOTE_LOW], get(qp), fma);
 const tailStep = (s: number, cursor: number): number[] => [
   ...get(s), ...get(A), ...f32Load(0), PROMOTE, ...get(cursor), ...f32Load(0), PROMOTE, FMUL, FADD, ...set(s),
 ];
@@ -49,7 +44,7 @@ const storeSum = (a: number, b: number, c: number, d: number, off: number): numb
   ...get(OUTC), ...get(a), ...get(b), FADD, ...get(c), ...get(d), FADD, FADD, ...f64StoreAt(off),
 ];
 
-const scoresBody: number[] = [
+const scoresBody = (fma: boolean): number[] => [
   // AEND = q + (d & ~3)*4; TEND = q + d*4; OUTC = out; P = 0
   ...get(Q), ...get(D), ...i32c(-4), AND, ...i32c(4), MUL, ADD, ...set(AEND),
   ...get(Q), ...get(D), ...i32c(4), MUL, ADD, ...set(TEND),
@@ -67,8 +62,8 @@ const scoresBody: number[] = [
   ...whileLt(A, AEND, [
     ...get(A), ...load64Zero(0), ...PROMOTE_LOW, ...set(QP0),
     ...get(A), ...load64Zero(8), ...PROMOTE_LOW, ...set(QP1),
-    ...pairWith(ACC01, B, 0, QP0), ...pairWith(BCC01, B2, 0, QP0),
-    ...pairWith(ACC23, B, 8, QP1), ...pairWith(BCC23, B2, 8, QP1),
+    ...pairWith(ACC01, B, 0, QP0, fma), ...pairWith(BCC01, B2, 0, QP0, fma),
+    ...pairWith(ACC23, B, 8, QP1, fma), ...pairWith(BCC23, B2, 8, QP1, fma),
     ...bump(A, 16), ...bump(B, 16), ...bump(B2, 16),
   ]),
   ...get(ACC01), ...lane(0), ...set(S0),
@@ -94,7 +89,7 @@ const scoresBody: number[] = [
     ...F64_ZERO2, ...set(ACC23),
     ...get(Q), ...set(A),
     ...get(K), ...get(P), ...get(KS), MUL, ADD, ...set(B),
-    ...whileLt(A, AEND, [...pair(ACC01, 0), ...pair(ACC23, 8), ...bump(A, 16), ...bump(B, 16)]),
+    ...whileLt(A, AEND, [...pair(ACC01, 0, fma), ...pair(ACC23, 8, fma), ...bump(A, 16), ...bump(B, 16)]),
     ...get(ACC01), ...lane(0), ...set(S0),
     ...get(ACC01), ...lane(1), ...set(S1),
     ...get(ACC23), ...lane(0), ...set(S2),
@@ -110,7 +105,8 @@ const scoresBody: number[] = [
   END,
 ];
 
-export const scoresCode = [...vec([[...u32(6), I32], [...u32(2), V128], [...u32(4), F64], [...u32(1), I32], [...u32(4), V128], [...u32(4), F64]]), ...scoresBody];
+/** attn_scores' code; `fma`: the products' adds fused (asm.ts exactMulAdd: q and k are float32, the same sums). */
+export const scoresCode = (fma: boolean): number[] => [...vec([[...u32(6), I32], [...u32(2), V128], [...u32(4), F64], [...u32(1), I32], [...u32(4), V128], [...u32(4), F64]]), ...scoresBody(fma)];
 
 // attn_wsum: params ACC E V VS D N; locals.
 const [WACC, WE, WV, WVS, WD, WN] = [0, 1, 2, 3, 4, 5];

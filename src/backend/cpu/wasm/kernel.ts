@@ -1,5 +1,6 @@
 // The SIMD linear kernel over a shared wasm memory, and the dispatch that uses it only when every array
 // of an op lives in that memory (anything else takes the JS path, with the same result bit for bit).
+import { setFlagsFromString } from 'node:v8';
 import { ResidencyError } from '../../../errors.ts';
 import { linear } from '../linalg.ts';
 import type { WasmArena } from './arena.ts';
@@ -30,8 +31,32 @@ export interface SimdKernel {
 /** Weight bytes of one block of linear_tab's output rows (L2 is 512 KiB a core here; inputs and outputs need room). */
 const BLOCK_BYTES = 128 * 1024;
 
-let compiled: object | null = null;
+/** The compiled module of each variant (plain, fused), per thread. */
+const compiled: (object | null)[] = [null, null];
+let fmaChoice: boolean | null = null;
 let calls = 0;
+
+/**
+ * Whether the kernels add their exact products with relaxed_madd (one fused multiply-add instead of a multiply and
+ * an add: the same sums, asm.ts exactMulAdd). On where the runtime has relaxed SIMD: Node 22 and later; Node 20 has
+ * it behind V8's --experimental-wasm-relaxed-simd, which this sets once (it only lets more modules validate).
+ * RESIDENCY_CPU_FMA=0: the multiply and add.
+ */
+export function simdFma(): boolean {
+  if (fmaChoice !== null) return fmaChoice;
+  if (process.env.RESIDENCY_CPU_FMA?.trim() === '0' || !wasmApi) return (fmaChoice = false);
+  const bytes = linearModuleBytes(true);
+  let ok = wasmApi.validate(bytes);
+  if (!ok) {
+    try {
+      setFlagsFromString('--experimental-wasm-relaxed-simd');
+      ok = wasmApi.validate(bytes);
+    } catch {
+      ok = false;
+    }
+  }
+  return (fmaChoice = ok);
+}
 
 /** Kernel calls on this thread so far (a probe for tests: the SIMD path really ran). */
 export function simdKernelCalls(): number {
@@ -47,13 +72,18 @@ export function simdAvailable(): boolean {
   }
 }
 
-/** An instance of the kernel over `memory` (each thread makes its own over the same shared memory). */
-export function simdKernel(memory: WasmMemory): SimdKernel {
-  if (compiled === null) {
+/**
+ * An instance of the kernel over `memory` (each thread makes its own over the same shared memory); `fma`: the fused
+ * variant (default: simdFma()), the same results.
+ */
+export function simdKernel(memory: WasmMemory, fma = simdFma()): SimdKernel {
+  if (fma && !simdFma()) throw new ResidencyError('NOT_AVAILABLE', 'cpu simd: this runtime lacks relaxed SIMD (the fused kernel)');
+  const v = fma ? 1 : 0;
+  if (compiled[v] === null) {
     if (!wasmApi || !simdAvailable()) throw new ResidencyError('NOT_AVAILABLE', 'cpu simd: this runtime lacks WebAssembly SIMD');
-    compiled = new wasmApi.Module(linearModuleBytes());
+    compiled[v] = new wasmApi.Module(linearModuleBytes(fma));
   }
-  const inst = new wasmApi!.Instance(compiled, { env: { memory } });
+  const inst = new wasmApi!.Instance(compiled[v]!, { env: { memory } });
   const tab = inst.exports.linear_tab as (...a: number[]) => void;
   const scores = inst.exports.attn_scores as (...a: number[]) => void;
   const wsum = inst.exports.attn_wsum as (...a: number[]) => void;

@@ -12,8 +12,11 @@ import { u32, section, vec, I32 } from './asm.ts';
 /** Most 64 KiB pages of the imported memory (4 GiB, all a 32-bit address reaches). */
 export const MAX_PAGES = 65536;
 
-/** The module's bytes (imports a shared memory of at most MAX_PAGES pages). */
-export function linearModuleBytes(): Uint8Array {
+/**
+ * The module's bytes (imports a shared memory of at most MAX_PAGES pages). `fma`: linear_tab and attn_scores add
+ * their exact products with relaxed_madd (relaxed SIMD; the same sums either way: asm.ts exactMulAdd).
+ */
+export function linearModuleBytes(fma = false): Uint8Array {
   const maxPages = MAX_PAGES;
   const attnType = [0x60, ...vec(Array.from({ length: 6 }, () => [I32])), 0];
   const name = (s: string): number[] => [...u32(s.length), ...[...s].map((c) => c.charCodeAt(0))];
@@ -32,7 +35,7 @@ export function linearModuleBytes(): Uint8Array {
       [...name('exp'), 0x00, ...u32(4)],
       [...name('swiglu'), 0x00, ...u32(5)],
     ])),
-    ...section(10, vec([fn(scoresCode), fn(wsumCode), fn(tabCode), fn(combineCode), fn(expCode), fn(swigluCode(4))])),
+    ...section(10, vec([fn(scoresCode(fma)), fn(wsumCode), fn(tabCode(fma)), fn(combineCode), fn(expCode), fn(swigluCode(4))])),
   ];
   return Uint8Array.from(bytes);
 }

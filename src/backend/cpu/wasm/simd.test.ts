@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { WasmArena } from './arena.ts';
-import { simdKernel, simdKernelCalls, simdLinear } from './kernel.ts';
+import { simdFma, simdKernel, simdKernelCalls, simdLinear } from './kernel.ts';
 import { linear, linearRows } from '../linalg.ts';
 import { MAX_GROUP, PICK, UNIT, computeExpertUnits, expertUnits } from '../expert-units.ts';
 import { computeExpertUnitsSimd, expertScratch } from './experts.ts';
@@ -28,6 +28,10 @@ import { ResidencyError } from '../../../errors.ts';
 
 const MODEL = resolve(process.cwd(), 'models/tiny-moe');
 
+/** The kernel's variants this runtime runs: multiply and add, and relaxed_madd (the same sums) where it has relaxed SIMD. */
+const VARIANTS = simdFma() ? [false, true] : [false];
+const variant = (fma: boolean): string => (fma ? ' (fused multiply-add)' : ' (multiply, add)');
+
 /** Values over many magnitudes, signs and some exact zeros (rounding differences would show). */
 function fill(a: Float32Array, rand: () => number): void {
   for (let i = 0; i < a.length; i++) {
@@ -36,9 +40,9 @@ function fill(a: Float32Array, rand: () => number): void {
   }
 }
 
-test('kernel vs JS linear: bit-identical on random shapes, tails, offsets, row ranges and batches', () => {
+for (const fma of VARIANTS) test('kernel vs JS linear: bit-identical on random shapes, tails, offsets, row ranges and batches' + variant(fma), () => {
   const arena = new WasmArena();
-  const k = simdKernel(arena.memory);
+  const k = simdKernel(arena.memory, fma);
   const stage = new TabStage(arena);
   const lin = simdLinear(arena, k, stage);
   const rand = mulberry32(7);
@@ -84,9 +88,29 @@ test('kernel vs JS linear: bit-identical on random shapes, tails, offsets, row r
   assert.ok(bytes(y).equals(bytes(want)));
 });
 
-test('kernel vs JS linear: wide rows go in several blocks of output rows (and a sub-range across them), bit-identical', () => {
+for (const fma of VARIANTS) test('kernel vs JS linear: extreme float32 values (largest, subnormal, -0, mixed signs) sum bit-identically' + variant(fma), () => {
+  // The fused variant is exact only because a float32 product fits a float64: these are its edges.
   const arena = new WasmArena();
-  const k = simdKernel(arena.memory);
+  const k = simdKernel(arena.memory, fma);
+  const lin = simdLinear(arena, k, new TabStage(arena));
+  const rand = mulberry32(11);
+  const edge = [3.4028234663852886e38, -3.4028234663852886e38, 1.401298464324817e-45, -1.1754942106924411e-38, 1.1754943508222875e-38, -0, 0, 1, -1, 16777215, 5.960464477539063e-8];
+  for (let t = 0; t < 50; t++) {
+    const [rows, outDim, inDim] = [1 + (t % 5), 1 + (t % 9), 1 + ((t * 7) % 23)];
+    const w = arena.f32(outDim * inDim);
+    const x = arena.f32(rows * inDim);
+    for (const a of [w, x]) for (let i = 0; i < a.length; i++) a[i] = edge[Math.floor(rand() * edge.length)]! * (rand() < 0.5 ? 1 : 2 ** Math.floor(rand() * 40 - 20));
+    const y = arena.f32(rows * outDim);
+    const want = new Float32Array(rows * outDim);
+    linear(want, w, 0, x, rows, outDim, inDim);
+    lin(y, w, 0, x, rows, outDim, inDim);
+    assert.ok(bytes(y).equals(bytes(want)), `rows ${rows} out ${outDim} in ${inDim}`);
+  }
+});
+
+for (const fma of VARIANTS) test('kernel vs JS linear: wide rows go in several blocks of output rows (and a sub-range across them), bit-identical' + variant(fma), () => {
+  const arena = new WasmArena();
+  const k = simdKernel(arena.memory, fma);
   const stage = new TabStage(arena);
   const rand = mulberry32(8);
   // 128 KiB of weights a block: 6 rows of 5001 floats, so 17 rows make three blocks.
@@ -104,11 +128,11 @@ test('kernel vs JS linear: wide rows go in several blocks of output rows (and a 
   }
 });
 
-test('expert units through the kernel: each pick bit-identical to swigluExpert, grouped by row (up to MAX_GROUP picks a unit, odd sizes)', () => {
+for (const fma of VARIANTS) test('expert units through the kernel: each pick bit-identical to swigluExpert, grouped by row (up to MAX_GROUP picks a unit, odd sizes)' + variant(fma), () => {
   const rand = mulberry32(13);
   for (const [hidden, inter, tokens, topK, experts] of [[64, 24, 9, 3, 4], [66, 21, 40, 2, 3], [7, 5, 5, 2, 6], [13, 9, 80, 1, 2]] as const) {
     const arena = new WasmArena();
-    const k = simdKernel(arena.memory);
+    const k = simdKernel(arena.memory, fma);
     const stage = new TabStage(arena);
     const rowSize = 3 * inter * hidden;
     // Hot rows in bank 0, cold rows in bank 1: experts [0, hot) hot.
@@ -168,9 +192,9 @@ test('combine through the kernel: bit-identical to combinePicks (odd hidden size
   }
 });
 
-test('attention heads through the kernel: bit-identical to attentionHead (GQA, odd head sizes, positions)', () => {
+for (const fma of VARIANTS) test('attention heads through the kernel: bit-identical to attentionHead (GQA, odd head sizes, positions)' + variant(fma), () => {
   const arena = new WasmArena();
-  const k = simdKernel(arena.memory);
+  const k = simdKernel(arena.memory, fma);
   const rand = mulberry32(21);
   // d: blocks of 8 only (16, 64), none (5, 7), blocks then a pair (10) or pairs and an odd one (13).
   for (const [nH, nKv, d] of [[4, 2, 16], [2, 1, 7], [3, 3, 5], [8, 2, 64], [2, 1, 13], [4, 1, 10]] as const) {

@@ -14,7 +14,7 @@
 // of one row each: loads missed, and the whole step ran slower). Input rows outside and weight rows inside, so
 // the tile's inputs stay in L1 while the weight rows stream (callers keep [o0, o1) to a block that fits L2:
 // kernel.ts).
-import { ADD, AND, DIV_U, SHR_U, SUB, GT_U, LE_U, BLOCK, EQZ, END, F64_ZERO2, FADD, FMUL, LOOP, LT_U, MUL, PROMOTE, PROMOTE_LOW, VADD, VMUL, DEMOTE, brIf, f32Load, f32StoreAt, f64Load, get, i32c, i32LoadAt, lane, load64Zero, set, v128LoadAt, u32, I32, F64, V128, vec } from './asm.ts';
+import { ADD, AND, DIV_U, SHR_U, SUB, GT_U, LE_U, BLOCK, EQZ, END, F64_ZERO2, FADD, FMUL, LOOP, LT_U, MUL, PROMOTE, PROMOTE_LOW, DEMOTE, exactMulAdd, brIf, f32Load, f32StoreAt, f64Load, get, i32c, i32LoadAt, lane, load64Zero, set, v128LoadAt, u32, I32, F64, V128, vec } from './asm.ts';
 
 /** Most input rows and weight rows of a tile (n * m <= 4: eight v128 sums). */
 const MAX_N = 3;
@@ -51,7 +51,7 @@ const ks = (n: number): number[] => Array.from({ length: n }, (_, k) => k);
  * Input rows R..R+n-1 against the weight rows at cursors A[0..m) (rows O, O + Q, .. with QB = 4Q): nm dot products
  * sharing each load. The cursors end at their next rows.
  */
-function tile(n: number, m: number): number[] {
+function tile(n: number, m: number, fma: boolean): number[] {
   if (n > MAX_N || m > MAX_M || n * m > MAX_SUMS / 2 + (n === 1 ? MAX_SUMS / 2 : 0)) throw new Error(`linear_tab: no ${n} x ${m} tile`);
   const sum = (k: number, j: number): number => k * m + j;
   return [
@@ -69,8 +69,8 @@ function tile(n: number, m: number): number[] {
         ...get(B[k]!), ...v128LoadAt(0), ...set(XP0),
         ...get(B[k]!), ...v128LoadAt(16), ...set(XP1),
         ...ks(m).flatMap((j) => [
-          ...get(ACC[2 * sum(k, j)]!), ...get(WP[2 * j]!), ...get(XP0), ...VMUL, ...VADD, ...set(ACC[2 * sum(k, j)]!),
-          ...get(ACC[2 * sum(k, j) + 1]!), ...get(WP[2 * j + 1]!), ...get(XP1), ...VMUL, ...VADD, ...set(ACC[2 * sum(k, j) + 1]!),
+          ...exactMulAdd(ACC[2 * sum(k, j)]!, get(WP[2 * j]!), get(XP0), fma),
+          ...exactMulAdd(ACC[2 * sum(k, j) + 1]!, get(WP[2 * j + 1]!), get(XP1), fma),
         ]),
       ]),
       ...ks(m).flatMap((j) => bump(A[j]!, 16)),
@@ -104,7 +104,7 @@ function tile(n: number, m: number): number[] {
  * Rows [o0, o1) as tiles of m rows Q = (o1 - o0) / m apart (row O with O + Q, .., O + (m-1)Q for O in [o0, o0 + Q)),
  * then the rows from o0 + mQ on as n x 1 tiles; the cursors start once and run on.
  */
-const overO = (n: number, m: number): number[] => [
+const overO = (n: number, m: number, fma: boolean): number[] => [
   ...get(O0), ...set(O),
   ...get(W), ...get(O0), ...get(ROWB), MUL, ADD, ...set(A[0]!),
   ...(m > 1
@@ -114,13 +114,13 @@ const overO = (n: number, m: number): number[] => [
         ...get(O0), ...get(QB), ADD, ...set(OEND),
         ...ks(m).slice(1).flatMap((j) => [...get(A[j - 1]!), ...get(QB), ...get(ROWB), MUL, ADD, ...set(A[j]!)]),
         ...get(QB), ...i32c(4), MUL, ...set(QB),
-        ...whileLt(O, OEND, [...tile(n, m), ...bump(O, 1)]),
+        ...whileLt(O, OEND, [...tile(n, m, fma), ...bump(O, 1)]),
         // On to the rows after the m parts: O = o0 + mQ, where A[m-1] has run on to.
         ...get(O0), ...get(QB), ...i32c(2), SHR_U, ...i32c(m), MUL, ADD, ...set(O),
         ...get(A[m - 1]!), ...set(A[0]!),
       ]
     : []),
-  ...whileLt(O, O1, [...tile(n, 1), ...bump(O, 1)]),
+  ...whileLt(O, O1, [...tile(n, 1, fma), ...bump(O, 1)]),
 ];
 
 /** `then` when R + n <= rows, once. */
@@ -134,25 +134,26 @@ const ifRows = (n: number, then: number[]): number[] => [
  */
 const TILE = 3;
 
-const body: number[] = [
+const body = (fma: boolean): number[] => [
   ...get(IND), ...i32c(4), MUL, ...set(ROWB),
   ...i32c(0), ...set(R),
   // Tiles of TILE input rows while R + TILE <= rows.
   ...BLOCK,
   ...get(R), ...i32c(TILE), ADD, ...get(ROWS), GT_U, ...brIf(0),
   ...LOOP,
-  ...overO(TILE, 1),
+  ...overO(TILE, 1, fma),
   ...bump(R, TILE),
   ...get(R), ...i32c(TILE), ADD, ...get(ROWS), LE_U, ...brIf(0),
   END,
   END,
   // The one or two rows left, against two or four weight rows at a time.
-  ...ifRows(2, [...overO(2, 2), ...bump(R, 2)]),
-  ...ifRows(1, overO(1, 4)),
+  ...ifRows(2, [...overO(2, 2, fma), ...bump(R, 2)]),
+  ...ifRows(1, overO(1, 4, fma)),
   END,
 ];
 
 /** The function's type: seven i32 parameters, no result. */
 export const tabType = [0x60, ...vec(Array.from({ length: 7 }, () => [I32])), 0];
 
-export const tabCode = [...vec([[...u32(I32_LOCALS), I32], [...u32(V128_LOCALS), V128], [...u32(F64_LOCALS), F64]]), ...body];
+/** The function's code; `fma`: the products' adds fused (relaxed_madd: asm.ts exactMulAdd, the same sums). */
+export const tabCode = (fma: boolean): number[] => [...vec([[...u32(I32_LOCALS), I32], [...u32(V128_LOCALS), V128], [...u32(F64_LOCALS), F64]]), ...body(fma)];
