@@ -235,7 +235,7 @@ if (THREADS > 1) {
   console.log('| measure            | simd | batch | 1 thread | N threads | ratio |');
   console.log('|--------------------|------|-------|----------|-----------|-------|');
   for (const r of rows.filter((x) => x.threads === THREADS)) {
-    const base = rows.find((x) => x.threads === 1 && x.simd === r.simd && x.what === r.what && x.batch === r.batch)!;
+    const base = rows.find((x) => x.round === r.round && x.threads === 1 && x.simd === r.simd && x.what === r.what && x.batch === r.batch)!;
     console.log(
       `| ${r.what.padEnd(18)} | ${(r.simd ? 'on' : 'off').padStart(4)} | ${String(r.batch).padStart(5)} | ${base.wallTokPerS.toFixed(1).padStart(8)} | ${r.wallTokPerS.toFixed(1).padStart(9)} | ${(r.wallTokPerS / base.wallTokPerS).toFixed(2).padStart(4)}x |`,
     );
@@ -249,7 +249,7 @@ if (SIMD_MODES.length === 2) {
   console.log('| measure            | threads | batch | simd off | simd on | ratio |');
   console.log('|--------------------|---------|-------|----------|---------|-------|');
   for (const r of rows.filter((x) => x.simd)) {
-    const base = rows.find((x) => !x.simd && x.threads === r.threads && x.what === r.what && x.batch === r.batch)!;
+    const base = rows.find((x) => x.round === r.round && !x.simd && x.threads === r.threads && x.what === r.what && x.batch === r.batch)!;
     console.log(
       `| ${r.what.padEnd(18)} | ${String(r.threads).padStart(7)} | ${String(r.batch).padStart(5)} | ${base.wallTokPerS.toFixed(1).padStart(8)} | ${r.wallTokPerS.toFixed(1).padStart(7)} | ${(r.wallTokPerS / base.wallTokPerS).toFixed(2).padStart(4)}x |`,
     );

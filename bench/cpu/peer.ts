@@ -45,7 +45,7 @@ export function parseBatchedBench(jsonl: string, pl: number): number {
     const j = JSON.parse(line) as { pl: number; speed_tg: number };
     if (j.pl === pl) return j.speed_tg;
   }
-  throw new Error(`llama-batched-bench output has no line for ${pl} sequences`);
+  throw new Error(`llama-batched-bench output has no line for ${pl} sequences: ${JSON.stringify(jsonl.slice(0, 300))}`);
 }
 
 /** One round of the peer: pp + tg at batch 1 (llama-bench, 1 repetition), and tg at `batch` when asked. */
@@ -55,7 +55,10 @@ export function runPeer(llamaBench: string, gguf: string, o: PeerRun, batch?: nu
   const bench = parseLlamaBench(run(llamaBench, ['-m', gguf, '-p', String(o.prompt), '-n', String(o.gen), '-t', String(o.threads), '-r', '1', '-o', 'json']));
   const batched = join(dirname(llamaBench), 'llama-batched-bench');
   if (batch === undefined || batch <= 1 || !existsSync(batched)) return bench;
-  const out = run(batched, ['-m', gguf, '-c', String(batch * (o.prompt + o.gen) + 64), '-b', '2048', '-ub', '512', '-npp', String(o.prompt), '-ntg', String(o.gen),
-    '-npl', String(batch), '-t', String(o.threads), '-tb', String(o.threads), '--output-format', 'jsonl']);
+  const args = ['-m', gguf, '-c', String(batch * (o.prompt + o.gen) + 64), '-b', '2048', '-ub', '512', '-npp', String(o.prompt), '-ntg', String(o.gen),
+    '-npl', String(batch), '-t', String(o.threads), '-tb', String(o.threads), '--output-format', 'jsonl'];
+  // Once (2026-12-01) it exited 0 without its line, and the same command then ran fine: one more try before failing.
+  let out = run(batched, args);
+  if (!out.split('\n').some((l) => l.startsWith('{'))) out = run(batched, args);
   return { ...bench, tgBatch: { batch, tokS: parseBatchedBench(out, batch) } };
 }
