@@ -130,6 +130,30 @@ __device__ __forceinline__ void fp4x32_to_float(uint4 v, float* f) {
   }
 }
 
+// Word i (values 8i..8i+7) of a 16-byte MXFP4 load.
+__device__ __forceinline__ uint32_t word_of(uint4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// 8 E2M1 values (a word, low nibble first) times their E8M0 scale `s`: value x 2^(s - 127), exact (a power
+// of two times an E2M1 value; the fp16 values of fp4x32_to_float's trick are value x 2^-14, scaled by
+// 2^(s - 113) in one step while that is a float, s <= 240, else in two).
+__device__ __forceinline__ void fp4x8_scaled(uint32_t w, uint32_t s, float* f) {
+  const bool one = s <= 240u;
+  const float sc = __uint_as_float((one ? s + 14u : s) << 23), pre = one ? 1.f : 16384.f;
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    const uint32_t t = w >> (4 * k);
+    const uint32_t h = ((t & 0x00080008u) << 12) | ((t & 0x00070007u) << 9);
+    const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    if (one) {
+      f[k] = x.x * sc;
+      f[4 + k] = x.y * sc;
+    } else {
+      f[k] = (x.x * pre) * sc;
+      f[4 + k] = (x.y * pre) * sc;
+    }
+  }
+}
+
 // Eight float8_e4m3fn values (8 bytes, lowest first) widened to float (exact).
 __device__ __forceinline__ void fp8x8_to_float(uint2 v, float* f) {
   const uint32_t w[2] = {v.x, v.y};

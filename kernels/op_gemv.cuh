@@ -103,7 +103,8 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   const int KS = min(KC, K); // row stride in shared memory (K % 8 == 0)
   // U passes of 16 bytes per weight row a group, double-buffered: the next group's loads are in flight while
   // this one's products run, and a chunk's first group is issued before its inputs are staged.
-  constexpr int LOADS = B <= 2 ? 8 : (B <= 4 ? 4 : 2);
+  // MXFP4 carries 4x bf16's values a load: half the loads in flight keep the registers (and occupancy) up.
+  constexpr int LOADS = (B <= 2 ? 8 : (B <= 4 ? 4 : 2)) / (WF == WF_MXFP4 && B <= 4 ? 2 : 1);
   constexpr int U = LOADS / NW > 0 ? LOADS / NW : 1;
   uint4 u[U][NW];
   auto load = [&](uint4 (&dst)[U][NW], int k0, int c0, int chunks) {
@@ -135,7 +136,31 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
       for (int j = 0; j < U; j++) {
         const int c = c0 + 32 * j;
-        if (c < chunks) {
+        if (WF == WF_MXFP4 && c < chunks) {
+          // A word (8 values) of every row at a time, widened and scaled once (exact: a power of two times an
+          // E2M1 value), each input row's 8 values read from shared memory once for all NW rows.
+          uint32_t sc[NW];
+#pragma unroll
+          for (int r = 0; r < NW; r++) sc[r] = srow[r][(k0 >> 5) + c];
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            float w[NW][8];
+#pragma unroll
+            for (int r = 0; r < NW; r++) fp4x8_scaled(word_of(u[j][r], i), sc[r], w[r]);
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+              if (b < n) {
+                const float4 x0 = *reinterpret_cast<const float4*>(xs + b * KS + VPL * c + 8 * i);
+                const float4 x1 = *reinterpret_cast<const float4*>(xs + b * KS + VPL * c + 8 * i + 4);
+#pragma unroll
+                for (int r = 0; r < NW; r++) {
+                  acc[r][b] += w[r][0] * x0.x + w[r][1] * x0.y + w[r][2] * x0.z + w[r][3] * x0.w +
+                               w[r][4] * x1.x + w[r][5] * x1.y + w[r][6] * x1.z + w[r][7] * x1.w;
+                }
+              }
+            }
+          }
+        } else if (WF != WF_MXFP4 && c < chunks) {
 #pragma unroll
           for (int r = 0; r < NW; r++) {
             float w[WF == WF_BF16 ? 1 : VPL];
@@ -144,9 +169,6 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
               sc = reinterpret_cast<const float*>(srow[r])[(k0 + VPL * c) / p.s_cols];
               fp8x8_to_float(make_uint2(u[j][r].x, u[j][r].y), w);
               fp8x8_to_float(make_uint2(u[j][r].z, u[j][r].w), w + 8);
-            } else if (WF == WF_MXFP4) {
-              sc = e8m0_to_float(live[r] ? srow[r][(k0 >> 5) + c] : 0u);
-              fp4x32_to_float(u[j][r], w);
             }
 #pragma unroll
             for (int b = 0; b < B; b++) {

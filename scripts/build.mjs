@@ -16,6 +16,7 @@ const entries = [
   ['bench/gpu/decode.ts', 'dist/bench-gpu.mjs'],
   ['bench/gpu/profile.ts', 'dist/profile-gpu.mjs'],
   ['bench/gpu/real-size.ts', 'dist/bench-real.mjs'],
+  ['bench/gpu/cold-read.ts', 'dist/bench-cold-read.mjs'],
   ['bench/tiered/real.ts', 'dist/bench-tiered.mjs'],
 ];
 for (const [src, out] of entries) {
