@@ -123,11 +123,13 @@ async function runEngine(threads: number, simd: boolean, batch: number, steps: n
   const backend = newBackend(threads, simd);
   await backend.ready();
   const engine = createEngine(backend);
-  const reqs = Array.from({ length: batch }, (_, s) => ({
-    id: `r${s}`,
+  const requests = (tag: string, maxTokens: number) => Array.from({ length: batch }, (_, s) => ({
+    id: `${tag}${s}`,
     promptIds: prompt.slice(0, DECODE_CONTEXT).map((t) => (t + s) % V),
-    sampling: { temperature: 0, topP: 1, maxTokens: steps, ignoreEos: true },
+    sampling: { temperature: 0, topP: 1, maxTokens, ignoreEos: true },
   }));
+  await runToCompletion(engine, requests('warm', WARM_STEPS));
+  const reqs = requests('r', steps);
   const c0 = process.cpuUsage();
   const t0 = performance.now();
   const out = await runToCompletion(engine, reqs);
@@ -146,21 +148,14 @@ console.log(`machine: ${cores} cores (${cpus()[0]?.model ?? 'unknown cpu'}), nod
 console.log(`model: ${model.spec.name} (${values.model}), prefill ${prompt.length} tokens, ${STEPS} decode steps after ${DECODE_CONTEXT} prompt tokens, hot per layer ${placement?.hotPerLayer ?? model.spec.numExperts}`);
 
 /**
- * Runs the backend to warm the JIT (and, with threads, the workers), then disposes it. 128 steps a batch size: V8
- * tiers the wasm kernels up in the background, and a fresh process's first ~64 decode steps run at half speed.
+ * Untimed decode steps each measured backend (and each engine's backend) runs first. V8 tiers each thread's code up
+ * as it runs, and a pool's workers are fresh threads: a new 2-thread backend decoded batch 1 at ~750-950 tok/s over
+ * its first 256 steps, rising to a plateau of ~1,900-2,000 after ~1,300 (the same backend, 256-step reps, quiet
+ * machine), while one thread rose ~20%. So every row is timed after this many steps on the backend it times, as
+ * llama-bench times after its own warm-up run (rows before 2026-12-01b were timed on fresh backends after 128 steps
+ * on another one).
  */
-async function warm(threads: number, simd: boolean): Promise<void> {
-  for (const batch of [4, 1]) {
-    const b = newBackend(threads, simd);
-    await b.ready();
-    runBackend(b, batch, 128);
-    b.dispose();
-  }
-}
-for (const simd of SIMD_MODES) {
-  await warm(1, simd);
-  if (THREADS > 1) await warm(THREADS, simd);
-}
+const WARM_STEPS = 1024;
 
 interface Row {
   what: string;
@@ -185,6 +180,7 @@ for (round = 0; round < ROUNDS; round++) {
     for (const batch of [1, 4]) {
       const b = newBackend(threads, simd);
       await b.ready(); // workers started (a fresh backend's first steps would otherwise run on one thread)
+      runBackend(b, batch, WARM_STEPS);
       const r = runBackend(b, batch, STEPS);
       b.dispose();
       row('prefill (backend)', threads, simd, batch, batch * prompt.length, r.prefill);
