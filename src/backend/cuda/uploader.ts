@@ -10,7 +10,7 @@ import type { TensorSource } from '../../model/tensor-source.ts';
 import type { CudaDriver } from './driver.ts';
 import { ResourceScope } from './resource-scope.ts';
 import { readGrid, type ExpertSlice, type ProductWeights } from './device-weights.ts';
-import { fp8ScaleName, MXFP4_MAX_SCALE } from '../../model/quant-read.ts';
+import { badE8m0, firstBadE8m0, fp8ScaleName, MXFP4_MAX_SCALE } from '../../model/quant-read.ts';
 
 export interface UploadProgress {
   (done: number, total: number, what: string): void;
@@ -37,10 +37,10 @@ export interface CheckKernels {
 /** Bytes a value of each dtype the device keeps as stored. */
 const STORED: Record<string, number> = { BF16: 2, F8_E4M3: 1 };
 
-/** E8M0 scale bytes of an MXFP4 tensor: 255 is NaN, and over 252 overflows a weight (quant-read.ts's bound). */
-function checkE8m0(name: string, bytes: Uint8Array): void {
-  const bad = bytes.findIndex((b) => b > MXFP4_MAX_SCALE);
-  if (bad >= 0) throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} holds an MXFP4 scale of ${bytes[bad]} (expected at most ${MXFP4_MAX_SCALE}): the checkpoint is corrupt; nothing was served`);
+/** E8M0 scale bytes of an MXFP4 tensor at byte `at` of it: 255 is NaN, and over 252 overflows a weight (quant-read.ts's bound). */
+function checkE8m0(name: string, bytes: Uint8Array, at: number): void {
+  const bad = firstBadE8m0(bytes);
+  if (bad >= 0) throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} holds an MXFP4 scale of ${badE8m0(bytes[bad]!)} at byte ${at + bad} (expected at most ${MXFP4_MAX_SCALE}): the checkpoint is corrupt; nothing was served`);
 }
 
 export class TensorUploader {
@@ -147,7 +147,7 @@ export class TensorUploader {
     this.expectSlice(x);
     this.staged(x.bytes, dst, (into, off) => {
       this.source.read(x.name, into, x.offset + off);
-      if (x.check === 'e8m0') checkE8m0(x.name, into);
+      if (x.check === 'e8m0') checkE8m0(x.name, into, x.offset + off);
     });
     this.sliceLanded(x, dst);
   }
@@ -157,7 +157,7 @@ export class TensorUploader {
     if (host.byteLength !== x.bytes) throw new ResidencyError('INTERNAL', `sliceToHost: ${host.byteLength} bytes of room for ${x.bytes} of ${x.name}`);
     this.expectSlice(x);
     this.source.read(x.name, host, x.offset);
-    if (x.check === 'e8m0') checkE8m0(x.name, host);
+    if (x.check === 'e8m0') checkE8m0(x.name, host, x.offset);
     this.sliceLanded(x, devPtr);
   }
 
