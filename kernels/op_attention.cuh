@@ -1,8 +1,9 @@
 // Attention of the op path, for any mix of rows (decode rows of many sequences, or a prefill chunk of one):
 // qk_rope_kv normalizes and rotates q and k in place and writes this row's k and v into its sequence's KV
-// cache; attend then reads positions 0..pos of the row's cache (so a prefill chunk whose k/v were all written
-// first stays causal), a block per (row, kv head, split of the positions), online softmax in fp32, and
-// attend_merge combines the splits by log-sum-exp. KV cache per sequence: [L][cap][2][nkv*hd] fp32.
+// cache; attend then reads positions 0..pos of the row's cache (the last `window` of them on a sliding layer;
+// a prefill chunk whose k/v were all written first stays causal), a block per (row, kv head, split of the
+// positions), online softmax in fp32, and attend_merge combines the splits by log-sum-exp (with the head's
+// sink logit, gpt-oss). KV cache per sequence: [L][cap][2][nkv*hd] fp32.
 #pragma once
 #include "op_common.cuh"
 
@@ -17,6 +18,7 @@ struct AttnParams {
   float eps, mscale;
   int32_t window, pad;
 };
+static_assert(sizeof(AttnParams) == 48 && offsetof(AttnParams, eps) == 32 && offsetof(AttnParams, window) == 40, "AttnParams: layout.ts encodeAttn");
 
 // Rotate-half RoPE of one head vector (d values) at `pos`, by one warp, in place: angle = pos x inv_freq[i]
 // in float32, cos and sin times mscale (the CPU's tables: attention-ops.ts, family-attention.ts).

@@ -6,6 +6,7 @@
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include <cstddef>
 #include "common.cuh"
 
 // One matrix product of the step: y[out row][o] = epi(x[in row] . w[o]) for every row of every group.
@@ -46,7 +47,8 @@ struct GemmProblem {
   float* norm_out;
   float eps;
   int32_t pad2;
-  // WF_FP8 only: the dense matrix's scale grid (grouped: null, the grid sits in the bank row at s_off bytes).
+  // WF_FP8 / WF_MXFP4: the dense matrix's scales (float grid, or E8M0 bytes; grouped: null, they sit in the
+  // bank row at s_off bytes).
   const float* scales;
   long long s_off;
   int32_t s_rows, s_cols, s_ld, pad3;
@@ -55,6 +57,13 @@ struct GemmProblem {
   float limit, alpha;
   int32_t gu_interleave, pad4;
 };
+
+// layout.ts writes these bytes (GEMM_PROBLEM_BYTES and each field's offset): keep the two in step.
+static_assert(sizeof(GemmProblem) == 248, "GemmProblem: layout.ts GEMM_PROBLEM_BYTES");
+static_assert(offsetof(GemmProblem, row_bytes) == 112 && offsetof(GemmProblem, ldx) == 128 && offsetof(GemmProblem, norm_w) == 160, "GemmProblem: layout.ts encodeGemm");
+static_assert(offsetof(GemmProblem, scales) == 184 && offsetof(GemmProblem, s_rows) == 200, "GemmProblem: layout.ts encodeGemm (scales)");
+static_assert(offsetof(GemmProblem, bias) == 216 && offsetof(GemmProblem, b_off) == 224 && offsetof(GemmProblem, limit) == 232 &&
+              offsetof(GemmProblem, gu_interleave) == 240, "GemmProblem: layout.ts encodeGemm (biases, clamped SwiGLU)");
 
 enum { EPI_STORE = 0, EPI_ADD = 1, EPI_SWIGLU = 2 };
 // How the weights are stored: bf16 values, or float8_e4m3fn bytes with block scales.
@@ -84,7 +93,7 @@ __device__ __forceinline__ const uint8_t* group_weights(const GemmProblem& p, co
   return row ? row + p.w_off : static_cast<const uint8_t*>(p.w);
 }
 
-// The FP8 scale grid of group g (grouped) or the dense matrix.
+// The scales of group g (grouped) or the dense matrix: FP8's float grid, or MXFP4's E8M0 bytes (cast back).
 __device__ __forceinline__ const float* group_scales(const GemmProblem& p, const uint8_t* row) {
   return row ? reinterpret_cast<const float*>(row + p.s_off) : p.scales;
 }

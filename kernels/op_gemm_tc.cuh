@@ -1,5 +1,5 @@
 // Prefill and batched products on the tensor cores: bf16 mma.sync m16n8k16 with fp32 accumulation. The
-// weights are bf16 as stored, or block FP8 widened to bf16 (exactly) on their way to shared memory; each
+// weights are bf16 as stored, or block FP8 or MXFP4 widened to bf16 (exactly) on their way to shared memory; each
 // fp32 activation is split into two bf16 parts (hi = bf16(x), lo = bf16(x - hi)) and both are multiplied, so
 // the products keep ~16 bits of the activation (relative error ~1e-5 per product instead of bf16's ~4e-3):
 // the CPU spec's float32 results within the vs-CPU bar.
@@ -86,7 +86,7 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
   const uint8_t* brow = group_row(p, g);
   const uint8_t* W = group_weights(p, brow);
   // Bytes of k values of a weight row.
-  auto bytes_of = [](int k) -> size_t { return WF == WF_MXFP4 ? (size_t)k / 2 : (WF == WF_FP8 ? (size_t)k : 2 * (size_t)k); };
+  auto bytes_of = [](size_t k) -> size_t { return WF == WF_MXFP4 ? k / 2 : (WF == WF_FP8 ? k : 2 * k); };
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 1, wn = warp >> 1;
   const int K = p.K;
 

@@ -39,15 +39,15 @@ __device__ __forceinline__ void norm_staged(const GemmProblem& p, float* xs, int
   __syncthreads();
 }
 
-// A lane's dot of one 16-byte weight load with the staged inputs at x: bf16, 8 values; FP8, 16 values, and
-// MXFP4, 32, widened (exact) into w, the caller scaling the sum by their block's scale (the spec scales each
-// value first, float32(value x scale): the same products, rounded once less).
+// A lane's dot of one 16-byte weight load with the staged inputs at x: bf16, 8 values; FP8, 16 values
+// widened (exact) into w, the caller scaling the sum by their block's scale (the spec scales each value
+// first, float32(e4m3 x scale): the same products, rounded once less). MXFP4 has its own loop in gemv_body.
 template <int WF>
 __device__ __forceinline__ float dot_load(const uint4 u, const float* __restrict__ x, const float* w) {
   if (WF == WF_BF16) return dot8_bf16(u, x);
   float a = 0.f;
 #pragma unroll
-  for (int q = 0; q < (WF == WF_MXFP4 ? 8 : 4); q++) {
+  for (int q = 0; q < 4; q++) {
     const float4 xv = *reinterpret_cast<const float4*>(x + 4 * q);
     a += w[4 * q] * xv.x + w[4 * q + 1] * xv.y + w[4 * q + 2] * xv.z + w[4 * q + 3] * xv.w;
   }

@@ -1,4 +1,4 @@
-// Routing of the op path: each row's router logits -> softmax -> top-k (warp_route, the row path's own code:
+// Routing of the op path: each row's router logits -> top-k and weights (warp_route, the row path's own code:
 // same choices, same counting), then the step's picks grouped by expert, so each expert's weights are read
 // once per step however many rows picked it: groups (expert, its picks) in expert order, and for the tensor-
 // core path 64-row tiles of each group. Within a group the order of the picks is free (atomics): every row of
@@ -27,6 +27,7 @@ struct OpRoute {
   const int32_t* header; // [0] valid rows, [1] count flag
   int32_t T, E, K, LK, layer, mode; // mode: ROUTE_* (route.cuh)
 };
+static_assert(sizeof(OpRoute) == 80 && offsetof(OpRoute, T) == 56 && offsetof(OpRoute, mode) == 76, "OpRoute: layout.ts encodeRoute");
 
 // Row t's route (one warp); `lg` is E floats of shared scratch for it. With `se`/`sw` (shared, [T*K]) the
 // picks are also kept there for a grouping in the same block.

@@ -1,12 +1,13 @@
-// Route-and-split: router logits -> softmax -> top-k -> renormalize -> bank slots via the slot table ->
-// one relaxed atomic add per pick into the counter row (when counting). Run by one warp.
+// Route-and-split: router logits -> weights of the top-k -> bank slots via the slot table -> one relaxed
+// atomic add per pick into the counter row (when counting). Run by one warp.
 // Modes: softmax over all experts then top-k (Qwen3, Mixtral, OLMoE), renormalized over the k or not; or
 // top-k of the logits then softmax over the k (gpt-oss, its router bias already in the logits).
-enum { ROUTE_SOFTMAX = 0, ROUTE_SOFTMAX_RENORM = 1, ROUTE_TOPK_SOFTMAX = 2 };
 #pragma once
 #include "common.cuh"
 
-// `logits` (E values, shared memory, overwritten with probabilities) -> out_e/out_w/out_slot [K] (shared or
+enum { ROUTE_SOFTMAX = 0, ROUTE_SOFTMAX_RENORM = 1, ROUTE_TOPK_SOFTMAX = 2 };
+
+// `logits` (E values, shared memory; the softmax modes overwrite them with probabilities) -> out_e/out_w/out_slot [K] (shared or
 // global). Ties in probability go to the lower expert id (torch.topk). Top-k by rank: each lane counts the
 // experts that beat its own (independent shared-memory reads, no serial rounds of shuffles).
 __device__ __forceinline__ void warp_route(float* logits, int E, int K, int mode, const int32_t* __restrict__ slots,

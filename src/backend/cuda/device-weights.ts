@@ -19,7 +19,7 @@ export interface ProductWeights {
   readonly names: readonly string[];
   readonly partRows: readonly number[];
   readonly cols: number;
-  /** Stored bytes of the values (bf16: 2 a value, fp8: 1). */
+  /** Stored bytes of the values (bf16: 2 a value, fp8: 1, mxfp4: 1/2). */
   readonly dataBytes: number;
   /** fp8: the scale grid the kernels read; mxfp4: its scale bytes (sLd a row, one per 32 values). */
   readonly grid?: Fp8Grid;
@@ -128,8 +128,10 @@ export function expertRowLayout(source: TensorSource, spec: ModelSpec): ExpertRo
 function gptOssRowLayout(source: TensorSource, spec: ModelSpec): ExpertRowLayout {
   const { hiddenSize: H, expertIntermediate: I, numExperts: E } = spec;
   const n = gptOssNames(0);
+  // Shapes and the blocks' dtype were checked at load; biases stored other than bf16 are valid, just not kept so here.
   const want = (name: string, dtype: string, shape: readonly number[]): void => {
     const t = source.info(name);
+    if (dtype === 'BF16' && t.dtype !== dtype) throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend keeps gpt-oss's biases as stored bf16: tensor ${name} is ${t.dtype}; use --backend cpu`);
     if (t.dtype !== dtype || t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
       throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} is ${t.dtype} [${t.shape.join(', ')}]: expected ${dtype} [${shape.join(', ')}]`);
     }

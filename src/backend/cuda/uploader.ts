@@ -165,7 +165,9 @@ export class TensorUploader {
   private expectSlice(x: ExpertSlice): void {
     const t = this.source.info(x.name);
     const want = x.check === 'bf16' ? 'BF16' : 'U8';
-    if (t.dtype !== want) throw new ResidencyError('BAD_CHECKPOINT', `tensor ${x.name} is ${t.dtype}: expected ${want}`);
+    if (t.dtype === want) return;
+    if (want === 'BF16') throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend keeps gpt-oss's biases as stored bf16: tensor ${x.name} is ${t.dtype}; use --backend cpu`);
+    throw new ResidencyError('BAD_CHECKPOINT', `tensor ${x.name} is ${t.dtype}: expected ${want}`);
   }
 
   private sliceLanded(x: ExpertSlice, ptr: bigint): void {

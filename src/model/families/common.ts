@@ -87,9 +87,15 @@ export function yarnOf(type: string, p: Record<string, unknown>, maxPositions: n
     if (typeof v !== 'number' || !Number.isFinite(v)) throw badConfig(`field rope_parameters.${key}: expected a number (got ${JSON.stringify(v)})`);
     return v;
   };
-  const original = num('original_max_position_embeddings');
+  // Scales and lengths: a zero or negative one gives NaN or all-zero rotations, not an error further on.
+  const positive = (key: string): number | undefined => {
+    const v = num(key);
+    if (v !== undefined && !(v > 0)) throw badConfig(`field rope_parameters.${key}: expected a positive number (got ${v})`);
+    return v;
+  };
+  const original = positive('original_max_position_embeddings');
   if (original === undefined) throw badConfig('field rope_parameters.original_max_position_embeddings: YaRN needs it');
-  const factor = num('factor') ?? maxPositions / original;
+  const factor = positive('factor') ?? maxPositions / original;
   if (num('mscale') || num('mscale_all_dim')) {
     throw unsupported(type, 'rope_parameters.mscale', 'YaRN with mscale / mscale_all_dim is not supported');
   }
@@ -99,10 +105,10 @@ export function yarnOf(type: string, p: Record<string, unknown>, maxPositions: n
   return {
     factor,
     originalMaxPositions: original,
-    betaFast: num('beta_fast') || 32,
-    betaSlow: num('beta_slow') || 1,
+    betaFast: positive('beta_fast') || 32,
+    betaSlow: positive('beta_slow') || 1,
     truncate,
-    attentionFactor: num('attention_factor') ?? mscale(factor),
+    attentionFactor: positive('attention_factor') ?? mscale(factor),
   };
 }
 

@@ -99,6 +99,12 @@ describe('gpt_oss config', { skip: !have('gpt-oss-tiny-mxfp4') && 'no fixture' }
     assert.equal(s.rope?.yarn?.truncate, false);
     assert.ok(Math.abs(s.rope!.yarn!.attentionFactor - (0.1 * Math.log(32) + 1)) < 1e-12);
   });
+  for (const key of ['factor', 'attention_factor', 'original_max_position_embeddings', 'beta_fast']) {
+    it(`refuses a YaRN ${key} that is not positive (NaN or zero rotations otherwise)`, async () => {
+      const c = config('gpt-oss-tiny-mxfp4') as { rope_parameters: Record<string, unknown> };
+      await rejectsWith(() => parseConfig({ ...c, rope_parameters: { ...c.rope_parameters, [key]: 0 } }, 'g'), 'BAD_CONFIG', new RegExp(`field rope_parameters\\.${key}: expected a positive number \\(got 0\\)`));
+    });
+  }
   for (const [key, over] of [
     ['quantization_config', { quantization_config: null }],
     ['layer_types.1', { layer_types: ['sliding_attention', 'chunked_attention', 'sliding_attention', 'full_attention'] }],
