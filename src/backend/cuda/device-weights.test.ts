@@ -1,6 +1,8 @@
 // Weights on the device as stored: the FP8 scale grids the kernels read, the experts' bank rows, and the
 // bytes the memory plan counts (bf16 vs block FP8 at Qwen3-30B-A3B shapes), without a GPU.
 import { describe, it } from 'node:test';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { parseConfig } from '../../model/config.ts';
 import { syntheticConfig } from '../../model/synthetic.ts';
@@ -65,6 +67,29 @@ describe('weights on the device as stored', () => {
     const hb = fits(bf16, wb), hf = fits(fp8, wf);
     assert.ok(hb > 0 && hb < 128, `bf16 hot ${hb}`);
     assert.ok(hf >= 2 * hb - 1, `fp8 hot ${hf} vs bf16 ${hb}`);
+  });
+  it('gpt-oss-120b shapes, MXFP4 experts: a bank row is the stored blocks, scales and biases; the same budget holds ~3.7x the experts of bf16 rows', (t) => {
+    const fx = JSON.parse(readFileSync(join(process.cwd(), '..', 'shared', 'fixtures', 'gpt-oss-tiny-mxfp4', 'config.json'), 'utf8')) as Record<string, unknown>;
+    const g = parseConfig({
+      ...fx, vocab_size: 8192, hidden_size: 2880, intermediate_size: 2880, num_hidden_layers: 36, num_attention_heads: 64, num_key_value_heads: 8,
+      head_dim: 64, num_local_experts: 128, num_experts_per_tok: 4, sliding_window: 128, max_position_embeddings: 131072,
+      layer_types: Array.from({ length: 36 }, (_, l) => (l % 2 ? 'full_attention' : 'sliding_attention')),
+    }, 'g120');
+    const src = headerSource(g, (n) => (/_(blocks|scales)$/.test(n) ? 'U8' : 'BF16'));
+    const row = expertRowLayout(src, g);
+    const H = 2880, I = 2880;
+    assert.equal(row.format, 'mxfp4');
+    assert.equal(row.bytes, I * H + (H * I) / 2 + (2 * I * H) / 32 + (H * I) / 32 + 2 * 2 * I + 2 * H); // 12.62 MiB
+    const w = deviceWeightBytes(src, g);
+    // The experts as stored: 36 x 128 x 12.62 MiB = 61.0 GB, the bulk of the real checkpoint's ~61 GiB.
+    assert.ok(Math.abs(36 * 128 * w.expertRow - 61.0e9) < 0.1e9, `${36 * 128 * w.expertRow}`);
+    const bf16Row = 3 * I * H * 2;
+    assert.ok(bf16Row / row.bytes > 3.7 && bf16Row / row.bytes < 3.8);
+    const fits = (expertRow: number) => hotExpertsThatFit(128, (h) => memoryNeeds(g, h + 2, 2048, 32, { ...w, expertRow }), 40 * 2 ** 30, 0.9, 4096, 8).hot;
+    const hb = fits(bf16Row), hm = fits(row.bytes);
+    assert.ok(hb > 0 && hm < 128, `bf16 rows ${hb} hot, MXFP4 ${hm}`);
+    assert.ok(hm >= 3.6 * hb, `MXFP4 hot ${hm} vs bf16 rows ${hb}`);
+    t.diagnostic(`a 40 GiB device at 0.9: ${hb} bf16 rows or ${hm} MXFP4 rows per layer hot (36 layers)`);
   });
   it('refuses what the kernels cannot read, naming the tensor', () => {
     const fp8 = q30(1, QUANT);
