@@ -1,5 +1,5 @@
 // Weights on the device as stored: the FP8 scale grids the kernels read, the experts' bank rows, and the
-// bytes the memory plan counts (bf16 vs block FP8 at Qwen3-30B-A3B shapes), without a GPU.
+// bytes the memory plan counts (bf16 vs block FP8 at Qwen3-30B-A3B shapes, MXFP4 at gpt-oss-120b's), without a GPU.
 import { describe, it } from 'node:test';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
