@@ -10,11 +10,11 @@ set -u
 OUT=${OUT:-out/real}; mkdir -p "$OUT"
 STAGES=${*:-q2 q2f mx2 g2 fixtures}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-make() { local out=${*: -1}; python3 .gpu/make-checkpoint.py "$@" > "/tmp/mk-$(basename "$out").log" 2>&1 || echo "make-checkpoint $* failed" | tee -a "$OUT/summary.txt"; }
-has q2 && make --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 &
-has q2f && make --preset qwen3-30b-a3b --layers 2 --format fp8 --out /tmp/q2f &
-has mx2 && make --preset mixtral-8x7b --layers 2 --out /tmp/mx2 &
-has g2 && make --preset gpt-oss-120b --layers 2 --format mxfp4 --out /tmp/g2 &
+checkpoint() { local out=${*: -1}; python3 .gpu/make-checkpoint.py "$@" > "/tmp/mk-$(basename "$out").log" 2>&1 || echo "make-checkpoint $* failed" | tee -a "$OUT/summary.txt"; }
+has q2 && checkpoint --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 &
+has q2f && checkpoint --preset qwen3-30b-a3b --layers 2 --format fp8 --out /tmp/q2f &
+has mx2 && checkpoint --preset mixtral-8x7b --layers 2 --out /tmp/mx2 &
+has g2 && checkpoint --preset gpt-oss-120b --layers 2 --format mxfp4 --out /tmp/g2 &
 wait
 if has fixtures; then
   FIX=$(ls -d .gpu/*-tiny* 2>/dev/null | paste -sd, -)
