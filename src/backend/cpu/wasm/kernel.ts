@@ -11,7 +11,7 @@ import type { TabStage } from './stage.ts';
 /** linalg.ts `linearRows` and the attention sums over byte addresses in the kernel's memory. */
 export interface SimdKernel {
   /**
-   * tile-code.ts `linear_tab`: for r < rows, o in [o0, o1): f32 at (yTab[r] + 4o) = dot(weight row o at w, the
+   * tile-code.ts `linear_tab` (`linear_tab1` when rows is 1): for r < rows, o in [o0, o1): f32 at (yTab[r] + 4o) = dot(weight row o at w, the
    * float64 row at xTab[r], inDim); yTab and xTab address i32 tables of byte addresses (stage.ts fills them).
    * Output rows go in blocks whose weights fit L2, so every input tile reuses a block from cache.
    */
@@ -85,6 +85,7 @@ export function simdKernel(memory: WasmMemory, fma = simdFma()): SimdKernel {
   }
   const inst = new wasmApi!.Instance(compiled[v]!, { env: { memory } });
   const tab = inst.exports.linear_tab as (...a: number[]) => void;
+  const tab1 = inst.exports.linear_tab1 as (...a: number[]) => void;
   const scores = inst.exports.attn_scores as (...a: number[]) => void;
   const wsum = inst.exports.attn_wsum as (...a: number[]) => void;
   const combine = inst.exports.combine as (...a: number[]) => void;
@@ -93,7 +94,8 @@ export function simdKernel(memory: WasmMemory, fma = simdFma()): SimdKernel {
     linearAt: (yTab, w, xTab, rows, inDim, o0, o1) => {
       calls++;
       const step = Math.max(1, Math.floor(BLOCK_BYTES / (4 * inDim)));
-      for (let o = o0; o < o1; o += step) tab(yTab, w, xTab, rows, inDim, o, Math.min(o1, o + step));
+      const f = rows === 1 ? tab1 : tab;
+      for (let o = o0; o < o1; o += step) f(yTab, w, xTab, rows, inDim, o, Math.min(o1, o + step));
     },
     scoresAt: (out, q, k, kStride, d, count) => {
       calls++;

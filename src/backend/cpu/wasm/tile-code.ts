@@ -6,10 +6,12 @@
 //     f32 at (yTab[r] + 4*o) = dot(w[o*inDim..), x_r, inDim) with x_r the float64 row at xTab[r].
 // Every sum is linalg.ts `dot`'s: lanes (s0, s1) and (s2, s3) of float64 products (exact: float32 * float32 fits
 // a float64), the scalar tail on s0, s0 + s1 + (s2 + s3), one float32 rounding on store. Speed: tiles of n input
-// rows by m weight rows (3 x 1 while three or more rows are left, then 2 x 2 or 1 x 4), each promoted weight
-// pair serving the tile's n inputs and each input pair its m weight rows, with 2nm independent sums in flight
-// (one row against one weight row at a time left the sums waiting on their own adds). A tile's m weight rows
-// are a quarter (a half) of the block apart, each cursor running on through its part of the block row after
+// rows by m weight rows, 2 x 2 while two or more rows are left and 1 x 4 for the last one (linear_tab1 when it is
+// the only one), each promoted weight pair serving the tile's n inputs and each input pair its m weight rows: eight
+// independent sums in flight, as many as two fused multiply-adds a cycle of four cycles' latency keep busy (3 x 1
+// kept six, with 1.33 loads a multiply-add against 2 x 2's one: 2 x 2 ran 1.1-1.25x at three or more rows in a loop
+// of each; one row against one weight row at a time left the sums waiting on their own adds). A tile's m weight
+// rows are a half (a quarter) of the block apart, each cursor running on through its part of the block row after
 // row, so the weights stream as m long sequential reads the prefetcher follows (m adjacent rows made m streams
 // of one row each: loads missed, and the whole step ran slower). Input rows outside and weight rows inside, so
 // the tile's inputs stay in L1 while the weight rows stream (callers keep [o0, o1) to a block that fits L2:
@@ -17,7 +19,7 @@
 import { ADD, AND, DIV_U, SHR_U, SUB, GT_U, LE_U, BLOCK, EQZ, END, F64_ZERO2, FADD, FMUL, LOOP, LT_U, MUL, PROMOTE, PROMOTE_LOW, DEMOTE, exactMulAdd, brIf, f32Load, f32StoreAt, f64Load, get, i32c, i32LoadAt, lane, load64Zero, set, v128LoadAt, u32, I32, F64, V128, vec } from './asm.ts';
 
 /** Most input rows and weight rows of a tile (n * m <= 4: eight v128 sums). */
-const MAX_N = 3;
+const MAX_N = 2;
 const MAX_M = 4;
 const MAX_SUMS = 8;
 
@@ -25,7 +27,7 @@ const MAX_SUMS = 8;
 const [YT, W, XT, ROWS, IND, O0, O1] = [0, 1, 2, 3, 4, 5, 6];
 // i32 locals.
 const [R, O, AEND, TEND, ROWB, YA, OEND, QB] = [7, 8, 9, 10, 11, 12, 13, 14];
-const B = [15, 16, 17]; // input cursors of the tile's rows
+const B = [15, 16]; // input cursors of the tile's rows (local 17 spare)
 const A = [18, 19, 20, 21]; // weight cursors of the tile's weight rows (each runs on to its next row)
 const I32_LOCALS = 15;
 // v128 locals: sums (s0, s1) at ACC[2s] and (s2, s3) at ACC[2s+1] of sum s = k*m + j; promoted weight pairs WP[2j],
@@ -128,26 +130,19 @@ const ifRows = (n: number, then: number[]): number[] => [
   ...BLOCK, ...get(R), ...i32c(n), ADD, ...get(ROWS), GT_U, ...brIf(0), ...then, END,
 ];
 
-/**
- * Input rows per pass over a weight row while three or more are left. Four spilled an accumulator in V8's x64 code
- * (a store-forwarding chain each pass: slower than two); two and three ran alike.
- */
-const TILE = 3;
-
 const body = (fma: boolean): number[] => [
   ...get(IND), ...i32c(4), MUL, ...set(ROWB),
   ...i32c(0), ...set(R),
-  // Tiles of TILE input rows while R + TILE <= rows.
+  // 2 x 2 tiles while R + 2 <= rows.
   ...BLOCK,
-  ...get(R), ...i32c(TILE), ADD, ...get(ROWS), GT_U, ...brIf(0),
+  ...get(R), ...i32c(2), ADD, ...get(ROWS), GT_U, ...brIf(0),
   ...LOOP,
-  ...overO(TILE, 1, fma),
-  ...bump(R, TILE),
-  ...get(R), ...i32c(TILE), ADD, ...get(ROWS), LE_U, ...brIf(0),
+  ...overO(2, 2, fma),
+  ...bump(R, 2),
+  ...get(R), ...i32c(2), ADD, ...get(ROWS), LE_U, ...brIf(0),
   END,
   END,
-  // The one or two rows left, against two or four weight rows at a time.
-  ...ifRows(2, [...overO(2, 2, fma), ...bump(R, 2)]),
+  // The last row when rows is odd, against four weight rows at a time.
   ...ifRows(1, overO(1, 4, fma)),
   END,
 ];
@@ -157,3 +152,11 @@ export const tabType = [0x60, ...vec(Array.from({ length: 7 }, () => [I32])), 0]
 
 /** The function's code; `fma`: the products' adds fused (relaxed_madd: asm.ts exactMulAdd, the same sums). */
 export const tabCode = (fma: boolean): number[] => [...vec([[...u32(I32_LOCALS), I32], [...u32(V128_LOCALS), V128], [...u32(F64_LOCALS), F64]]), ...body(fma)];
+
+/**
+ * linear_tab1: the same for one input row (rows must be 1: kernel.ts calls it for decode's one-row steps). Its own
+ * function so that its code is compiled alone: inside linear_tab the one-row tiles ran ~0.94x once the other tiles
+ * changed (V8 allocates registers over the whole function).
+ */
+export const tab1Code = (fma: boolean): number[] => [...vec([[...u32(I32_LOCALS), I32], [...u32(V128_LOCALS), V128], [...u32(F64_LOCALS), F64]]),
+  ...get(IND), ...i32c(4), MUL, ...set(ROWB), ...i32c(0), ...set(R), ...overO(1, 4, fma), END];
