@@ -1,18 +1,18 @@
 // The CUDA backend at real shapes (the op path): one kernel per op over every SM, each expert's rows read
 // once per step, a prefill chunk run as one batch (tensor-core products), decode pieces of <= 16 rows replayed
-// as CUDA graphs keyed by (bucket, attention splits). Weights stay as stored (bf16, or block FP8 with its
-// scales: device-weights.ts), streamed from the shards;
+// as CUDA graphs keyed by (bucket, attention splits). Weights stay as stored (bf16, block FP8 with its
+// scales, or MXFP4 experts: device-weights.ts; the non-expert ones uploaded by resident-weights.ts), streamed
+// from the shards;
 // activations and the KV cache are fp32 (the CPU spec's numbers within the vs-CPU bar). Memory is planned
 // from --gpu-memory-utilization and --max-model-len before anything is allocated.
 import { ResidencyError } from '../../../errors.ts';
 import type { Backend, SequenceChunk, StepInput, StepOutput } from '../../backend.ts';
 import type { ModelSpec } from '../../../model/spec.ts';
 import type { TensorSource } from '../../../model/tensor-source.ts';
-import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames, moeTensorNames } from '../../../model/architecture.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
 import { CudaExpertBanks, DEFAULT_SPARE_ROWS } from '../banks.ts';
-import { align16, attentionProducts, deviceWeightBytes, expertRowLayout, layerExtras, productBytes, type ExpertRowLayout, type ProductWeights, type WeightFormat } from '../device-weights.ts';
-import { ropeFrequencies } from '../../cpu/family-attention.ts';
+import { deviceWeightBytes, expertRowLayout, type ExpertRowLayout, type ProductWeights, type WeightFormat } from '../device-weights.ts';
+import { uploadResidentWeights, type LayerDev } from './resident-weights.ts';
 import type { CudaDriver, KernelArg } from '../driver.ts';
 import { OP_PATH_GROUPS, loadKernelModules, type AttendHeadDim, type KernelName, type WeightInfix } from '../kernels.ts';
 import { ResourceScope, type ReleaseFailureSink } from '../resource-scope.ts';
@@ -53,15 +53,6 @@ export interface OpBackendOptions {
   readonly copiesInFlight?: number;
 }
 
-/** A dense product on the device: its values, its scale grid (fp8), and how they are stored. */
-interface DenseDev { w: bigint; grid: bigint; p: ProductWeights }
-
-interface LayerDev {
-  inNorm: bigint; qkv: DenseDev; o: DenseDev; qNorm: bigint; kNorm: bigint; postNorm: bigint; router: bigint;
-  /** gpt-oss (0n: none): q | k | v and o biases, a sink logit per head, the router's bias; and the sliding window (0: full). */
-  qkvBias: bigint; oBias: bigint; sinks: bigint; routerBias: bigint; window: number;
-}
-
 /** The kernel arguments of a product's FP8 scale grid (none for bf16). */
 function gridArgs(p: ProductWeights): Pick<GemmArgs, 'sRows' | 'sCols' | 'sLd'> {
   return p.grid ? { sRows: p.grid.sRows, sCols: p.grid.sCols, sLd: p.grid.sLd } : {};
@@ -85,7 +76,7 @@ export class CudaOpBackend implements Backend {
   useGraphs: boolean;
   private readonly fns = new Map<KernelName, bigint>();
   private readonly scope: ResourceScope;
-  private readonly layers: LayerDev[] = [];
+  private readonly layers: LayerDev[];
   private readonly embed: bigint;
   private readonly lmHead: bigint;
   private readonly finalNorm: bigint;
@@ -181,48 +172,13 @@ export class CudaOpBackend implements Backend {
         ...(placement ? { placement } : {}), ...(opts.spareRows !== undefined ? { spareRows: opts.spareRows } : {}),
         ...(opts.copiesInFlight !== undefined ? { copiesInFlight: opts.copiesInFlight } : {}), ...(opts.onReleaseFailure ? { onReleaseFailure: opts.onReleaseFailure } : {}),
       }), 'expert banks', (b) => b.dispose());
-      const up = (name: string): bigint => {
-        const p = this.alloc(uploader.expectBf16(name), name);
-        uploader.toDevice(name, p);
-        return p;
-      };
-      this.embed = up(EMBED);
-      // A dense product: its stacked matrices' values, then (fp8) its scale grid 16-byte aligned after them.
-      const dense = (p: ProductWeights, what: string): DenseDev => {
-        const w = this.alloc(productBytes(p), what);
-        const grid = p.grid ? w + BigInt(align16(p.dataBytes)) : 0n;
-        uploader.productToDevice(p, w, grid);
-        return { w, grid, p };
-      };
-      // Several bf16 tensors back to back in one allocation (q | k | v biases).
-      const upConcat = (names: readonly string[], what: string): bigint => {
-        if (names.length === 0) return 0n;
-        const sizes = names.map((name) => uploader.expectBf16(name));
-        const p = this.alloc(sizes.reduce((a, b) => a + b, 0), what);
-        let at = 0;
-        names.forEach((name, i) => { uploader.toDevice(name, p + BigInt(at), sizes[i]); at += sizes[i]!; });
-        return p;
-      };
-      const opt = (name: string | undefined): bigint => (name === undefined ? 0n : up(name));
-      for (let l = 0; l < L; l++) {
-        const n = layerTensorNames(l);
-        const a = attentionProducts(source, s, l);
-        const qkv = dense(a.qkv, `qkv layer ${l}`);
-        // Families without q/k norms (mixtral, gpt-oss): null norm weights, which the attention kernels skip.
-        const qk = s.qkNorm === 'none' ? { qNorm: 0n, kNorm: 0n } : { qNorm: up(n.qNorm), kNorm: up(n.kNorm) };
-        const x = layerExtras(s, l);
-        this.layers.push({
-          inNorm: up(n.inputNorm), qkv, o: dense(a.o, `o_proj layer ${l}`), ...qk, postNorm: up(n.postAttnNorm), router: up(moeTensorNames(s, l).router),
-          qkvBias: upConcat(x.qkvBias, `q/k/v biases layer ${l}`), oBias: opt(x.oBias), sinks: opt(x.sinks), routerBias: opt(x.routerBias),
-          window: s.slidingWindows?.[l] ?? 0,
-        });
-      }
-      const rope = ropeFrequencies(s);
-      this.invFreq = this.alloc(4 * rope.invFreq.length, 'RoPE frequencies');
-      d.htod(this.invFreq, new Uint8Array(rope.invFreq.buffer, rope.invFreq.byteOffset, rope.invFreq.byteLength));
-      this.ropeScale = rope.scale;
-      this.finalNorm = up(FINAL_NORM);
-      this.lmHead = s.tieWordEmbeddings ? this.embed : up(LM_HEAD);
+      const w = uploadResidentWeights(d, s, source, uploader, (bytes, what) => this.alloc(bytes, what));
+      this.embed = w.embed;
+      this.finalNorm = w.finalNorm;
+      this.lmHead = w.lmHead;
+      this.layers = w.layers;
+      this.invFreq = w.invFreq;
+      this.ropeScale = w.ropeScale;
       this.counterDev = this.alloc(4 * L * E, 'counter table');
       d.memsetD8(this.counterDev, 0, 4 * L * E);
 
