@@ -5,7 +5,8 @@
 # 128-expert ones, the tiered moves test; and the family fixtures carried in .gpu/ (FAMILY_FIXTURES) against
 # their parity.json. Each stage has its own time limit; logs and a summary in $OUT.
 #   source .gpu/boot.sh && bash test/gpu/real-run.sh [stage ...]   (stages: q2 q2f mx2 g2 fixtures; default all;
-#   about 8 minutes on the H200 for all)
+#   on the H200 `q2 q2f mx2` took 3.2 minutes and `fixtures g2 q2 q2f` 4.5). Run nothing else that makes
+#   checkpoints beside it: after two concurrent make-checkpoint runs, node once failed to exec (ENOENT).
 set -u
 OUT=${OUT:-out/real}; mkdir -p "$OUT"
 STAGES=${*:-q2 q2f mx2 g2 fixtures}
