@@ -94,3 +94,13 @@ export const v128LoadAt = (off: number): number[] => [0xfd, 0x00, 3, ...u32(off)
 export const v128StoreAt = (off: number): number[] => [0xfd, 0x0b, 3, ...u32(off)];
 export const SPLAT = simd(0x14); // f64x2.splat
 export const AND = 0x71;
+
+/** `while (cur < end) body` over i32 locals (unsigned compare; body must advance cur). */
+export const whileLt = (cur: number, end: number, body: number[]): number[] => [
+  ...BLOCK, ...get(cur), ...get(end), LT_U, EQZ, ...brIf(0),
+  ...LOOP, ...body, ...get(cur), ...get(end), LT_U, ...brIf(0), END,
+  END,
+];
+
+/** i32 local l += n. */
+export const bump = (l: number, n: number): number[] => [...get(l), ...i32c(n), ADD, ...set(l)];

@@ -8,17 +8,9 @@
 // blocks of 8 elements held in registers over all positions; neither changes any sum's order.
 import {
   ADD, AND, BLOCK, EQZ, END, F64_ZERO2, FADD, FMUL, LOOP, LT_U, MUL, PROMOTE, PROMOTE_LOW, SPLAT, VADD, VMUL,
-  exactMulAdd, brIf, f32Load, f64Load, f64Store, f64StoreAt, get, i32c, lane, load64Zero, set, tee, v128Load, v128LoadAt, v128Store, v128StoreAt, u32, I32, F64, V128, vec,
+  exactMulAdd, brIf, f32Load, f64Load, f64Store, f64StoreAt, get, i32c, lane, load64Zero, set, tee, v128Load,
+  v128LoadAt, v128Store, v128StoreAt, u32, I32, F64, V128, vec, whileLt, bump,
 } from './asm.ts';
-
-/** Loop `body` while local `cur` < local `end` (tested before the first pass). */
-const whileLt = (cur: number, end: number, body: number[]): number[] => [
-  ...BLOCK, ...get(cur), ...get(end), LT_U, EQZ, ...brIf(0),
-  ...LOOP, ...body, ...get(cur), ...get(end), LT_U, ...brIf(0), END,
-  END,
-];
-
-const bump = (l: number, n: number): number[] => [...get(l), ...i32c(n), ADD, ...set(l)];
 
 // attn_scores: params OUT Q K KS D N; locals.
 const [OUT, Q, K, KS, D, N] = [0, 1, 2, 3, 4, 5];

@@ -3,7 +3,10 @@
 // The float32 products are `Math.fround(w * p)` (a float32 multiply rounds the exact product once, as fround of the
 // float64 product does: a float32 product fits a float64 exactly), the sums float64 from 0 in k order, two outputs a
 // lane pair (f32x4 products of a splatted weight and a float pair, promoted), an odd last output scalar.
-import { ADD, BLOCK, DEMOTE, END, EQZ, F64_ZERO2, FADD, LOOP, LT_U, MUL, PROMOTE, PROMOTE_LOW, VADD, brIf, f32Load, f32Store, f32StoreAt, get, i32c, lane, load64Zero, set, simd, u32, I32, F64, V128, vec } from './asm.ts';
+import {
+  ADD, BLOCK, DEMOTE, END, EQZ, F64_ZERO2, FADD, LOOP, LT_U, MUL, PROMOTE, PROMOTE_LOW, VADD, brIf, f32Load,
+  f32Store, f32StoreAt, get, i32c, lane, load64Zero, set, simd, u32, I32, F64, V128, vec, whileLt, bump,
+} from './asm.ts';
 
 const [OUT, W, PICK, TOKENS, K, H] = [0, 1, 2, 3, 4, 5];
 const [T, O, KK, OA, WA, PA, C, WC, HB] = [6, 7, 8, 9, 10, 11, 12, 13, 14]; // i32
@@ -14,12 +17,6 @@ const F32X4_SPLAT = simd(0x13);
 const F32X4_MUL = simd(0xe6);
 const F32_MUL = 0x94;
 
-const whileLt = (cur: number, end: number, body: number[]): number[] => [
-  ...BLOCK, ...get(cur), ...get(end), LT_U, EQZ, ...brIf(0),
-  ...LOOP, ...body, ...get(cur), ...get(end), LT_U, ...brIf(0), END,
-  END,
-];
-const bump = (l: number, n: number): number[] => [...get(l), ...i32c(n), ADD, ...set(l)];
 const bumpBy = (l: number, by: number): number[] => [...get(l), ...get(by), ADD, ...set(l)];
 
 /** Over k < K from C = PA + o*4 and WC = WA: `step`, then C += H*4, WC += 4. */

@@ -5,20 +5,13 @@
 // gu rows are 2*inter float32 and act rows inter float64: both 8*inter bytes. exp is exp-code.ts's (Math.exp's
 // steps); the division in float64 and each rounding as `silu` and `Math.fround` do (a float32 multiply rounds the
 // exact product once, as fround of the float64 product of two float32 values does).
-import { ADD, BLOCK, DEMOTE, END, EQZ, LOOP, LT_U, MUL, PROMOTE, brIf, f32Load, get, i32c, set, u32, I32, vec } from './asm.ts';
+import { ADD, DEMOTE, END, MUL, PROMOTE, f32Load, get, i32c, set, u32, I32, vec, whileLt, bump } from './asm.ts';
 import { f64c } from './exp-code.ts';
 
 const [ACT, GU, COUNT, INTER] = [0, 1, 2, 3];
 const [G, A, GEND, UP, ROWEND] = [4, 5, 6, 7, 8]; // i32
 const [FNEG, FADD, FDIV, F32_MUL, CALL] = [0x9a, 0xa0, 0xa3, 0x94, 0x10];
 const f64StoreAt0 = [0x39, 3, 0];
-
-const whileLt = (cur: number, end: number, body: number[]): number[] => [
-  ...BLOCK, ...get(cur), ...get(end), LT_U, EQZ, ...brIf(0),
-  ...LOOP, ...body, ...get(cur), ...get(end), LT_U, ...brIf(0), END,
-  END,
-];
-const bump = (l: number, n: number): number[] => [...get(l), ...i32c(n), ADD, ...set(l)];
 
 /** The body, calling exp as function `expIndex` of the module. */
 export function swigluCode(expIndex: number): number[] {

@@ -16,7 +16,11 @@
 // of one row each: loads missed, and the whole step ran slower). Input rows outside and weight rows inside, so
 // the tile's inputs stay in L1 while the weight rows stream (callers keep [o0, o1) to a block that fits L2:
 // kernel.ts).
-import { ADD, AND, DIV_U, SHR_U, SUB, GT_U, LE_U, BLOCK, EQZ, END, F64_ZERO2, FADD, FMUL, LOOP, LT_U, MUL, PROMOTE, PROMOTE_LOW, DEMOTE, exactMulAdd, brIf, f32Load, f32StoreAt, f64Load, get, i32c, i32LoadAt, lane, load64Zero, set, v128LoadAt, u32, I32, F64, V128, vec } from './asm.ts';
+import {
+  ADD, AND, DIV_U, SHR_U, SUB, GT_U, LE_U, BLOCK, END, F64_ZERO2, FADD, FMUL, LOOP, MUL, PROMOTE, PROMOTE_LOW,
+  DEMOTE, exactMulAdd, brIf, f32Load, f32StoreAt, f64Load, get, i32c, i32LoadAt, lane, load64Zero, set, v128LoadAt,
+  u32, I32, F64, V128, vec, whileLt, bump,
+} from './asm.ts';
 
 /** Most input rows and weight rows of a tile (n * m <= 4: eight v128 sums). */
 const MAX_N = 2;
@@ -41,12 +45,6 @@ const S = Array.from({ length: MAX_SUMS }, (_, i) => 48 + i);
 const WS = Array.from({ length: MAX_M }, (_, i) => 56 + i);
 const F64_LOCALS = 12;
 
-const whileLt = (cur: number, end: number, body: number[]): number[] => [
-  ...BLOCK, ...get(cur), ...get(end), LT_U, EQZ, ...brIf(0),
-  ...LOOP, ...body, ...get(cur), ...get(end), LT_U, ...brIf(0), END,
-  END,
-];
-const bump = (l: number, n: number): number[] => [...get(l), ...i32c(n), ADD, ...set(l)];
 const ks = (n: number): number[] => Array.from({ length: n }, (_, k) => k);
 
 /**
