@@ -59,11 +59,7 @@ describe('qwen3-moe-fp8-tiny', { skip: !existsSync(FP8) && 'no fixture' }, () =>
 
   it('CUDA op path (fake driver): experts banked as stored, e4m3 bytes then scale grids; FP8 kernels for the FP8 products only', async () => {
     const m = await loadModelFor(FP8, 'cuda');
-    const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-fp8-'));
-    for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');
-    const d = new FakeCudaDriver();
-    const be = new CudaOpBackend(d, m.spec, m.tensors, { kernelDir, placement: { hotPerLayer: 12 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
-    try {
+    await withFakeOpBackend(m, (be, d) => {
       const { hiddenSize: H, expertIntermediate: I } = m.spec;
       const row = be.rowLayout;
       assert.equal(row.format, 'fp8');
@@ -78,18 +74,10 @@ describe('qwen3-moe-fp8-tiny', { skip: !existsSync(FP8) && 'no fixture' }, () =>
       const grid = new Float32Array(host.slice(row.gateUpGridAt, row.gateUpGridAt + 4 * 8).buffer);
       assert.deepEqual(Array.from(grid.subarray(0, 4)), Array.from(new Float32Array(read(`${n}.gate_proj.weight_scale_inv`).buffer)));
       assert.deepEqual(Array.from(grid.subarray(4, 8)), Array.from(new Float32Array(read(`${n}.up_proj.weight_scale_inv`).buffer)));
-      be.openSequence(0, 32);
-      d.launches.length = 0;
-      be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 0 }], count: true }); // a prefill piece: tensor cores
-      be.forward({ chunks: [{ seq: 0, tokens: [4], startPos: 20 }], count: true }); // decode: gemv
-      const names = new Set(d.launches.map((x) => x.name));
+      const names = stepKernels(be, d);
       for (const k of ['op_gemm_tc_fp8_store', 'op_gemm_tc_fp8_add', 'op_gemm_tc_fp8_swiglu', 'op_gemv_fp8_b1_r2_store', 'op_gemv_fp8_b1_r2_add', 'op_gemv_fp8_b1_r2_swiglu']) assert.ok(names.has(k), `${k} launched (${[...names].join(', ')})`);
       assert.ok([...names].some((k) => /^op_gemv_b1_r\d_store$/.test(k)), 'the router and lm head stay bf16');
-    } finally {
-      be.dispose();
-      rmSync(kernelDir, { recursive: true, force: true });
-    }
-    assert.deepEqual(d.liveByKind(), {});
+    });
   });
 
   it('host memory: weights as held plus the banks stay below a float32 copy of the weights', async (t) => {
@@ -111,6 +99,30 @@ describe('qwen3-moe-fp8-tiny', { skip: !existsSync(FP8) && 'no fixture' }, () =>
     }
   });
 });
+
+/** The op path on the fake driver over a loaded model (12 experts a layer hot) for `body`; disposed after, leaving nothing live. */
+async function withFakeOpBackend(m: Awaited<ReturnType<typeof loadModelFor>>, body: (be: CudaOpBackend, d: FakeCudaDriver) => void): Promise<void> {
+  const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-op-'));
+  for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');
+  const d = new FakeCudaDriver();
+  const be = new CudaOpBackend(d, m.spec, m.tensors, { kernelDir, placement: { hotPerLayer: 12 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+  try {
+    body(be, d);
+  } finally {
+    be.dispose();
+    rmSync(kernelDir, { recursive: true, force: true });
+  }
+  assert.deepEqual(d.liveByKind(), {});
+}
+
+/** The kernels a prefill piece of 20 tokens (tensor cores) and then one decode step (gemv) launch. */
+function stepKernels(be: CudaOpBackend, d: FakeCudaDriver): Set<string> {
+  be.openSequence(0, 40);
+  d.launches.length = 0;
+  be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 0 }], count: true });
+  be.forward({ chunks: [{ seq: 0, tokens: [4], startPos: 20 }], count: true });
+  return new Set(d.launches.map((x) => x.name));
+}
 
 /** The fixture rewritten into `dir` as one safetensors file, `edit` applied to its tensors first. */
 async function rewritten(src: string, dir: string, edit: (ts: TensorToWrite[]) => TensorToWrite[]): Promise<void> {
@@ -154,11 +166,7 @@ describe('gpt-oss-tiny-mxfp4', { skip: !existsSync(MXFP4) && 'no fixture' }, () 
   it('CUDA op path (fake driver): experts banked as stored slices (blocks, scales, biases); MXFP4 kernels for the experts only, hd 32 attention', async () => {
     const m = await loadModelFor(MXFP4, 'cuda');
     assert.doesNotThrow(() => checkOpSupport(m.spec));
-    const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-mxfp4-'));
-    for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');
-    const d = new FakeCudaDriver();
-    const be = new CudaOpBackend(d, m.spec, m.tensors, { kernelDir, placement: { hotPerLayer: 12 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
-    try {
+    await withFakeOpBackend(m, (be, d) => {
       const { hiddenSize: H, expertIntermediate: I } = m.spec;
       const row = be.rowLayout;
       assert.equal(row.format, 'mxfp4');
@@ -180,20 +188,12 @@ describe('gpt-oss-tiny-mxfp4', { skip: !existsSync(MXFP4) && 'no fixture' }, () 
       slice('down_proj_scales', row.downGridAt, (H * I) / 32);
       slice('gate_up_proj_bias', row.gateUpBiasAt, 4 * I);
       slice('down_proj_bias', row.downBiasAt, 2 * H);
-      be.openSequence(0, 40);
-      d.launches.length = 0;
-      be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 0 }], count: true }); // a prefill piece: tensor cores
-      be.forward({ chunks: [{ seq: 0, tokens: [4], startPos: 20 }], count: true }); // decode: gemv
-      const names = new Set(d.launches.map((x) => x.name));
+      const names = stepKernels(be, d);
       for (const k of [/^op_gemm_tc_mxfp4_swiglu$/, /^op_gemm_tc_mxfp4_store$/, /^op_gemv_mxfp4_b1_r\d_swiglu$/, /^op_gemv_mxfp4_b1_r\d_store$/, /^op_attend_hd32_g2$/, /^op_attend_decode_hd32_g2$/, /^op_gemm_tc_add$/]) {
         assert.ok([...names].some((n) => k.test(n)), `${k} launched (${[...names].join(', ')})`);
       }
       assert.ok(![...names].some((k) => /fp8/.test(k)), 'no FP8 kernels');
       assert.ok([...names].some((k) => /^op_gemv_b1_r\d_store$/.test(k)), 'q/k/v, the router and lm head stay bf16');
-    } finally {
-      be.dispose();
-      rmSync(kernelDir, { recursive: true, force: true });
-    }
-    assert.deepEqual(d.liveByKind(), {});
+    });
   });
 });
