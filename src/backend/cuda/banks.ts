@@ -16,7 +16,7 @@ import { ResidencyError } from '../../errors.ts';
 import type { ExpertBanks, RowExchange } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { TensorUploader } from './uploader.ts';
-import { expertProduct, expertSlices, type ExpertRowLayout } from './device-weights.ts';
+import { expertProduct, type ExpertRowLayout } from './device-weights.ts';
 import { moeTensorNames } from '../../model/architecture.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
 import type { CudaDriver } from './driver.ts';
@@ -123,12 +123,12 @@ export class CudaExpertBanks implements ExpertBanks {
       };
       // Expert e's row to the device at `dev`, or into the mapped cold bank at host[base..] (device address m.dev).
       const toDevice = (l: number, e: number, dev: bigint): void => {
-        const slices = expertSlices(spec, row, l, e);
+        const slices = row.slices?.(l, e);
         if (slices) for (const x of slices) uploader.sliceToDevice(x, dev + BigInt(x.at));
         else for (const x of products(l, e)) uploader.productToDevice(x.p, dev + BigInt(x.at), dev + BigInt(x.grid));
       };
       const toHost = (l: number, e: number, m: { host: Uint8Array; dev: bigint }, base: number): void => {
-        const slices = expertSlices(spec, row, l, e);
+        const slices = row.slices?.(l, e);
         if (slices) {
           for (const x of slices) uploader.sliceToHost(x, m.host.subarray(base + x.at, base + x.at + x.bytes), m.dev + BigInt(base + x.at));
           return;

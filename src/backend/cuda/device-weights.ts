@@ -97,6 +97,8 @@ export interface ExpertRowLayout {
   readonly downBiasAt: number;
   /** Gate unit j is gate | up row 2j and up unit j row 2j + 1 (gpt-oss's gate_up_proj), else rows j and I + j. */
   readonly interleaved: boolean;
+  /** Layer l's expert e's row as slices of the layer's stacked tensors (gpt-oss); absent: from the expert's own tensors. */
+  readonly slices?: (l: number, e: number) => ExpertSlice[];
 }
 
 /** The MXFP4 scale bytes of a [rows][cols] matrix, in the grid's terms (a scale row per weight row). */
@@ -128,11 +130,10 @@ export function expertRowLayout(source: TensorSource, spec: ModelSpec): ExpertRo
 function gptOssRowLayout(source: TensorSource, spec: ModelSpec): ExpertRowLayout {
   const { hiddenSize: H, expertIntermediate: I, numExperts: E } = spec;
   const n = gptOssNames(0);
-  // Shapes and the blocks' dtype were checked at load; biases stored other than bf16 are valid, just not kept so here.
-  const want = (name: string, dtype: string, shape: readonly number[]): void => {
+  const want = (name: string, dtype: 'U8' | 'BF16', shape: readonly number[]): void => {
     const t = source.info(name);
-    if (dtype === 'BF16' && t.dtype !== dtype) throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend keeps gpt-oss's biases as stored bf16: tensor ${name} is ${t.dtype}; use --backend cpu`);
-    if (t.dtype !== dtype || t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
+    checkStackedDtype(name, t.dtype, dtype);
+    if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
       throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} is ${t.dtype} [${t.shape.join(', ')}]: expected ${dtype} [${shape.join(', ')}]`);
     }
   };
@@ -149,7 +150,29 @@ function gptOssRowLayout(source: TensorSource, spec: ModelSpec): ExpertRowLayout
   const downGridAt = align16(gateUpGridAt + gateUp.grid!.bytes);
   const gateUpBiasAt = align16(downGridAt + down.grid!.bytes);
   const downBiasAt = align16(gateUpBiasAt + 2 * 2 * I);
-  return { format: 'mxfp4', bytes: align16(downBiasAt + 2 * H), gateUp, down, gateUpAt: 0, downAt, gateUpGridAt, downGridAt, gateUpBiasAt, downBiasAt, interleaved: true };
+  const slices = (l: number, e: number): ExpertSlice[] => {
+    const m = gptOssNames(l);
+    const slice = (name: string, bytes: number, at: number, check: ExpertSlice['check']): ExpertSlice => ({ name, offset: e * bytes, bytes, at, check });
+    return [
+      slice(m.gateUpBlocks, gateUp.dataBytes, 0, 'none'),
+      slice(m.downBlocks, down.dataBytes, downAt, 'none'),
+      slice(m.gateUpScales, gateUp.grid!.bytes, gateUpGridAt, 'e8m0'),
+      slice(m.downScales, down.grid!.bytes, downGridAt, 'e8m0'),
+      slice(m.gateUpBias, 2 * 2 * I, gateUpBiasAt, 'bf16'),
+      slice(m.downBias, 2 * H, downBiasAt, 'bf16'),
+    ];
+  };
+  return { format: 'mxfp4', bytes: align16(downBiasAt + 2 * H), gateUp, down, gateUpAt: 0, downAt, gateUpGridAt, downGridAt, gateUpBiasAt, downBiasAt, interleaved: true, slices };
+}
+
+/**
+ * A stacked expert tensor (gpt-oss) stored as the bank row keeps it: blocks and scales U8 (checked at load,
+ * so another dtype is corrupt), biases bf16 (others are valid, just not kept so on CUDA).
+ */
+export function checkStackedDtype(name: string, dtype: string, want: 'U8' | 'BF16'): void {
+  if (dtype === want) return;
+  if (want === 'BF16') throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend keeps gpt-oss's biases as stored bf16: tensor ${name} is ${dtype}; use --backend cpu`);
+  throw new ResidencyError('BAD_CHECKPOINT', `tensor ${name} is ${dtype}: expected ${want}`);
 }
 
 /** One piece of an expert's bank row read straight from a stacked tensor (gpt-oss): bytes [offset, offset + bytes) of `name` at `at`. */
@@ -160,22 +183,6 @@ export interface ExpertSlice {
   readonly at: number;
   /** How its values are checked as they land: bf16 finite, E8M0 scales (at most 252), or none (E2M1: every code is a number). */
   readonly check: 'bf16' | 'e8m0' | 'none';
-}
-
-/** An expert's row as slices of its layer's stacked tensors (gpt-oss), or null for checkpoints with a tensor per expert. */
-export function expertSlices(spec: ModelSpec, row: ExpertRowLayout, l: number, e: number): ExpertSlice[] | null {
-  if (spec.architecture !== 'gpt_oss') return null;
-  const { hiddenSize: H, expertIntermediate: I } = spec;
-  const n = gptOssNames(l);
-  const slice = (name: string, bytes: number, at: number, check: ExpertSlice['check']): ExpertSlice => ({ name, offset: e * bytes, bytes, at, check });
-  return [
-    slice(n.gateUpBlocks, row.gateUp.dataBytes, row.gateUpAt, 'none'),
-    slice(n.downBlocks, row.down.dataBytes, row.downAt, 'none'),
-    slice(n.gateUpScales, row.gateUp.grid!.bytes, row.gateUpGridAt, 'e8m0'),
-    slice(n.downScales, row.down.grid!.bytes, row.downGridAt, 'e8m0'),
-    slice(n.gateUpBias, 2 * 2 * I, row.gateUpBiasAt, 'bf16'),
-    slice(n.downBias, 2 * H, row.downBiasAt, 'bf16'),
-  ];
 }
 
 /** A layer's bf16 tensors beyond the common ones that stay on the device (gpt-oss: attention biases, sinks, router bias). */

@@ -9,7 +9,7 @@ import { ResidencyError } from '../../errors.ts';
 import type { TensorSource } from '../../model/tensor-source.ts';
 import type { CudaDriver } from './driver.ts';
 import { ResourceScope } from './resource-scope.ts';
-import { readGrid, type ExpertSlice, type ProductWeights } from './device-weights.ts';
+import { checkStackedDtype, readGrid, type ExpertSlice, type ProductWeights } from './device-weights.ts';
 import { badE8m0, firstBadE8m0, fp8ScaleName, MXFP4_MAX_SCALE } from '../../model/quant-read.ts';
 
 export interface UploadProgress {
@@ -163,11 +163,7 @@ export class TensorUploader {
 
   /** Every layer's stacked tensor stored as layer 0's (the row layout's): bf16 biases, uint8 blocks and scales. */
   private expectSlice(x: ExpertSlice): void {
-    const t = this.source.info(x.name);
-    const want = x.check === 'bf16' ? 'BF16' : 'U8';
-    if (t.dtype === want) return;
-    if (want === 'BF16') throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend keeps gpt-oss's biases as stored bf16: tensor ${x.name} is ${t.dtype}; use --backend cpu`);
-    throw new ResidencyError('BAD_CHECKPOINT', `tensor ${x.name} is ${t.dtype}: expected ${want}`);
+    checkStackedDtype(x.name, this.source.info(x.name).dtype, x.check === 'bf16' ? 'BF16' : 'U8');
   }
 
   private sliceLanded(x: ExpertSlice, ptr: bigint): void {
