@@ -29,6 +29,14 @@ TC_ENTRY(EPI_STORE, store, WF_BF16, ) TC_ENTRY(EPI_ADD, add, WF_BF16, ) TC_ENTRY
 TC_ENTRY(EPI_STORE, store, WF_FP8, fp8_) TC_ENTRY(EPI_ADD, add, WF_FP8, fp8_) TC_ENTRY(EPI_SWIGLU, swiglu, WF_FP8, fp8_)
 TC_ENTRY(EPI_STORE, store, WF_MXFP4, mxfp4_) TC_ENTRY(EPI_ADD, add, WF_MXFP4, mxfp4_) TC_ENTRY(EPI_SWIGLU, swiglu, WF_MXFP4, mxfp4_)
 
+// OLMoE's q/k norm over the whole q and k projections of each row, in place (before RoPE, which the attention
+// kernels then apply with no per-head norm): grid (T, 2: q then k), any block size up to 1024.
+extern "C" __global__ void op_qk_norm_whole(float* qkv, int ld, const bf16_t* q_norm, const bf16_t* k_norm, int QD, int KD, float eps) { pdl_enter();
+  __shared__ float red[32];
+  float* x = qkv + (size_t)blockIdx.x * ld + (blockIdx.y ? QD : 0);
+  block_rmsnorm(x, blockIdx.y ? k_norm : q_norm, x, blockIdx.y ? KD : QD, eps, red);
+}
+
 extern "C" __global__ void op_qk_rope_kv(float* qkv, int ld, OpRows rows, AttnParams ap, int layer, int nh, int nkv, int hd) { pdl_enter();
   qk_rope_kv_body(qkv, ld, rows, ap, layer, nh, nkv, hd);
 }

@@ -22,7 +22,7 @@ const GEMV_NAMES = INFIXES.flatMap((w) => GEMV_ROWS.flatMap((b) => ([1, 2] as co
 const GEMM_TC_NAMES = INFIXES.flatMap((w) => EPILOGUES.map((e): GemmTcName => `op_gemm_tc_${w}${e}`));
 const ATTEND_NAMES = (['', '_decode'] as const).flatMap((v) => ([32, 64, 128] as const).flatMap((hd) => ([1, 2, 4, 8, 16] as const).map((g): AttendName => `op_attend${v}_hd${hd}_g${g}`)));
 const OP_KERNELS = [
-  ...GEMV_NAMES, ...GEMM_TC_NAMES, 'op_qk_rope_kv', ...ATTEND_NAMES, 'op_attend_merge',
+  ...GEMV_NAMES, ...GEMM_TC_NAMES, 'op_qk_norm_whole', 'op_qk_rope_kv', ...ATTEND_NAMES, 'op_attend_merge',
   'op_route_group', 'op_route_rows', 'op_group', 'op_residual_norm',
 ] as const;
 

@@ -99,8 +99,32 @@ test('op path, mixtral (fake driver): its own router and expert names, no q/k no
   assert.equal(be.banks.hotPerLayer, 6);
   be.dispose();
   assert.deepEqual(d.liveByKind(), {});
-  for (const f of ['olmoe-tiny', 'deepseek-v3-tiny']) {
+  for (const f of ['deepseek-v3-tiny']) {
     const spec = parseConfig(JSON.parse(readFileSync(join(fixtures, f, 'config.json'), 'utf8')), f);
-    assert.throws(() => checkOpSupport(spec), new RegExp(`architecture ${spec.architecture} is not implemented on CUDA yet \\(qwen3_moe, mixtral, gpt_oss only\\)`));
+    assert.throws(() => checkOpSupport(spec), new RegExp(`architecture ${spec.architecture} is not implemented on CUDA yet \\(qwen3_moe, mixtral, olmoe, gpt_oss only\\)`));
   }
+});
+
+test('op path, olmoe (fake driver): q and k normed over the whole projections in their own launch, before attention with no per-head norm', async () => {
+  const { loadModelFor } = await import('../../../model/load.ts');
+  const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'olmoe-tiny');
+  const m = await loadModelFor(dir, 'cuda');
+  assert.equal(m.spec.qkNorm, 'whole');
+  const d = new FakeCudaDriver();
+  const be = new CudaOpBackend(d, m.spec, m.tensors, { kernelDir, placement: { hotPerLayer: 20 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+  try {
+    be.openSequence(0, 40);
+    be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 0 }], count: true });
+    be.forward({ chunks: [{ seq: 0, tokens: [7], startPos: 20 }], count: true });
+    const norms = d.launches.filter((x) => x.name === 'op_qk_norm_whole');
+    assert.equal(norms.length, 2 * m.spec.numLayers); // each layer, prefill and decode (eager: graphs record into launches too)
+    assert.deepEqual(norms[0]!.grid, [20, 2, 1]);
+    const names = d.launches.map((x) => x.name);
+    // Every whole norm comes right after its layer's q/k/v product and before its attention.
+    names.forEach((n, i) => { if (n === 'op_qk_norm_whole') assert.match(names[i + 1]!, /^op_(qk_rope_kv|attend_decode_hd32_g1)$/); });
+  } finally {
+    be.dispose();
+    m.tensors.close();
+  }
+  assert.deepEqual(d.liveByKind(), {});
 });

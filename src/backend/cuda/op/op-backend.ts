@@ -370,9 +370,13 @@ export class CudaOpBackend implements Backend {
       const ly = this.layers[l]!;
       norm(l === 0 ? 0 : 1, l - 1, 0n, ly.inNorm, this.ptr('xn'), T);
       this.product('qkv', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: ly.qkv.w, scales: ly.qkv.grid, ...gridArgs(ly.qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T, bias: ly.qkvBias }, ly.qkv.p.format);
+      const whole = s.qkNorm === 'whole';
+      if (whole) {
+        this.launch('op_qk_norm_whole', [T, 2, 1], 256, 0, [u64(this.ptr('qkv')), i32(this.QKV), u64(ly.qNorm), u64(ly.kNorm), i32(QD), i32(nkv * hd), f32(s.rmsNormEps)]);
+      }
       const G = nh / nkv;
       const attend = [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(this.ptr('att')), u64(this.ptr('attnPart')), i32(l), i32(nh), i32(nkv)];
-      const params = { bytes: encodeAttn({ qNorm: ly.qNorm, kNorm: ly.kNorm, invFreq: this.invFreq, sinks: ly.sinks, eps: s.rmsNormEps, mscale: this.ropeScale, window: ly.window }) };
+      const params = { bytes: encodeAttn({ qNorm: whole ? 0n : ly.qNorm, kNorm: whole ? 0n : ly.kNorm, invFreq: this.invFreq, sinks: ly.sinks, eps: s.rmsNormEps, mscale: this.ropeScale, window: ly.window }) };
       const threads = G === 16 ? 128 : 256;
       const shape = `hd${hd as AttendHeadDim}_g${G as 1 | 2 | 4 | 8 | 16}` as const;
       if (fusedAttention) {

@@ -56,6 +56,7 @@ export function uploadResidentWeights(d: CudaDriver, spec: ModelSpec, source: Te
     const a = attentionProducts(source, s, l);
     const qkv = dense(a.qkv, `qkv layer ${l}`);
     // Families without q/k norms (mixtral, gpt-oss): null norm weights, which the attention kernels skip.
+    // OLMoE's norm the whole projections ([nh x hd], [nkv x hd]) in their own launch (the backend's enqueue).
     const qk = s.qkNorm === 'none' ? { qNorm: 0n, kNorm: 0n } : { qNorm: up(n.qNorm), kNorm: up(n.kNorm) };
     const x = layerExtras(s, l);
     layers.push({

@@ -13,10 +13,10 @@ export function checkOpSupport(s: ModelSpec): void {
     refuse(`FP8 blocks of [${s.quantization.blockSize.join(', ')}] (quantization_config.weight_block_size): the kernels take block columns that are a multiple of 32`);
   }
   // Mixtral is Qwen3-MoE's layer without q/k norms, its router softmax then top-k renormalized (normTopkProb);
+  // OLMoE's norms q and k over the whole projections and does not renormalize;
   // gpt-oss adds biases, sinks, sliding windows, YaRN, a top-k-then-softmax router and clamped SwiGLU experts.
-  const families = ['qwen3_moe', 'mixtral', 'gpt_oss'];
+  const families = ['qwen3_moe', 'mixtral', 'olmoe', 'gpt_oss'];
   if (!families.includes(s.architecture)) refuse(`architecture ${s.architecture} is not implemented on CUDA yet (${families.join(', ')} only)`);
-  if (s.qkNorm !== undefined && s.qkNorm !== 'head' && s.qkNorm !== 'none') refuse(`q/k norm over the ${s.qkNorm} projection (the attention kernels norm each head or none)`);
   if (s.router !== undefined && s.router.kind !== 'softmax_topk' && s.router.kind !== 'topk_softmax') refuse(`router ${s.router.kind} (the routing kernel takes softmax then top-k, or top-k then softmax)`);
   if (s.rope?.interleaved) refuse('interleaved RoPE (the attention kernels rotate halves)');
   if (s.mla) refuse('multi-head latent attention');
