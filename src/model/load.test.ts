@@ -2,6 +2,7 @@ import { dequantize, matrixSize } from './quant.ts';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { loadModel, loadModelFor, loadOptionsFor } from './load.ts';
+import { readOnGet } from './tensor-source.ts';
 import type { ModelWeights } from './weights.ts';
 import { writeSyntheticCheckpoint } from './synthetic.ts';
 import { tensorToFloat32 } from './convert.ts';
@@ -153,6 +154,28 @@ describe('loading only what the backend computes with', () => {
     }
     assert.deepEqual(m.weights.layers[3]!.experts[17]!.up, full.weights.layers[3]!.experts[17]!.up, 'same values as a full load');
     assert.deepEqual(m.weights.embed, full.weights.embed);
+  });
+
+  it('raw:false reads and converts one tensor at a time: progress counts each stored byte once', async () => {
+    const progress: [number, number, string][] = [];
+    await loadModel(SHIPPED_MODEL, { raw: false, onProgress: (d, t, w) => progress.push([d, t, w]) });
+    const total = progress[0]![1];
+    assert.equal(total, 16945920, 'the data sections once: no separate read pass');
+    for (let i = 1; i < progress.length; i++) assert.ok(progress[i]![0] >= progress[i - 1]![0]);
+    assert.deepEqual(progress.at(-1)!.slice(0, 2), [total, total]);
+    assert.ok(progress.some(([, , w]) => w === 'loading model.layers.5.mlp.experts.63.down_proj.weight'));
+  });
+
+  it('readOnGet: each get reads the stored bytes into a buffer of their own', async () => {
+    const full = await loadModel(SHIPPED_MODEL, { weights: false, raw: true });
+    const name = 'model.layers.3.mlp.experts.7.down_proj.weight';
+    const map = readOnGet(full.tensors);
+    const a = map.get(name)!;
+    assert.deepEqual(a.bytes, full.raw.get(name)!.bytes);
+    assert.equal(a.bytes.buffer.byteLength, a.bytes.byteLength, 'not a view into a read group');
+    assert.notEqual(map.get(name)!.bytes, a.bytes, 'nothing cached');
+    assert.equal(map.get('nope'), undefined);
+    assert.equal(map.size, full.raw.size);
   });
 
   it('refuses weights:false with raw:false (nothing would be loaded)', async () => {

@@ -13,7 +13,8 @@ import { loadTokenizer } from './tokenizer.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import type { ModelSpec } from './spec.ts';
 import type { ModelWeights, RawTensor } from './weights.ts';
-import { fileTensorSource, mapTensorSource, type TensorSource } from './tensor-source.ts';
+import { fileTensorSource, mapTensorSource, readOnGet, type TensorSource } from './tensor-source.ts';
+import type { CheckpointLayout } from './checkpoint.ts';
 import type { BackendName } from '../backend/registry.ts';
 
 export interface LoadedModel {
@@ -133,6 +134,7 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   if (!convert && !keepRaw) {
     throw new ResidencyError('BAD_ARGUMENT', 'loadModel: weights: false with raw: false would load no tensors; keep at least one');
   }
+  if (convert && !keepRaw) return { spec, ...convertStreamed(spec, layout, opts), tokenizer, dir: root };
   const total = layout.dataBytes * (convert ? 2 : 1);
   let done = 0;
   const report = (bytes: number, what: string): void => {
@@ -148,4 +150,27 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   // Without raw, only the float32 arrays (fresh copies) survive this call: the shard buffers become garbage.
   const kept = keepRaw ? raw : new Map<string, RawTensor>();
   return { spec, raw: kept, weights, tensors: mapTensorSource(kept, spec.quantization), tokenizer, dir: root };
+}
+
+/**
+ * weights without raw: each tensor read from its shard and converted before the next is read, so host memory
+ * holds the weights and one stored tensor, never the checkpoint beside its converted copy. Progress counts
+ * each tensor's stored bytes once (read and converted).
+ */
+function convertStreamed(spec: ModelSpec, layout: CheckpointLayout, opts: LoadOptions): Pick<LoadedModel, 'raw' | 'weights' | 'tensors'> {
+  const total = layout.dataBytes;
+  let done = 0;
+  opts.onProgress?.(0, total, 'opening');
+  const source = fileTensorSource(layout, spec.quantization);
+  try {
+    const keepBf16 = bf16Policy(opts.bf16, spec) === 'stored';
+    const weights = toFloat32Weights(spec, readOnGet(source), (name, n) => {
+      done += n;
+      opts.onProgress?.(done, total, `loading ${name}`);
+    }, { keepBf16 });
+    if (done < total) opts.onProgress?.(total, total, 'done'); // unconverted extras and padding still count
+    return { raw: new Map(), weights, tensors: mapTensorSource(new Map(), spec.quantization) };
+  } finally {
+    source.close();
+  }
 }

@@ -157,3 +157,40 @@ export function mapTensorSource(raw: ReadonlyMap<string, RawTensor>, quant?: Qua
     close() {},
   };
 }
+
+/**
+ * The tensors of `source` as a map whose get() reads the tensor into fresh bytes of its own (every call;
+ * nothing is cached), so a loader converting tensor by tensor holds one stored tensor at a time beside what
+ * it keeps, never the checkpoint. Iterating values or entries reads every tensor.
+ */
+export function readOnGet(source: TensorSource): ReadonlyMap<string, RawTensor> {
+  const get = (name: string): RawTensor | undefined => {
+    if (!source.has(name)) return undefined;
+    const t = source.info(name);
+    const bytes = new Uint8Array(t.bytes);
+    source.read(name, bytes);
+    return { name, dtype: t.dtype as RawTensor['dtype'], shape: t.shape, bytes };
+  };
+  function* entries(): IterableIterator<[string, RawTensor]> {
+    for (const name of source.names()) yield [name, get(name)!];
+  }
+  function* values(): IterableIterator<RawTensor> {
+    for (const [, t] of entries()) yield t;
+  }
+  let size = 0;
+  for (const _ of source.names()) size++;
+  return {
+    get,
+    has: (name) => source.has(name),
+    get size() {
+      return size;
+    },
+    keys: () => source.names()[Symbol.iterator]() as MapIterator<string>,
+    values: values as () => MapIterator<RawTensor>,
+    entries: entries as () => MapIterator<[string, RawTensor]>,
+    [Symbol.iterator]: entries as () => MapIterator<[string, RawTensor]>,
+    forEach(f, thisArg) {
+      for (const [k, v] of entries()) f.call(thisArg, v, k, this);
+    },
+  };
+}
