@@ -8,6 +8,7 @@
 #include "op_gemm_tc.cuh"
 #include "op_attention.cuh"
 #include "op_moe.cuh"
+#include "op_mla.cuh"
 
 // Products: op_gemv_[fp8_|mxfp4_]b<B>_r<R>_<epilogue> and op_gemm_tc_[fp8_|mxfp4_]<epilogue>, bf16, block-FP8
 // or MXFP4 weights.
@@ -63,25 +64,40 @@ extern "C" __global__ void op_attend_merge(const float* part, float* att, int nh
   attend_merge_body(part, att, nh, hd, S, sinks);
 }
 
+// DeepSeek-V3's multi-head latent attention, absorbed (op_mla.cuh): norms + RoPE + latent cache write, the
+// query into latent space, attention over the latent cache, the values out of it.
+extern "C" __global__ void op_mla_norm_rope_kv(float* a, int lda, OpRows rows, MlaParams m) { pdl_enter();
+  mla_norm_rope_kv_body(a, lda, rows, m);
+}
+extern "C" __global__ void __launch_bounds__(128) op_mla_q_absorb(const float* q, OpRows rows, float* qlat, MlaParams m, int T) { pdl_enter();
+  mla_q_absorb_body<16>(q, rows, qlat, m, T);
+}
+extern "C" __global__ void __launch_bounds__(32 * MLA_HEADS) op_mla_attend(const float* qlat, OpRows rows, float* olat, MlaParams m) { pdl_enter();
+  mla_attend_body(qlat, rows, olat, m);
+}
+extern "C" __global__ void __launch_bounds__(256) op_mla_o_absorb(const float* olat, float* att, MlaParams m, int T) { pdl_enter();
+  mla_o_absorb_body(olat, att, m, T);
+}
+
 // Decode steps (T <= 16 rows): route every row (a warp each) and group the picks, in one block and its
 // shared memory. blockDim.x >= T * K.
 extern "C" __global__ void op_route_group(OpRoute r, OpGroups g) { pdl_enter();
-  extern __shared__ __align__(16) float sm[]; // [warps][E] logits | se[T*K] | sw[T*K] | cnt[E] | cur[E]
+  extern __shared__ __align__(16) float sm[]; // [warps][route_scratch] logits | se[T*K] | sw[T*K] | cnt[E] | cur[E]
   __shared__ unsigned long long red[33];
-  const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  int32_t* se = reinterpret_cast<int32_t*>(sm + nw * r.E);
+  const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, rs = route_scratch(r);
+  int32_t* se = reinterpret_cast<int32_t*>(sm + nw * rs);
   float* sw = reinterpret_cast<float*>(se + r.T * r.K);
   int* cnt = reinterpret_cast<int*>(sw + r.T * r.K);
-  for (int t = warp; t < r.T; t += nw) route_row(r, t, sm + warp * r.E, se, sw);
+  for (int t = warp; t < r.T; t += nw) route_row(r, t, sm + warp * rs, se, sw);
   __syncthreads();
   group_picks_small(r, g, se, cnt, cnt + r.E, red);
 }
 
 // Prefill steps: route (a warp per row, grid over rows: op_route_rows), then op_group in one block.
 extern "C" __global__ void op_route_rows(OpRoute r) { pdl_enter();
-  extern __shared__ __align__(16) float sm[]; // [warps][E]
+  extern __shared__ __align__(16) float sm[]; // [warps][route_scratch]
   const int warp = threadIdx.x >> 5, t = blockIdx.x * (blockDim.x >> 5) + warp;
-  if (t < r.T) route_row(r, t, sm + warp * r.E);
+  if (t < r.T) route_row(r, t, sm + warp * route_scratch(r));
 }
 
 extern "C" __global__ void op_group(OpRoute r, OpGroups g) { pdl_enter();

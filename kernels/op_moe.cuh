@@ -25,11 +25,26 @@ struct OpRoute {
   const int32_t* slots;  // [E]
   uint32_t* counter;     // this layer's [E] row
   const int32_t* header; // [0] valid rows, [1] count flag
-  int32_t T, E, K, LK, layer, mode; // mode: ROUTE_* (route.cuh)
+  int32_t T, E, K, LK, layer, mode; // mode: ROUTE_* (route.cuh); layer: among the MoE layers
+  // ROUTE_SIGMOID_GROUP (DeepSeek-V3): e_score_correction_bias [E] (float), the groups, the weights' factor and
+  // whether they are renormalized.
+  const float* choice_bias;
+  int32_t n_group, topk_group;
+  float scaling;
+  int32_t renorm;
 };
-static_assert(sizeof(OpRoute) == 80 && offsetof(OpRoute, T) == 56 && offsetof(OpRoute, mode) == 76, "OpRoute: layout.ts encodeRoute");
+static_assert(sizeof(OpRoute) == 104 && offsetof(OpRoute, T) == 56 && offsetof(OpRoute, mode) == 76 && offsetof(OpRoute, choice_bias) == 80 &&
+              offsetof(OpRoute, renorm) == 100, "OpRoute: layout.ts encodeRoute");
 
-// Row t's route (one warp); `lg` is E floats of shared scratch for it. With `se`/`sw` (shared, [T*K]) the
+// Shared floats a row's route takes (the logits; with the group choice, its scratch too).
+__device__ __forceinline__ int route_scratch(const OpRoute& r) { return r.mode == ROUTE_SIGMOID_GROUP ? 2 * r.E : r.E; }
+
+__device__ __forceinline__ void route_pick(const OpRoute& r, float* lg, int32_t* e, float* w, int32_t* slot, uint32_t* counter) {
+  if (r.mode == ROUTE_SIGMOID_GROUP) warp_route_group(lg, lg + r.E, r.E, r.K, r.choice_bias, r.n_group, r.topk_group, r.scaling, r.renorm != 0, r.slots, e, w, slot, counter);
+  else warp_route(lg, r.E, r.K, r.mode, r.slots, e, w, slot, counter);
+}
+
+// Row t's route (one warp); `lg` is route_scratch(r) floats of shared scratch for it. With `se`/`sw` (shared, [T*K]) the
 // picks are also kept there for a grouping in the same block.
 __device__ __forceinline__ void route_row(const OpRoute& r, int t, float* lg, int32_t* se = nullptr, float* sw = nullptr) {
   const int lane = threadIdx.x & 31;
@@ -38,13 +53,12 @@ __device__ __forceinline__ void route_row(const OpRoute& r, int t, float* lg, in
   const size_t pk = (size_t)t * r.LK + (size_t)r.layer * r.K;
   const bool counted = r.header[1] != 0 && t < r.header[0];
   if (!se) {
-    warp_route(lg, r.E, r.K, r.mode, r.slots, r.pick_expert + pk, r.pick_weight + pk, r.pick_slot + (size_t)t * r.K,
-               counted ? r.counter : nullptr);
+    route_pick(r, lg, r.pick_expert + pk, r.pick_weight + pk, r.pick_slot + (size_t)t * r.K, counted ? r.counter : nullptr);
     return;
   }
   int32_t* e = se + t * r.K;
   float* w = sw + t * r.K;
-  warp_route(lg, r.E, r.K, r.mode, r.slots, e, w, r.pick_slot + (size_t)t * r.K, counted ? r.counter : nullptr);
+  route_pick(r, lg, e, w, r.pick_slot + (size_t)t * r.K, counted ? r.counter : nullptr);
   if (lane < r.K) { r.pick_expert[pk + lane] = e[lane]; r.pick_weight[pk + lane] = w[lane]; }
 }
 

@@ -1,11 +1,12 @@
 // Route-and-split: router logits -> weights of the top-k -> bank slots via the slot table -> one relaxed
 // atomic add per pick into the counter row (when counting). Run by one warp.
 // Modes: softmax over all experts then top-k (Qwen3, Mixtral, OLMoE), renormalized over the k or not; or
-// top-k of the logits then softmax over the k (gpt-oss, its router bias already in the logits).
+// top-k of the logits then softmax over the k (gpt-oss, its router bias already in the logits); or DeepSeek-V3's
+// group-limited sigmoid choice (warp_route_group).
 #pragma once
 #include "common.cuh"
 
-enum { ROUTE_SOFTMAX = 0, ROUTE_SOFTMAX_RENORM = 1, ROUTE_TOPK_SOFTMAX = 2 };
+enum { ROUTE_SOFTMAX = 0, ROUTE_SOFTMAX_RENORM = 1, ROUTE_TOPK_SOFTMAX = 2, ROUTE_SIGMOID_GROUP = 3 };
 
 // `logits` (E values, shared memory; the softmax modes overwrite them with probabilities) -> out_e/out_w/out_slot [K] (shared or
 // global). Ties in probability go to the lower expert id (torch.topk). Top-k by rank: each lane counts the
@@ -51,6 +52,78 @@ __device__ __forceinline__ void warp_route(float* logits, int E, int K, int mode
     out_slot[lane] = slots[e];
     // Relaxed by design: the host reads the table between steps; no ordering with other memory is needed.
     if (counter_row) atomicAdd(counter_row + e, 1u);
+  }
+  __syncwarp();
+}
+
+// DeepSeek-V3's noaux_tc (routers.ts groupLimitedTopk, the spec): scores = sigmoid(logits); the choice = score +
+// bias, kept in the topk_group of n_group (<= 32) groups whose best two choices sum highest (ties to the lower
+// group; the other experts' choice is 0, as transformers masks them); top-k of the choice by rank (ties to the
+// lower id); weights = the k unbiased scores over their sum (+ 1e-20, when renorm) x scaling, then ordered by
+// descending weight (stable), as the CPU writes them. `lg`: the logits (E, overwritten with the scores); `ch`:
+// E floats of scratch; outputs as warp_route's.
+__device__ __forceinline__ void warp_route_group(float* lg, float* ch, int E, int K, const float* __restrict__ bias, int n_group,
+                                                 int topk_group, float scaling, bool renorm, const int32_t* __restrict__ slots,
+                                                 int32_t* out_e, float* out_w, int32_t* out_slot, uint32_t* counter_row) {
+  const int lane = threadIdx.x & 31, per = E / n_group;
+  for (int e = lane; e < E; e += 32) {
+    const float s = 1.0f / (1.0f + expf(-lg[e]));
+    lg[e] = s;
+    ch[e] = s + bias[e];
+  }
+  __syncwarp();
+  float gs = -INFINITY; // lane g: group g's best two choices, summed
+  if (lane < n_group) {
+    float a = -INFINITY, b = -INFINITY;
+    for (int e = lane * per; e < (lane + 1) * per; e++) {
+      const float v = ch[e];
+      if (v > a) { b = a; a = v; } else if (v > b) b = v;
+    }
+    gs = a + b;
+  }
+  int grank = 0;
+  for (int g = 0; g < n_group; g++) {
+    const float o = __shfl_sync(0xffffffffu, gs, g);
+    grank += (o > gs || (o == gs && g < lane)) ? 1 : 0;
+  }
+  const unsigned keep = __ballot_sync(0xffffffffu, lane < n_group && grank < topk_group);
+  for (int e = lane; e < E; e += 32)
+    if (!((keep >> (e / per)) & 1u)) ch[e] = 0.f;
+  __syncwarp();
+  for (int e = lane; e < E; e += 32) {
+    const float p = ch[e];
+    int rank = 0;
+#pragma unroll 16
+    for (int j = 0; j < E; j++) {
+      const float q = ch[j];
+      rank += (q > p || (q == p && j < e)) ? 1 : 0;
+    }
+    if (rank < K) out_e[rank] = e;
+  }
+  __syncwarp();
+  float sum = 0.f;
+  for (int j = 0; j < K; j++) sum += lg[out_e[j]]; // choice order, as the CPU sums
+  const float den = sum + 1e-20f;
+  if (lane < K) {
+    const float s = lg[out_e[lane]];
+    out_w[lane] = (renorm ? s / den : s) * scaling;
+  }
+  __syncwarp();
+  if (lane == 0) { // descending weight, stable (insertion sort of K <= 32)
+    for (int j = 1; j < K; j++) {
+      const int id = out_e[j];
+      const float v = out_w[j];
+      int i = j - 1;
+      for (; i >= 0 && out_w[i] < v; i--) { out_e[i + 1] = out_e[i]; out_w[i + 1] = out_w[i]; }
+      out_e[i + 1] = id;
+      out_w[i + 1] = v;
+    }
+  }
+  __syncwarp();
+  if (lane < K) {
+    const int e = out_e[lane];
+    out_slot[lane] = slots[e];
+    if (counter_row) atomicAdd(counter_row + e, 1u); // relaxed, as warp_route's
   }
   __syncwarp();
 }

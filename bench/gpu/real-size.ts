@@ -11,7 +11,7 @@ import { loadModelFor } from '../../src/model/load.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
 import { planPieces } from '../../src/backend/cuda/op/plan.ts';
-import { attentionProducts, productBytes } from '../../src/backend/cuda/device-weights.ts';
+import { attentionProducts, mlaProducts, productBytes } from '../../src/backend/cuda/device-weights.ts';
 
 const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' }, layers: { type: 'string', default: '16' } } });
 // Without --model the checkpoint is made here (the device has torch and transformers; gpu-bundle copies
@@ -79,13 +79,23 @@ be.forward({ chunks: [{ seq: 0, tokens: prompt.slice(0, 64), startPos: 0 }], cou
 const { launches: prof, stepUs } = be.profilePiece(planPieces([{ seq: 0, tokens: [prompt[64]!], startPos: 64 }], 2048, 16)[0]!);
 be.closeSequence(0);
 const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, expertIntermediate: I, numLayers: L } = s;
-// As stored: bf16 2 bytes a value, block FP8 1 (plus its scale grids, ~0.1%).
-const att = attentionProducts(m.tensors, s, 0);
+// Weight bytes one launch of each role reads, as stored: bf16 2 bytes a value, block FP8 1 (plus its scale grids, ~0.1%).
 const row = be.rowLayout;
 const perRole: Record<string, number> = {
-  qkv: productBytes(att.qkv), o_proj: productBytes(att.o), router: E * H * 2, lm_head: V * H * 2,
+  router: E * H * 2, lm_head: V * H * 2,
   experts_gate_up: K * (row.gateUp.dataBytes + (row.gateUp.grid?.bytes ?? 0)), experts_down: K * (row.down.dataBytes + (row.down.grid?.bytes ?? 0)),
 };
+const ml = s.mla;
+if (ml) {
+  // Latent attention: q_a | kv_a, q_b, o; the absorb kernels read kv_b_proj's W_UK and W_UV halves.
+  const a = mlaProducts(m.tensors, s, 0);
+  Object.assign(perRole, { mla_a: productBytes(a.a), mla_q_b: productBytes(a.qB), o_proj: productBytes(a.o), mla_q_absorb: nh * ml.qkNopeDim * ml.kvLoraRank * 2, mla_o_absorb: nh * ml.vHeadDim * ml.kvLoraRank * 2 });
+} else {
+  const att = attentionProducts(m.tensors, s, 0);
+  Object.assign(perRole, { qkv: productBytes(att.qkv), o_proj: productBytes(att.o) });
+}
+if (s.denseIntermediate) Object.assign(perRole, { mlp_gate_up: 2 * s.denseIntermediate * H * 2, mlp_down: H * s.denseIntermediate * 2 });
+if (s.sharedIntermediate) Object.assign(perRole, { shared_gate_up: 2 * s.sharedIntermediate * H * 2, shared_down: H * s.sharedIntermediate * 2 });
 const roles = new Map<string, { us: number; n: number }>();
 for (const p of prof) {
   const r = roles.get(p.role) ?? { us: 0, n: 0 };
@@ -106,15 +116,17 @@ for (const [role, r] of [...roles].sort((a, b) => b[1].us - a[1].us)) {
 lines.push(`| all kernels, each alone (sum) | ${prof.length} | ${deviceUs.toFixed(1)} | | | |`);
 lines.push(`| the step's graph (device time) | ${prof.length} | ${stepUs.toFixed(1)} | ${(perRoleTotal() / 1e6).toFixed(0)} MB | ${(perRoleTotal() / (stepUs / 1e6) / 1e9).toFixed(0)} | ${((100 * perRoleTotal() / (stepUs / 1e6)) / HBM).toFixed(0)}% |`);
 function perRoleTotal(): number {
-  return L * (perRole['qkv']! + perRole['o_proj']! + perRole['router']! + perRole['experts_gate_up']! + perRole['experts_down']!) + perRole['lm_head']!;
+  return prof.reduce((a, p) => a + (perRole[p.role] ?? 0), 0);
 }
+// llama.cpp's figures were measured on the qwen3-30b-a3b geometry only.
+const peer = s.architecture === 'qwen3_moe' && H === 2048;
 const table = [
-  `# bench:gpu at real size: ${s.name} (${L} layers, hidden ${H}, ${E} experts of ${I}, top-${K}, ${nh}/${nkv} heads of ${hd}), all experts in HBM`,
+  `# bench:gpu at real size: ${s.name} (${s.architecture}, ${L} layers${s.moeLayers ? ` (${s.moeLayers.length} MoE)` : ''}, hidden ${H}, ${E} experts of ${I}, top-${K}, ${ml ? `${nh} heads, latent attention (kv_lora ${ml.kvLoraRank})` : `${nh}/${nkv} heads of ${hd}`}), all experts in HBM`,
   `load: ${(bytes / 1e9).toFixed(2)} GB in ${loadS.toFixed(1)} s = ${(bytes / 1e9 / loadS).toFixed(2)} GB/s; peak host RSS ${rssGiB.toFixed(2)} GiB`,
   '',
   '| measure | ours | llama.cpp (issue 11) | ratio |', '|---|---|---|---|',
-  ...dec.map((d) => `| decode batch ${d.B} (tok/s; ${d.msStep.toFixed(3)} ms/step) | ${d.tokS.toFixed(0)} | ${d.B === 1 ? LLAMA.tg128 : '-'} | ${d.B === 1 ? (d.tokS / LLAMA.tg128).toFixed(2) + 'x' : ''} |`),
-  ...pre.map((p) => `| prefill ${p.n} tokens (tok/s) | ${p.tokS.toFixed(0)} | ${p.n === 512 ? LLAMA.pp512 : '-'} | ${p.n === 512 ? (p.tokS / LLAMA.pp512).toFixed(2) + 'x' : ''} |`),
+  ...dec.map((d) => `| decode batch ${d.B} (tok/s; ${d.msStep.toFixed(3)} ms/step) | ${d.tokS.toFixed(0)} | ${d.B === 1 && peer ? LLAMA.tg128 : '-'} | ${d.B === 1 && peer ? (d.tokS / LLAMA.tg128).toFixed(2) + 'x' : ''} |`),
+  ...pre.map((p) => `| prefill ${p.n} tokens (tok/s) | ${p.tokS.toFixed(0)} | ${p.n === 512 && peer ? LLAMA.pp512 : '-'} | ${p.n === 512 && peer ? (p.tokS / LLAMA.pp512).toFixed(2) + 'x' : ''} |`),
   '',
   ...lines,
 ].join('\n');

@@ -14,7 +14,7 @@
 import { createHash } from 'node:crypto';
 import { ResidencyError } from '../../errors.ts';
 import type { ExpertBanks, RowExchange } from '../backend.ts';
-import type { ModelSpec } from '../../model/spec.ts';
+import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { TensorUploader } from './uploader.ts';
 import { expertProduct, type ExpertRowLayout } from './device-weights.ts';
 import { moeTensorNames } from '../../model/architecture.ts';
@@ -92,7 +92,9 @@ export class CudaExpertBanks implements ExpertBanks {
     try {
       // All or nothing: a failed allocation, upload or tensor check releases what was allocated so far.
       const alloc = (bytes: number, what: string): bigint => scope.acquire(what, () => d.alloc(bytes, what), (p) => d.free(p));
-      this.layers = spec.numLayers;
+      // Only the layers with routed experts have banks (index m is model layer moeLayers[m]).
+      this.layers = moeLayerCount(spec);
+      const modelLayer = moeLayerIds(spec);
       this.experts = spec.numExperts;
       const rows = placementRows(spec, opts.placement);
       this.tables = new SlotTables(rows, spec.numExperts);
@@ -115,7 +117,7 @@ export class CudaExpertBanks implements ExpertBanks {
       this.copyStream = coldRows > 0 ? scope.acquire('copy stream', () => d.streamCreate(), (s) => d.streamDestroy(s)) : 0n;
       this.tableEvent = coldRows > 0 ? scope.acquire('table event', () => d.eventCreate(), (e) => d.eventDestroy(e)) : 0n;
       const products = (l: number, e: number) => {
-        const n = moeTensorNames(spec, l).expert(e);
+        const n = moeTensorNames(spec, modelLayer[l]!).expert(e);
         return [
           { p: expertProduct(row.gateUp, n, 'gateUp'), at: row.gateUpAt, grid: row.gateUpGridAt },
           { p: expertProduct(row.down, n, 'down'), at: row.downAt, grid: row.downGridAt },
@@ -123,12 +125,12 @@ export class CudaExpertBanks implements ExpertBanks {
       };
       // Expert e's row to the device at `dev`, or into the mapped cold bank at host[base..] (device address m.dev).
       const toDevice = (l: number, e: number, dev: bigint): void => {
-        const slices = row.slices?.(l, e);
+        const slices = row.slices?.(modelLayer[l]!, e);
         if (slices) for (const x of slices) uploader.sliceToDevice(x, dev + BigInt(x.at));
         else for (const x of products(l, e)) uploader.productToDevice(x.p, dev + BigInt(x.at), dev + BigInt(x.grid));
       };
       const toHost = (l: number, e: number, m: { host: Uint8Array; dev: bigint }, base: number): void => {
-        const slices = row.slices?.(l, e);
+        const slices = row.slices?.(modelLayer[l]!, e);
         if (slices) {
           for (const x of slices) uploader.sliceToHost(x, m.host.subarray(base + x.at, base + x.at + x.bytes), m.dev + BigInt(base + x.at));
           return;

@@ -10,6 +10,8 @@ import { fp8ScaleName, fp8Scales } from '../../model/quant-read.ts';
 import type { DType } from '../../model/weights.ts';
 import { fillFp8Grid, fp8Grid, type Fp8Grid } from './fp8-grid.ts';
 import { gptOssNames } from '../../model/families/gpt-oss.ts';
+import { deepseekV3Names } from '../../model/families/deepseek-v3.ts';
+import { moeLayerIds } from '../../model/spec.ts';
 
 export type WeightFormat = 'bf16' | 'fp8' | 'mxfp4';
 
@@ -106,11 +108,11 @@ function mxfp4Grid(rows: number, cols: number): Fp8Grid {
   return { sRows: 1, sCols: 32, sLd: cols / 32, rows, bytes: rows * (cols / 32) };
 }
 
-/** The bank row of every routed expert, from layer 0's expert 0 as stored (the uploads check every other). */
+/** The bank row of every routed expert, from the first MoE layer's expert 0 as stored (the uploads check every other). */
 export function expertRowLayout(source: TensorSource, spec: ModelSpec): ExpertRowLayout {
   const { hiddenSize: H, expertIntermediate: I } = spec;
   if (spec.architecture === 'gpt_oss') return gptOssRowLayout(source, spec);
-  const n = moeTensorNames(spec, 0).expert(0);
+  const n = moeTensorNames(spec, moeLayerIds(spec)[0]!).expert(0);
   const gateUp = productWeights(source, spec, [n.gate, n.up], [I, I], H);
   const down = productWeights(source, spec, [n.down], [H], I);
   if (gateUp.format !== down.format) throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: ${n.down} and ${n.gate} are stored in different formats; use --backend cpu`);
@@ -212,6 +214,27 @@ export function attentionProducts(source: TensorSource, spec: ModelSpec, l: numb
   };
 }
 
+/**
+ * A layer's latent attention products as stored (DeepSeek-V3): q_a | kv_a_proj_with_mqa (one product, the
+ * same input), q_b and o; kv_b_proj is read by the latent attention kernels as it is.
+ */
+export function mlaProducts(source: TensorSource, spec: ModelSpec, l: number): { a: ProductWeights; qB: ProductWeights; o: ProductWeights } {
+  const { hiddenSize: H, numHeads: nh, headDim: rope } = spec;
+  const m = spec.mla!;
+  const n = deepseekV3Names(l);
+  return {
+    a: productWeights(source, spec, [n.qA, n.kvA], [m.qLoraRank, m.kvLoraRank + rope], H),
+    qB: productWeights(source, spec, [n.qB], [nh * (m.qkNopeDim + rope)], m.qLoraRank),
+    o: productWeights(source, spec, [n.oProj], [H], nh * m.vHeadDim),
+  };
+}
+
+/** A SwiGLU MLP outside the banks (dense layer, shared expert): gate | up (one product) and down. */
+export function mlpProducts(source: TensorSource, spec: ModelSpec, n: { readonly gate: string; readonly up: string; readonly down: string }, I: number): { gateUp: ProductWeights; down: ProductWeights } {
+  const H = spec.hiddenSize;
+  return { gateUp: productWeights(source, spec, [n.gate, n.up], [I, I], H), down: productWeights(source, spec, [n.down], [H], I) };
+}
+
 /** What the weights take on the device: everything but the routed experts, and one expert's bank row. */
 export interface DeviceWeightBytes {
   readonly resident: number;
@@ -222,14 +245,34 @@ export interface DeviceWeightBytes {
 export function deviceWeightBytes(source: TensorSource, spec: ModelSpec): DeviceWeightBytes {
   const stored = (name: string): number => source.info(name).bytes;
   let resident = stored(EMBED) + stored(FINAL_NORM) + (spec.tieWordEmbeddings ? 0 : stored(LM_HEAD));
+  const moe = new Set(moeLayerIds(spec));
+  const mlp = (n: { gate: string; up: string; down: string }, I: number): number => {
+    const p = mlpProducts(source, spec, n, I);
+    return productBytes(p.gateUp) + productBytes(p.down);
+  };
   for (let l = 0; l < spec.numLayers; l++) {
     const n = layerTensorNames(l);
-    const a = attentionProducts(source, spec, l);
-    resident += productBytes(a.qkv) + productBytes(a.o);
-    const norms = spec.qkNorm === 'none' ? [n.inputNorm, n.postAttnNorm] : [n.inputNorm, n.postAttnNorm, n.qNorm, n.kNorm];
+    const norms = [n.inputNorm, n.postAttnNorm];
+    if (spec.mla) {
+      const a = mlaProducts(source, spec, l);
+      const dn = deepseekV3Names(l);
+      resident += productBytes(a.a) + productBytes(a.qB) + productBytes(a.o) + stored(dn.kvB);
+      norms.push(dn.qANorm, dn.kvANorm);
+    } else {
+      const a = attentionProducts(source, spec, l);
+      resident += productBytes(a.qkv) + productBytes(a.o);
+      if (spec.qkNorm !== 'none') norms.push(n.qNorm, n.kNorm);
+    }
     const x = layerExtras(spec, l);
     const extras = [...x.qkvBias, ...[x.oBias, x.sinks, x.routerBias].filter((v): v is string => v !== undefined)];
-    for (const name of [...norms, moeTensorNames(spec, l).router, ...extras]) resident += stored(name);
+    for (const name of [...norms, ...extras]) resident += stored(name);
+    if (!moe.has(l)) {
+      resident += mlp(deepseekV3Names(l).dense, spec.denseIntermediate!);
+      continue;
+    }
+    resident += stored(moeTensorNames(spec, l).router);
+    if (spec.router?.kind === 'sigmoid_group') resident += 4 * spec.numExperts; // the correction bias, as float32
+    if (spec.sharedIntermediate) resident += mlp(deepseekV3Names(l).shared, spec.sharedIntermediate);
   }
   return { resident, expertRow: expertRowLayout(source, spec).bytes };
 }

@@ -79,7 +79,8 @@ export function parseDeepseekV3(json: unknown, name: string): ModelSpec {
   } satisfies ModelSpec);
 }
 
-function names(l: number) {
+/** Hub tensor names of one DeepSeek-V3 layer. */
+export function deepseekV3Names(l: number) {
   const p = `model.layers.${l}`;
   const a = `${p}.self_attn`;
   const mlp = (q: string) => ({ gate: `${q}.gate_proj.weight`, up: `${q}.up_proj.weight`, down: `${q}.down_proj.weight` });
@@ -106,7 +107,7 @@ export function deepseekV3Tensors(spec: ModelSpec): TensorShapes {
   const m = spec.mla!;
   const moe = new Set(spec.moeLayers);
   return tensorMap(spec, (out, l) => {
-    const n = names(l);
+    const n = deepseekV3Names(l);
     out.set(n.inputNorm, [H]);
     out.set(n.qA, [m.qLoraRank, H]);
     out.set(n.qANorm, [m.qLoraRank]);
@@ -131,7 +132,7 @@ export function deepseekV3Weights(spec: ModelSpec, raw: ReadonlyMap<string, RawT
   const { f32 } = tensorReader(raw, onTensor);
   const moe = new Set(spec.moeLayers);
   return modelWeights(spec, f32, (l) => {
-    const n = names(l);
+    const n = deepseekV3Names(l);
     const isMoe = moe.has(l);
     return {
       inputNorm: f32(n.inputNorm),

@@ -76,18 +76,50 @@ export function encodeAttn(a: AttnArgs): Uint8Array {
 
 export interface RouteArgs {
   logits: bigint; pickExpert: bigint; pickWeight: bigint; pickSlot: bigint; slots: bigint; counter: bigint; header: bigint;
+  /** layer: the index among the MoE layers (pickExpert / pickWeight hold LK = MoE layers x K a row). */
   T: number; E: number; K: number; LK: number; layer: number;
-  /** route.cuh's ROUTE_*: softmax over all then top-k (renormalized or not), or top-k then softmax over the k. */
+  /**
+   * route.cuh's ROUTE_*: softmax over all then top-k (renormalized or not), top-k then softmax over the k, or
+   * DeepSeek-V3's group-limited sigmoid choice (its correction bias, groups and weight factor in `group`).
+   */
   mode: RouteMode;
+  group?: { choiceBias: bigint; nGroup: number; topkGroup: number; scaling: number; renorm: boolean };
 }
 
-export type RouteMode = 'softmax' | 'softmax_renorm' | 'topk_softmax';
-const ROUTE_MODES: Record<RouteMode, number> = { softmax: 0, softmax_renorm: 1, topk_softmax: 2 };
+export type RouteMode = 'softmax' | 'softmax_renorm' | 'topk_softmax' | 'sigmoid_group';
+const ROUTE_MODES: Record<RouteMode, number> = { softmax: 0, softmax_renorm: 1, topk_softmax: 2, sigmoid_group: 3 };
+
+export const ROUTE_BYTES = 104;
 
 export function encodeRoute(a: RouteArgs): Uint8Array {
-  const b = Buffer.alloc(7 * 8 + 6 * 4);
+  const b = Buffer.alloc(ROUTE_BYTES);
   [a.logits, a.pickExpert, a.pickWeight, a.pickSlot, a.slots, a.counter, a.header].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
   [a.T, a.E, a.K, a.LK, a.layer, ROUTE_MODES[a.mode]].forEach((v, i) => b.writeInt32LE(v, 56 + 4 * i));
+  const g = a.group;
+  b.writeBigUInt64LE(g?.choiceBias ?? 0n, 80);
+  b.writeInt32LE(g?.nGroup ?? 1, 88);
+  b.writeInt32LE(g?.topkGroup ?? 1, 92);
+  b.writeFloatLE(g?.scaling ?? 1, 96);
+  b.writeInt32LE(g?.renorm ? 1 : 0, 100);
+  return b;
+}
+
+/** Shared floats one row's route takes (op_moe.cuh route_scratch): the logits, and the group choice's scratch. */
+export function routeScratch(mode: RouteMode, E: number): number {
+  return mode === 'sigmoid_group' ? 2 * E : E;
+}
+
+/** MlaParams (op_mla.cuh): a layer's multi-head latent attention (DeepSeek-V3). */
+export interface MlaArgs {
+  qANorm: bigint; kvANorm: bigint; kvB: bigint; invFreq: bigint; eps: number; mscale: number; scale: number;
+  nh: number; qLora: number; kvLora: number; rope: number; nope: number; vd: number; layer: number;
+}
+
+export function encodeMla(a: MlaArgs): Uint8Array {
+  const b = Buffer.alloc(72);
+  [a.qANorm, a.kvANorm, a.kvB, a.invFreq].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
+  [a.eps, a.mscale, a.scale].forEach((v, i) => b.writeFloatLE(v, 32 + 4 * i));
+  [a.nh, a.qLora, a.kvLora, a.rope, a.nope, a.vd, a.layer].forEach((v, i) => b.writeInt32LE(v, 44 + 4 * i));
   return b;
 }
 

@@ -99,10 +99,45 @@ test('op path, mixtral (fake driver): its own router and expert names, no q/k no
   assert.equal(be.banks.hotPerLayer, 6);
   be.dispose();
   assert.deepEqual(d.liveByKind(), {});
-  for (const f of ['deepseek-v3-tiny']) {
-    const spec = parseConfig(JSON.parse(readFileSync(join(fixtures, f, 'config.json'), 'utf8')), f);
-    assert.throws(() => checkOpSupport(spec), new RegExp(`architecture ${spec.architecture} is not implemented on CUDA yet \\(qwen3_moe, mixtral, olmoe, gpt_oss only\\)`));
+  // What the latent attention kernels do not take is refused by name.
+  const ds = JSON.parse(readFileSync(join(fixtures, 'deepseek-v3-tiny', 'config.json'), 'utf8'));
+  assert.doesNotThrow(() => checkOpSupport(parseConfig(ds, 'ds')));
+  assert.throws(() => checkOpSupport(parseConfig({ ...ds, kv_lora_rank: 1024 }, 'ds')), /kv_lora_rank 1024 \(the latent attention kernels take a multiple of 32, at most 512\)/);
+  assert.throws(() => checkOpSupport(parseConfig({ ...ds, q_lora_rank: 48 }, 'ds')), /q_lora_rank 48 is not a multiple of 32/);
+  assert.throws(() => checkOpSupport(parseConfig({ ...ds, n_routed_experts: 256, n_group: 64, topk_group: 8 }, 'ds')), /n_group 64 \(the routing kernel scores at most 32 groups\)/);
+});
+
+test('op path, deepseek-v3 (fake driver): latent attention launches, dense layer 0 with its MLP, shared expert, group router; banks and counter for the MoE layers only', async () => {
+  const { loadModelFor } = await import('../../../model/load.ts');
+  const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'deepseek-v3-tiny');
+  const m = await loadModelFor(dir, 'cuda');
+  const s = m.spec;
+  assert.deepEqual(s.moeLayers, [1, 2, 3]);
+  const d = new FakeCudaDriver();
+  const be = new CudaOpBackend(d, s, m.tensors, { kernelDir, placement: { hotPerLayer: 16 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+  try {
+    assert.equal(be.banks.hotDev.length, 3);
+    be.openSequence(0, 40);
+    const p = be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 0 }], count: true, recordRouting: true });
+    assert.equal(p.routing!.length, 20 * 3 * s.topK); // routing of the MoE layers only
+    be.forward({ chunks: [{ seq: 0, tokens: [7], startPos: 20 }], count: true });
+    assert.equal(be.readCounter().length, 3 * s.numExperts);
+    const names = d.launches.map((x) => x.name);
+    // Per layer and step: q_a | kv_a, norms + RoPE + cache, q_b, absorb, attend, values, o_proj; no q | k | v attention.
+    for (const k of ['op_mla_norm_rope_kv', 'op_mla_q_absorb', 'op_mla_attend', 'op_mla_o_absorb']) assert.equal(names.filter((n) => n === k).length, 2 * s.numLayers, k);
+    assert.ok(!names.some((n) => /^op_(attend|qk_rope_kv)/.test(n)));
+    const mla = d.launches.filter((x) => x.name === 'op_mla_attend');
+    assert.deepEqual(mla[0]!.grid, [20, 1, 1]); // 4 heads: one block of 8 a row
+    const absorb = d.launches.find((x) => x.name === 'op_mla_q_absorb')!;
+    assert.deepEqual(absorb.grid, [4, 1, 2]); // heads x ceil(kv_lora / 128) x ceil(20 rows / 16)
+    // Routing runs on the 3 MoE layers only (prefill: route rows + group; decode: route + group in one).
+    assert.equal(names.filter((n) => n === 'op_route_rows').length, 3);
+    assert.equal(names.filter((n) => n === 'op_route_group').length, 3);
+  } finally {
+    be.dispose();
+    m.tensors.close();
   }
+  assert.deepEqual(d.liveByKind(), {});
 });
 
 test('op path, olmoe (fake driver): q and k normed over the whole projections in their own launch, before attention with no per-head norm', async () => {

@@ -7,18 +7,18 @@
 // from --gpu-memory-utilization and --max-model-len before anything is allocated.
 import { ResidencyError } from '../../../errors.ts';
 import type { Backend, SequenceChunk, StepInput, StepOutput } from '../../backend.ts';
-import type { ModelSpec } from '../../../model/spec.ts';
+import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { TensorSource } from '../../../model/tensor-source.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
 import { CudaExpertBanks, DEFAULT_SPARE_ROWS } from '../banks.ts';
 import { deviceWeightBytes, expertRowLayout, type ExpertRowLayout, type ProductWeights, type WeightFormat } from '../device-weights.ts';
-import { uploadResidentWeights, type LayerDev } from './resident-weights.ts';
+import { uploadResidentWeights, type DenseDev, type LayerDev } from './resident-weights.ts';
 import type { CudaDriver, KernelArg } from '../driver.ts';
 import { OP_PATH_GROUPS, loadKernelModules, type AttendHeadDim, type KernelName, type WeightInfix } from '../kernels.ts';
 import { ResourceScope, type ReleaseFailureSink } from '../resource-scope.ts';
 import { TensorUploader, type UploadProgress } from '../uploader.ts';
 import { bucketFor, DEFAULT_BUCKETS } from '../plan.ts';
-import { encodeAttn, encodeGemm, encodeGroups, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, maxGroupedTiles, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
+import { encodeAttn, encodeGemm, encodeGroups, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, maxGroupedTiles, routeScratch, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
 import { hotExpertsThatFit, planMemory, type MemoryPlan } from './memory.ts';
 import { DECODE_MAX_ROWS, attendSplits, gemvRowsPerWarp, planPieces, type OpPiece } from './plan.ts';
 import { checkOpSupport } from './support.ts';
@@ -134,7 +134,9 @@ export class CudaOpBackend implements Backend {
     const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, vocabSize: V, numLayers: L } = s;
     const QD = nh * hd, KD = nkv * hd;
     this.QKV = QD + 2 * KD;
-    this.routeMode = s.router?.kind === 'topk_softmax' ? 'topk_softmax' : s.normTopkProb ? 'softmax_renorm' : 'softmax';
+    const rk = s.router?.kind;
+    this.routeMode = rk === 'sigmoid_group' ? 'sigmoid_group' : rk === 'topk_softmax' ? 'topk_softmax' : s.normTopkProb ? 'softmax_renorm' : 'softmax';
+    const Lm = moeLayerCount(s);
     const T = this.maxRows;
 
     // The plan first: nothing is allocated for a model that cannot fit. Without a placement the hot bank is
@@ -179,8 +181,8 @@ export class CudaOpBackend implements Backend {
       this.layers = w.layers;
       this.invFreq = w.invFreq;
       this.ropeScale = w.ropeScale;
-      this.counterDev = this.alloc(4 * L * E, 'counter table');
-      d.memsetD8(this.counterDev, 0, 4 * L * E);
+      this.counterDev = this.alloc(4 * Lm * E, 'counter table');
+      d.memsetD8(this.counterDev, 0, 4 * Lm * E);
 
       // Workspace of one piece (T rows); zeroed so padding rows never read uninitialized memory.
       const buf = (name: string, bytes: number): void => {
@@ -196,7 +198,7 @@ export class CudaOpBackend implements Backend {
       const stepBytes = stepLayout(T).bytes;
       this.stepDev = this.alloc(stepBytes, 'step rows');
       this.stepHost = scope.acquire('pinned step rows', () => d.allocPinned(stepBytes, 'step rows'), (h) => d.freeHost(h.hostPtr));
-      this.outHost = scope.acquire('pinned outputs', () => d.allocPinned(Math.max(4 * MAX_OUT * V, 8 * T * L * K), 'outputs'), (h) => d.freeHost(h.hostPtr));
+      this.outHost = scope.acquire('pinned outputs', () => d.allocPinned(Math.max(4 * MAX_OUT * V, 8 * T * Lm * K), 'outputs'), (h) => d.freeHost(h.hostPtr));
       // A gemv's input rows fill up to 64 KiB of shared memory (B rows x K chunk): over the 48 KiB default.
       for (const [name, fn] of this.fns) if (name.startsWith('op_gemv_')) d.setMaxDynamicSmem(fn, 64 * 1024, name);
       uploader.finish(); // every weight landed and is finite, before the first step
@@ -227,7 +229,8 @@ export class CudaOpBackend implements Backend {
   }
 
   forward(input: StepInput): StepOutput {
-    const { vocabSize: V, numLayers: L, topK: K } = this.spec;
+    const { vocabSize: V, topK: K } = this.spec;
+    const L = moeLayerCount(this.spec); // routing is recorded for the MoE layers
     const T = this.validate(input.chunks);
     const record = input.recordRouting === true;
     const logits = new Float32Array(input.chunks.length * V);
@@ -254,7 +257,7 @@ export class CudaOpBackend implements Backend {
   }
 
   readCounter(): Uint32Array {
-    const out = new Uint32Array(this.spec.numLayers * this.spec.numExperts);
+    const out = new Uint32Array(moeLayerCount(this.spec) * this.spec.numExperts);
     this.d.streamSync(this.stream, 'readCounter');
     this.d.dtoh(out, this.counterDev);
     return out;
@@ -285,7 +288,8 @@ export class CudaOpBackend implements Backend {
     const decode = n <= DECODE_MAX_ROWS && n <= this.buckets[this.buckets.length - 1]!;
     const T = decode ? bucketFor(n, this.buckets) : n;
     const maxPos = Math.max(...piece.rows.map((r) => r.pos));
-    const S = attendSplits(T, maxPos, this.maxSplits, this.spec.numKvHeads);
+    // Latent attention (op_mla.cuh) runs a row's positions in one block per 8 heads: no splits.
+    const S = this.spec.mla ? 1 : attendSplits(T, maxPos, this.maxSplits, this.spec.numKvHeads);
     // The fused decode attention writes a row's k/v in the same launch that reads the cache: right only when
     // no row reads another's position, i.e. every row is a different sequence (not a short prefill chunk).
     const fused = decode && new Set(piece.rows.map((r) => r.seq)).size === n;
@@ -349,9 +353,8 @@ export class CudaOpBackend implements Backend {
   private enqueue(T: number, decode: boolean, S: number, nOut: number, fusedAttention: boolean): void {
     this.afterKernel = false;
     const s = this.spec;
-    const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, expertIntermediate: I, vocabSize: V, numLayers: L } = s;
-    const QD = nh * hd;
-    const LK = L * K;
+    const { hiddenSize: H, numExperts: E, topK: K, expertIntermediate: I, vocabSize: V, numLayers: L } = s;
+    const LK = moeLayerCount(s) * K;
     const o = stepLayout(T);
     const at = (off: number): bigint => this.stepDev + BigInt(off);
     const rows = encodeRows({ token: at(o.token), pos: at(o.pos), cap: at(o.cap), kv: at(o.kv) });
@@ -365,30 +368,28 @@ export class CudaOpBackend implements Backend {
         [i32(mode), u64(this.ptr('hidden')), u64(this.ptr('partial')), u64(this.ptr('pickW')), i32(LK), i32(prev), i32(K), u64(rowsPtr),
           u64(at(o.token)), u64(this.embed), u64(w), u64(out), i32(H), f32(s.rmsNormEps)]);
     };
+    // A SwiGLU MLP outside the banks (a dense layer's, a shared expert): gate | up from xn, down added to hidden.
+    const mlp = (m: NonNullable<LayerDev['mlp']>, role: string): void => {
+      this.product(`${role}_gate_up`, decode, T, 'swiglu', { x: this.ptr('xn'), y: this.ptr('mlpAct'), w: m.gateUp.w, scales: m.gateUp.grid, ...gridArgs(m.gateUp.p), ldx: H, ldy: m.I, O: m.I, K: H, rows: T }, m.gateUp.p.format);
+      this.dense(`${role}_down`, decode, T, 'add', m.down, { x: this.ptr('mlpAct'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: m.I, ldy: H, O: H, K: m.I, rows: T });
+    };
     const banks = this.banks;
+    // The residual a layer's first norm adds: the embedding (layer 0), the previous MoE layer's picks (mode 1,
+    // that layer's index among the MoE layers), or nothing more (mode 2: a dense layer added its MLP already).
+    let prevMoe = -1;
+    const residualMode = (l: number): number => (l === 0 ? 0 : prevMoe >= 0 ? 1 : 2);
     for (let l = 0; l < L; l++) {
       const ly = this.layers[l]!;
-      norm(l === 0 ? 0 : 1, l - 1, 0n, ly.inNorm, this.ptr('xn'), T);
-      this.product('qkv', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: ly.qkv.w, scales: ly.qkv.grid, ...gridArgs(ly.qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T, bias: ly.qkvBias }, ly.qkv.p.format);
-      const whole = s.qkNorm === 'whole';
-      if (whole) {
-        this.launch('op_qk_norm_whole', [T, 2, 1], 256, 0, [u64(this.ptr('qkv')), i32(this.QKV), u64(ly.qNorm), u64(ly.kNorm), i32(QD), i32(nkv * hd), f32(s.rmsNormEps)]);
+      norm(residualMode(l), Math.max(prevMoe, 0), 0n, ly.inNorm, this.ptr('xn'), T);
+      if (ly.mla) this.enqueueLatentAttention(ly, l, decode, T, rows);
+      else this.enqueueAttention(ly, l, decode, T, S, rows, fusedAttention);
+      const m = ly.moe;
+      if (m < 0) {
+        norm(2, 0, 0n, ly.postNorm, this.ptr('xn'), T);
+        mlp(ly.mlp!, 'mlp');
+        prevMoe = -1;
+        continue;
       }
-      const G = nh / nkv;
-      const attend = [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(this.ptr('att')), u64(this.ptr('attnPart')), i32(l), i32(nh), i32(nkv)];
-      const params = { bytes: encodeAttn({ qNorm: whole ? 0n : ly.qNorm, kNorm: whole ? 0n : ly.kNorm, invFreq: this.invFreq, sinks: ly.sinks, eps: s.rmsNormEps, mscale: this.ropeScale, window: ly.window }) };
-      const threads = G === 16 ? 128 : 256;
-      const shape = `hd${hd as AttendHeadDim}_g${G as 1 | 2 | 4 | 8 | 16}` as const;
-      if (fusedAttention) {
-        // Decode rows of distinct sequences: q/k norm, RoPE and the KV write happen inside the attention blocks.
-        this.launch(`op_attend_decode_${shape}`, [T, nkv, S], threads, 0, [...attend, params]);
-      } else {
-        // Rows that read each other's k and v (a prefill chunk): every row's are written first.
-        this.launch('op_qk_rope_kv', [T, Math.ceil((nh + nkv) / 4), 1], 128, 0, [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, params, i32(l), i32(nh), i32(nkv), i32(hd)]);
-        this.launch(`op_attend_${shape}`, [T, nkv, S], threads, 0, [...attend, params]);
-      }
-      if (S > 1) this.launch('op_attend_merge', [T, nh, 1], Math.max(32, hd), 0, [u64(this.ptr('attnPart')), u64(this.ptr('att')), i32(nh), i32(hd), i32(S), u64(ly.sinks)]);
-      this.product('o_proj', decode, T, 'add', { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), w: ly.o.w, scales: ly.o.grid, ...gridArgs(ly.o.p), ldx: QD, ldy: H, O: H, K: QD, rows: T, bias: ly.oBias }, ly.o.p.format);
       if (decode && gemvStagesWhole(T, H)) {
         // The post-attention norm inside the router's gemv (each block normalizes the rows it staged).
         this.product('router', decode, T, 'store', { x: this.ptr('hidden'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, normW: ly.postNorm, normOut: this.ptr('xn'), eps: s.rmsNormEps, bias: ly.routerBias });
@@ -396,21 +397,26 @@ export class CudaOpBackend implements Backend {
         norm(2, 0, 0n, ly.postNorm, this.ptr('xn'), T);
         this.product('router', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, bias: ly.routerBias });
       }
+      const r = s.router;
       const route = encodeRoute({
         logits: this.ptr('rlog'), pickExpert: this.ptr('pickE'), pickWeight: this.ptr('pickW'), pickSlot: this.ptr('pickSlot'),
-        slots: banks.slotTableDev + BigInt(4 * l * E), counter: this.counterDev + BigInt(4 * l * E), header, T, E, K, LK, layer: l, mode: this.routeMode,
+        slots: banks.slotTableDev + BigInt(4 * m * E), counter: this.counterDev + BigInt(4 * m * E), header, T, E, K, LK, layer: m, mode: this.routeMode,
+        ...(r?.kind === 'sigmoid_group' ? { group: { choiceBias: ly.choiceBias, nGroup: r.nGroup, topkGroup: r.topkGroup, scaling: r.scalingFactor, renorm: s.normTopkProb } } : {}),
       });
       const groups = encodeGroups({ n: this.ptr('grpN'), expert: this.ptr('grpExpert'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
+      const scratch = routeScratch(this.routeMode, E);
       if (decode) {
         const warps = Math.max(4, T);
-        this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * E + 2 * T * K + 2 * E), [{ bytes: route }, { bytes: groups }]);
+        this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * scratch + 2 * T * K + 2 * E), [{ bytes: route }, { bytes: groups }]);
       } else {
-        this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, 4 * 8 * E, [{ bytes: route }]);
+        this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, 4 * 8 * scratch, [{ bytes: route }]);
         this.launch('op_group', [1, 1, 1], 1024, 4 * 2 * E, [{ bytes: route }, { bytes: groups }]);
       }
+      // The shared expert (DeepSeek) beside the routed ones, on the same normalized rows.
+      if (ly.mlp) mlp(ly.mlp, 'shared');
       const grouped = {
         grpN: this.ptr('grpN'), grpExpert: this.ptr('grpExpert'), grpStart: this.ptr('grpStart'), grpRows: this.ptr('grpRows'),
-        slots: banks.slotTableDev + BigInt(4 * l * E), hot: banks.hotDev[l]!, cold: banks.coldDev[l]!, hotRows: banks.hotRowsAllocated,
+        slots: banks.slotTableDev + BigInt(4 * m * E), hot: banks.hotDev[m]!, cold: banks.coldDev[m]!, hotRows: banks.hotRowsAllocated,
         tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0'), rowBytes: banks.rowBytes,
       };
       const row = this.rowLayout;
@@ -420,10 +426,75 @@ export class CudaOpBackend implements Backend {
         bOff: row.gateUpBiasAt, guInterleave: row.interleaved, ...act,
       }, row.format);
       this.product('experts_down', decode, T, 'store', { ...grouped, x: this.ptr('act'), y: this.ptr('partial'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down), bOff: row.downBiasAt }, row.format);
+      prevMoe = m;
     }
     const nOutB = bucketFor(nOut, [1, 2, 4, 8, 16]);
-    norm(1, L - 1, outRows, this.finalNorm, this.ptr('xf'), nOutB);
+    norm(residualMode(L), Math.max(prevMoe, 0), outRows, this.finalNorm, this.ptr('xf'), nOutB);
     this.product('lm_head', true, nOutB, 'store', { x: this.ptr('xf'), y: this.ptr('logits'), w: this.lmHead, ldx: H, ldy: V, O: V, K: H, rows: nOutB });
+  }
+
+  /** A layer's q | k | v attention, from xn to hidden += o_proj(attention). */
+  private enqueueAttention(ly: LayerDev, l: number, decode: boolean, T: number, S: number, rows: Uint8Array, fusedAttention: boolean): void {
+    const s = this.spec;
+    const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd } = s;
+    const QD = nh * hd;
+    const f32 = (v: number): KernelArg => ({ f32: v });
+    const i32 = (v: number): KernelArg => ({ i32: v });
+    const u64 = (v: bigint): KernelArg => ({ u64: v });
+    const qkv = ly.qkv!;
+    this.product('qkv', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: qkv.w, scales: qkv.grid, ...gridArgs(qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T, bias: ly.qkvBias }, qkv.p.format);
+    const whole = s.qkNorm === 'whole';
+    if (whole) {
+      this.launch('op_qk_norm_whole', [T, 2, 1], 256, 0, [u64(this.ptr('qkv')), i32(this.QKV), u64(ly.qNorm), u64(ly.kNorm), i32(QD), i32(nkv * hd), f32(s.rmsNormEps)]);
+    }
+    const G = nh / nkv;
+    const attend = [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(this.ptr('att')), u64(this.ptr('attnPart')), i32(l), i32(nh), i32(nkv)];
+    const params = { bytes: encodeAttn({ qNorm: whole ? 0n : ly.qNorm, kNorm: whole ? 0n : ly.kNorm, invFreq: this.invFreq, sinks: ly.sinks, eps: s.rmsNormEps, mscale: this.ropeScale, window: ly.window }) };
+    const threads = G === 16 ? 128 : 256;
+    const shape = `hd${hd as AttendHeadDim}_g${G as 1 | 2 | 4 | 8 | 16}` as const;
+    if (fusedAttention) {
+      // Decode rows of distinct sequences: q/k norm, RoPE and the KV write happen inside the attention blocks.
+      this.launch(`op_attend_decode_${shape}`, [T, nkv, S], threads, 0, [...attend, params]);
+    } else {
+      // Rows that read each other's k and v (a prefill chunk): every row's are written first.
+      this.launch('op_qk_rope_kv', [T, Math.ceil((nh + nkv) / 4), 1], 128, 0, [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, params, i32(l), i32(nh), i32(nkv), i32(hd)]);
+      this.launch(`op_attend_${shape}`, [T, nkv, S], threads, 0, [...attend, params]);
+    }
+    if (S > 1) this.launch('op_attend_merge', [T, nh, 1], Math.max(32, hd), 0, [u64(this.ptr('attnPart')), u64(this.ptr('att')), i32(nh), i32(hd), i32(S), u64(ly.sinks)]);
+    this.dense('o_proj', decode, T, 'add', ly.o, { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: QD, ldy: H, O: H, K: QD, rows: T, bias: ly.oBias });
+  }
+
+  /**
+   * A layer's multi-head latent attention (DeepSeek-V3, op_mla.cuh), from xn to hidden += o_proj(attention):
+   * q_a | kv_a, their norms with RoPE and the latent cache write, q_b, the query absorbed into latent space,
+   * attention over the latent cache, the values out of it, o_proj. Every row's cache entry lands before any
+   * row attends, so prefill chunks and decode rows take the same launches.
+   */
+  private enqueueLatentAttention(ly: LayerDev, l: number, decode: boolean, T: number, rows: Uint8Array): void {
+    const s = this.spec;
+    const m = s.mla!;
+    const w = ly.mla!;
+    const { hiddenSize: H, numHeads: nh, headDim: rope } = s;
+    const A = m.qLoraRank + m.kvLoraRank + rope, qk = m.qkNopeDim + rope;
+    const i32 = (v: number): KernelArg => ({ i32: v });
+    const u64 = (v: bigint): KernelArg => ({ u64: v });
+    const params = { bytes: encodeMla({
+      qANorm: w.qANorm, kvANorm: w.kvANorm, kvB: w.kvB, invFreq: this.invFreq, eps: s.rmsNormEps, mscale: this.ropeScale, scale: 1 / Math.sqrt(qk),
+      nh, qLora: m.qLoraRank, kvLora: m.kvLoraRank, rope, nope: m.qkNopeDim, vd: m.vHeadDim, layer: l,
+    }) };
+    this.dense('mla_a', decode, T, 'store', w.a, { x: this.ptr('xn'), y: this.ptr('mlaA'), ldx: H, ldy: A, O: A, K: H, rows: T });
+    this.launch('op_mla_norm_rope_kv', [T, 1, 1], 256, 0, [u64(this.ptr('mlaA')), i32(A), { bytes: rows }, params]);
+    this.dense('mla_q_b', decode, T, 'store', w.qB, { x: this.ptr('mlaA'), y: this.ptr('mlaQ'), ldx: A, ldy: nh * qk, O: nh * qk, K: m.qLoraRank, rows: T });
+    this.launch('op_mla_q_absorb', [nh, Math.ceil(m.kvLoraRank / 128), Math.ceil(T / 16)], 128, 4 * 16 * m.qkNopeDim, [u64(this.ptr('mlaQ')), { bytes: rows }, u64(this.ptr('mlaQLat')), params, i32(T)]);
+    this.launch('op_mla_attend', [T, Math.ceil(nh / 8), 1], 256, 4 * 8 * (2 * m.kvLoraRank + rope), [u64(this.ptr('mlaQLat')), { bytes: rows }, u64(this.ptr('mlaOLat')), params]);
+    this.launch('op_mla_o_absorb', [Math.ceil((nh * m.vHeadDim) / 8), 1, 1], 256, 0, [u64(this.ptr('mlaOLat')), u64(this.ptr('att')), params, i32(T)]);
+    const QD = nh * m.vHeadDim;
+    this.dense('o_proj', decode, T, 'add', ly.o, { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: QD, ldy: H, O: H, K: QD, rows: T });
+  }
+
+  /** A dense product of stored weights `w` (bf16 or block FP8 with its grid). */
+  private dense(role: string, decode: boolean, T: number, epi: 'store' | 'add' | 'swiglu', w: DenseDev, a: Omit<GemmArgs, 'w' | 'scales'>): void {
+    this.product(role, decode, T, epi, { ...a, w: w.w, scales: w.grid, ...gridArgs(w.p) }, w.p.format);
   }
 
   /** One product: gemv (decode: B = T rows a group) or the tensor-core tiles (prefill), for weights stored as `format`. */

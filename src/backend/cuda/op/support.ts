@@ -14,24 +14,33 @@ export function checkOpSupport(s: ModelSpec): void {
   }
   // Mixtral is Qwen3-MoE's layer without q/k norms, its router softmax then top-k renormalized (normTopkProb);
   // OLMoE's norms q and k over the whole projections and does not renormalize;
-  // gpt-oss adds biases, sinks, sliding windows, YaRN, a top-k-then-softmax router and clamped SwiGLU experts.
-  const families = ['qwen3_moe', 'mixtral', 'olmoe', 'gpt_oss'];
+  // gpt-oss adds biases, sinks, sliding windows, YaRN, a top-k-then-softmax router and clamped SwiGLU experts;
+  // DeepSeek-V3 has multi-head latent attention (op_mla.cuh), dense layers first, a shared expert and the
+  // group-limited sigmoid router.
+  const families = ['qwen3_moe', 'mixtral', 'olmoe', 'gpt_oss', 'deepseek_v3'];
   if (!families.includes(s.architecture)) refuse(`architecture ${s.architecture} is not implemented on CUDA yet (${families.join(', ')} only)`);
-  if (s.router !== undefined && s.router.kind !== 'softmax_topk' && s.router.kind !== 'topk_softmax') refuse(`router ${s.router.kind} (the routing kernel takes softmax then top-k, or top-k then softmax)`);
-  if (s.rope?.interleaved) refuse('interleaved RoPE (the attention kernels rotate halves)');
-  if (s.mla) refuse('multi-head latent attention');
-  if (s.moeLayers !== undefined && s.moeLayers.length !== s.numLayers) refuse('dense MLP layers (every layer must be MoE)');
-  if (s.sharedIntermediate) refuse('shared experts');
+  const router = s.router;
+  if (router?.kind === 'sigmoid_group' && router.nGroup > 32) refuse(`n_group ${router.nGroup} (the routing kernel scores at most 32 groups)`);
   if (s.architecture === 'gpt_oss' && s.quantization?.method !== 'mxfp4') refuse('gpt-oss experts not in MXFP4');
-  const QD = s.numHeads * s.headDim;
-  // The tensor-core tiles read K in slices of 32; the gemv reads 16-byte pieces.
-  for (const [what, v] of [['hidden_size', s.hiddenSize], ['num_heads x head_dim', QD], ['moe_intermediate_size', s.expertIntermediate]] as const) {
-    if (v % 32 !== 0) refuse(`${what} ${v} is not a multiple of 32`);
+  const m = s.mla;
+  if (m) {
+    // The absorbed form's kernels: a latent row in the registers of a warp (kv_lora <= 512, 32 a lane step).
+    if (m.kvLoraRank % 32 !== 0 || m.kvLoraRank > 512) refuse(`kv_lora_rank ${m.kvLoraRank} (the latent attention kernels take a multiple of 32, at most 512)`);
+    if (m.qLoraRank % 32 !== 0) refuse(`q_lora_rank ${m.qLoraRank} is not a multiple of 32`);
+    if ((s.numHeads * m.vHeadDim) % 32 !== 0) refuse(`num_heads x v_head_dim ${s.numHeads * m.vHeadDim} is not a multiple of 32`);
+    if (s.quantization) refuse('quantized DeepSeek-V3 weights (the latent attention kernels read kv_b_proj as bf16)');
+  } else {
+    if (s.rope?.interleaved) refuse('interleaved RoPE outside multi-head latent attention (the attention kernels rotate halves)');
+    if ((s.numHeads * s.headDim) % 32 !== 0) refuse(`num_heads x head_dim ${s.numHeads * s.headDim} is not a multiple of 32`);
+    if (![32, 64, 128].includes(s.headDim)) refuse(`head_dim ${s.headDim} (the attention kernels take 32, 64 or 128)`);
+    if (s.numHeads % s.numKvHeads !== 0) refuse(`${s.numHeads} heads are not a multiple of ${s.numKvHeads} kv heads`);
+    const G = s.numHeads / s.numKvHeads;
+    if (![1, 2, 4, 8, 16].includes(G)) refuse(`${G} query heads per kv head (the attention kernels take 1, 2, 4, 8 or 16)`);
   }
-  if (![32, 64, 128].includes(s.headDim)) refuse(`head_dim ${s.headDim} (the attention kernels take 32, 64 or 128)`);
-  if (s.numHeads % s.numKvHeads !== 0) refuse(`${s.numHeads} heads are not a multiple of ${s.numKvHeads} kv heads`);
-  const G = s.numHeads / s.numKvHeads;
-  if (![1, 2, 4, 8, 16].includes(G)) refuse(`${G} query heads per kv head (the attention kernels take 1, 2, 4, 8 or 16)`);
+  // The tensor-core tiles read K in slices of 32; the gemv reads 16-byte pieces.
+  const widths: [string, number | undefined][] = [['hidden_size', s.hiddenSize], ['moe_intermediate_size', s.expertIntermediate],
+    ['intermediate_size (the dense layers)', s.denseIntermediate], ['the shared experts\' intermediate size', s.sharedIntermediate]];
+  for (const [what, v] of widths) if (v !== undefined && v % 32 !== 0) refuse(`${what} ${v} is not a multiple of 32`);
   if (s.numExperts > 1024) refuse(`${s.numExperts} experts per layer (at most 1024)`);
   if (s.topK > 32) refuse(`top-${s.topK} routing (at most 32)`);
   if (s.hiddenSize > 16384) refuse(`hidden_size ${s.hiddenSize} (at most 16384: a row's norm sits in shared memory)`);

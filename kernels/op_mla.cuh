@@ -1,0 +1,177 @@
+// Multi-head latent attention (DeepSeek-V3) in its absorbed form. The KV cache holds, per position, the
+// normalized latent c (kv_lora values) and the rotated key part k_rope every head shares (rope values):
+// [L][cap][kv_lora + rope] fp32, 576 floats a position at DeepSeek-V3's shapes where the expanded heads would
+// take 128 x (192 + 128). kv_b_proj stacks, per head, W_UK (nope rows) then W_UV (vd rows), each kv_lora wide;
+// a head's key is [W_UK c, k_rope] and its value W_UV c, so
+//   q . k = (W_UK^T q_nope) . c + q_rope . k_rope   and   out = W_UV (sum_p softmax_p c_p):
+// the query is absorbed into latent space (mla_q_absorb), attention runs over the latent cache with every
+// head against the one shared row (mla_attend), and the value projection comes last (mla_o_absorb). The CPU
+// spec (family-attention.ts mlaAttention) expands every head's key and value instead: the same products in
+// another summation order.
+#pragma once
+#include "op_common.cuh"
+#include "op_attention.cuh"
+
+struct MlaParams {
+  const bf16_t* q_a_norm;  // [q_lora]
+  const bf16_t* kv_a_norm; // [kv_lora]
+  const bf16_t* kv_b;      // [nh * (nope + vd)][kv_lora]
+  const float* inv_freq;   // [rope / 2]
+  float eps, mscale, scale; // scale: the softmax's, 1 / sqrt(nope + rope)
+  int32_t nh, q_lora, kv_lora, rope, nope, vd, layer;
+};
+static_assert(sizeof(MlaParams) == 72 && offsetof(MlaParams, eps) == 32 && offsetof(MlaParams, nh) == 44 && offsetof(MlaParams, layer) == 68,
+              "MlaParams: layout.ts encodeMla");
+
+// Interleaved RoPE (DeepSeek's rope_interleave) of d values src -> dst by one warp: pair (2i, 2i + 1) turns by
+// pos x inv_freq[i] (float32, cos and sin times mscale), stored de-interleaved (the turned evens, then the odds)
+// as transformers leaves it (family-attention.ts ropeInterleaved). src and dst must not overlap.
+__device__ __forceinline__ void warp_rope_interleaved(const float* src, float* dst, int d, int pos, const float* __restrict__ inv_freq,
+                                                      float mscale) {
+  const int lane = threadIdx.x & 31, half = d >> 1;
+  for (int i = lane; i < half; i += 32) {
+    float sn, cs;
+    sincosf((float)pos * inv_freq[i], &sn, &cs);
+    cs *= mscale;
+    sn *= mscale;
+    const float a = src[2 * i], b = src[2 * i + 1];
+    dst[i] = a * cs - b * sn;
+    dst[half + i] = b * cs + a * sn;
+  }
+  __syncwarp();
+}
+
+// The row's KV cache entry of `layer` at `pos` (kv_lora + rope floats).
+__device__ __forceinline__ float* mla_cache(OpRows rows, int t, const MlaParams& m, int pos) {
+  return rows.kv[t] + ((size_t)m.layer * rows.cap[t] + pos) * (m.kv_lora + m.rope);
+}
+
+// Row t of a = [q latent (q_lora) | c (kv_lora) | k_rope (rope)] (q_a_proj | kv_a_proj_with_mqa): the q latent
+// RMSNormed in place (q_b_proj's input), c RMSNormed and k_rope turned into the cache at the row's position.
+// Grid (T), any block size of whole warps up to 1024.
+__device__ __forceinline__ void mla_norm_rope_kv_body(float* a, int lda, OpRows rows, const MlaParams& m) {
+  __shared__ float red[32];
+  const int t = blockIdx.x;
+  float* x = a + (size_t)t * lda;
+  float* kv = mla_cache(rows, t, m, rows.pos[t]);
+  block_rmsnorm(x, m.q_a_norm, x, m.q_lora, m.eps, red);
+  block_rmsnorm(x + m.q_lora, m.kv_a_norm, kv, m.kv_lora, m.eps, red);
+  if (threadIdx.x < 32) warp_rope_interleaved(x + m.q_lora + m.kv_lora, kv + m.kv_lora, m.rope, rows.pos[t], m.inv_freq, m.mscale);
+}
+
+// q [T][nh][nope + rope] (q_b_proj's output) -> q_lat [T][nh][kv_lora + rope]: W_UK[h]^T q_nope (a thread per
+// latent value c, reading W_UK's rows along c: coalesced), then (blocks with blockIdx.y == 0) q_rope turned at
+// the row's position. Grid (nh, ceil(kv_lora / blockDim.x), ceil(T / RT)); dynamic shared memory RT x nope floats.
+template <int RT>
+__device__ __forceinline__ void mla_q_absorb_body(const float* q, OpRows rows, float* qlat, const MlaParams& m, int T) {
+  extern __shared__ __align__(16) float mla_qs[]; // [RT][nope]
+  const int h = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x, t0 = blockIdx.z * RT;
+  const int qk = m.nope + m.rope, D = m.kv_lora + m.rope, nr = min(RT, T - t0);
+  for (int i = threadIdx.x; i < RT * m.nope; i += blockDim.x) {
+    const int r = i / m.nope, d = i - r * m.nope;
+    mla_qs[i] = r < nr ? q[((size_t)(t0 + r) * m.nh + h) * qk + d] : 0.f;
+  }
+  __syncthreads();
+  if (c < m.kv_lora) {
+    float acc[RT];
+#pragma unroll
+    for (int r = 0; r < RT; r++) acc[r] = 0.f;
+    const bf16_t* w = m.kv_b + (size_t)h * (m.nope + m.vd) * m.kv_lora + c;
+#pragma unroll 4
+    for (int d = 0; d < m.nope; d++) {
+      const float wv = bf2f(w[(size_t)d * m.kv_lora]);
+#pragma unroll
+      for (int r = 0; r < RT; r++) acc[r] += mla_qs[r * m.nope + d] * wv;
+    }
+#pragma unroll
+    for (int r = 0; r < RT; r++)
+      if (r < nr) qlat[((size_t)(t0 + r) * m.nh + h) * D + c] = acc[r];
+  }
+  if (blockIdx.y == 0 && threadIdx.x < 32) {
+    for (int r = 0; r < nr; r++) {
+      const int t = t0 + r;
+      warp_rope_interleaved(q + ((size_t)t * m.nh + h) * qk + m.nope, qlat + ((size_t)t * m.nh + h) * D + m.kv_lora, m.rope, rows.pos[t],
+                            m.inv_freq, m.mscale);
+    }
+  }
+}
+
+// Positions a warp scores at once (independent dot products in flight before their softmax update).
+#define MLA_PPW 4
+
+// Row t, head h: softmax((q_lat . [c, k_rope]) x scale) over positions 0..pos of the row's latent cache, and
+// o_lat [T][nh][kv_lora] = sum_p softmax_p c_p. A warp a head, MLA_HEADS heads a block (their cache rows shared
+// through L1), online softmax in fp32. Grid (T, ceil(nh / MLA_HEADS)); dynamic shared memory
+// MLA_HEADS x (2 kv_lora + rope) floats.
+#define MLA_HEADS 8
+__device__ __forceinline__ void mla_attend_body(const float* qlat, OpRows rows, float* olat, const MlaParams& m) {
+  extern __shared__ __align__(16) float mla_sm[]; // [MLA_HEADS][D] queries | [MLA_HEADS][kv_lora] sums
+  const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int h = blockIdx.y * MLA_HEADS + warp;
+  const int D = m.kv_lora + m.rope, n = rows.pos[t] + 1;
+  if (h >= m.nh) return; // no block-wide barrier below
+  float* qv = mla_sm + warp * D;
+  float* acc = mla_sm + MLA_HEADS * D + warp * m.kv_lora;
+  const float* src = qlat + ((size_t)t * m.nh + h) * D;
+  for (int i = lane; i < D; i += 32) qv[i] = src[i];
+  for (int i = lane; i < m.kv_lora; i += 32) acc[i] = 0.f;
+  __syncwarp();
+  const float* kv = mla_cache(rows, t, m, 0);
+  float mx = -INFINITY, l = 0.f;
+  for (int p0 = 0; p0 < n; p0 += MLA_PPW) {
+    float s[MLA_PPW];
+#pragma unroll
+    for (int j = 0; j < MLA_PPW; j++) {
+      s[j] = 0.f;
+      if (p0 + j < n) {
+        const float* kp = kv + (size_t)(p0 + j) * D;
+        for (int i = lane; i < D; i += 32) s[j] += qv[i] * kp[i];
+      }
+    }
+    float mn = mx;
+#pragma unroll
+    for (int j = 0; j < MLA_PPW; j++) { // p0 + j < n is the same for the whole warp
+      s[j] = p0 + j < n ? warp_sum(s[j]) * m.scale : -INFINITY;
+      mn = fmaxf(mn, s[j]);
+    }
+    const float corr = expf(mx - mn);
+    float e[MLA_PPW], es = 0.f;
+#pragma unroll
+    for (int j = 0; j < MLA_PPW; j++) { e[j] = expf(s[j] - mn); es += e[j]; }
+    l = l * corr + es;
+    for (int i = lane; i < m.kv_lora; i += 32) {
+      float a = acc[i] * corr;
+#pragma unroll
+      for (int j = 0; j < MLA_PPW; j++)
+        if (p0 + j < n) a += e[j] * kv[(size_t)(p0 + j) * D + i];
+      acc[i] = a;
+    }
+    mx = mn;
+  }
+  float* out = olat + ((size_t)t * m.nh + h) * m.kv_lora;
+  const float inv = 1.f / l;
+  for (int i = lane; i < m.kv_lora; i += 32) out[i] = acc[i] * inv;
+}
+
+// o_lat [T][nh][kv_lora] -> att [T][nh * vd]: att[t][h * vd + d] = W_UV[h][d] . o_lat[t][h]. A warp an output
+// (its weight row held in registers, kv_lora <= 32 x MLA_MAX_C), every row in turn; grid ceil(nh * vd / warps).
+#define MLA_MAX_C 16
+__device__ __forceinline__ void mla_o_absorb_body(const float* olat, float* att, const MlaParams& m, int T) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int f = blockIdx.x * (blockDim.x >> 5) + warp;
+  if (f >= m.nh * m.vd) return;
+  const int h = f / m.vd, d = f - h * m.vd, nc = m.kv_lora >> 5;
+  const bf16_t* w = m.kv_b + ((size_t)h * (m.nope + m.vd) + m.nope + d) * m.kv_lora;
+  float wr[MLA_MAX_C];
+#pragma unroll
+  for (int j = 0; j < MLA_MAX_C; j++) wr[j] = j < nc ? bf2f(w[lane + 32 * j]) : 0.f;
+  for (int t = 0; t < T; t++) {
+    const float* x = olat + ((size_t)t * m.nh + h) * m.kv_lora;
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < MLA_MAX_C; j++)
+      if (j < nc) acc += wr[j] * x[lane + 32 * j];
+    acc = warp_sum(acc);
+    if (lane == 0) att[(size_t)t * m.nh * m.vd + f] = acc;
+  }
+}
