@@ -4,7 +4,8 @@
 import { layerTensorNames } from './tensor-names.ts';
 import type { ModelSpec } from './spec.ts';
 import { familyOf } from './families/index.ts';
-import type { ModelWeights, RawTensor } from './weights.ts';
+import type { ExpertWeights, ModelWeights, RawTensor } from './weights.ts';
+import type { TensorSource } from './tensor-source.ts';
 import { attentionWeights, expertWeights, modelWeights, tensorReader } from './families/common.ts';
 
 export { f16BitsToF32Bits, tensorToFloat32 } from './float-convert.ts';
@@ -12,21 +13,24 @@ export { f16BitsToF32Bits, tensorToFloat32 } from './float-convert.ts';
 /**
  * Builds ModelWeights from validated raw tensors (checkArchitecture must have passed). `onTensor` is
  * called after each conversion with the tensor's raw byte size, for progress. `keepBf16` (qwen3_moe): bf16
- * attention projections and experts stay as stored instead of float32.
+ * attention projections and experts stay as stored instead of float32. `streamExperts` (qwen3_moe, float
+ * experts): the routed experts are not read here but left in that source for a backend to read (StoredExpert).
  */
 export function toFloat32Weights(
   spec: ModelSpec,
   raw: ReadonlyMap<string, RawTensor>,
   onTensor?: (name: string, bytes: number) => void,
-  opts: { readonly keepBf16?: boolean } = {},
+  opts: { readonly keepBf16?: boolean; readonly streamExperts?: TensorSource } = {},
 ): ModelWeights {
   const family = familyOf(spec.architecture);
   if (family) return family.weights(spec, raw, onTensor);
-  const { f32, matrix } = tensorReader(raw, onTensor, spec.quantization, opts.keepBf16 === true);
+  const keepBf16 = opts.keepBf16 === true;
+  const { f32, matrix } = tensorReader(raw, onTensor, spec.quantization, keepBf16);
+  const stream = opts.streamExperts;
   return modelWeights(spec, f32, (l) => {
     const n = layerTensorNames(l);
     // In the order the tensors were always read (progress): experts, then the rest of the layer.
-    const experts = expertWeights(matrix, n.expert, spec);
+    const experts = stream ? storedExperts(stream, n.expert, spec, keepBf16) : expertWeights(matrix, n.expert, spec);
     return {
       inputNorm: f32(n.inputNorm),
       ...attentionWeights(matrix, n),
@@ -37,4 +41,11 @@ export function toFloat32Weights(
       experts,
     };
   });
+}
+
+const NONE = new Float32Array(0);
+
+/** A layer's routed experts as StoredExperts of `source` (nothing read: a backend reads them into its banks). */
+function storedExperts(source: TensorSource, expert: (e: number) => { gate: string; up: string; down: string }, spec: ModelSpec, keepBf16: boolean): ExpertWeights[] {
+  return Array.from({ length: spec.numExperts }, (_, e) => ({ gate: NONE, up: NONE, down: NONE, stored: { source, ...expert(e), keepBf16 } }));
 }

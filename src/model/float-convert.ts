@@ -22,37 +22,42 @@ export function f16BitsToF32Bits(h: number): number {
 }
 
 /** A weight that is NaN or infinite: the checkpoint is corrupt (served, it gives garbage or no tokens). */
-function nonFinite(t: RawTensor, i: number, f32Bits: number): ResidencyError {
+function nonFinite(t: Pick<RawTensor, 'name' | 'shape'>, i: number, f32Bits: number): ResidencyError {
   const what = (f32Bits & 0x7fffff) !== 0 ? 'NaN' : f32Bits >>> 31 ? '-Infinity' : 'Infinity';
   return new ResidencyError('BAD_CHECKPOINT',
     `tensor "${t.name}": element ${i} of ${t.shape.join('x')} is ${what}; the checkpoint is corrupt (download or convert it again)`);
 }
 
 /**
- * One tensor as float32 (a fresh array). Bytes are little-endian; they are assembled byte by byte
+ * One tensor as float32 (a fresh array, or `into`: memory the caller owns, of the tensor's length). Bytes are little-endian; they are assembled byte by byte
  * because a tensor's offset in its shard need not be aligned. Assumes a little-endian host (all targets).
  * `finite`: refuse a NaN or infinite value (BAD_CHECKPOINT naming the tensor), checked in the conversion
  * loop itself rather than in a second pass over the weights.
  */
-export function tensorToFloat32(t: RawTensor, opts: { readonly finite?: boolean } = {}): Float32Array {
+export function tensorToFloat32(t: RawTensor, opts: { readonly finite?: boolean; readonly into?: Float32Array } = {}): Float32Array {
   const b = t.bytes;
   const finite = opts.finite === true;
+  const alloc = (n: number): Float32Array => {
+    if (!opts.into) return new Float32Array(n);
+    if (opts.into.length !== n) throw new ResidencyError('INTERNAL', `tensorToFloat32: tensor "${t.name}" has ${n} values, its destination ${opts.into.length}`);
+    return opts.into;
+  };
   switch (t.dtype) {
     case 'BF16': {
       const n = b.length >> 1;
-      const out = new Float32Array(n);
+      const out = alloc(n);
       // bf16 is the top half of an f32: writing it into the high half of each f32 is exact.
       if (b.byteOffset % 2 === 0) {
         // Aligned (the usual case: safetensors pads its header to 8 bytes): 16-bit lanes, 2x faster.
         const src = new Uint16Array(b.buffer, b.byteOffset, n);
-        const dst = new Uint16Array(out.buffer);
+        const dst = new Uint32Array(out.buffer, out.byteOffset, n);
         for (let i = 0; i < n; i++) {
           const h = src[i]!;
           if (finite && (h & 0x7f80) === 0x7f80) throw nonFinite(t, i, h << 16);
-          dst[2 * i + 1] = h;
+          dst[i] = h << 16;
         }
       } else {
-        const bits = new Uint32Array(out.buffer);
+        const bits = new Uint32Array(out.buffer, out.byteOffset, n);
         for (let i = 0; i < n; i++) {
           const f = ((b[2 * i]! | (b[2 * i + 1]! << 8)) << 16) >>> 0;
           if (finite && (f & 0x7f800000) === 0x7f800000) throw nonFinite(t, i, f);
@@ -63,8 +68,8 @@ export function tensorToFloat32(t: RawTensor, opts: { readonly finite?: boolean 
     }
     case 'F16': {
       const n = b.length >> 1;
-      const out = new Float32Array(n);
-      const bits = new Uint32Array(out.buffer);
+      const out = alloc(n);
+      const bits = new Uint32Array(out.buffer, out.byteOffset, n);
       for (let i = 0; i < n; i++) {
         const f = f16BitsToF32Bits(b[2 * i]! | (b[2 * i + 1]! << 8));
         if (finite && (f & 0x7f800000) === 0x7f800000) throw nonFinite(t, i, f);
@@ -73,10 +78,10 @@ export function tensorToFloat32(t: RawTensor, opts: { readonly finite?: boolean 
       return out;
     }
     case 'F32': {
-      const out = new Float32Array(b.length >> 2);
-      new Uint8Array(out.buffer).set(b);
+      const out = alloc(b.length >> 2);
+      new Uint8Array(out.buffer, out.byteOffset, out.byteLength).set(b);
       if (finite) {
-        const bits = new Uint32Array(out.buffer);
+        const bits = new Uint32Array(out.buffer, out.byteOffset, out.length);
         for (let i = 0; i < bits.length; i++) if ((bits[i]! & 0x7f800000) === 0x7f800000) throw nonFinite(t, i, bits[i]!);
       }
       return out;
@@ -95,6 +100,11 @@ export function bf16Bits(t: RawTensor): Uint16Array {
   if (t.dtype !== 'BF16') throw new ResidencyError('INTERNAL', `bf16Bits: tensor "${t.name}" is ${t.dtype}`);
   const out = new Uint16Array(t.bytes.length >> 1);
   new Uint8Array(out.buffer).set(t.bytes);
-  for (let i = 0; i < out.length; i++) if ((out[i]! & 0x7f80) === 0x7f80) throw nonFinite(t, i, out[i]! << 16);
+  checkBf16Finite(t, out);
   return out;
+}
+
+/** Refuses a NaN or infinite value among `bits` (tensor `t`'s bf16 values, wherever they were read to). */
+export function checkBf16Finite(t: Pick<RawTensor, 'name' | 'shape'>, bits: Uint16Array): void {
+  for (let i = 0; i < bits.length; i++) if ((bits[i]! & 0x7f80) === 0x7f80) throw nonFinite(t, i, bits[i]! << 16);
 }

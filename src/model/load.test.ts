@@ -182,12 +182,17 @@ describe('loading only what the backend computes with', () => {
     await assert.rejects(loadModel(SHIPPED_MODEL, { weights: false, raw: false }), (e: Error & { code?: string }) => e.code === 'BAD_ARGUMENT' && /weights: false with raw: false/.test(e.message));
   });
 
-  it('the cpu backend gets float32 weights and no raw tensors', async () => {
-    assert.deepEqual(loadOptionsFor('cpu'), { weights: true, raw: false, stream: false, bf16: 'auto' });
+  it('the cpu backend gets float32 weights and no raw tensors; the routed experts stay in the shards for its banks', async () => {
+    assert.deepEqual(loadOptionsFor('cpu'), { weights: true, raw: false, stream: false, bf16: 'auto', streamExperts: true });
     const m = await loadModelFor(SHIPPED_MODEL, 'cpu', { name: 'tiny' });
     assert.equal(m.spec.name, 'tiny');
     assert.equal(m.raw.size, 0);
     assert.equal(m.weights.embed.length, 8192 * 128);
+    const e = m.weights.layers[3]!.experts[17]!;
+    assert.equal(e.up.length, 0, 'not read at load');
+    assert.deepEqual([e.stored?.up, e.stored?.keepBf16], ['model.layers.3.mlp.experts.17.up_proj.weight', false]);
+    assert.equal(e.stored!.source, m.tensors, 'read from the model\'s tensors');
+    m.tensors.close();
   });
 
   it('the cuda backend streams the stored tensors: nothing read or converted at load', async () => {

@@ -9,6 +9,7 @@ import { checkQuantTensors } from './quant-check.ts';
 import { openCheckpoint, readCheckpoint } from './checkpoint.ts';
 import { loadConfig } from './config.ts';
 import { toFloat32Weights } from './convert.ts';
+import { familyOf } from './families/index.ts';
 import { loadTokenizer } from './tokenizer.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import type { ModelSpec } from './spec.ts';
@@ -55,6 +56,13 @@ export interface LoadOptions {
    * 'auto': stored where float32 weights would be past the SIMD kernel's reach anyway (bf16Policy).
    */
   bf16?: Bf16Choice;
+  /**
+   * Leave the routed experts in the checkpoint (qwen3_moe with float experts; others load them as before):
+   * each is a StoredExpert that the CPU backend reads straight into its banks, so the host never holds the
+   * experts twice while the banks fill. Needs raw: false; `tensors` is then the shard files (close() it to
+   * release them; a later read opens them again).
+   */
+  streamExperts?: boolean;
 }
 
 export type Bf16Choice = 'float32' | 'stored' | 'auto';
@@ -87,12 +95,12 @@ export function bf16Policy(choice: Bf16Choice | undefined, spec: ModelSpec): 'fl
  * shards beside them, the CUDA backend the raw bf16 tensors (it uploads them as stored; float32 copies would
  * be 2x the checkpoint).
  */
-export function loadOptionsFor(backend: BackendName): Required<Pick<LoadOptions, 'weights' | 'raw' | 'stream'>> & Pick<LoadOptions, 'bf16'> {
-  return backend === 'cuda' ? { weights: false, raw: false, stream: true } : { weights: true, raw: false, stream: false, bf16: bf16FromEnv() };
+export function loadOptionsFor(backend: BackendName): Required<Pick<LoadOptions, 'weights' | 'raw' | 'stream'>> & Pick<LoadOptions, 'bf16' | 'streamExperts'> {
+  return backend === 'cuda' ? { weights: false, raw: false, stream: true } : { weights: true, raw: false, stream: false, bf16: bf16FromEnv(), streamExperts: true };
 }
 
 /** loadModel with only the tensors `backend` uses (see loadOptionsFor); the CLI and server load this way. */
-export function loadModelFor(dir: string, backend: BackendName, opts: Omit<LoadOptions, 'weights' | 'raw' | 'stream' | 'bf16'> = {}): Promise<LoadedModel> {
+export function loadModelFor(dir: string, backend: BackendName, opts: Omit<LoadOptions, 'weights' | 'raw' | 'stream' | 'bf16' | 'streamExperts'> = {}): Promise<LoadedModel> {
   return loadModel(dir, { ...opts, ...loadOptionsFor(backend) });
 }
 
@@ -162,15 +170,21 @@ function convertStreamed(spec: ModelSpec, layout: CheckpointLayout, opts: LoadOp
   let done = 0;
   opts.onProgress?.(0, total, 'opening');
   const source = fileTensorSource(layout, spec.quantization);
+  // Only qwen3_moe's float experts stream (the families and quantized experts assemble theirs at load).
+  const stream = opts.streamExperts === true && familyOf(spec.architecture) === undefined && spec.quantization === undefined;
+  let weights: ModelWeights;
   try {
     const keepBf16 = bf16Policy(opts.bf16, spec) === 'stored';
-    const weights = toFloat32Weights(spec, readOnGet(source), (name, n) => {
+    weights = toFloat32Weights(spec, readOnGet(source), (name, n) => {
       done += n;
       opts.onProgress?.(done, total, `loading ${name}`);
-    }, { keepBf16 });
-    if (done < total) opts.onProgress?.(total, total, 'done'); // unconverted extras and padding still count
-    return { raw: new Map(), weights, tensors: mapTensorSource(new Map(), spec.quantization) };
-  } finally {
+    }, { keepBf16, ...(stream ? { streamExperts: source } : {}) });
+  } catch (e) {
     source.close();
+    throw e;
   }
+  if (done < total) opts.onProgress?.(total, total, 'done'); // streamed experts, unconverted extras and padding still count
+  if (stream) return { raw: new Map(), weights, tensors: source };
+  source.close();
+  return { raw: new Map(), weights, tensors: mapTensorSource(new Map(), spec.quantization) };
 }

@@ -1,5 +1,6 @@
 // Tensor views of a checkpoint: raw (as stored) and float32 or quantized matrices (as the CPU backend computes).
 import type { Matrix } from './quant.ts';
+import type { TensorSource } from './tensor-source.ts';
 
 /**
  * Float dtypes convert to float32; U8 holds packed data (MXFP4 blocks and scales) and F8_E4M3 block-FP8
@@ -24,6 +25,22 @@ export interface ExpertWeights {
   readonly gateBias?: Float32Array;
   readonly upBias?: Float32Array;
   readonly downBias?: Float32Array;
+  /**
+   * A routed expert left in the checkpoint (loadModel's streamExperts): gate, up and down are empty, and a
+   * backend reads these stored tensors straight into its own memory (the CPU banks: expert-rows.ts), so the
+   * host never holds a second copy of the experts while the banks fill.
+   */
+  readonly stored?: StoredExpert;
+}
+
+/** Where a streamed expert's tensors are: gate [I][H], up [I][H] and down [H][I] of `source` (float dtypes). */
+export interface StoredExpert {
+  readonly source: TensorSource;
+  readonly gate: string;
+  readonly up: string;
+  readonly down: string;
+  /** bf16 tensors stay as stored in the bank row (bf16Policy 'stored'); else every float dtype is widened to float32. */
+  readonly keepBf16: boolean;
 }
 
 export interface LayerWeights {

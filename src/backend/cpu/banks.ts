@@ -8,7 +8,8 @@ import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts'
 import type { ExpertWeights, LayerWeights } from '../../model/weights.ts';
 import { heapAlloc, type Alloc } from './alloc.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
-import { expertRowFormat, quantRowViews, writeExpertRow, type QuantRowLayout } from './expert-rows.ts';
+import { expertRowFormat, quantRowViews, storedRowWriter, writeExpertRow, type QuantRowLayout } from './expert-rows.ts';
+import type { TensorSource } from '../../model/tensor-source.ts';
 import type { QuantExpert } from './quant-linear.ts';
 
 const NONE = new Float32Array(0);
@@ -64,6 +65,9 @@ export class CpuExpertBanks implements ExpertBanks {
     const I = spec.expertIntermediate;
     const H = spec.hiddenSize;
     this.quantRows = [];
+    // Streamed experts (StoredExpert) are read from their checkpoint straight into the rows.
+    const writeStored = storedRowWriter(format, I, H);
+    const sources = new Set<TensorSource>();
     for (let l = 0; l < this.layers; l++) {
       const { hot, cold } = rows[l]!;
       const hotBank = alloc.f32(hot.length * this.rowSize);
@@ -72,7 +76,10 @@ export class CpuExpertBanks implements ExpertBanks {
       const place = (bank: Float32Array, row: number, expert: number): void => {
         const e = experts[expert]!;
         if (e === TAKEN_EXPERT) throw new ResidencyError('INTERNAL', `expert ${expert} of layer ${moeIds[l]} was already taken by a bank (layers share one experts array?)`);
-        writeExpertRow(bank, row * this.rowSize, e, format, I, H);
+        if (e.stored) {
+          writeStored(bank, row * this.rowSize, e.stored);
+          sources.add(e.stored.source);
+        } else writeExpertRow(bank, row * this.rowSize, e, format, I, H);
         if (take) (experts as ExpertWeights[])[expert] = TAKEN_EXPERT;
       };
       hot.forEach((e, r) => place(hotBank, r, e));
@@ -81,6 +88,7 @@ export class CpuExpertBanks implements ExpertBanks {
       this.cold.push(coldBank);
     }
     if (format.quant) this.quantRows.push(...quantRowViews(this.bankList, format.quant, I, H));
+    for (const s of sources) s.close(); // the shard files; another backend's reads open them again
   }
 
   /** Every bank in one list: layer l's hot bank at 2l, its cold bank at 2l+1 (the expert units' bank index). */

@@ -3,7 +3,7 @@
 // (attention projections, routed experts), float32 elsewhere.
 import { ResidencyError } from '../../errors.ts';
 import type { ModelSpec } from '../../model/spec.ts';
-import type { ExpertWeights, ModelWeights } from '../../model/weights.ts';
+import type { ExpertWeights, ModelWeights, StoredExpert } from '../../model/weights.ts';
 import { isQuantized, type Matrix } from '../../model/quant.ts';
 
 export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
@@ -88,6 +88,7 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
       throw new ResidencyError('BAD_CHECKPOINT', `${p}.experts: expected ${spec.numExperts}, got ${lw.experts.length}`);
     }
     lw.experts.forEach((e, x) => {
+      if (e.stored) return storedMlp(`${p}.experts[${x}]`, e.stored, I, H);
       mlp(`${p}.experts[${x}]`, e, I);
       if (spec.expertAct) {
         want(`${p}.experts[${x}].gateBias`, e.gateBias, I);
@@ -96,4 +97,14 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
       }
     });
   });
+}
+
+/** A streamed expert's stored tensors (StoredExpert): the shapes its row is read in (their values are checked as they land). */
+function storedMlp(name: string, e: StoredExpert, I: number, H: number): void {
+  for (const [part, rows, cols] of [['gate', I, H], ['up', I, H], ['down', H, I]] as const) {
+    const t = e.source.info(e[part]);
+    if (t.shape.length !== 2 || t.shape[0] !== rows || t.shape[1] !== cols) {
+      throw new ResidencyError('BAD_CHECKPOINT', `${name}.${part}: expected tensor ${e[part]} of shape [${rows}][${cols}], got [${t.shape.join('][')}]`);
+    }
+  }
 }

@@ -6,7 +6,8 @@
 import { ResidencyError } from '../../errors.ts';
 import { isQuantized, type QuantMatrix } from '../../model/quant.ts';
 import type { ModelSpec } from '../../model/spec.ts';
-import type { ExpertWeights } from '../../model/weights.ts';
+import type { ExpertWeights, RawTensor, StoredExpert } from '../../model/weights.ts';
+import { checkBf16Finite, tensorToFloat32 } from '../../model/float-convert.ts';
 import type { QuantExpert } from './quant-linear.ts';
 
 /** Where each part of a quantized expert row lies, in bytes from the row's start. */
@@ -55,6 +56,7 @@ export function expertRowFormat(spec: ModelSpec, experts: readonly ExpertWeights
   const H = spec.hiddenSize;
   const biases = spec.expertAct ? 2 * I + H : 0;
   const first = experts[0];
+  if (first?.stored) return storedRowFormat(experts, I, H, biases);
   if (!first || !isQuantized(first.gate)) {
     for (const e of experts) {
       if (isQuantized(e.gate) || isQuantized(e.up) || isQuantized(e.down)) throw mixed();
@@ -67,19 +69,68 @@ export function expertRowFormat(spec: ModelSpec, experts: readonly ExpertWeights
     const ms = [e.gate, e.up, e.down];
     if (!ms.every((m, i) => isQuantized(m) && sameFormat(m, shapes[i] as QuantMatrix))) throw mixed();
   }
+  const q = (shapes as readonly QuantMatrix[]).map((m): QuantShape => ({
+    format: m.format, rows: m.rows, cols: m.cols, block: m.block, dataBytes: m.data.byteLength, scaleCount: m.scales.length,
+  })) as [QuantShape, QuantShape, QuantShape];
+  return quantRowFormat(q, biases);
+}
+
+/** The row layout of quantized (or bf16 kept as stored) matrices of shapes `q`, then `biases` floats. */
+function quantRowFormat(q: readonly [QuantShape, QuantShape, QuantShape], biases: number): ExpertRowFormat {
   let at = 0;
   const place = (bytes: number): number => {
     const o = at;
     at = align4(at + bytes);
     return o;
   };
-  const q = (shapes as readonly QuantMatrix[]).map((m): QuantShape => ({
-    format: m.format, rows: m.rows, cols: m.cols, block: m.block, dataBytes: m.data.byteLength, scaleCount: m.scales.length,
-  })) as [QuantShape, QuantShape, QuantShape];
   const data = [place(q[0].dataBytes), place(q[1].dataBytes), place(q[2].dataBytes)] as const;
   const scales = q.map((m) => place(m.scaleCount * (m.format === 'fp8' ? 4 : 1))) as [number, number, number];
   const bias = biases > 0 ? place(4 * biases) : -1;
   return { words: at / 4, quant: { words: at / 4, data, scales, bias, shapes: q } };
+}
+
+/**
+ * The row format of streamed experts (StoredExpert: left in the checkpoint, read at bank fill): bf16 kept as
+ * stored when they ask for it and their first matrix is BF16, else float32. A stored tensor of another dtype
+ * than the format's is refused when its row is written (storedRowWriter), as a loaded one is here.
+ */
+function storedRowFormat(experts: readonly ExpertWeights[], I: number, H: number, biases: number): ExpertRowFormat {
+  if (!experts.every((e) => e.stored)) throw mixed();
+  if (biases > 0) throw new ResidencyError('INTERNAL', 'streamed experts with biases (gpt-oss) are not supported: load them');
+  const s = experts[0]!.stored!;
+  if (!(s.keepBf16 && s.source.info(s.gate).dtype === 'BF16')) return { words: 3 * I * H, quant: null };
+  const bf16 = (rows: number, cols: number): QuantShape => ({ format: 'bf16', rows, cols, block: [1, 1], dataBytes: 2 * rows * cols, scaleCount: 0 });
+  return quantRowFormat([bf16(I, H), bf16(I, H), bf16(H, I)], 0);
+}
+
+/**
+ * Writes streamed experts' rows in format `f`, each tensor read from its source straight into the row: bf16
+ * kept as stored lands in place (then checked finite there); float32 rows are read into one reused staging
+ * buffer and widened into the row (tensorToFloat32: the same bits as a loaded expert's, the same checks).
+ */
+export function storedRowWriter(f: ExpertRowFormat, I: number, H: number): (bank: Float32Array, off: number, e: StoredExpert) => void {
+  let staging = new Uint8Array(0);
+  const names = (e: StoredExpert): readonly [string, string, string] => [e.gate, e.up, e.down];
+  const sizes = [I * H, I * H, H * I] as const;
+  return (bank, off, e) => {
+    const q = f.quant;
+    names(e).forEach((name, i) => {
+      const t = e.source.info(name);
+      if (q) {
+        if (t.dtype !== 'BF16' || t.bytes !== 2 * sizes[i]!) throw mixed();
+        const bits = new Uint16Array(bank.buffer, bank.byteOffset + 4 * off + q.data[i]!, sizes[i]!);
+        e.source.read(name, new Uint8Array(bits.buffer, bits.byteOffset, bits.byteLength));
+        checkBf16Finite(t, bits);
+        return;
+      }
+      if (e.keepBf16 && t.dtype === 'BF16') throw mixed(); // loaded, it would be a bf16 matrix among float32 ones
+      if (staging.length < t.bytes) staging = new Uint8Array(t.bytes);
+      const bytes = staging.subarray(0, t.bytes);
+      e.source.read(name, bytes);
+      const at = off + i * I * H;
+      tensorToFloat32({ name, dtype: t.dtype as RawTensor['dtype'], shape: t.shape, bytes }, { finite: true, into: bank.subarray(at, at + sizes[i]!) });
+    });
+  };
 }
 
 function mixed(): ResidencyError {
