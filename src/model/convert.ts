@@ -15,17 +15,18 @@ export { f16BitsToF32Bits, tensorToFloat32 } from './float-convert.ts';
  * called after each conversion with the tensor's raw byte size, for progress. `keepBf16` (qwen3_moe): bf16
  * attention projections and experts stay as stored instead of float32. `streamExperts` (qwen3_moe, float
  * experts): the routed experts are not read here but left in that source for a backend to read (StoredExpert).
+ * `freshBytes`: each get of `raw` reads bytes of their own (readOnGet), which bf16 kept as stored may keep.
  */
 export function toFloat32Weights(
   spec: ModelSpec,
   raw: ReadonlyMap<string, RawTensor>,
   onTensor?: (name: string, bytes: number) => void,
-  opts: { readonly keepBf16?: boolean; readonly streamExperts?: TensorSource } = {},
+  opts: { readonly keepBf16?: boolean; readonly streamExperts?: TensorSource; readonly freshBytes?: boolean } = {},
 ): ModelWeights {
   const family = familyOf(spec.architecture);
   if (family) return family.weights(spec, raw, onTensor);
   const keepBf16 = opts.keepBf16 === true;
-  const { f32, matrix } = tensorReader(raw, onTensor, spec.quantization, keepBf16);
+  const { f32, matrix } = tensorReader(raw, onTensor, spec.quantization, keepBf16, opts.freshBytes === true);
   const stream = opts.streamExperts;
   return modelWeights(spec, f32, (l) => {
     const n = layerTensorNames(l);

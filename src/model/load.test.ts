@@ -1,4 +1,4 @@
-import { dequantize, matrixSize } from './quant.ts';
+import { dequantize, matrixSize, type Bf16Matrix } from './quant.ts';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { loadModel, loadModelFor, loadOptionsFor } from './load.ts';
@@ -166,6 +166,15 @@ describe('loading only what the backend computes with', () => {
     assert.ok(progress.some(([, , w]) => w === 'loading model.layers.5.mlp.experts.63.down_proj.weight'));
   });
 
+  it('raw:false with bf16 kept as stored: a projection is the bytes read for it (no second copy), the same bits', async () => {
+    const full = await loadModel(SHIPPED_MODEL, { bf16: 'stored' });
+    const m = await loadModel(SHIPPED_MODEL, { raw: false, bf16: 'stored' });
+    const q = m.weights.layers[2]!.qProj as Bf16Matrix;
+    assert.equal(q.format, 'bf16');
+    assert.equal(q.data.buffer.byteLength, q.data.byteLength, 'owns its buffer');
+    assert.deepEqual(q.data, (full.weights.layers[2]!.qProj as Bf16Matrix).data);
+  });
+
   it('readOnGet: each get reads the stored bytes into a buffer of their own', async () => {
     const full = await loadModel(SHIPPED_MODEL, { weights: false, raw: true });
     const name = 'model.layers.3.mlp.experts.7.down_proj.weight';
@@ -189,7 +198,7 @@ describe('loading only what the backend computes with', () => {
     assert.equal(m.raw.size, 0);
     assert.equal(m.weights.embed.length, 8192 * 128);
     const e = m.weights.layers[3]!.experts[17]!;
-    assert.equal(e.up.length, 0, 'not read at load');
+    assert.equal((e.up as Float32Array).length, 0, 'not read at load');
     assert.deepEqual([e.stored?.up, e.stored?.keepBf16], ['model.layers.3.mlp.experts.17.up_proj.weight', false]);
     assert.equal(e.stored!.source, m.tensors, 'read from the model\'s tensors');
     m.tensors.close();

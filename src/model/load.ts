@@ -178,7 +178,7 @@ function convertStreamed(spec: ModelSpec, layout: CheckpointLayout, opts: LoadOp
     weights = toFloat32Weights(spec, readOnGet(source), (name, n) => {
       done += n;
       opts.onProgress?.(done, total, `loading ${name}`);
-    }, { keepBf16, ...(stream ? { streamExperts: source } : {}) });
+    }, { keepBf16, freshBytes: true, ...(stream ? { streamExperts: source } : {}) });
   } catch (e) {
     source.close();
     throw e;

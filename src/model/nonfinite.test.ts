@@ -38,6 +38,16 @@ describe('non-finite weights', () => {
     }
   });
 
+  it('a NaN in a bf16 projection kept as stored from its own read (raw:false) is refused, naming the tensor', async () => {
+    const dir = corruptCopy('model.layers.1.self_attn.q_proj.weight', 6, 2, 0xff);
+    try {
+      await assert.rejects(loadModel(dir, { raw: false, bf16: 'stored' }), (e: unknown) => e instanceof ResidencyError && e.code === 'BAD_CHECKPOINT'
+        && /tensor "model\.layers\.1\.self_attn\.q_proj\.weight": element 3 of \d+x\d+ is NaN/.test(e.message));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('an infinity inside an expert is refused too, and every dtype is checked in its conversion loop', () => {
     const t = (dtype: 'BF16' | 'F16' | 'F32', bytes: number[]) => ({ name: 'w', dtype, shape: [bytes.length / (dtype === 'F32' ? 4 : 2)], bytes: Uint8Array.from(bytes) });
     const cases = [

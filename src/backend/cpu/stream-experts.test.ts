@@ -26,7 +26,7 @@ describe('streamed experts', () => {
         const loaded = await loadModel(TINY, { raw: false, bf16 });
         const streamed = await loadModel(TINY, { raw: false, bf16, streamExperts: true });
         const l0 = moeLayerIds(streamed.spec)[0]!;
-        assert.ok(streamed.weights.layers[l0]!.experts.every((e) => e.stored && e.gate.length === 0), 'no expert read at load');
+        assert.ok(streamed.weights.layers[l0]!.experts.every((e) => e.stored && (e.gate as Float32Array).length === 0), 'no expert read at load');
         const placement = randomMap(loaded.spec, 40, 11);
         const a = createCpuBackend(loaded.spec, loaded.weights, { placement, threads, simd });
         const b = createCpuBackend(streamed.spec, streamed.weights, { placement, threads, simd, takeExperts: true });

@@ -4,7 +4,7 @@
 import { z } from 'zod';
 import { ResidencyError } from '../../errors.ts';
 import { EMBED, FINAL_NORM, LM_HEAD } from '../tensor-names.ts';
-import { bf16Bits, tensorToFloat32 } from '../float-convert.ts';
+import { bf16Bits, checkBf16Finite, tensorToFloat32 } from '../float-convert.ts';
 import type { ModelSpec, YarnSpec } from '../spec.ts';
 import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
 import type { Matrix } from '../quant.ts';
@@ -169,9 +169,10 @@ export function refuseQuantized(type: string, q: unknown): void {
 /**
  * Reads of a checkpoint's tensors by name, reporting each one's raw size: float32 (a NaN or infinity
  * refused), and `matrix` for a linear weight, kept as stored when it is block FP8 (quant-read.ts checks it)
- * or, with `keepBf16`, bf16.
+ * or, with `keepBf16`, bf16. `freshBytes`: every get of `raw` returns bytes of their own (readOnGet), so a bf16
+ * matrix kept as stored is those bytes, checked in place, rather than a second copy of them.
  */
-export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, quant?: QuantSpec, keepBf16 = false) {
+export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, quant?: QuantSpec, keepBf16 = false, freshBytes = false) {
   const rawOf = (name: string): RawTensor => {
     const t = raw.get(name);
     if (!t) throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is missing`);
@@ -183,7 +184,7 @@ export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (na
     const t = rawOf(name);
     if (keepBf16 && t.dtype === 'BF16') {
       const [rows, cols] = t.shape as [number, number];
-      return { format: 'bf16', rows, cols, data: bf16Bits(t), scales: new Uint8Array(0), block: [1, 1] };
+      return { format: 'bf16', rows, cols, data: freshBytes ? ownBf16Bits(t) : bf16Bits(t), scales: new Uint8Array(0), block: [1, 1] };
     }
     if (t.dtype !== 'F8_E4M3') return tensorToFloat32(t, { finite: true });
     if (quant?.method !== 'fp8') throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is F8_E4M3 but config.json declares no fp8 quantization`);
@@ -252,3 +253,12 @@ export function swigluWeights(f32: (n: string) => Matrix, names: SwigluNames): E
 }
 
 export const EMPTY = new Float32Array(0);
+
+/** A BF16 tensor's bytes, which it alone holds (a whole, aligned buffer), as its bit patterns: no copy. */
+function ownBf16Bits(t: RawTensor): Uint16Array {
+  const b = t.bytes;
+  if (b.byteOffset !== 0 || b.byteLength !== b.buffer.byteLength) return bf16Bits(t);
+  const bits = new Uint16Array(b.buffer, 0, b.byteLength >> 1);
+  checkBf16Finite(t, bits);
+  return bits;
+}
