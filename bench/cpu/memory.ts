@@ -5,7 +5,7 @@
 // garbage does not count against the next; each with bf16 weights converted to float32 (today's default) and
 // kept as stored (RESIDENCY_CPU_BF16=stored); the backend taking the routed experts from the loaded weights as the CLI
 // and server create it (takeExperts: the banks hold the only copy), or (--take off) copying them as tests and the API do.
-// Prints a table and writes out/bench-cpu-memory.json.
+// Prints a table and writes out/bench-cpu-memory.json. (bench/cpu/load-memory.ts: the peak of each load stage.)
 // Run: node --expose-gc --import tsx bench/cpu/memory.ts [--simd off|auto|both] [--bf16 float32|stored|both] [--take on|off|both] [DIR ...]
 // (default: the two quantized fixtures and models/tiny-moe; bench/cpu/real-geometry.ts writes a checkpoint of
 // Qwen3-30B-A3B's layer shapes)
@@ -52,7 +52,9 @@ async function measure(dir: string, simd: boolean | undefined, take: boolean): P
   base.tensors.close();
   const m0 = await settle();
   const m = await loadModelFor(dir, 'cpu');
-  const float32Copy = float32Bytes(m.weights); // before a backend takes the experts from m.weights
+  // Before a backend takes the experts from m.weights; streamed experts (StoredExpert, still in the shards) at 4 bytes a value.
+  const streamed = m.weights.layers.reduce((a, l) => a + l.experts.filter((e) => e.stored).length, 0);
+  const float32Copy = float32Bytes(m.weights) + streamed * 4 * 3 * m.spec.expertIntermediate * m.spec.hiddenSize;
   const b = createCpuBackend(m.spec, m.weights, { simd, threads: 1, placement: { hotPerLayer: Math.max(1, m.spec.numExperts - 4) }, takeExperts: take });
   b.openSequence(0, 8);
   b.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
