@@ -59,35 +59,61 @@ __device__ __forceinline__ void mla_norm_rope_kv_body(float* a, int lda, OpRows 
   if (threadIdx.x < 32) warp_rope_interleaved(x + m.q_lora + m.kv_lora, kv + m.kv_lora, m.rope, rows.pos[t], m.inv_freq, m.mscale);
 }
 
-// q [T][nh][nope + rope] (q_b_proj's output) -> q_lat [T][nh][kv_lora + rope]: W_UK[h]^T q_nope (a thread per
-// latent value c, reading W_UK's rows along c: coalesced), then (blocks with blockIdx.y == 0) q_rope turned at
-// the row's position. Grid (nh, ceil(kv_lora / blockDim.x), ceil(T / RT)); dynamic shared memory RT x nope floats.
+// q [T][nh][nope + rope] (q_b_proj's output) -> q_lat [T][nh][kv_lora + rope]: W_UK[h]^T q_nope, then q_rope
+// turned at the row's position. A block per (head, RT rows): a thread per 8 latent values (16-byte loads along
+// W_UK's rows) and one of MLA_QG slices of the nope dims, the slices summed in shared memory. Grid
+// (nh, ceil(T / RT)), MLA_QG x 64 threads; dynamic shared memory (RT x nope + MLA_QG x RT x kv_lora) floats
+// (RT = MLA_QROWS).
+#define MLA_QG 2
+#define MLA_QROWS 8
 template <int RT>
 __device__ __forceinline__ void mla_q_absorb_body(const float* q, OpRows rows, float* qlat, const MlaParams& m, int T) {
-  extern __shared__ __align__(16) float mla_qs[]; // [RT][nope]
-  const int h = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x, t0 = blockIdx.z * RT;
+  extern __shared__ __align__(16) float mla_qs[]; // [RT][nope] | [MLA_QG][RT][kv_lora]
+  const int h = blockIdx.x, t0 = blockIdx.y * RT;
   const int qk = m.nope + m.rope, D = m.kv_lora + m.rope, nr = min(RT, T - t0);
   for (int i = threadIdx.x; i < RT * m.nope; i += blockDim.x) {
     const int r = i / m.nope, d = i - r * m.nope;
     mla_qs[i] = r < nr ? q[((size_t)(t0 + r) * m.nh + h) * qk + d] : 0.f;
   }
   __syncthreads();
-  if (c < m.kv_lora) {
-    float acc[RT];
+  const int g = threadIdx.x >> 6, c0 = (threadIdx.x & 63) * 8;
+  const int per = (m.nope + MLA_QG - 1) / MLA_QG, d0 = g * per, d1 = min(m.nope, d0 + per);
+  float* part = mla_qs + RT * m.nope;
+  if (c0 < m.kv_lora) {
+    float acc[RT][8];
 #pragma unroll
-    for (int r = 0; r < RT; r++) acc[r] = 0.f;
-    const bf16_t* w = m.kv_b + (size_t)h * (m.nope + m.vd) * m.kv_lora + c;
+    for (int r = 0; r < RT; r++)
+#pragma unroll
+      for (int j = 0; j < 8; j++) acc[r][j] = 0.f;
+    const bf16_t* w = m.kv_b + (size_t)h * (m.nope + m.vd) * m.kv_lora + c0;
 #pragma unroll 4
-    for (int d = 0; d < m.nope; d++) {
-      const float wv = bf2f(w[(size_t)d * m.kv_lora]);
+    for (int d = d0; d < d1; d++) {
+      const uint4 u = *reinterpret_cast<const uint4*>(w + (size_t)d * m.kv_lora);
+      const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+      float wf[8];
 #pragma unroll
-      for (int r = 0; r < RT; r++) acc[r] += mla_qs[r * m.nope + d] * wv;
+      for (int j = 0; j < 4; j++) { wf[2 * j] = __uint_as_float(wd[j] << 16); wf[2 * j + 1] = __uint_as_float(wd[j] & 0xffff0000u); }
+#pragma unroll
+      for (int r = 0; r < RT; r++) {
+        const float x = mla_qs[r * m.nope + d];
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[r][j] += x * wf[j];
+      }
     }
 #pragma unroll
     for (int r = 0; r < RT; r++)
-      if (r < nr) qlat[((size_t)(t0 + r) * m.nh + h) * D + c] = acc[r];
+#pragma unroll
+      for (int j = 0; j < 8; j++) part[(g * RT + r) * m.kv_lora + c0 + j] = acc[r][j];
   }
-  if (blockIdx.y == 0 && threadIdx.x < 32) {
+  __syncthreads();
+  for (int i = threadIdx.x; i < nr * m.kv_lora; i += blockDim.x) {
+    const int r = i / m.kv_lora, c = i - r * m.kv_lora;
+    float v = 0.f;
+#pragma unroll
+    for (int gg = 0; gg < MLA_QG; gg++) v += part[(gg * RT + r) * m.kv_lora + c];
+    qlat[((size_t)(t0 + r) * m.nh + h) * D + c] = v;
+  }
+  if (threadIdx.x < 32) {
     for (int r = 0; r < nr; r++) {
       const int t = t0 + r;
       warp_rope_interleaved(q + ((size_t)t * m.nh + h) * qk + m.nope, qlat + ((size_t)t * m.nh + h) * D + m.kv_lora, m.rope, rows.pos[t],
@@ -98,27 +124,27 @@ __device__ __forceinline__ void mla_q_absorb_body(const float* q, OpRows rows, f
 
 // Positions a warp scores at once (independent dot products in flight before their softmax update).
 #define MLA_PPW 4
+// Warps of an attention block: each takes every MLA_WARPS-th run of MLA_PPW positions.
+#define MLA_WARPS 8
 
 // Row t, head h: softmax((q_lat . [c, k_rope]) x scale) over positions 0..pos of the row's latent cache, and
-// o_lat [T][nh][kv_lora] = sum_p softmax_p c_p. A warp a head, MLA_HEADS heads a block (their cache rows shared
-// through L1), online softmax in fp32. Grid (T, ceil(nh / MLA_HEADS)); dynamic shared memory
-// MLA_HEADS x (2 kv_lora + rope) floats.
-#define MLA_HEADS 8
+// o_lat [T][nh][kv_lora] = sum_p softmax_p c_p. A block per (row, head); its warps split the positions, each
+// an online softmax in fp32, merged by log-sum-exp in shared memory. Grid (T, nh); dynamic shared memory
+// (D + MLA_WARPS x (kv_lora + 2)) floats.
 __device__ __forceinline__ void mla_attend_body(const float* qlat, OpRows rows, float* olat, const MlaParams& m) {
-  extern __shared__ __align__(16) float mla_sm[]; // [MLA_HEADS][D] queries | [MLA_HEADS][kv_lora] sums
-  const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int h = blockIdx.y * MLA_HEADS + warp;
+  extern __shared__ __align__(16) float mla_sm[]; // q [D] | sums [MLA_WARPS][kv_lora] | (max, sum) [MLA_WARPS]
+  const int t = blockIdx.x, h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int D = m.kv_lora + m.rope, n = rows.pos[t] + 1;
-  if (h >= m.nh) return; // no block-wide barrier below
-  float* qv = mla_sm + warp * D;
-  float* acc = mla_sm + MLA_HEADS * D + warp * m.kv_lora;
+  float* qv = mla_sm;
+  float* acc = mla_sm + D + warp * m.kv_lora;
+  float* ml = mla_sm + D + MLA_WARPS * m.kv_lora;
   const float* src = qlat + ((size_t)t * m.nh + h) * D;
-  for (int i = lane; i < D; i += 32) qv[i] = src[i];
+  for (int i = threadIdx.x; i < D; i += blockDim.x) qv[i] = src[i];
   for (int i = lane; i < m.kv_lora; i += 32) acc[i] = 0.f;
-  __syncwarp();
+  __syncthreads();
   const float* kv = mla_cache(rows, t, m, 0);
   float mx = -INFINITY, l = 0.f;
-  for (int p0 = 0; p0 < n; p0 += MLA_PPW) {
+  for (int p0 = warp * MLA_PPW; p0 < n; p0 += MLA_WARPS * MLA_PPW) {
     float s[MLA_PPW];
 #pragma unroll
     for (int j = 0; j < MLA_PPW; j++) {
@@ -148,9 +174,22 @@ __device__ __forceinline__ void mla_attend_body(const float* qlat, OpRows rows, 
     }
     mx = mn;
   }
+  if (lane == 0) { ml[2 * warp] = mx; ml[2 * warp + 1] = l; } // a warp without positions: (-inf, 0)
+  __syncthreads();
+  float M = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < MLA_WARPS; w++) M = fmaxf(M, ml[2 * w]);
+  float L = 0.f, f[MLA_WARPS];
+#pragma unroll
+  for (int w = 0; w < MLA_WARPS; w++) { f[w] = expf(ml[2 * w] - M); L += ml[2 * w + 1] * f[w]; }
+  const float inv = 1.f / L;
   float* out = olat + ((size_t)t * m.nh + h) * m.kv_lora;
-  const float inv = 1.f / l;
-  for (int i = lane; i < m.kv_lora; i += 32) out[i] = acc[i] * inv;
+  for (int i = threadIdx.x; i < m.kv_lora; i += blockDim.x) {
+    float a = 0.f;
+#pragma unroll
+    for (int w = 0; w < MLA_WARPS; w++) a += mla_sm[D + w * m.kv_lora + i] * f[w];
+    out[i] = a * inv;
+  }
 }
 
 // o_lat [T][nh][kv_lora] -> att [T][nh * vd]: att[t][h * vd + d] = W_UV[h][d] . o_lat[t][h]. A warp an output

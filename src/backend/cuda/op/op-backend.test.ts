@@ -127,9 +127,9 @@ test('op path, deepseek-v3 (fake driver): latent attention launches, dense layer
     for (const k of ['op_mla_norm_rope_kv', 'op_mla_q_absorb', 'op_mla_attend', 'op_mla_o_absorb']) assert.equal(names.filter((n) => n === k).length, 2 * s.numLayers, k);
     assert.ok(!names.some((n) => /^op_(attend|qk_rope_kv)/.test(n)));
     const mla = d.launches.filter((x) => x.name === 'op_mla_attend');
-    assert.deepEqual(mla[0]!.grid, [20, 1, 1]); // 4 heads: one block of 8 a row
+    assert.deepEqual(mla[0]!.grid, [20, 4, 1]); // a block per (row, head)
     const absorb = d.launches.find((x) => x.name === 'op_mla_q_absorb')!;
-    assert.deepEqual(absorb.grid, [4, 1, 2]); // heads x ceil(kv_lora / 128) x ceil(20 rows / 16)
+    assert.deepEqual(absorb.grid, [4, 3, 1]); // heads x ceil(20 rows / 8)
     // Routing runs on the 3 MoE layers only (prefill: route rows + group; decode: route + group in one).
     assert.equal(names.filter((n) => n === 'op_route_rows').length, 3);
     assert.equal(names.filter((n) => n === 'op_route_group').length, 3);

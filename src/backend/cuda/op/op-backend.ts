@@ -485,8 +485,9 @@ export class CudaOpBackend implements Backend {
     this.dense('mla_a', decode, T, 'store', w.a, { x: this.ptr('xn'), y: this.ptr('mlaA'), ldx: H, ldy: A, O: A, K: H, rows: T });
     this.launch('op_mla_norm_rope_kv', [T, 1, 1], 256, 0, [u64(this.ptr('mlaA')), i32(A), { bytes: rows }, params]);
     this.dense('mla_q_b', decode, T, 'store', w.qB, { x: this.ptr('mlaA'), y: this.ptr('mlaQ'), ldx: A, ldy: nh * qk, O: nh * qk, K: m.qLoraRank, rows: T });
-    this.launch('op_mla_q_absorb', [nh, Math.ceil(m.kvLoraRank / 128), Math.ceil(T / 16)], 128, 4 * 16 * m.qkNopeDim, [u64(this.ptr('mlaQ')), { bytes: rows }, u64(this.ptr('mlaQLat')), params, i32(T)]);
-    this.launch('op_mla_attend', [T, Math.ceil(nh / 8), 1], 256, 4 * 8 * (2 * m.kvLoraRank + rope), [u64(this.ptr('mlaQLat')), { bytes: rows }, u64(this.ptr('mlaOLat')), params]);
+    // op_mla.cuh: MLA_QROWS = 8 rows a block, MLA_QG = 2 slices of the nope dims; MLA_WARPS = 8 warps a (row, head).
+    this.launch('op_mla_q_absorb', [nh, Math.ceil(T / 8), 1], 128, 4 * (8 * m.qkNopeDim + 2 * 8 * m.kvLoraRank), [u64(this.ptr('mlaQ')), { bytes: rows }, u64(this.ptr('mlaQLat')), params, i32(T)]);
+    this.launch('op_mla_attend', [T, nh, 1], 256, 4 * (m.kvLoraRank + rope + 8 * (m.kvLoraRank + 2)), [u64(this.ptr('mlaQLat')), { bytes: rows }, u64(this.ptr('mlaOLat')), params]);
     this.launch('op_mla_o_absorb', [Math.ceil((nh * m.vHeadDim) / 8), 1, 1], 256, 0, [u64(this.ptr('mlaOLat')), u64(this.ptr('att')), params, i32(T)]);
     const QD = nh * m.vHeadDim;
     this.dense('o_proj', decode, T, 'add', ly.o, { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: QD, ldy: H, O: H, K: QD, rows: T });

@@ -27,6 +27,8 @@ export function checkOpSupport(s: ModelSpec): void {
     // The absorbed form's kernels: a latent row in the registers of a warp (kv_lora <= 512, 32 a lane step).
     if (m.kvLoraRank % 32 !== 0 || m.kvLoraRank > 512) refuse(`kv_lora_rank ${m.kvLoraRank} (the latent attention kernels take a multiple of 32, at most 512)`);
     if (m.qLoraRank % 32 !== 0) refuse(`q_lora_rank ${m.qLoraRank} is not a multiple of 32`);
+    // op_mla_q_absorb stages 8 rows of q_nope and two partial latent rows per row in 48 KiB of shared memory.
+    if (m.qkNopeDim > 512) refuse(`qk_nope_head_dim ${m.qkNopeDim} (the latent attention kernels take at most 512)`);
     if ((s.numHeads * m.vHeadDim) % 32 !== 0) refuse(`num_heads x v_head_dim ${s.numHeads * m.vHeadDim} is not a multiple of 32`);
     if (s.quantization) refuse('quantized DeepSeek-V3 weights (the latent attention kernels read kv_b_proj as bf16)');
   } else {
