@@ -8,9 +8,34 @@
 
 enum { ROUTE_SOFTMAX = 0, ROUTE_SOFTMAX_RENORM = 1, ROUTE_TOPK_SOFTMAX = 2, ROUTE_SIGMOID_GROUP = 3 };
 
-// `logits` (E values, shared memory; the softmax modes overwrite them with probabilities) -> out_e/out_w/out_slot [K] (shared or
-// global). Ties in probability go to the lower expert id (torch.topk). Top-k by rank: each lane counts the
-// experts that beat its own (independent shared-memory reads, no serial rounds of shuffles).
+// The k largest of `v` (E values) into out_e / out_w [K], largest first, ties to the lower id (torch.topk): K
+// rounds of a warp argmax (each lane scans its E / 32 values, then 5 shuffles), the winner taken out (-inf in
+// `v`, written by the lane that owns it, so `v` may be global). O(K x E / 32) a lane where counting each
+// value's rank took O(E^2 / 32): 2048 reads a lane at E = 256.
+__device__ __forceinline__ void warp_topk(float* v, int E, int K, int32_t* out_e, float* out_w) {
+  const int lane = threadIdx.x & 31;
+  for (int k = 0; k < K; k++) {
+    float best = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int e = lane; e < E; e += 32) {
+      const float x = v[e];
+      if (x > best || (x == best && e < bi)) { best = x; bi = e; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ob > best || (ob == best && oi < bi)) { best = ob; bi = oi; }
+    }
+    if (lane == 0) { out_e[k] = bi; out_w[k] = best; }
+    if ((bi & 31) == lane) v[bi] = -INFINITY;
+    __syncwarp();
+  }
+}
+
+// `logits` (E values, shared memory; the softmax modes overwrite them with probabilities, and the top-k takes
+// its picks out) -> out_e/out_w/out_slot [K] (shared or global). Ties in probability go to the lower expert id
+// (torch.topk).
 __device__ __forceinline__ void warp_route(float* logits, int E, int K, int mode, const int32_t* __restrict__ slots,
                                            int32_t* out_e, float* out_w, int32_t* out_slot, uint32_t* counter_row) {
   const int lane = threadIdx.x & 31;
@@ -24,17 +49,7 @@ __device__ __forceinline__ void warp_route(float* logits, int E, int K, int mode
     for (int e = lane; e < E; e += 32) logits[e] = expf(logits[e] - mx) / s;
     __syncwarp();
   }
-  for (int e = lane; e < E; e += 32) {
-    const float p = logits[e];
-    int rank = 0;
-#pragma unroll 16
-    for (int j = 0; j < E; j++) {
-      const float q = logits[j]; // same address across the warp: a broadcast
-      rank += (q > p || (q == p && j < e)) ? 1 : 0;
-    }
-    if (rank < K) { out_e[rank] = e; out_w[rank] = p; }
-  }
-  __syncwarp();
+  warp_topk(logits, E, K, out_e, out_w);
   if (mode == ROUTE_TOPK_SOFTMAX) { // softmax over the k chosen logits (the largest first)
     const float top = out_w[0];
     float esum = 0.f;
@@ -58,8 +73,8 @@ __device__ __forceinline__ void warp_route(float* logits, int E, int K, int mode
 
 // DeepSeek-V3's noaux_tc (routers.ts groupLimitedTopk, the spec): scores = sigmoid(logits); the choice = score +
 // bias, kept in the topk_group of n_group (<= 32) groups whose best two choices sum highest (ties to the lower
-// group; the other experts' choice is 0, as transformers masks them); top-k of the choice by rank (ties to the
-// lower id); weights = the k unbiased scores over their sum (+ 1e-20, when renorm) x scaling, then ordered by
+// group; the other experts' choice is 0, as transformers masks them); top-k of the choice (ties to the
+// lower id; the choice is scratch after); weights = the k unbiased scores over their sum (+ 1e-20, when renorm) x scaling, then ordered by
 // descending weight (stable), as the CPU writes them. `lg`: the logits (E, overwritten with the scores); `ch`:
 // E floats of scratch; outputs as warp_route's.
 __device__ __forceinline__ void warp_route_group(float* lg, float* ch, int E, int K, const float* __restrict__ bias, int n_group,
@@ -90,17 +105,7 @@ __device__ __forceinline__ void warp_route_group(float* lg, float* ch, int E, in
   for (int e = lane; e < E; e += 32)
     if (!((keep >> (e / per)) & 1u)) ch[e] = 0.f;
   __syncwarp();
-  for (int e = lane; e < E; e += 32) {
-    const float p = ch[e];
-    int rank = 0;
-#pragma unroll 16
-    for (int j = 0; j < E; j++) {
-      const float q = ch[j];
-      rank += (q > p || (q == p && j < e)) ? 1 : 0;
-    }
-    if (rank < K) out_e[rank] = e;
-  }
-  __syncwarp();
+  warp_topk(ch, E, K, out_e, out_w); // out_w: the choice scores, replaced by the weights below
   float sum = 0.f;
   for (int j = 0; j < K; j++) sum += lg[out_e[j]]; // choice order, as the CPU sums
   const float den = sum + 1e-20f;

@@ -52,6 +52,26 @@ test('op path on the fake driver: prefill in pieces, decode graphs by bucket, sp
   assert.deepEqual(d.liveByKind(), {});
 });
 
+test('op path: with tensorCoreDecodeRows, decode buckets of that many rows take the tensor-core products and the prefill routing; smaller ones the gemv', () => {
+  const { d, be } = build({ tensorCoreDecodeRows: 8 });
+  for (let i = 0; i < 2; i++) be.openSequence(i, 64);
+  let at = 0;
+  const step = (rows: number): string[] => {
+    const from = d.launches.length;
+    // Two sequences, rows / 2 tokens each: one decode-sized piece of `rows` rows.
+    be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: Array.from({ length: rows / 2 }, () => 1), startPos: at })), count: false });
+    at += rows / 2;
+    return d.launches.slice(from).map((x) => x.name);
+  };
+  const small = step(2);
+  assert.ok(small.includes('op_route_group') && small.some((n) => n.startsWith('op_gemv_')) && !small.some((n) => n.startsWith('op_gemm_tc_')));
+  const large = step(8);
+  assert.ok(large.includes('op_route_rows') && large.includes('op_group') && large.some((n) => n.startsWith('op_gemm_tc_')));
+  assert.ok(!large.some((n) => n.startsWith('op_gemv_') && !n.endsWith('_store')), 'only the lm head stays a gemv');
+  be.dispose();
+  assert.throws(() => build({ tensorCoreDecodeRows: -1 }), /tensorCoreDecodeRows -1: expected an integer >= 0/);
+});
+
 test('op path: a model that does not fit the budget is refused before any allocation, with what would fit', () => {
   const d = new FakeCudaDriver(); // 16 GiB
   assert.throws(() => new CudaOpBackend(d, { ...spec, maxPositions: 1 << 24 }, mapTensorSource(raw), { kernelDir, maxModelLen: 1 << 24, maxNumSeqs: 64 }),

@@ -51,6 +51,8 @@ export interface OpBackendOptions {
   readonly spareRows?: number;
   /** Row copies queued at once for moves (see banks.ts). */
   readonly copiesInFlight?: number;
+  /** Decode pieces of at least this many rows (a bucket) take the tensor-core products instead of the gemv (0: never). */
+  readonly tensorCoreDecodeRows?: number;
 }
 
 /** The kernel arguments of a product's FP8 scale grid (none for bf16). */
@@ -106,6 +108,7 @@ export class CudaOpBackend implements Backend {
   private recording: { name: string; role: string; run: () => void }[] | null = null;
   private role = '';
   private readonly pdl: boolean;
+  private readonly tcDecodeRows: number;
   /** The next launch follows a kernel on the stream (a piece's first follows the copy of its rows). */
   private afterKernel = false;
 
@@ -120,6 +123,8 @@ export class CudaOpBackend implements Backend {
     }
     this.useGraphs = opts.graphs ?? true;
     this.pdl = opts.pdl ?? true;
+    this.tcDecodeRows = opts.tensorCoreDecodeRows ?? 0;
+    if (!Number.isInteger(this.tcDecodeRows) || this.tcDecodeRows < 0) throw new ResidencyError('BAD_ARGUMENT', `tensorCoreDecodeRows ${this.tcDecodeRows}: expected an integer >= 0`);
     this.maxRows = opts.maxPieceRows ?? 2048;
     if (!Number.isInteger(this.maxRows) || this.maxRows < DECODE_MAX_ROWS || this.maxRows % 2 !== 0) {
       throw new ResidencyError('BAD_ARGUMENT', `maxPieceRows ${this.maxRows}: expected an even integer >= ${DECODE_MAX_ROWS}`);
@@ -301,10 +306,15 @@ export class CudaOpBackend implements Backend {
       this.d.graphLaunch(this.graphFor(T, S, fused), this.stream);
     } else {
       this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, stepLayout(T).bytes, this.stream);
-      this.enqueue(T, decode, S, outRows, fused);
+      this.enqueue(T, this.gemvFor(decode, T), S, outRows, fused);
       if (piece.outs.length > 0) this.d.dtohAsync(this.outHost.hostPtr, this.ptr('logits'), 4 * outRows * this.spec.vocabSize, this.stream);
     }
     return { rowsRun: decode, outRows };
+  }
+
+  /** Whether a piece of T rows takes the gemv products (decode pieces below tensorCoreDecodeRows) or the tensor-core tiles. */
+  private gemvFor(decode: boolean, T: number): boolean {
+    return decode && (this.tcDecodeRows === 0 || T < this.tcDecodeRows);
   }
 
   private graphFor(T: number, S: number, fused: boolean): bigint {
@@ -315,7 +325,7 @@ export class CudaOpBackend implements Backend {
       const V = this.spec.vocabSize;
       const body = (): void => {
         this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, stepLayout(T).bytes, this.stream);
-        this.enqueue(T, true, S, T, fused);
+        this.enqueue(T, this.gemvFor(true, T), S, T, fused);
         this.d.dtohAsync(this.outHost.hostPtr, this.ptr('logits'), 4 * T * V, this.stream);
       };
       g = this.scope.acquire(what, () => this.d.captureGraph(this.stream, body, what), (x) => this.d.graphDestroy(x));
@@ -349,8 +359,8 @@ export class CudaOpBackend implements Backend {
     return this.b[name]!;
   }
 
-  /** Every kernel of a piece of T rows, in stream order. */
-  private enqueue(T: number, decode: boolean, S: number, nOut: number, fusedAttention: boolean): void {
+  /** Every kernel of a piece of T rows, in stream order; `gemv`: the products are gemv (decode), else tensor-core tiles. */
+  private enqueue(T: number, gemv: boolean, S: number, nOut: number, fusedAttention: boolean): void {
     this.afterKernel = false;
     const s = this.spec;
     const { hiddenSize: H, numExperts: E, topK: K, expertIntermediate: I, vocabSize: V, numLayers: L } = s;
@@ -370,8 +380,8 @@ export class CudaOpBackend implements Backend {
     };
     // A SwiGLU MLP outside the banks (a dense layer's, a shared expert): gate | up from xn, down added to hidden.
     const mlp = (m: NonNullable<LayerDev['mlp']>, role: string): void => {
-      this.product(`${role}_gate_up`, decode, T, 'swiglu', { x: this.ptr('xn'), y: this.ptr('mlpAct'), w: m.gateUp.w, scales: m.gateUp.grid, ...gridArgs(m.gateUp.p), ldx: H, ldy: m.I, O: m.I, K: H, rows: T }, m.gateUp.p.format);
-      this.dense(`${role}_down`, decode, T, 'add', m.down, { x: this.ptr('mlpAct'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: m.I, ldy: H, O: H, K: m.I, rows: T });
+      this.product(`${role}_gate_up`, gemv, T, 'swiglu', { x: this.ptr('xn'), y: this.ptr('mlpAct'), w: m.gateUp.w, scales: m.gateUp.grid, ...gridArgs(m.gateUp.p), ldx: H, ldy: m.I, O: m.I, K: H, rows: T }, m.gateUp.p.format);
+      this.dense(`${role}_down`, gemv, T, 'add', m.down, { x: this.ptr('mlpAct'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: m.I, ldy: H, O: H, K: m.I, rows: T });
     };
     const banks = this.banks;
     // The residual a layer's first norm adds: the embedding (layer 0), the previous MoE layer's picks (mode 1,
@@ -381,8 +391,8 @@ export class CudaOpBackend implements Backend {
     for (let l = 0; l < L; l++) {
       const ly = this.layers[l]!;
       norm(residualMode(l), Math.max(prevMoe, 0), 0n, ly.inNorm, this.ptr('xn'), T);
-      if (ly.mla) this.enqueueLatentAttention(ly, l, decode, T, rows);
-      else this.enqueueAttention(ly, l, decode, T, S, rows, fusedAttention);
+      if (ly.mla) this.enqueueLatentAttention(ly, l, gemv, T, rows);
+      else this.enqueueAttention(ly, l, gemv, T, S, rows, fusedAttention);
       const m = ly.moe;
       if (m < 0) {
         norm(2, 0, 0n, ly.postNorm, this.ptr('xn'), T);
@@ -390,12 +400,12 @@ export class CudaOpBackend implements Backend {
         prevMoe = -1;
         continue;
       }
-      if (decode && gemvStagesWhole(T, H)) {
+      if (gemv && gemvStagesWhole(T, H)) {
         // The post-attention norm inside the router's gemv (each block normalizes the rows it staged).
-        this.product('router', decode, T, 'store', { x: this.ptr('hidden'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, normW: ly.postNorm, normOut: this.ptr('xn'), eps: s.rmsNormEps, bias: ly.routerBias });
+        this.product('router', gemv, T, 'store', { x: this.ptr('hidden'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, normW: ly.postNorm, normOut: this.ptr('xn'), eps: s.rmsNormEps, bias: ly.routerBias });
       } else {
         norm(2, 0, 0n, ly.postNorm, this.ptr('xn'), T);
-        this.product('router', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, bias: ly.routerBias });
+        this.product('router', gemv, T, 'store', { x: this.ptr('xn'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, bias: ly.routerBias });
       }
       const r = s.router;
       const route = encodeRoute({
@@ -405,7 +415,7 @@ export class CudaOpBackend implements Backend {
       });
       const groups = encodeGroups({ n: this.ptr('grpN'), expert: this.ptr('grpExpert'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
       const scratch = routeScratch(this.routeMode, E);
-      if (decode) {
+      if (gemv) {
         const warps = Math.max(4, T);
         this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * scratch + 2 * T * K + 2 * E), [{ bytes: route }, { bytes: groups }]);
       } else {
@@ -421,11 +431,11 @@ export class CudaOpBackend implements Backend {
       };
       const row = this.rowLayout;
       const act = s.expertAct ? { limit: s.expertAct.limit, alpha: s.expertAct.alpha } : {};
-      this.product('experts_gate_up', decode, T, 'swiglu', {
+      this.product('experts_gate_up', gemv, T, 'swiglu', {
         ...grouped, x: this.ptr('xn'), y: this.ptr('act'), ldx: H, ldy: I, O: I, K: H, xDiv: K, wOff: row.gateUpAt, sOff: row.gateUpGridAt, ...gridArgs(row.gateUp),
         bOff: row.gateUpBiasAt, guInterleave: row.interleaved, ...act,
       }, row.format);
-      this.product('experts_down', decode, T, 'store', { ...grouped, x: this.ptr('act'), y: this.ptr('partial'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down), bOff: row.downBiasAt }, row.format);
+      this.product('experts_down', gemv, T, 'store', { ...grouped, x: this.ptr('act'), y: this.ptr('partial'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down), bOff: row.downBiasAt }, row.format);
       prevMoe = m;
     }
     const nOutB = bucketFor(nOut, [1, 2, 4, 8, 16]);
@@ -434,7 +444,7 @@ export class CudaOpBackend implements Backend {
   }
 
   /** A layer's q | k | v attention, from xn to hidden += o_proj(attention). */
-  private enqueueAttention(ly: LayerDev, l: number, decode: boolean, T: number, S: number, rows: Uint8Array, fusedAttention: boolean): void {
+  private enqueueAttention(ly: LayerDev, l: number, gemv: boolean, T: number, S: number, rows: Uint8Array, fusedAttention: boolean): void {
     const s = this.spec;
     const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd } = s;
     const QD = nh * hd;
@@ -442,7 +452,7 @@ export class CudaOpBackend implements Backend {
     const i32 = (v: number): KernelArg => ({ i32: v });
     const u64 = (v: bigint): KernelArg => ({ u64: v });
     const qkv = ly.qkv!;
-    this.product('qkv', decode, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: qkv.w, scales: qkv.grid, ...gridArgs(qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T, bias: ly.qkvBias }, qkv.p.format);
+    this.product('qkv', gemv, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: qkv.w, scales: qkv.grid, ...gridArgs(qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T, bias: ly.qkvBias }, qkv.p.format);
     const whole = s.qkNorm === 'whole';
     if (whole) {
       this.launch('op_qk_norm_whole', [T, 2, 1], 256, 0, [u64(this.ptr('qkv')), i32(this.QKV), u64(ly.qNorm), u64(ly.kNorm), i32(QD), i32(nkv * hd), f32(s.rmsNormEps)]);
@@ -461,16 +471,16 @@ export class CudaOpBackend implements Backend {
       this.launch(`op_attend_${shape}`, [T, nkv, S], threads, 0, [...attend, params]);
     }
     if (S > 1) this.launch('op_attend_merge', [T, nh, 1], Math.max(32, hd), 0, [u64(this.ptr('attnPart')), u64(this.ptr('att')), i32(nh), i32(hd), i32(S), u64(ly.sinks)]);
-    this.dense('o_proj', decode, T, 'add', ly.o, { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: QD, ldy: H, O: H, K: QD, rows: T, bias: ly.oBias });
+    this.dense('o_proj', gemv, T, 'add', ly.o, { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: QD, ldy: H, O: H, K: QD, rows: T, bias: ly.oBias });
   }
 
   /**
    * A layer's multi-head latent attention (DeepSeek-V3, op_mla.cuh), from xn to hidden += o_proj(attention):
    * q_a | kv_a, their norms with RoPE and the latent cache write, q_b, the query absorbed into latent space,
    * attention over the latent cache, the values out of it, o_proj. Every row's cache entry lands before any
-   * row attends, so prefill chunks and decode rows take the same launches.
+   * row attends, so prefill chunks and gemv rows take the same launches.
    */
-  private enqueueLatentAttention(ly: LayerDev, l: number, decode: boolean, T: number, rows: Uint8Array): void {
+  private enqueueLatentAttention(ly: LayerDev, l: number, gemv: boolean, T: number, rows: Uint8Array): void {
     const s = this.spec;
     const m = s.mla!;
     const w = ly.mla!;
@@ -482,29 +492,29 @@ export class CudaOpBackend implements Backend {
       qANorm: w.qANorm, kvANorm: w.kvANorm, kvB: w.kvB, invFreq: this.invFreq, eps: s.rmsNormEps, mscale: this.ropeScale, scale: 1 / Math.sqrt(qk),
       nh, qLora: m.qLoraRank, kvLora: m.kvLoraRank, rope, nope: m.qkNopeDim, vd: m.vHeadDim, layer: l,
     }) };
-    this.dense('mla_a', decode, T, 'store', w.a, { x: this.ptr('xn'), y: this.ptr('mlaA'), ldx: H, ldy: A, O: A, K: H, rows: T });
+    this.dense('mla_a', gemv, T, 'store', w.a, { x: this.ptr('xn'), y: this.ptr('mlaA'), ldx: H, ldy: A, O: A, K: H, rows: T });
     this.launch('op_mla_norm_rope_kv', [T, 1, 1], 256, 0, [u64(this.ptr('mlaA')), i32(A), { bytes: rows }, params]);
-    this.dense('mla_q_b', decode, T, 'store', w.qB, { x: this.ptr('mlaA'), y: this.ptr('mlaQ'), ldx: A, ldy: nh * qk, O: nh * qk, K: m.qLoraRank, rows: T });
+    this.dense('mla_q_b', gemv, T, 'store', w.qB, { x: this.ptr('mlaA'), y: this.ptr('mlaQ'), ldx: A, ldy: nh * qk, O: nh * qk, K: m.qLoraRank, rows: T });
     // op_mla.cuh: MLA_QROWS = 8 rows a block, MLA_QG = 2 slices of the nope dims; MLA_WARPS = 8 warps a (row, head).
     this.launch('op_mla_q_absorb', [nh, Math.ceil(T / 8), 1], 128, 4 * (8 * m.qkNopeDim + 2 * 8 * m.kvLoraRank), [u64(this.ptr('mlaQ')), { bytes: rows }, u64(this.ptr('mlaQLat')), params, i32(T)]);
     this.launch('op_mla_attend', [T, nh, 1], 256, 4 * (m.kvLoraRank + rope + 8 * (m.kvLoraRank + 2)), [u64(this.ptr('mlaQLat')), { bytes: rows }, u64(this.ptr('mlaOLat')), params]);
     this.launch('op_mla_o_absorb', [Math.ceil((nh * m.vHeadDim) / 8), 1, 1], 256, 0, [u64(this.ptr('mlaOLat')), u64(this.ptr('att')), params, i32(T)]);
     const QD = nh * m.vHeadDim;
-    this.dense('o_proj', decode, T, 'add', ly.o, { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: QD, ldy: H, O: H, K: QD, rows: T });
+    this.dense('o_proj', gemv, T, 'add', ly.o, { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: QD, ldy: H, O: H, K: QD, rows: T });
   }
 
   /** A dense product of stored weights `w` (bf16 or block FP8 with its grid). */
-  private dense(role: string, decode: boolean, T: number, epi: 'store' | 'add' | 'swiglu', w: DenseDev, a: Omit<GemmArgs, 'w' | 'scales'>): void {
-    this.product(role, decode, T, epi, { ...a, w: w.w, scales: w.grid, ...gridArgs(w.p) }, w.p.format);
+  private dense(role: string, gemv: boolean, T: number, epi: 'store' | 'add' | 'swiglu', w: DenseDev, a: Omit<GemmArgs, 'w' | 'scales'>): void {
+    this.product(role, gemv, T, epi, { ...a, w: w.w, scales: w.grid, ...gridArgs(w.p) }, w.p.format);
   }
 
-  /** One product: gemv (decode: B = T rows a group) or the tensor-core tiles (prefill), for weights stored as `format`. */
-  private product(role: string, decode: boolean, T: number, epi: 'store' | 'add' | 'swiglu', a: GemmArgs, format: WeightFormat = 'bf16'): void {
+  /** One product: gemv (B = T rows a group) or the tensor-core tiles (prefill, large decode buckets), for weights stored as `format`. */
+  private product(role: string, gemv: boolean, T: number, epi: 'store' | 'add' | 'swiglu', a: GemmArgs, format: WeightFormat = 'bf16'): void {
     const wf = INFIX[format];
     this.role = role;
     const grouped = a.grpN !== undefined;
     const { numExperts: E, topK: K } = this.spec;
-    if (decode) {
+    if (gemv) {
       const groups = grouped ? Math.min(T * K, E) : 1;
       const feats = a.O;
       const R = gemvRowsPerWarp(feats, groups, this.d.smCount);
