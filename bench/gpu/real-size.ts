@@ -2,8 +2,9 @@
 // path: streamed from the shards, finite-checked on the device) and prints load time, GB/s and peak host RSS;
 // decode tok/s at batch 1/4/16 (graphs, position ~64); prefill tok/s at 512 and 2048 tokens (one chunk);
 // each kernel's time and share of HBM bandwidth in a batch-1 decode step; llama.cpp's figures beside them.
-//   node dist/bench-real.mjs [--model /tmp/q30] [--layers 16] [--out DIR] [--tc-rows N]   (no --model: makes the
-//   checkpoint; --tc-rows: decode buckets of >= N rows take the tensor-core products)
+//   node dist/bench-real.mjs [--model /tmp/q30] [--layers 16] [--out DIR] [--tc-rows N] [--batches 1,4,16]
+//   (no --model: makes the checkpoint; --tc-rows: decode buckets of >= N rows take the tensor-core products,
+//   0 never; default the backend's)
 import { existsSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -14,7 +15,7 @@ import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
 import { planPieces } from '../../src/backend/cuda/op/plan.ts';
 import { attentionProducts, mlaProducts, productBytes } from '../../src/backend/cuda/device-weights.ts';
 
-const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' }, layers: { type: 'string', default: '16' }, 'tc-rows': { type: 'string', default: '0' } } });
+const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' }, layers: { type: 'string', default: '16' }, 'tc-rows': { type: 'string' }, batches: { type: 'string', default: '1,4,16' } } });
 // Without --model the checkpoint is made here (the device has torch and transformers; gpu-bundle copies
 // make-checkpoint.py into .gpu/): qwen3-30b-a3b geometry, --layers deep, no references (~12 s for 16 layers).
 if (!values.model) {
@@ -34,7 +35,7 @@ const t0 = performance.now();
 const m = await loadModelFor(values.model, 'cuda');
 let last = 0;
 const be = (await createCuda(m, {
-  path: 'op', maxModelLen: 4096, maxNumSeqs: 16, tensorCoreDecodeRows: Number(values['tc-rows']),
+  path: 'op', maxModelLen: 4096, maxNumSeqs: 16, ...(values['tc-rows'] !== undefined ? { tensorCoreDecodeRows: Number(values['tc-rows']) } : {}),
   onProgress: (done, total) => { if (done - last > total / 10 || done === total) { last = done; process.stderr.write(`load ${((100 * done) / total).toFixed(0)}% ${(done / 1e9 / ((performance.now() - t0) / 1000)).toFixed(2)} GB/s\n`); } },
 })) as CudaOpBackend;
 const loadS = (performance.now() - t0) / 1000;
@@ -71,7 +72,7 @@ function prefill(n: number): number {
 }
 
 const steps = Number(values.steps);
-const dec = [1, 4, 16].map((B) => ({ B, ...decode(B, steps) }));
+const dec = values.batches.split(',').map(Number).map((B) => ({ B, ...decode(B, steps) }));
 const pre = [512, 2048].map((n) => ({ n, tokS: prefill(n) }));
 
 // Per-kernel device time of one batch-1 decode step at position 64, and the weight bytes each role reads.

@@ -40,8 +40,8 @@ for (const dir of dirs) {
     const m = await loadModelFor(dir, 'cuda');
     const { vocabSize: V, topK: K, numExperts: E } = m.spec;
     const Lm = fx.moe_layers.length;
-    const gpuRun = async (placement?: BankPlacement): Promise<StepOutput[]> => {
-      const be = await createCuda(m, { path: 'op', maxModelLen: 128, maxNumSeqs: cases.length, ...(placement ? { placement } : {}) });
+    const gpuRun = async (placement?: BankPlacement, tensorCoreDecodeRows?: number): Promise<StepOutput[]> => {
+      const be = await createCuda(m, { path: 'op', maxModelLen: 128, maxNumSeqs: cases.length, ...(placement ? { placement } : {}), ...(tensorCoreDecodeRows !== undefined ? { tensorCoreDecodeRows } : {}) });
       assert.equal((be as { path?: string }).path, 'op');
       try {
         return run(be, cases);
@@ -87,6 +87,10 @@ for (const dir of dirs) {
     const half = await gpuRun({ hotPerLayer: Math.floor(E / 2) });
     let placementDiffs = 0;
     half.forEach((o, s) => { for (let j = 0; j < o.logits.length; j++) if (o.logits[j] !== gpu[s]!.logits[j]) placementDiffs++; });
+    // The decode steps (8 rows) through the tensor-core products instead of the gemv: the same numbers within fp32 error.
+    const tc = await gpuRun(undefined, 8);
+    let tcErr = 0;
+    tc.forEach((o, s) => cases.forEach((_, i) => { tcErr = Math.max(tcErr, normErr(o.logits.subarray(i * V, (i + 1) * V), gpu[s]!.logits.subarray(i * V, (i + 1) * V))); }));
     m.tensors.close();
     // The spec: the CPU backend, the same run.
     const cm = await loadModel(dir);
@@ -97,11 +101,12 @@ for (const dir of dirs) {
     let vsCpu = 0;
     want.forEach((o, s) => cases.forEach((_, i) => { vsCpu = Math.max(vsCpu, normErr(gpu[s]!.logits.subarray(i * V, (i + 1) * V), o.logits.subarray(i * V, (i + 1) * V))); }));
     const steps = cases[0]!.steps.length;
-    report[`family_${basename(dir)}`] = { cases: cases.length, steps, tokenMismatch, maxTopErr, routeMismatch, routeChecks, vsCpu, placementDiffs, notes };
-    console.log(`# family ${basename(dir)}: ${cases.length} cases x ${steps} steps, ${tokenMismatch} token flips vs transformers, top-5 logit err ${maxTopErr.toExponential(2)}, routing ${routeMismatch}/${routeChecks} differ, vs CPU ${vsCpu.toExponential(2)}, half cold vs all hot ${placementDiffs} logits differ`);
+    report[`family_${basename(dir)}`] = { cases: cases.length, steps, tokenMismatch, maxTopErr, routeMismatch, routeChecks, vsCpu, placementDiffs, tensorCoreDecodeVsGemv: tcErr, notes };
+    console.log(`# family ${basename(dir)}: ${cases.length} cases x ${steps} steps, ${tokenMismatch} token flips vs transformers, top-5 logit err ${maxTopErr.toExponential(2)}, routing ${routeMismatch}/${routeChecks} differ, vs CPU ${vsCpu.toExponential(2)}, half cold vs all hot ${placementDiffs} logits differ, tensor-core decode vs gemv ${tcErr.toExponential(2)}`);
     for (const n of notes.slice(0, 12)) console.log(`#   ${n}`);
     assert.ok(vsCpu < 1e-3, `CUDA vs CPU normalized logit error ${vsCpu}`);
     assert.equal(placementDiffs, 0, 'placement changed a result');
+    assert.ok(tcErr < 1e-4, `tensor-core decode vs gemv normalized logit error ${tcErr}`);
     assert.ok(maxTopErr < 2e-3, `top-5 logits off by ${maxTopErr}`);
     for (const n of notes.filter((x) => x.startsWith('token'))) assert.ok(Number(n.split('margin ')[1]) < 1e-3, `a flip away from a near-tie: ${n}`);
   });
