@@ -84,7 +84,7 @@ describe('qwen3-moe-fp8-tiny', { skip: !existsSync(FP8) && 'no fixture' }, () =>
     const m = await loadModelFor(FP8, 'cpu');
     const b = createCpuBackend(m.spec, m.weights, { placement: { hotPerLayer: 12 } });
     try {
-      const banks = [...b.banks.hot, ...b.banks.cold].reduce((a, x) => a + x.byteLength, 0);
+      const banks = b.banks.bytes;
       const held = heldBytes(m.weights);
       const f32 = float32Bytes(m.weights);
       t.diagnostic(`float32 copy of the weights ${MiB(f32)}; held: weights ${MiB(held)} (bf16 embeddings, lm head, norms and routers as float32; FP8 as stored) + banks ${MiB(banks)} (FP8 experts as stored) = ${MiB(held + banks)} (process figures: bench/cpu/memory.ts)`);

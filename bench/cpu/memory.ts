@@ -59,7 +59,7 @@ async function measure(dir: string, simd: boolean | undefined, take: boolean): P
   b.openSequence(0, 8);
   b.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
   const m1 = await settle();
-  const banks = [...b.banks.hot, ...b.banks.cold].reduce((a, x) => a + x.byteLength, 0);
+  const banks = b.banks.bytes;
   const row = { model: basename(dir), simd: b.simd, bf16: process.env.RESIDENCY_CPU_BF16 ?? 'float32', take, float32Copy, heldWeights: heldBytes(m.weights), banks, rssGrowth: m1.rss - m0.rss, arrayBufferGrowth: m1.arrayBuffers - m0.arrayBuffers, peakRss: process.resourceUsage().maxRSS * 1024 };
   b.dispose();
   return row;

@@ -145,8 +145,7 @@ test('a swap moves the bytes and the slots of both experts', () => {
   assert.deepEqual([e1, e2], [3, 12]);
   b.banks.swapRows(1, 3, 2);
   assert.deepEqual([b.banks.slotOf(1, 3), b.banks.slotOf(1, 12)], [12, 3]);
-  const row = b.banks.rowSize;
-  assert.deepEqual(b.banks.hot[1]!.subarray(3 * row, 3 * row + 12 * 32), model.weights.layers[1]!.experts[12]!.gate);
+  assert.deepEqual(b.banks.row(1, 'hot', 3).subarray(0, 12 * 32), model.weights.layers[1]!.experts[12]!.gate);
   assert.throws(() => b.banks.swapRows(1, 10, 0), ResidencyError);
 });
 

@@ -55,6 +55,11 @@ export interface CpuBackendOptions {
    * backends over one model); the CLI and server, which load a model for one backend, set it.
    */
   readonly takeExperts?: boolean;
+  /**
+   * Most 4-byte words in one piece of an expert bank (banks.ts; default BANK_PIECE_WORDS, 1 GiB): a bank is
+   * held in pieces of whole rows, whatever its layer's size. Never changes a result; tests lower it.
+   */
+  readonly bankPieceWords?: number;
 }
 
 /** Weights whose routed experts a backend has taken (takeExperts). */
@@ -141,7 +146,11 @@ export class CpuBackend implements Backend {
     const arena = this.simd ? new WasmArena(arenaBytes) : null;
     const plain = this.threads > 1 ? sharedAlloc : heapAlloc;
     this.alloc = arena ?? plain;
-    this.banks = new CpuExpertBanks(spec, weights.layers, options.placement, arena ?? plain, options.takeExperts === true);
+    this.banks = new CpuExpertBanks(spec, weights.layers, options.placement, {
+      alloc: arena ?? plain,
+      take: options.takeExperts === true,
+      ...(options.bankPieceWords !== undefined ? { pieceWords: options.bankPieceWords } : {}),
+    });
     if (options.takeExperts) takenWeights.add(weights);
     const share = (a: Float32Array): Float32Array => (arena ? arena.copy(a) : this.threads > 1 ? sharedCopy(a) : a);
     // Quantized projections stay as stored, computed on the calling thread (quant-linear.ts).
@@ -185,8 +194,8 @@ export class CpuBackend implements Backend {
     const quant = banks.quant ? { rows: banks.quantRows, layout: banks.quant, rowSize: banks.rowSize, hidden: spec.hiddenSize, inter: spec.expertIntermediate } : undefined;
     this.compute =
       this.threads > 1
-        ? new CpuThreadPool({ threads: this.threads, banks: banks.bankList, simd, ...(quant ? { quant } : {}) })
-        : serialCompute(banks.bankList, spec.expertIntermediate, simd, quant);
+        ? new CpuThreadPool({ threads: this.threads, banks: banks.pieces, simd, ...(quant ? { quant } : {}) })
+        : serialCompute(banks.pieces, spec.expertIntermediate, simd, quant);
     this.counter = new Uint32Array(moeLayerCount(spec) * spec.numExperts);
     // SIMD: KV caches in the wasm memory too, recycled as sequences close.
     const kvAlloc: Alloc = arena ? { shared: true, f32: (n) => arena.f32Reusable(n), i32: (n) => arena.i32(n), free: (a) => arena.free(a) } : plain;

@@ -1,8 +1,8 @@
 // The layout of one expert row in the CPU banks. Float32 experts: gate [I][H] | up [I][H] | down [H][I]
 // (gpt-oss: then its biases [I] | [I] | [H]), one float each. Quantized (and bf16 kept as stored) experts keep their stored bytes:
 // gate data | up data | down data | gate scales | up scales | down scales (| the three float32 biases), each
-// part at a 4-byte boundary of the row. Rows are counted in 4-byte words either way, so a bank is one
-// Float32Array whose rows swaps move as bytes (a same-type set copies bits) and the digest hashes whole.
+// part at a 4-byte boundary of the row. Rows are counted in 4-byte words either way, so a bank is Float32Array
+// pieces of whole rows (banks.ts) whose rows swaps move as bytes (a same-type set copies bits) and the digest hashes whole.
 import { ResidencyError } from '../../errors.ts';
 import { isQuantized, type QuantMatrix } from '../../model/quant.ts';
 import type { ModelSpec } from '../../model/spec.ts';
@@ -184,7 +184,7 @@ export function quantRowView(bank: Float32Array, off: number, q: QuantRowLayout,
   return { ...e, gateBias: b(0, I), upBias: b(I, I), downBias: b(2 * I, H) };
 }
 
-/** Views of every row of every bank (`banks` in CpuExpertBanks.bankList order, rows of `q.words` words). */
+/** Views of every row of every bank (`banks`: CpuExpertBanks.pieces, rows of `q.words` words). */
 export function quantRowViews(banks: readonly Float32Array[], q: QuantRowLayout, I: number, H: number): QuantExpert[][] {
   return banks.map((bank) => Array.from({ length: bank.length / q.words }, (_, r) => quantRowView(bank, r * q.words, q, I, H)));
 }

@@ -4,7 +4,7 @@
 // output row, so any grouping and any split give bit-identical results.
 import { swigluExpert, swigluExpertPair } from './moe-ops.ts';
 
-/** Ints per unit: bank index, row offset (words), first pick (an index into the unit picks), pick count. */
+/** Ints per unit: bank piece index (CpuExpertBanks.pieces), row offset in it (words), first pick (an index into the unit picks), pick count. */
 export const UNIT = 4;
 /** Ints per unit pick: its output offset and its input offset (floats). */
 export const PICK = 2;
@@ -13,8 +13,8 @@ export const MAX_GROUP = 32;
 
 /**
  * Writes the units for `picks` picks ordered by slot (`order`: a row's picks are adjacent after the split) into
- * `units`, and each pick's offsets into `unitPicks` in that order; returns the unit count. Bank index: layer*2 for
- * the hot bank, layer*2+1 for the cold bank (CpuExpertBanks.bankList order).
+ * `units`, and each pick's offsets into `unitPicks` in that order; returns the unit count. `where`: the layer's
+ * slot -> [bank piece index, word offset in that piece] (CpuExpertBanks.where), which a unit carries.
  */
 export function expertUnits(
   units: Int32Array,
@@ -22,20 +22,17 @@ export function expertUnits(
   order: Int32Array,
   ids: Int32Array,
   slots: Int32Array,
+  where: Int32Array,
   picks: number,
-  layer: number,
-  hotRows: number,
-  rowSize: number,
   topK: number,
   hidden: number,
 ): number {
   let n = 0;
   for (let i = 0; i < picks; n++) {
     const slot = slots[ids[order[i]!]!]!;
-    const hot = slot < hotRows;
     const u = n * UNIT;
-    units[u] = layer * 2 + (hot ? 0 : 1);
-    units[u + 1] = (hot ? slot : slot - hotRows) * rowSize;
+    units[u] = where[2 * slot]!;
+    units[u + 1] = where[2 * slot + 1]!;
     units[u + 2] = i;
     const first = i;
     while (i < picks && i - first < MAX_GROUP && slots[ids[order[i]!]!] === slot) {
@@ -61,7 +58,7 @@ export function unitPairs(units: Int32Array, unitPicks: Int32Array, n: number, f
   if (j < end) f(unitPicks[j * PICK]!, -1, unitPicks[j * PICK + 1]!, -1);
 }
 
-/** Computes units [u0, u1) into `out` ([picks][H]) from the banks. act: scratch of 2*I floats. */
+/** Computes units [u0, u1) into `out` ([picks][H]) from the bank pieces (CpuExpertBanks.pieces). act: scratch of 2*I floats. */
 export function computeExpertUnits(
   out: Float32Array,
   units: Int32Array,

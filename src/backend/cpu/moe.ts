@@ -102,7 +102,7 @@ export function moeLayer(
   }
   // Compute: hot picks from the hot bank, cold picks read in place from the cold bank, as units (a row
   // and the picks of it) that the compute may share out between threads.
-  const units = expertUnits(s.units, s.unitPicks, s.order, s.ids, slots, picks, layer, banks.hotPerLayer, banks.rowSize, K, H);
+  const units = expertUnits(s.units, s.unitPicks, s.order, s.ids, slots, banks.where[layer]!, picks, K, H);
   // Quantized rows (quant-linear.ts): shared out by the compute, gpt-oss's clamped ones on the calling thread.
   if (banks.quant && shape.clamped) computeQuantUnits(s.pickOut, s.units, s.unitPicks, 0, units, banks.quantRows, banks.rowSize, x, H, I, s.act, shape.clamped);
   else if (banks.quant) compute.quantExperts(s.pickOut, s.units, s.unitPicks, units, x, H, I);
@@ -147,8 +147,7 @@ function clampedExpertUnits(
   scratch: Float32Array,
 ): void {
   for (let n = 0; n < count; n++) {
-    const b = units[n * UNIT]!;
-    const bank = (b & 1 ? banks.cold : banks.hot)[b >> 1]!;
+    const bank = banks.pieces[units[n * UNIT]!]!;
     const row = units[n * UNIT + 1]!;
     unitPairs(units, unitPicks, n, (outA, outB, xA, xB) => {
       clampedSwigluExpert(out, outA, bank, row, x, xA, hidden, inter, act, scratch);

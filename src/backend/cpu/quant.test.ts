@@ -169,15 +169,15 @@ describe('a block-FP8 model on the CPU backend', () => {
 
   it('the thread pool shares quantized expert units out to its workers, bit-identical to one thread', async () => {
     const { spec, weights } = await load();
-    const banks = new CpuExpertBanks(spec, weights.layers, { hotPerLayer: 4 }, sharedAlloc);
+    const banks = new CpuExpertBanks(spec, weights.layers, { hotPerLayer: 4 }, { alloc: sharedAlloc });
     const H = spec.hiddenSize;
     const I = spec.expertIntermediate;
     const quant = { rows: banks.quantRows, layout: banks.quant!, rowSize: banks.rowSize, hidden: H, inter: I };
-    const pool = new CpuThreadPool({ threads: 2, banks: banks.bankList, quant });
+    const pool = new CpuThreadPool({ threads: 2, banks: banks.pieces, quant });
     try {
       await pool.ready();
       // Every row of every bank, once, as single-pick units.
-      const list = banks.bankList.flatMap((bank, b) => Array.from({ length: bank.length / banks.rowSize }, (_, r) => [b, r] as const));
+      const list = banks.pieces.flatMap((bank, b) => Array.from({ length: bank.length / banks.rowSize }, (_, r) => [b, r] as const));
       const n = list.length;
       const units = sharedAlloc.i32(n * UNIT);
       const unitPicks = sharedAlloc.i32(n * PICK);
@@ -212,24 +212,24 @@ describe('a block-FP8 model on the CPU backend', () => {
     // A row is the expert's stored bytes: gate, up, down data, then their scales.
     const e = banks.expertAt(1, 'cold', 1);
     const src = weights.layers[1]!.experts[e]!;
-    const bytes = (a: Float32Array, row: number): Uint8Array => new Uint8Array(a.buffer, a.byteOffset + 4 * row * n, 4 * n).slice();
-    const cold = bytes(banks.cold[1]!, 1);
+    const bytes = (bank: 'hot' | 'cold', row: number): Uint8Array => { const a = banks.row(1, bank, row); return new Uint8Array(a.buffer, a.byteOffset, 4 * n).slice(); };
+    const cold = bytes('cold', 1);
     const down = src.down as Fp8Matrix;
     assert.deepEqual(cold.subarray(q.data[2], q.data[2] + down.data.length), down.data);
     assert.deepEqual(cold.subarray(q.scales[2], q.scales[2] + down.scales.byteLength), new Uint8Array(down.scales.buffer, down.scales.byteOffset, down.scales.byteLength));
-    const hot = bytes(banks.hot[1]!, 3);
+    const hot = bytes('hot', 3);
     const digest = banks.digest();
     banks.swapRows(1, 3, 1);
-    assert.deepEqual(bytes(banks.hot[1]!, 3), cold);
-    assert.deepEqual(bytes(banks.cold[1]!, 1), hot);
+    assert.deepEqual(bytes('hot', 3), cold);
+    assert.deepEqual(bytes('cold', 1), hot);
     assert.equal(banks.expertAt(1, 'hot', 3), e);
     // The views the experts are computed from follow the bytes.
     assert.deepEqual(banks.quantRows[2]![3]!.down.data, down.data);
     banks.swapRows(1, 3, 1);
     assert.equal(banks.digest(), digest);
     // One scale's low byte changed: another digest; changed back: the same.
-    const at = banks.cold[0]!.byteOffset + q.scales[0];
-    const view = new Uint8Array(banks.cold[0]!.buffer, at, 1);
+    const cold0 = banks.row(0, 'cold', 0);
+    const view = new Uint8Array(cold0.buffer, cold0.byteOffset + q.scales[0], 1);
     view[0] ^= 1;
     assert.notEqual(banks.digest(), digest);
     view[0] ^= 1;

@@ -109,7 +109,7 @@ export interface RowCompute {
 }
 
 /**
- * One thread: every row on the calling thread. `banks` in CpuExpertBanks.bankList order. `simd`: run
+ * One thread: every row on the calling thread. `banks`: the bank pieces (CpuExpertBanks.pieces). `simd`: run
  * ops whose arrays live in its memory through the wasm kernel (bit-identical, wasm/).
  */
 export function serialCompute(banks: readonly Float32Array[], inter: number, simd?: SimdCompute, quant?: QuantBanks): RowCompute {

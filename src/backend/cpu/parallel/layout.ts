@@ -120,7 +120,7 @@ export interface WorkerInit {
   readonly index: number;
   /** The worker module's URL (what worker-boot.mjs imports when running from sources). */
   readonly entry: string;
-  /** The expert banks in CpuExpertBanks.bankList order (shared memory), as views that cross intact. */
+  /** The expert banks' pieces (CpuExpertBanks.pieces, shared memory), as views that cross intact. */
   readonly banks: SharedView[];
   /** Array-table registrations arrive here, read synchronously (receiveMessageOnPort). */
   readonly tablePort: MessagePort;

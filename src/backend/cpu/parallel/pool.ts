@@ -21,7 +21,7 @@ import { computeExpertUnitsSimd } from '../wasm/experts.ts';
 export interface PoolOptions {
   /** Threads in all, the main thread included (2..64). */
   readonly threads: number;
-  /** The expert banks (shared memory) in CpuExpertBanks.bankList order. */
+  /** The expert banks' pieces (shared memory), CpuExpertBanks.pieces. */
   readonly banks: Float32Array[];
   /** Longest wait for a worker inside a job before giving up with an error (default 30 s). */
   readonly timeoutMs?: number;

@@ -28,7 +28,7 @@ export function resolveSimd(requested: boolean | undefined, needBytes: number): 
   const runs = simdAvailable();
   if (asked === true && !runs) throw new ResidencyError('NOT_AVAILABLE', 'simd: this runtime lacks WebAssembly SIMD (set RESIDENCY_CPU_SIMD=0)');
   if (asked === true && !fits) {
-    throw new ResidencyError('NOT_AVAILABLE', `simd: the model needs ${needBytes} bytes of wasm memory, more than ${0.75 * SIMD_MAX_BYTES} (set RESIDENCY_CPU_SIMD=0)`);
+    throw new ResidencyError('NOT_AVAILABLE', `simd: the model's expert banks and linear layers need ${needBytes} bytes of wasm memory, more than the ${0.75 * SIMD_MAX_BYTES} they may fill of its 4 GiB (32-bit addresses); set RESIDENCY_CPU_SIMD=0 for the JS loops`);
   }
   return runs && fits;
 }

@@ -152,7 +152,8 @@ for (const fma of VARIANTS) test('expert units through the kernel: each pick bit
     const order = Int32Array.from({ length: picks }, (_, p) => p).sort((a, b) => ids[a]! - ids[b]! || a - b);
     const units = new Int32Array(picks * UNIT);
     const unitPicks = new Int32Array(picks * PICK);
-    const n = expertUnits(units, unitPicks, order, ids, slots, picks, 0, hot, rowSize, topK, hidden);
+    const where = Int32Array.from({ length: 2 * experts }, (_, i) => (i % 2 === 0 ? (i / 2 < hot ? 0 : 1) : ((i - 1) / 2 < hot ? (i - 1) / 2 : (i - 1) / 2 - hot) * rowSize));
+    const n = expertUnits(units, unitPicks, order, ids, slots, where, picks, topK, hidden);
     let most = 0;
     for (let u = 0; u < n; u++) most = Math.max(most, units[u * UNIT + 3]!);
     assert.ok(most <= MAX_GROUP);
