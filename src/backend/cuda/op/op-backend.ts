@@ -53,8 +53,9 @@ export interface OpBackendOptions {
   readonly copiesInFlight?: number;
   /**
    * Decode pieces of at least this many rows (a bucket) take the tensor-core products instead of the gemv (0:
-   * never). Default 16: at batch 16 the tiles beat the gemv (Qwen3-30B-A3B x 16 layers 1,238 -> 1,618 tok/s,
-   * deepseek-v3 x 4 823 -> 1,189 on the H200); at batch 4 the gemv is ahead.
+   * never). Default 16: at batch 16 the tiles beat the gemv (H200, Qwen3-30B-A3B x 16 layers: bf16 1,238 ->
+   * 1,618 tok/s, block FP8 941 -> 1,737; deepseek-v3 x 4 823 -> 1,189); at batch 8 the gemv is ahead (1,388 vs
+   * 988). bench/gpu/results/families-2026-12-01.md.
    */
   readonly tensorCoreDecodeRows?: number;
 }
