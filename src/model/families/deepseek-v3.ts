@@ -4,11 +4,13 @@
 // shared experts beside the routed ones.
 
 import { z } from 'zod';
+import { parseQuantization } from '../quant-config.ts';
 import type { ModelSpec } from '../spec.ts';
 import type { ModelWeights, RawTensor } from '../weights.ts';
 import {
-  badConfig, baseFields, baseSpec, checkTopK, EMPTY, expertShapes, expertWeights, modelWeights, parseFields, posInt, refuseQuantized, ropeOf,
+  badConfig, baseFields, baseSpec, checkTopK, EMPTY, expertShapes, expertWeights, modelWeights, parseFields, posInt, ropeOf,
   swigluShapes, swigluWeights, tensorMap, tensorReader, unsupported, type TensorShapes,
+  storedExperts, type WeightOptions,
 } from './common.ts';
 
 const T = 'deepseek_v3';
@@ -47,7 +49,8 @@ export function parseDeepseekV3(json: unknown, name: string): ModelSpec {
   const rope = ropeOf(T, c);
   if (rope.ropeType !== 'default') throw unsupported(T, 'rope_parameters.rope_type', `"${rope.ropeType}" is not supported; only "default" (DeepSeek's YaRN with mscale is not implemented)`);
   if (c.qk_rope_head_dim % 2 !== 0) throw badConfig(`field qk_rope_head_dim: ${c.qk_rope_head_dim} must be even: RoPE rotates pairs`);
-  refuseQuantized(T, c.quantization_config);
+  // Block FP8 as the hub's DeepSeek-V3 / R1 / Kimi K2 checkpoints store it (every linear but the router).
+  const quantization = parseQuantization(T, c.quantization_config, ['fp8']);
   const E = c.n_routed_experts;
   checkTopK(c.num_experts_per_tok, E);
   const nGroup = c.n_group ?? 1;
@@ -76,6 +79,7 @@ export function parseDeepseekV3(json: unknown, name: string): ModelSpec {
     mla: { qLoraRank: c.q_lora_rank, kvLoraRank: c.kv_lora_rank, qkNopeDim: c.qk_nope_head_dim, vHeadDim: c.v_head_dim },
     ...(moeLayers.length < c.num_hidden_layers ? { denseIntermediate: c.intermediate_size } : {}),
     ...(shared > 0 ? { sharedIntermediate: c.moe_intermediate_size * shared } : {}),
+    ...(quantization ? { quantization } : {}),
   } satisfies ModelSpec);
 }
 
@@ -128,7 +132,8 @@ export function deepseekV3Tensors(spec: ModelSpec): TensorShapes {
   });
 }
 
-export function deepseekV3Weights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void): ModelWeights {
+export function deepseekV3Weights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, opts: WeightOptions = {}): ModelWeights {
+  const stream = opts.streamExperts;
   const { f32 } = tensorReader(raw, onTensor);
   const moe = new Set(spec.moeLayers);
   return modelWeights(spec, f32, (l) => {
@@ -145,7 +150,7 @@ export function deepseekV3Weights(spec: ModelSpec, raw: ReadonlyMap<string, RawT
       postAttnNorm: f32(n.postAttnNorm),
       mla: { qA: f32(n.qA), qANorm: f32(n.qANorm), qB: f32(n.qB), kvA: f32(n.kvA), kvANorm: f32(n.kvANorm), kvB: f32(n.kvB) },
       router: isMoe ? f32(n.router) : EMPTY,
-      experts: isMoe ? expertWeights(f32, n.expert, spec) : [],
+      experts: isMoe ? (stream ? storedExperts(stream, n.expert, spec) : expertWeights(f32, n.expert, spec)) : [],
       ...(isMoe ? { correctionBias: f32(n.correction) } : { dense: swigluWeights(f32, n.dense) }),
       ...(isMoe && spec.sharedIntermediate ? { shared: swigluWeights(f32, n.shared) } : {}),
     };
