@@ -69,14 +69,18 @@ extern "C" __global__ void op_attend_merge(const float* part, float* att, int nh
 extern "C" __global__ void op_mla_norm_rope_kv(float* a, int lda, OpRows rows, MlaParams m) { pdl_enter();
   mla_norm_rope_kv_body(a, lda, rows, m);
 }
-extern "C" __global__ void __launch_bounds__(64 * MLA_QG) op_mla_q_absorb(const float* q, OpRows rows, float* qlat, MlaParams m, int T) { pdl_enter();
-  mla_q_absorb_body<MLA_QROWS>(q, rows, qlat, m, T);
-}
+// The absorb kernels read kv_b_proj as stored: bf16, or block FP8 (the _fp8 entries).
+#define MLA_ABSORB_ENTRIES(WF, WN)                                                                                         \
+  extern "C" __global__ void __launch_bounds__(64 * MLA_QG) op_mla_q_absorb##WN(const float* q, OpRows rows, float* qlat, MlaParams m, \
+                                                                                int T) { pdl_enter();                        \
+    mla_q_absorb_body<MLA_QROWS, WF>(q, rows, qlat, m, T);                                                                 \
+  }                                                                                                                        \
+  extern "C" __global__ void __launch_bounds__(256) op_mla_o_absorb##WN(const float* olat, float* att, MlaParams m, int T) { pdl_enter(); \
+    mla_o_absorb_body<WF>(olat, att, m, T);                                                                                \
+  }
+MLA_ABSORB_ENTRIES(WF_BF16, ) MLA_ABSORB_ENTRIES(WF_FP8, _fp8)
 extern "C" __global__ void __launch_bounds__(32 * MLA_WARPS) op_mla_attend(const float* qlat, OpRows rows, float* olat, MlaParams m) { pdl_enter();
   mla_attend_body(qlat, rows, olat, m);
-}
-extern "C" __global__ void __launch_bounds__(256) op_mla_o_absorb(const float* olat, float* att, MlaParams m, int T) { pdl_enter();
-  mla_o_absorb_body(olat, att, m, T);
 }
 
 // Decode steps (T <= 16 rows): route every row (a warp each) and group the picks, in one block and its

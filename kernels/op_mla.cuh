@@ -13,15 +13,45 @@
 #include "op_attention.cuh"
 
 struct MlaParams {
-  const bf16_t* q_a_norm;  // [q_lora]
-  const bf16_t* kv_a_norm; // [kv_lora]
-  const bf16_t* kv_b;      // [nh * (nope + vd)][kv_lora]
-  const float* inv_freq;   // [rope / 2]
+  const bf16_t* q_a_norm;   // [q_lora]
+  const bf16_t* kv_a_norm;  // [kv_lora]
+  const void* kv_b;         // [nh * (nope + vd)][kv_lora]: bf16, or (WF_FP8) float8_e4m3fn bytes
+  const float* kv_b_scales; // WF_FP8: row r, value c scaled by kv_b_scales[(r / s_rows) * s_ld + c / s_cols] (fp8-grid.ts)
+  const float* inv_freq;    // [rope / 2]
   float eps, mscale, scale; // scale: the softmax's, 1 / sqrt(nope + rope)
   int32_t nh, q_lora, kv_lora, rope, nope, vd, layer;
+  int32_t s_rows, s_cols, s_ld, pad;
 };
-static_assert(sizeof(MlaParams) == 72 && offsetof(MlaParams, eps) == 32 && offsetof(MlaParams, nh) == 44 && offsetof(MlaParams, layer) == 68,
-              "MlaParams: layout.ts encodeMla");
+static_assert(sizeof(MlaParams) == 96 && offsetof(MlaParams, eps) == 40 && offsetof(MlaParams, nh) == 52 && offsetof(MlaParams, layer) == 76 &&
+              offsetof(MlaParams, s_rows) == 80, "MlaParams: layout.ts encodeMla");
+
+// kv_b's 8 values of row r from column c (c % 8 == 0, inside one scale block), as floats.
+template <int WF>
+__device__ __forceinline__ void mla_kv_b8(const MlaParams& m, size_t r, int c, float* f) {
+  if (WF == WF_FP8) {
+    const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(m.kv_b) + r * m.kv_lora + c);
+    fp8x8_to_float(u, f);
+    const float sc = m.kv_b_scales[(r / m.s_rows) * m.s_ld + c / m.s_cols];
+#pragma unroll
+    for (int j = 0; j < 8; j++) f[j] *= sc;
+  } else {
+    const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const bf16_t*>(m.kv_b) + r * m.kv_lora + c);
+    const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) { f[2 * j] = __uint_as_float(wd[j] << 16); f[2 * j + 1] = __uint_as_float(wd[j] & 0xffff0000u); }
+  }
+}
+
+// kv_b's value (r, c) as a float.
+template <int WF>
+__device__ __forceinline__ float mla_kv_b1(const MlaParams& m, size_t r, int c) {
+  if (WF == WF_FP8) {
+    const uint8_t b = static_cast<const uint8_t*>(m.kv_b)[r * m.kv_lora + c];
+    const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3);
+    return __half2float(*reinterpret_cast<const __half*>(&h)) * m.kv_b_scales[(r / m.s_rows) * m.s_ld + c / m.s_cols];
+  }
+  return bf2f(static_cast<const bf16_t*>(m.kv_b)[r * m.kv_lora + c]);
+}
 
 // Interleaved RoPE (DeepSeek's rope_interleave) of d values src -> dst by one warp: pair (2i, 2i + 1) turns by
 // pos x inv_freq[i] (float32, cos and sin times mscale), stored de-interleaved (the turned evens, then the odds)
@@ -66,7 +96,7 @@ __device__ __forceinline__ void mla_norm_rope_kv_body(float* a, int lda, OpRows 
 // (RT = MLA_QROWS).
 #define MLA_QG 2
 #define MLA_QROWS 8
-template <int RT>
+template <int RT, int WF>
 __device__ __forceinline__ void mla_q_absorb_body(const float* q, OpRows rows, float* qlat, const MlaParams& m, int T) {
   extern __shared__ __align__(16) float mla_qs[]; // [RT][nope] | [MLA_QG][RT][kv_lora]
   const int h = blockIdx.x, t0 = blockIdx.y * RT;
@@ -85,14 +115,11 @@ __device__ __forceinline__ void mla_q_absorb_body(const float* q, OpRows rows, f
     for (int r = 0; r < RT; r++)
 #pragma unroll
       for (int j = 0; j < 8; j++) acc[r][j] = 0.f;
-    const bf16_t* w = m.kv_b + (size_t)h * (m.nope + m.vd) * m.kv_lora + c0;
+    const size_t row0 = (size_t)h * (m.nope + m.vd);
 #pragma unroll 4
     for (int d = d0; d < d1; d++) {
-      const uint4 u = *reinterpret_cast<const uint4*>(w + (size_t)d * m.kv_lora);
-      const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
       float wf[8];
-#pragma unroll
-      for (int j = 0; j < 4; j++) { wf[2 * j] = __uint_as_float(wd[j] << 16); wf[2 * j + 1] = __uint_as_float(wd[j] & 0xffff0000u); }
+      mla_kv_b8<WF>(m, row0 + d, c0, wf);
 #pragma unroll
       for (int r = 0; r < RT; r++) {
         const float x = mla_qs[r * m.nope + d];
@@ -195,15 +222,16 @@ __device__ __forceinline__ void mla_attend_body(const float* qlat, OpRows rows, 
 // o_lat [T][nh][kv_lora] -> att [T][nh * vd]: att[t][h * vd + d] = W_UV[h][d] . o_lat[t][h]. A warp an output
 // (its weight row held in registers, kv_lora <= 32 x MLA_MAX_C), every row in turn; grid ceil(nh * vd / warps).
 #define MLA_MAX_C 16
+template <int WF>
 __device__ __forceinline__ void mla_o_absorb_body(const float* olat, float* att, const MlaParams& m, int T) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int f = blockIdx.x * (blockDim.x >> 5) + warp;
   if (f >= m.nh * m.vd) return;
   const int h = f / m.vd, d = f - h * m.vd, nc = m.kv_lora >> 5;
-  const bf16_t* w = m.kv_b + ((size_t)h * (m.nope + m.vd) + m.nope + d) * m.kv_lora;
+  const size_t row = (size_t)h * (m.nope + m.vd) + m.nope + d;
   float wr[MLA_MAX_C];
 #pragma unroll
-  for (int j = 0; j < MLA_MAX_C; j++) wr[j] = j < nc ? bf2f(w[lane + 32 * j]) : 0.f;
+  for (int j = 0; j < MLA_MAX_C; j++) wr[j] = j < nc ? mla_kv_b1<WF>(m, row, lane + 32 * j) : 0.f;
   for (int t = 0; t < T; t++) {
     const float* x = olat + ((size_t)t * m.nh + h) * m.kv_lora;
     float acc = 0.f;

@@ -216,15 +216,16 @@ export function attentionProducts(source: TensorSource, spec: ModelSpec, l: numb
 
 /**
  * A layer's latent attention products as stored (DeepSeek-V3): q_a | kv_a_proj_with_mqa (one product, the
- * same input), q_b and o; kv_b_proj is read by the latent attention kernels as it is.
+ * same input), q_b and o; and kv_b_proj, which the latent attention kernels read (W_UK and W_UV halves).
  */
-export function mlaProducts(source: TensorSource, spec: ModelSpec, l: number): { a: ProductWeights; qB: ProductWeights; o: ProductWeights } {
+export function mlaProducts(source: TensorSource, spec: ModelSpec, l: number): { a: ProductWeights; qB: ProductWeights; kvB: ProductWeights; o: ProductWeights } {
   const { hiddenSize: H, numHeads: nh, headDim: rope } = spec;
   const m = spec.mla!;
   const n = deepseekV3Names(l);
   return {
     a: productWeights(source, spec, [n.qA, n.kvA], [m.qLoraRank, m.kvLoraRank + rope], H),
     qB: productWeights(source, spec, [n.qB], [nh * (m.qkNopeDim + rope)], m.qLoraRank),
+    kvB: productWeights(source, spec, [n.kvB], [nh * (m.qkNopeDim + m.vHeadDim)], m.kvLoraRank),
     o: productWeights(source, spec, [n.oProj], [H], nh * m.vHeadDim),
   };
 }
@@ -256,7 +257,7 @@ export function deviceWeightBytes(source: TensorSource, spec: ModelSpec): Device
     if (spec.mla) {
       const a = mlaProducts(source, spec, l);
       const dn = deepseekV3Names(l);
-      resident += productBytes(a.a) + productBytes(a.qB) + productBytes(a.o) + stored(dn.kvB);
+      resident += productBytes(a.a) + productBytes(a.qB) + productBytes(a.kvB) + productBytes(a.o);
       norms.push(dn.qANorm, dn.kvANorm);
     } else {
       const a = attentionProducts(source, spec, l);

@@ -111,15 +111,19 @@ export function routeScratch(mode: RouteMode, E: number): number {
 
 /** MlaParams (op_mla.cuh): a layer's multi-head latent attention (DeepSeek-V3). */
 export interface MlaArgs {
-  qANorm: bigint; kvANorm: bigint; kvB: bigint; invFreq: bigint; eps: number; mscale: number; scale: number;
+  qANorm: bigint; kvANorm: bigint;
+  /** kv_b_proj as stored, and (block FP8) its scale grid and the grid's shape (fp8-grid.ts). */
+  kvB: bigint; kvBScales: bigint; sRows?: number; sCols?: number; sLd?: number;
+  invFreq: bigint; eps: number; mscale: number; scale: number;
   nh: number; qLora: number; kvLora: number; rope: number; nope: number; vd: number; layer: number;
 }
 
 export function encodeMla(a: MlaArgs): Uint8Array {
-  const b = Buffer.alloc(72);
-  [a.qANorm, a.kvANorm, a.kvB, a.invFreq].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
-  [a.eps, a.mscale, a.scale].forEach((v, i) => b.writeFloatLE(v, 32 + 4 * i));
-  [a.nh, a.qLora, a.kvLora, a.rope, a.nope, a.vd, a.layer].forEach((v, i) => b.writeInt32LE(v, 44 + 4 * i));
+  const b = Buffer.alloc(96);
+  [a.qANorm, a.kvANorm, a.kvB, a.kvBScales, a.invFreq].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
+  [a.eps, a.mscale, a.scale].forEach((v, i) => b.writeFloatLE(v, 40 + 4 * i));
+  [a.nh, a.qLora, a.kvLora, a.rope, a.nope, a.vd, a.layer].forEach((v, i) => b.writeInt32LE(v, 52 + 4 * i));
+  [a.sRows ?? 1, a.sCols ?? 1, a.sLd ?? 0, 0].forEach((v, i) => b.writeInt32LE(v, 80 + 4 * i));
   return b;
 }
 

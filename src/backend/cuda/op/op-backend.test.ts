@@ -160,6 +160,43 @@ test('op path, deepseek-v3 (fake driver): latent attention launches, dense layer
   assert.deepEqual(d.liveByKind(), {});
 });
 
+test('op path, deepseek-v3 in block FP8 (fake driver): every linear but the router as stored, the absorb kernels reading kv_b_proj in FP8', async () => {
+  const { readFileSync } = await import('node:fs');
+  const { parseConfig } = await import('../../../model/config.ts');
+  const cfg = JSON.parse(readFileSync(join(process.cwd(), '..', 'shared', 'fixtures', 'deepseek-v3-tiny', 'config.json'), 'utf8'));
+  const s = parseConfig({ ...cfg, quantization_config: { quant_method: 'fp8', fmt: 'e4m3', activation_scheme: 'dynamic', weight_block_size: [128, 128] } }, 'ds-fp8');
+  assert.equal(s.quantization?.method, 'fp8');
+  // As make-checkpoint --format fp8 stores it: F8_E4M3 values and a float32 weight_scale_inv per [128, 128] block.
+  const fraw = new Map<string, RawTensor>();
+  for (const [name, shape] of expectedTensors(s)) {
+    const fp8 = shape.length === 2 && !/norm|embed_tokens|lm_head|mlp\.gate\.weight/.test(name);
+    const n = shape.reduce((a, b) => a * b, 1);
+    fraw.set(name, { name, dtype: fp8 ? 'F8_E4M3' : 'BF16', shape, bytes: new Uint8Array(fp8 ? n : 2 * n) });
+    if (fp8) {
+      const sShape = [Math.ceil(shape[0]! / 128), Math.ceil(shape[1]! / 128)];
+      const scale = `${name.slice(0, -'weight'.length)}weight_scale_inv`;
+      fraw.set(scale, { name: scale, dtype: 'F32', shape: sShape, bytes: new Uint8Array(new Float32Array(sShape[0]! * sShape[1]!).fill(1).buffer) });
+    }
+  }
+  const d = new FakeCudaDriver();
+  const be = new CudaOpBackend(d, s, mapTensorSource(fraw, s.quantization), { kernelDir, placement: { hotPerLayer: 16 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+  try {
+    assert.equal(be.rowLayout.format, 'fp8');
+    be.openSequence(0, 40);
+    be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 0 }], count: true });
+    be.forward({ chunks: [{ seq: 0, tokens: [7], startPos: 20 }], count: true });
+    const names = d.launches.map((x) => x.name);
+    assert.equal(names.filter((n) => n === 'op_mla_q_absorb_fp8').length, 2 * s.numLayers);
+    assert.equal(names.filter((n) => n === 'op_mla_o_absorb_fp8').length, 2 * s.numLayers);
+    assert.ok(!names.includes('op_mla_q_absorb'));
+    // The dense MLP, the shared expert and the routed experts all take the FP8 products.
+    assert.ok(names.includes('op_gemm_tc_fp8_swiglu') && names.some((n) => n.startsWith('op_gemv_fp8_')));
+  } finally {
+    be.dispose();
+  }
+  assert.deepEqual(d.liveByKind(), {});
+});
+
 test('op path, olmoe (fake driver): q and k normed over the whole projections in their own launch, before attention with no per-head norm', async () => {
   const { loadModelFor } = await import('../../../model/load.ts');
   const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'olmoe-tiny');

@@ -494,16 +494,17 @@ export class CudaOpBackend implements Backend {
     const i32 = (v: number): KernelArg => ({ i32: v });
     const u64 = (v: bigint): KernelArg => ({ u64: v });
     const params = { bytes: encodeMla({
-      qANorm: w.qANorm, kvANorm: w.kvANorm, kvB: w.kvB, invFreq: this.invFreq, eps: s.rmsNormEps, mscale: this.ropeScale, scale: 1 / Math.sqrt(qk),
+      qANorm: w.qANorm, kvANorm: w.kvANorm, kvB: w.kvB.w, kvBScales: w.kvB.grid, ...gridArgs(w.kvB.p), invFreq: this.invFreq, eps: s.rmsNormEps, mscale: this.ropeScale, scale: 1 / Math.sqrt(qk),
       nh, qLora: m.qLoraRank, kvLora: m.kvLoraRank, rope, nope: m.qkNopeDim, vd: m.vHeadDim, layer: l,
     }) };
     this.dense('mla_a', gemv, T, 'store', w.a, { x: this.ptr('xn'), y: this.ptr('mlaA'), ldx: H, ldy: A, O: A, K: H, rows: T });
     this.launch('op_mla_norm_rope_kv', [T, 1, 1], 256, 0, [u64(this.ptr('mlaA')), i32(A), { bytes: rows }, params]);
     this.dense('mla_q_b', gemv, T, 'store', w.qB, { x: this.ptr('mlaA'), y: this.ptr('mlaQ'), ldx: A, ldy: nh * qk, O: nh * qk, K: m.qLoraRank, rows: T });
     // op_mla.cuh: MLA_QROWS = 8 rows a block, MLA_QG = 2 slices of the nope dims; MLA_WARPS = 8 warps a (row, head).
-    this.launch('op_mla_q_absorb', [nh, Math.ceil(T / 8), 1], 128, 4 * (8 * m.qkNopeDim + 2 * 8 * m.kvLoraRank), [u64(this.ptr('mlaQ')), { bytes: rows }, u64(this.ptr('mlaQLat')), params, i32(T)]);
+    const absorb = w.kvB.p.format === 'fp8' ? '_fp8' : '';
+    this.launch(`op_mla_q_absorb${absorb}`, [nh, Math.ceil(T / 8), 1], 128, 4 * (8 * m.qkNopeDim + 2 * 8 * m.kvLoraRank), [u64(this.ptr('mlaQ')), { bytes: rows }, u64(this.ptr('mlaQLat')), params, i32(T)]);
     this.launch('op_mla_attend', [T, nh, 1], 256, 4 * (m.kvLoraRank + rope + 8 * (m.kvLoraRank + 2)), [u64(this.ptr('mlaQLat')), { bytes: rows }, u64(this.ptr('mlaOLat')), params]);
-    this.launch('op_mla_o_absorb', [Math.ceil((nh * m.vHeadDim) / 8), 1, 1], 256, 0, [u64(this.ptr('mlaOLat')), u64(this.ptr('att')), params, i32(T)]);
+    this.launch(`op_mla_o_absorb${absorb}`, [Math.ceil((nh * m.vHeadDim) / 8), 1, 1], 256, 0, [u64(this.ptr('mlaOLat')), u64(this.ptr('att')), params, i32(T)]);
     const QD = nh * m.vHeadDim;
     this.dense('o_proj', gemv, T, 'add', ly.o, { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: QD, ldy: H, O: H, K: QD, rows: T });
   }

@@ -17,8 +17,8 @@ import type { TensorUploader } from '../uploader.ts';
 /** A dense product on the device: its values, its scale grid (fp8), and how they are stored. */
 export interface DenseDev { w: bigint; grid: bigint; p: ProductWeights }
 
-/** DeepSeek-V3's latent attention: q_a | kv_a (one product), their norms, q_b, kv_b as stored bf16 (op_mla.cuh reads it). */
-export interface MlaDev { a: DenseDev; qANorm: bigint; kvANorm: bigint; qB: DenseDev; kvB: bigint }
+/** DeepSeek-V3's latent attention: q_a | kv_a (one product), their norms, q_b, kv_b as stored (op_mla.cuh's absorb kernels read it). */
+export interface MlaDev { a: DenseDev; qANorm: bigint; kvANorm: bigint; qB: DenseDev; kvB: DenseDev }
 
 /** A SwiGLU MLP outside the banks (a dense layer's, or an MoE layer's shared expert): gate | up, down. */
 export interface MlpDev { gateUp: DenseDev; down: DenseDev; I: number }
@@ -100,11 +100,9 @@ export function uploadResidentWeights(d: CudaDriver, spec: ModelSpec, source: Te
     if (s.mla) {
       const dn = deepseekV3Names(l);
       const a = mlaProducts(source, s, l);
-      const kvB = alloc(uploader.expectBf16(dn.kvB), `kv_b_proj layer ${l}`);
-      uploader.toDevice(dn.kvB, kvB);
       attention = {
         qNorm: 0n, kNorm: 0n, o: dense(a.o, `o_proj layer ${l}`),
-        mla: { a: dense(a.a, `q_a | kv_a layer ${l}`), qANorm: up(dn.qANorm), kvANorm: up(dn.kvANorm), qB: dense(a.qB, `q_b_proj layer ${l}`), kvB },
+        mla: { a: dense(a.a, `q_a | kv_a layer ${l}`), qANorm: up(dn.qANorm), kvANorm: up(dn.kvANorm), qB: dense(a.qB, `q_b_proj layer ${l}`), kvB: dense(a.kvB, `kv_b_proj layer ${l}`) },
       };
     } else {
       const a = attentionProducts(source, s, l);

@@ -30,7 +30,6 @@ export function checkOpSupport(s: ModelSpec): void {
     // op_mla_q_absorb stages 8 rows of q_nope and two partial latent rows per row in 48 KiB of shared memory.
     if (m.qkNopeDim > 512) refuse(`qk_nope_head_dim ${m.qkNopeDim} (the latent attention kernels take at most 512)`);
     if ((s.numHeads * m.vHeadDim) % 32 !== 0) refuse(`num_heads x v_head_dim ${s.numHeads * m.vHeadDim} is not a multiple of 32`);
-    if (s.quantization) refuse('quantized DeepSeek-V3 weights (the latent attention kernels read kv_b_proj as bf16)');
   } else {
     if (s.rope?.interleaved) refuse('interleaved RoPE outside multi-head latent attention (the attention kernels rotate halves)');
     if ((s.numHeads * s.headDim) % 32 !== 0) refuse(`num_heads x head_dim ${s.numHeads * s.headDim} is not a multiple of 32`);
