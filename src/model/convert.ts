@@ -4,17 +4,18 @@
 import { layerTensorNames } from './tensor-names.ts';
 import type { ModelSpec } from './spec.ts';
 import { familyOf } from './families/index.ts';
-import type { ExpertWeights, ModelWeights, RawTensor } from './weights.ts';
+import type { ModelWeights, RawTensor } from './weights.ts';
 import type { TensorSource } from './tensor-source.ts';
-import { attentionWeights, expertWeights, modelWeights, tensorReader } from './families/common.ts';
+import { attentionWeights, expertWeights, modelWeights, storedExperts, tensorReader } from './families/common.ts';
 
 export { f16BitsToF32Bits, tensorToFloat32 } from './float-convert.ts';
 
 /**
  * Builds ModelWeights from validated raw tensors (checkArchitecture must have passed). `onTensor` is
  * called after each conversion with the tensor's raw byte size, for progress. `keepBf16` (qwen3_moe): bf16
- * attention projections and experts stay as stored instead of float32. `streamExperts` (qwen3_moe, float
- * experts): the routed experts are not read here but left in that source for a backend to read (StoredExpert).
+ * attention projections and experts stay as stored instead of float32. `streamExperts` (qwen3_moe float or
+ * block-FP8 experts, mixtral, olmoe, deepseek_v3): the routed experts are not read here but left in that source
+ * for a backend to read (StoredExpert).
  * `freshBytes`: each get of `raw` reads bytes of their own (readOnGet), which bf16 kept as stored may keep.
  */
 export function toFloat32Weights(
@@ -24,7 +25,7 @@ export function toFloat32Weights(
   opts: { readonly keepBf16?: boolean; readonly streamExperts?: TensorSource; readonly freshBytes?: boolean } = {},
 ): ModelWeights {
   const family = familyOf(spec.architecture);
-  if (family) return family.weights(spec, raw, onTensor);
+  if (family) return family.weights(spec, raw, onTensor, opts.streamExperts ? { streamExperts: opts.streamExperts } : {});
   const keepBf16 = opts.keepBf16 === true;
   const { f32, matrix } = tensorReader(raw, onTensor, spec.quantization, keepBf16, opts.freshBytes === true);
   const stream = opts.streamExperts;
@@ -44,9 +45,3 @@ export function toFloat32Weights(
   });
 }
 
-const NONE = new Float32Array(0);
-
-/** A layer's routed experts as StoredExperts of `source` (nothing read: a backend reads them into its banks). */
-function storedExperts(source: TensorSource, expert: (e: number) => { gate: string; up: string; down: string }, spec: ModelSpec, keepBf16: boolean): ExpertWeights[] {
-  return Array.from({ length: spec.numExperts }, (_, e) => ({ gate: NONE, up: NONE, down: NONE, stored: { source, ...expert(e), keepBf16 } }));
-}

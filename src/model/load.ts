@@ -57,7 +57,8 @@ export interface LoadOptions {
    */
   bf16?: Bf16Choice;
   /**
-   * Leave the routed experts in the checkpoint (qwen3_moe with float experts; others load them as before):
+   * Leave the routed experts in the checkpoint (qwen3_moe with float or block-FP8 experts, mixtral, olmoe,
+   * deepseek_v3; gpt-oss's stacked MXFP4 experts load as before):
    * each is a StoredExpert that the CPU backend reads straight into its banks, so the host never holds the
    * experts twice while the banks fill. Needs raw: false; `tensors` is then the shard files (close() it to
    * release them; a later read opens them again).
@@ -170,8 +171,10 @@ function convertStreamed(spec: ModelSpec, layout: CheckpointLayout, opts: LoadOp
   let done = 0;
   opts.onProgress?.(0, total, 'opening');
   const source = fileTensorSource(layout, spec.quantization);
-  // Only qwen3_moe's float experts stream (the families and quantized experts assemble theirs at load).
-  const stream = opts.streamExperts === true && familyOf(spec.architecture) === undefined && spec.quantization === undefined;
+  // Experts named one tensor triple each stream (qwen3_moe float or block FP8, mixtral, olmoe, deepseek_v3);
+  // gpt-oss's stacked MXFP4 experts are assembled at load.
+  const family = familyOf(spec.architecture);
+  const stream = opts.streamExperts === true && (family ? family.streamsExperts : spec.quantization === undefined || spec.quantization.method === 'fp8');
   let weights: ModelWeights;
   try {
     const keepBf16 = bf16Policy(opts.bf16, spec) === 'stored';

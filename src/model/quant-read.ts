@@ -51,16 +51,24 @@ function corrupt(message: string): ResidencyError {
 export function fp8Matrix(w: RawTensor, s: RawTensor, block: readonly [number, number]): Fp8Matrix {
   const [rows, cols] = w.shape as [number, number];
   const data = w.bytes.slice(); // its own bytes: the shard buffers can be let go
-  for (let i = 0; i < data.length; i++) {
-    if ((data[i]! & 0x7f) === 0x7f) throw corrupt(`tensor "${w.name}": element ${i} of ${rows}x${cols} is NaN (float8_e4m3fn byte 0x${data[i]!.toString(16)})`);
-  }
+  checkFp8Data(w.name, rows, cols, data);
   const scales = fp8Scales(s, cols, block);
   return { format: 'fp8', rows, cols, data, scales, block: [block[0], block[1]] };
 }
 
-/** The validated float32 block scales of a [rows][cols] FP8 weight from its scale tensor (F32 or BF16). */
-export function fp8Scales(s: RawTensor, cols: number, block: readonly [number, number]): Float32Array {
-  const scales = tensorToFloat32(s, { finite: true });
+/** Refuses a NaN byte (0x7F / 0xFF) among the F8_E4M3 values `data` of tensor `name` ([rows][cols]). */
+export function checkFp8Data(name: string, rows: number, cols: number, data: Uint8Array): void {
+  for (let i = 0; i < data.length; i++) {
+    if ((data[i]! & 0x7f) === 0x7f) throw corrupt(`tensor "${name}": element ${i} of ${rows}x${cols} is NaN (float8_e4m3fn byte 0x${data[i]!.toString(16)})`);
+  }
+}
+
+/**
+ * The validated float32 block scales of a [rows][cols] FP8 weight from its scale tensor (F32 or BF16), in a
+ * fresh array or `into` (memory the caller owns, of the scale count: a bank row).
+ */
+export function fp8Scales(s: RawTensor, cols: number, block: readonly [number, number], into?: Float32Array): Float32Array {
+  const scales = tensorToFloat32(s, { finite: true, ...(into ? { into } : {}) });
   const bc = Math.ceil(cols / block[1]);
   for (let j = 0; j < scales.length; j++) {
     const v = scales[j]!;

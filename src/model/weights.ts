@@ -33,7 +33,10 @@ export interface ExpertWeights {
   readonly stored?: StoredExpert;
 }
 
-/** Where a streamed expert's tensors are: gate [I][H], up [I][H] and down [H][I] of `source` (float dtypes). */
+/**
+ * Where a streamed expert's tensors are: gate [I][H], up [I][H] and down [H][I] of `source` (float dtypes, or
+ * block FP8 with their scales beside them).
+ */
 export interface StoredExpert {
   readonly source: TensorSource;
   readonly gate: string;
@@ -41,6 +44,11 @@ export interface StoredExpert {
   readonly down: string;
   /** bf16 tensors stay as stored in the bank row (bf16Policy 'stored'); else every float dtype is widened to float32. */
   readonly keepBf16: boolean;
+  /**
+   * The config's FP8 block shape (quant_method fp8): an F8_E4M3 tensor is kept as stored with its scales
+   * (fp8ScaleName(name)) as a loaded one is (fp8Matrix). Absent: an F8_E4M3 tensor is refused.
+   */
+  readonly fp8Block?: readonly [number, number];
 }
 
 export interface LayerWeights {
@@ -72,14 +80,14 @@ export interface LayerWeights {
   readonly shared?: ExpertWeights;
 }
 
-/** DeepSeek-V3 multi-head latent attention projections. */
+/** DeepSeek-V3 multi-head latent attention projections (float32, or block FP8 as stored). */
 export interface MlaWeights {
-  readonly qA: Float32Array; // [qLoraRank][H]
+  readonly qA: Matrix; // [qLoraRank][H]
   readonly qANorm: Float32Array; // [qLoraRank]
-  readonly qB: Float32Array; // [numHeads*(nope+rope)][qLoraRank]
-  readonly kvA: Float32Array; // [kvLoraRank+rope][H]
+  readonly qB: Matrix; // [numHeads*(nope+rope)][qLoraRank]
+  readonly kvA: Matrix; // [kvLoraRank+rope][H]
   readonly kvANorm: Float32Array; // [kvLoraRank]
-  readonly kvB: Float32Array; // [numHeads*(nope+v)][kvLoraRank]
+  readonly kvB: Matrix; // [numHeads*(nope+v)][kvLoraRank]
 }
 
 /**

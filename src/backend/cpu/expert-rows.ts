@@ -8,6 +8,7 @@ import { isQuantized, type QuantMatrix } from '../../model/quant.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertWeights, RawTensor, StoredExpert } from '../../model/weights.ts';
 import { checkBf16Finite, tensorToFloat32 } from '../../model/float-convert.ts';
+import { checkFp8Data, fp8ScaleName, fp8Scales } from '../../model/quant-read.ts';
 import type { QuantExpert } from './quant-linear.ts';
 
 /** Where each part of a quantized expert row lies, in bytes from the row's start. */
@@ -90,45 +91,81 @@ function quantRowFormat(q: readonly [QuantShape, QuantShape, QuantShape], biases
 }
 
 /**
- * The row format of streamed experts (StoredExpert: left in the checkpoint, read at bank fill): bf16 kept as
- * stored when they ask for it and their first matrix is BF16, else float32. A stored tensor of another dtype
- * than the format's is refused when its row is written (storedRowWriter), as a loaded one is here.
+ * The row format of streamed experts (StoredExpert: left in the checkpoint, read at bank fill), from the first
+ * one's gate tensor: block FP8 kept as stored with its scales (the layout of loaded FP8 experts), bf16 kept as
+ * stored when they ask for it, else float32. A stored tensor of another dtype than the format's is refused when
+ * its row is written (storedRowWriter), as a loaded one is here.
  */
 function storedRowFormat(experts: readonly ExpertWeights[], I: number, H: number, biases: number): ExpertRowFormat {
   if (!experts.every((e) => e.stored)) throw mixed();
   if (biases > 0) throw new ResidencyError('INTERNAL', 'streamed experts with biases (gpt-oss) are not supported: load them');
   const s = experts[0]!.stored!;
-  if (!(s.keepBf16 && s.source.info(s.gate).dtype === 'BF16')) return { words: 3 * I * H, quant: null };
+  const dtype = s.source.info(s.gate).dtype;
+  if (dtype === 'F8_E4M3') {
+    const block = fp8BlockOf(s, s.gate);
+    const fp8 = (rows: number, cols: number): QuantShape => ({
+      format: 'fp8', rows, cols, block, dataBytes: rows * cols, scaleCount: Math.ceil(rows / block[0]) * Math.ceil(cols / block[1]),
+    });
+    return quantRowFormat([fp8(I, H), fp8(I, H), fp8(H, I)], 0);
+  }
+  if (!(s.keepBf16 && dtype === 'BF16')) return { words: 3 * I * H, quant: null };
   const bf16 = (rows: number, cols: number): QuantShape => ({ format: 'bf16', rows, cols, block: [1, 1], dataBytes: 2 * rows * cols, scaleCount: 0 });
   return quantRowFormat([bf16(I, H), bf16(I, H), bf16(H, I)], 0);
 }
 
+/** A streamed F8_E4M3 tensor's block shape: the config's, as tensorReader refuses FP8 bytes without one. */
+function fp8BlockOf(e: StoredExpert, name: string): readonly [number, number] {
+  if (!e.fp8Block) throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is F8_E4M3 but config.json declares no fp8 quantization`);
+  return e.fp8Block;
+}
+
 /**
- * Writes streamed experts' rows in format `f`, each tensor read from its source straight into the row: bf16
- * kept as stored lands in place (then checked finite there); float32 rows are read into one reused staging
+ * Writes streamed experts' rows in format `f`, each tensor read from its source straight into the row: FP8 data
+ * and bf16 kept as stored land in place (then checked there), FP8 scales are read into a staging buffer and
+ * widened into the row (fp8Scales: the loaded path's checks); float32 rows are read into one reused staging
  * buffer and widened into the row (tensorToFloat32: the same bits as a loaded expert's, the same checks).
  */
 export function storedRowWriter(f: ExpertRowFormat, I: number, H: number): (bank: Float32Array, off: number, e: StoredExpert) => void {
   let staging = new Uint8Array(0);
+  const stage = (e: StoredExpert, name: string, bytes: number): Uint8Array => {
+    if (staging.length < bytes) staging = new Uint8Array(bytes);
+    const b = staging.subarray(0, bytes);
+    e.source.read(name, b);
+    return b;
+  };
   const names = (e: StoredExpert): readonly [string, string, string] => [e.gate, e.up, e.down];
   const sizes = [I * H, I * H, H * I] as const;
   return (bank, off, e) => {
     const q = f.quant;
+    const at = bank.byteOffset + 4 * off;
     names(e).forEach((name, i) => {
       const t = e.source.info(name);
+      if (q?.shapes[i]!.format === 'fp8') {
+        const shape = q.shapes[i]!;
+        if (t.dtype !== 'F8_E4M3' || t.bytes !== sizes[i]!) throw mixed();
+        const block = fp8BlockOf(e, name);
+        if (block[0] !== shape.block[0] || block[1] !== shape.block[1]) throw mixed();
+        const data = new Uint8Array(bank.buffer, at + q.data[i]!, shape.dataBytes);
+        e.source.read(name, data);
+        checkFp8Data(name, shape.rows, shape.cols, data);
+        const sName = fp8ScaleName(name);
+        const s = e.source.info(sName);
+        const scales = new Float32Array(bank.buffer, at + q.scales[i]!, shape.scaleCount);
+        fp8Scales({ name: sName, dtype: s.dtype as RawTensor['dtype'], shape: s.shape, bytes: stage(e, sName, s.bytes) }, shape.cols, block, scales);
+        return;
+      }
       if (q) {
         if (t.dtype !== 'BF16' || t.bytes !== 2 * sizes[i]!) throw mixed();
-        const bits = new Uint16Array(bank.buffer, bank.byteOffset + 4 * off + q.data[i]!, sizes[i]!);
+        const bits = new Uint16Array(bank.buffer, at + q.data[i]!, sizes[i]!);
         e.source.read(name, new Uint8Array(bits.buffer, bits.byteOffset, bits.byteLength));
         checkBf16Finite(t, bits);
         return;
       }
+      if (t.dtype === 'F8_E4M3') throw mixed();
       if (e.keepBf16 && t.dtype === 'BF16') throw mixed(); // loaded, it would be a bf16 matrix among float32 ones
-      if (staging.length < t.bytes) staging = new Uint8Array(t.bytes);
-      const bytes = staging.subarray(0, t.bytes);
-      e.source.read(name, bytes);
-      const at = off + i * I * H;
-      tensorToFloat32({ name, dtype: t.dtype as RawTensor['dtype'], shape: t.shape, bytes }, { finite: true, into: bank.subarray(at, at + sizes[i]!) });
+      const bytes = stage(e, name, t.bytes);
+      const w = off + i * I * H;
+      tensorToFloat32({ name, dtype: t.dtype as RawTensor['dtype'], shape: t.shape, bytes }, { finite: true, into: bank.subarray(w, w + sizes[i]!) });
     });
   };
 }

@@ -4,13 +4,12 @@
 // SIMD on and off); a NaN or infinity in a streamed expert is refused when its row is written, naming the tensor.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { closeSync, copyFileSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { rmSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createCpuBackend } from './cpu-backend.ts';
 import { TAKEN_EXPERT } from './banks.ts';
-import { randomMap, recordRun } from './test-helpers.ts';
+import { corruptCopy, randomMap, recordRun } from './test-helpers.ts';
 import { loadModel, loadModelFor } from '../../model/load.ts';
 import { moeLayerIds } from '../../model/spec.ts';
 import { ResidencyError } from '../../errors.ts';
@@ -65,7 +64,7 @@ describe('streamed experts', () => {
   for (const bf16 of ['float32', 'stored'] as const) {
     it(`bf16 ${bf16}: an infinity in a streamed expert is refused as its row is written, naming the tensor`, async () => {
       const tensor = 'model.layers.2.mlp.experts.9.up_proj.weight';
-      const dir = corruptCopy(tensor, 10, [0x80, 0x7f]); // element 5 is +Inf
+      const dir = corruptCopy(TINY, tensor, 10, [0x80, 0x7f]); // element 5 is +Inf
       try {
         const m = await loadModel(dir, { raw: false, bf16, streamExperts: true });
         assert.throws(() => createCpuBackend(m.spec, m.weights, { threads: 1 }), (e: unknown) => e instanceof ResidencyError && e.code === 'BAD_CHECKPOINT'
@@ -76,18 +75,3 @@ describe('streamed experts', () => {
     });
   }
 });
-
-/** A copy of the tiny model with `bytes` written over `tensor`'s stored bytes from `at`. */
-function corruptCopy(tensor: string, at: number, bytes: number[]): string {
-  const dir = mkdtempSync(join(tmpdir(), 'stream-experts-'));
-  for (const f of readdirSync(TINY)) copyFileSync(join(TINY, f), join(dir, f));
-  const index = JSON.parse(readFileSync(join(dir, 'model.safetensors.index.json'), 'utf8')) as { weight_map: Record<string, string> };
-  const shard = join(dir, index.weight_map[tensor]!);
-  const file = readFileSync(shard);
-  const headerLen = Number(file.readBigUInt64LE(0));
-  const header = JSON.parse(file.subarray(8, 8 + headerLen).toString('utf8')) as Record<string, { data_offsets: [number, number] }>;
-  const fd = openSync(shard, 'r+');
-  writeSync(fd, Uint8Array.from(bytes), 0, bytes.length, 8 + headerLen + header[tensor]!.data_offsets[0] + at);
-  closeSync(fd);
-  return dir;
-}

@@ -1,5 +1,9 @@
 // Test-only helpers shared by the CPU backend's bit-identity suites (maps, threads, SIMD): a random map, and
-// a recorded run (every step's output bytes, then counter and digest) to compare configurations byte for byte.
+// a recorded run (every step's output bytes, then counter and digest) to compare configurations byte for byte;
+// a checkpoint copy with a few bytes of one tensor overwritten (refusal tests).
+import { closeSync, copyFileSync, mkdtempSync, openSync, readdirSync, readFileSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Backend } from '../backend.ts';
 import { moeLayerCount, type ModelSpec } from '../../model/spec.ts';
 import type { RowMap } from '../../residency/rowmap.ts';
@@ -65,4 +69,19 @@ export function recordRun(b: Backend, batches: number[][][], decode: number, sch
     prompts.forEach((_, s) => b.closeSequence(s));
   }
   return { steps, counter: bytesOf(b.readCounter()), digest: b.banks.digest() };
+}
+
+/** A copy (in a fresh temporary folder) of checkpoint `src` with `bytes` written over `tensor`'s stored bytes from `at`. */
+export function corruptCopy(src: string, tensor: string, at: number, bytes: number[]): string {
+  const dir = mkdtempSync(join(tmpdir(), 'residency-corrupt-'));
+  for (const f of readdirSync(src)) copyFileSync(join(src, f), join(dir, f));
+  const index = JSON.parse(readFileSync(join(dir, 'model.safetensors.index.json'), 'utf8')) as { weight_map: Record<string, string> };
+  const shard = join(dir, index.weight_map[tensor]!);
+  const file = readFileSync(shard);
+  const headerLen = Number(file.readBigUInt64LE(0));
+  const header = JSON.parse(file.subarray(8, 8 + headerLen).toString('utf8')) as Record<string, { data_offsets: [number, number] }>;
+  const fd = openSync(shard, 'r+');
+  writeSync(fd, Uint8Array.from(bytes), 0, bytes.length, 8 + headerLen + header[tensor]!.data_offsets[0] + at);
+  closeSync(fd);
+  return dir;
 }

@@ -7,6 +7,7 @@ import { EMBED, FINAL_NORM, LM_HEAD } from '../tensor-names.ts';
 import { bf16Bits, checkBf16Finite, tensorToFloat32 } from '../float-convert.ts';
 import type { ModelSpec, YarnSpec } from '../spec.ts';
 import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
+import type { TensorSource } from '../tensor-source.ts';
 import type { Matrix } from '../quant.ts';
 import type { QuantSpec } from '../quant-config.ts';
 import { fp8Matrix, fp8ScaleName } from '../quant-read.ts';
@@ -246,6 +247,22 @@ export function swigluShapes(out: TensorShapes, names: SwigluNames, I: number, H
   out.set(names.gate, [I, H]);
   out.set(names.up, [I, H]);
   out.set(names.down, [H, I]);
+}
+
+/**
+ * A layer's routed experts left in `source` (loadModel's streamExperts: nothing read here, a backend reads each
+ * into its banks: StoredExpert), in place of expertWeights. `keepBf16`: bf16 experts stay as stored in the rows.
+ */
+export function storedExperts(source: TensorSource, expert: (e: number) => SwigluNames, spec: ModelSpec, keepBf16 = false): ExpertWeights[] {
+  const q = spec.quantization;
+  const fp8 = q?.method === 'fp8' ? { fp8Block: q.blockSize } : {};
+  return Array.from({ length: spec.numExperts }, (_, e) => ({ gate: EMPTY, up: EMPTY, down: EMPTY, stored: { source, ...expert(e), keepBf16, ...fp8 } }));
+}
+
+/** What a family's weight assembly may be asked beyond the raw tensors. */
+export interface WeightOptions {
+  /** Leave the routed experts in this source (storedExperts) instead of reading them. */
+  readonly streamExperts?: TensorSource;
 }
 
 export function swigluWeights(f32: (n: string) => Matrix, names: SwigluNames): ExpertWeights {

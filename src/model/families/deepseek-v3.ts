@@ -134,7 +134,9 @@ export function deepseekV3Tensors(spec: ModelSpec): TensorShapes {
 
 export function deepseekV3Weights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, opts: WeightOptions = {}): ModelWeights {
   const stream = opts.streamExperts;
-  const { f32 } = tensorReader(raw, onTensor);
+  // Linear projections (MLA's, o_proj, the dense and shared MLPs, routed experts) as stored when block FP8;
+  // norms, the router, embeddings and lm_head float32.
+  const { f32, matrix } = tensorReader(raw, onTensor, spec.quantization);
   const moe = new Set(spec.moeLayers);
   return modelWeights(spec, f32, (l) => {
     const n = deepseekV3Names(l);
@@ -144,15 +146,15 @@ export function deepseekV3Weights(spec: ModelSpec, raw: ReadonlyMap<string, RawT
       qProj: EMPTY,
       kProj: EMPTY,
       vProj: EMPTY,
-      oProj: f32(n.oProj),
+      oProj: matrix(n.oProj),
       qNorm: EMPTY,
       kNorm: EMPTY,
       postAttnNorm: f32(n.postAttnNorm),
-      mla: { qA: f32(n.qA), qANorm: f32(n.qANorm), qB: f32(n.qB), kvA: f32(n.kvA), kvANorm: f32(n.kvANorm), kvB: f32(n.kvB) },
+      mla: { qA: matrix(n.qA), qANorm: f32(n.qANorm), qB: matrix(n.qB), kvA: matrix(n.kvA), kvANorm: f32(n.kvANorm), kvB: matrix(n.kvB) },
       router: isMoe ? f32(n.router) : EMPTY,
-      experts: isMoe ? (stream ? storedExperts(stream, n.expert, spec) : expertWeights(f32, n.expert, spec)) : [],
-      ...(isMoe ? { correctionBias: f32(n.correction) } : { dense: swigluWeights(f32, n.dense) }),
-      ...(isMoe && spec.sharedIntermediate ? { shared: swigluWeights(f32, n.shared) } : {}),
+      experts: isMoe ? (stream ? storedExperts(stream, n.expert, spec) : expertWeights(matrix, n.expert, spec)) : [],
+      ...(isMoe ? { correctionBias: f32(n.correction) } : { dense: swigluWeights(matrix, n.dense) }),
+      ...(isMoe && spec.sharedIntermediate ? { shared: swigluWeights(matrix, n.shared) } : {}),
     };
   });
 }

@@ -8,6 +8,7 @@ import type { ModelWeights, RawTensor } from '../weights.ts';
 import {
   attentionShapes, attentionWeights, baseFields, baseSpec, checkTopK, EMPTY, expertShapes, expertWeights, modelWeights, parseFields, posInt,
   refuseQuantized, ropeOf, tensorMap, tensorReader, unsupported, type TensorShapes,
+  storedExperts, type WeightOptions,
 } from './common.ts';
 
 const MixtralConfig = z.looseObject({
@@ -59,7 +60,8 @@ export function mixtralTensors(spec: ModelSpec): TensorShapes {
   });
 }
 
-export function mixtralWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void): ModelWeights {
+export function mixtralWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, opts: WeightOptions = {}): ModelWeights {
+  const stream = opts.streamExperts;
   const { f32 } = tensorReader(raw, onTensor);
   return modelWeights(spec, f32, (l) => {
     const n = layerTensorNames(l);
@@ -71,7 +73,7 @@ export function mixtralWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTens
       kNorm: EMPTY,
       postAttnNorm: f32(n.postAttnNorm),
       router: f32(m.router),
-      experts: expertWeights(f32, m.expert, spec),
+      experts: stream ? storedExperts(stream, m.expert, spec) : expertWeights(f32, m.expert, spec),
     };
   });
 }

@@ -8,6 +8,7 @@ import type { ModelWeights, RawTensor } from '../weights.ts';
 import {
   attentionShapes, attentionWeights, baseFields, baseSpec, checkTopK, expertShapes, expertWeights, modelWeights, parseFields, posInt,
   refuseQuantized, ropeOf, tensorMap, tensorReader, unsupported, type TensorShapes,
+  storedExperts, type WeightOptions,
 } from './common.ts';
 
 const OlmoeConfig = z.looseObject({
@@ -52,7 +53,8 @@ export function olmoeTensors(spec: ModelSpec): TensorShapes {
   });
 }
 
-export function olmoeWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void): ModelWeights {
+export function olmoeWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, opts: WeightOptions = {}): ModelWeights {
+  const stream = opts.streamExperts;
   const { f32 } = tensorReader(raw, onTensor);
   return modelWeights(spec, f32, (l) => {
     const n = layerTensorNames(l);
@@ -63,7 +65,7 @@ export function olmoeWeights(spec: ModelSpec, raw: ReadonlyMap<string, RawTensor
       kNorm: f32(n.kNorm),
       postAttnNorm: f32(n.postAttnNorm),
       router: f32(n.router),
-      experts: expertWeights(f32, n.expert, spec),
+      experts: stream ? storedExperts(stream, n.expert, spec) : expertWeights(f32, n.expert, spec),
     };
   });
 }
