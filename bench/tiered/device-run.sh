@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
 # bench:tiered on the lent H200, in one device call (see bench/tiered/README.md):
 #   ../shared/tools/gpu-bundle && npm run build   (then carry .gpu, dist, node_modules/koffi, node_modules/@koromix)
-#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|all]
+#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|all]
+# formats: the same 16-layer geometry in bf16 and in block FP8, 64/128 hot, a short shift (issue 14: a cold
+# expert read in place costs its stored bytes); it makes only the 16-layer checkpoints.
 # Makes the 2-layer and 16-layer qwen3-30b-a3b checkpoints, runs the tiered GPU test (moves landing while greedy
 # decode runs) and the benchmark; every stage has its own time limit and the benchmark writes its tables after
 # each policy, so a run cut short keeps what it measured. Outputs under $OUT.
 set -u
 OUT=${OUT:-out/tiered}; mkdir -p "$OUT"
 which=${1:-1u}
+if [ "$which" = formats ]; then
+  python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
+  python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --format fp8 --out /tmp/q16f --refs 0 > /tmp/mk16f.log 2>&1
+  for f in q16 q16f; do
+    timeout 150 node dist/bench-tiered.mjs --model /tmp/$f --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 \
+      --users 1 --phases en+code:600,de+ja:600 --policies all-hot,fixed,adaptive --tag formats-$f --out "$OUT" > "$OUT/formats-$f.log" 2>&1
+    echo "formats $f rc=$?"
+  done
+  grep -hE "^\| (all-hot|fixed|adaptive)" "$OUT"/tiered-formats-*.md | cut -c1-170
+  exit 0
+fi
 python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 > /tmp/mk2.log 2>&1 &
 python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
 wait
