@@ -11,8 +11,9 @@ set -u
 OUT=${OUT:-out/tiered}; mkdir -p "$OUT"
 which=${1:-1u}
 if [ "$which" = formats ]; then
-  python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
-  python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --format fp8 --out /tmp/q16f --refs 0 > /tmp/mk16f.log 2>&1
+  # (a folder already made, e.g. with references for the real-size test, is used as it is)
+  [ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
+  [ -e /tmp/q16f/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --format fp8 --out /tmp/q16f --refs 0 > /tmp/mk16f.log 2>&1
   for f in q16 q16f; do
     timeout 150 node dist/bench-tiered.mjs --model /tmp/$f --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 \
       --users 1 --phases en+code:600,de+ja:600 --policies all-hot,fixed,adaptive --tag formats-$f --out "$OUT" > "$OUT/formats-$f.log" 2>&1
