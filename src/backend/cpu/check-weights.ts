@@ -1,6 +1,6 @@
 // Refuses weights whose sizes do not match the spec before the CPU backend reads them (a loader bug would
 // otherwise read out of bounds), for every family's layer kinds; quantized matrices where the CPU computes them
-// (attention projections, routed experts), float32 elsewhere.
+// (attention projections, MLA's, routed experts, dense and shared MLPs), float32 elsewhere.
 import { ResidencyError } from '../../errors.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertWeights, ModelWeights, StoredExpert } from '../../model/weights.ts';
@@ -17,10 +17,9 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
       throw new ResidencyError('BAD_CHECKPOINT', `${name}: expected ${n} floats, got ${a ? a.length : 'none'}`);
     }
   };
-  /** A [rows][cols] matrix: float32, or (where `quantized`) quantized with data and scales of its shape. */
-  const wantMatrix = (name: string, m: Matrix | undefined, rows: number, cols: number, quantized = true): void => {
+  /** A [rows][cols] matrix: float32, or quantized with data and scales of its shape. */
+  const wantMatrix = (name: string, m: Matrix | undefined, rows: number, cols: number): void => {
     if (!m || !isQuantized(m)) return want(name, m, rows * cols);
-    if (!quantized) throw new ResidencyError('UNSUPPORTED_MODEL', `${name}: quantized (${m.format}) here is not supported on the CPU backend; only float weights`);
     const [br, bc] = m.block;
     const [data, scales] =
       m.format === 'fp8' ? [rows * cols, Math.ceil(rows / br) * Math.ceil(cols / bc)] : m.format === 'bf16' ? [rows * cols, 0] : [(rows * cols) / 2, (rows * cols) / 32];
@@ -29,10 +28,20 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
         `${name}: expected a [${rows}][${cols}] ${m.format} matrix (${data} data bytes, ${scales} scales), got [${m.rows}][${m.cols}] in blocks of ${br}x${bc} with ${m.data.length} and ${m.scales.length}`);
     }
   };
-  const mlp = (name: string, e: ExpertWeights | undefined, inter: number, quantized = true): void => {
-    wantMatrix(`${name}.gate`, e?.gate, inter, H, quantized);
-    wantMatrix(`${name}.up`, e?.up, inter, H, quantized);
-    wantMatrix(`${name}.down`, e?.down, H, inter, quantized);
+  const mlp = (name: string, e: ExpertWeights | undefined, inter: number): void => {
+    wantMatrix(`${name}.gate`, e?.gate, inter, H);
+    wantMatrix(`${name}.up`, e?.up, inter, H);
+    wantMatrix(`${name}.down`, e?.down, H, inter);
+  };
+  /** A dense or shared MLP (family-mlp.ts): its three matrices all float32 or all quantized. */
+  const wholeMlp = (name: string, e: ExpertWeights | undefined, inter: number): void => {
+    mlp(name, e, inter);
+    const kinds = e ? [e.gate, e.up, e.down].map((x) => (isQuantized(x) ? x.format : 'float32')) : [];
+    const floats = kinds.filter((k) => k === 'float32').length;
+    if (floats > 0 && floats < kinds.length) {
+      throw new ResidencyError('UNSUPPORTED_MODEL',
+        `${name}: gate, up and down are ${kinds.join(', ')}; the CPU backend computes a dense or shared MLP either all float or all quantized (quantization_config.modules_to_not_convert must list all three of its projections or none)`);
+    }
   };
   if (spec.numHeads % spec.numKvHeads !== 0) {
     throw new ResidencyError('UNSUPPORTED_MODEL', `numHeads ${spec.numHeads} is not a multiple of numKvHeads ${spec.numKvHeads}`);
@@ -52,13 +61,13 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
     const m = spec.mla;
     if (m) {
       const qk = m.qkNopeDim + d;
-      want(`${p}.mla.qA`, lw.mla?.qA, m.qLoraRank * H);
+      wantMatrix(`${p}.mla.qA`, lw.mla?.qA, m.qLoraRank, H);
       want(`${p}.mla.qANorm`, lw.mla?.qANorm, m.qLoraRank);
-      want(`${p}.mla.qB`, lw.mla?.qB, spec.numHeads * qk * m.qLoraRank);
-      want(`${p}.mla.kvA`, lw.mla?.kvA, (m.kvLoraRank + d) * H);
+      wantMatrix(`${p}.mla.qB`, lw.mla?.qB, spec.numHeads * qk, m.qLoraRank);
+      wantMatrix(`${p}.mla.kvA`, lw.mla?.kvA, m.kvLoraRank + d, H);
       want(`${p}.mla.kvANorm`, lw.mla?.kvANorm, m.kvLoraRank);
-      want(`${p}.mla.kvB`, lw.mla?.kvB, spec.numHeads * (m.qkNopeDim + m.vHeadDim) * m.kvLoraRank);
-      wantMatrix(`${p}.oProj`, lw.oProj, H, spec.numHeads * m.vHeadDim, false);
+      wantMatrix(`${p}.mla.kvB`, lw.mla?.kvB, spec.numHeads * (m.qkNopeDim + m.vHeadDim), m.kvLoraRank);
+      wantMatrix(`${p}.oProj`, lw.oProj, H, spec.numHeads * m.vHeadDim);
     } else {
       wantMatrix(`${p}.qProj`, lw.qProj, qW, H);
       wantMatrix(`${p}.kProj`, lw.kProj, kvW, H);
@@ -77,13 +86,13 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
     }
     if (spec.attentionSinks) want(`${p}.sinks`, lw.sinks, spec.numHeads);
     if (!moe.has(l)) {
-      mlp(`${p}.dense`, lw.dense, spec.denseIntermediate ?? 0, false);
+      wholeMlp(`${p}.dense`, lw.dense, spec.denseIntermediate ?? 0);
       return;
     }
     want(`${p}.router`, lw.router, spec.numExperts * H);
     if (spec.router?.kind === 'topk_softmax' && spec.router.bias) want(`${p}.routerBias`, lw.routerBias, spec.numExperts);
     if (spec.router?.kind === 'sigmoid_group') want(`${p}.correctionBias`, lw.correctionBias, spec.numExperts);
-    if (spec.sharedIntermediate) mlp(`${p}.shared`, lw.shared, spec.sharedIntermediate, false);
+    if (spec.sharedIntermediate) wholeMlp(`${p}.shared`, lw.shared, spec.sharedIntermediate);
     if (lw.experts.length !== spec.numExperts) {
       throw new ResidencyError('BAD_CHECKPOINT', `${p}.experts: expected ${spec.numExperts}, got ${lw.experts.length}`);
     }

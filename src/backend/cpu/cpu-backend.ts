@@ -4,7 +4,7 @@
 import { ResidencyError } from '../../errors.ts';
 import type { Backend, StepInput, StepOutput } from '../backend.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
-import type { ModelWeights } from '../../model/weights.ts';
+import type { MlaWeights, ModelWeights } from '../../model/weights.ts';
 import { isQuantized, type Matrix } from '../../model/quant.ts';
 import { linearQ } from './quant-linear.ts';
 import { expertRowFormat } from './expert-rows.ts';
@@ -13,7 +13,7 @@ import type { BankPlacement } from '../slot-tables.ts';
 import { KvCaches, type SequenceCache } from './kv-cache.ts';
 import { moeLayer, moeScratch, type MoeScratch, type MoeShape } from './moe.ts';
 import { headNorm, rope, type QkvShape } from './attention-ops.ts';
-import { attentionWindowed, mlaAttention, mlaScratch, ropeTablesFor, type MlaScratch } from './family-attention.ts';
+import { attentionWindowed, mlaAttention, mlaScratch, ropeTablesFor, type MlaScratch, type Project } from './family-attention.ts';
 import { addBias, FamilyMlps } from './family-mlp.ts';
 import { checkWeights } from './check-weights.ts';
 import { addInPlace, embedding, linear, rmsnorm } from './linalg.ts';
@@ -126,8 +126,8 @@ export class CpuBackend implements Backend {
   private readonly moeIndex: Int32Array;
   /** Dense and shared-expert MLPs (families with them). */
   private readonly mlps: FamilyMlps | null;
-  /** MLA projections where every thread can read them (DeepSeek). */
-  private readonly mla: ({ qA: Float32Array; qANorm: Float32Array; qB: Float32Array; kvA: Float32Array; kvANorm: Float32Array; kvB: Float32Array } | null)[];
+  /** MLA projections where every thread can read them (DeepSeek; quantized ones as stored, on the calling thread). */
+  private readonly mla: (MlaWeights | null)[];
 
   constructor(
     readonly spec: ModelSpec,
@@ -176,7 +176,7 @@ export class CpuBackend implements Backend {
       if (!this.qkv[l] || w.qBias || w.kBias || w.vBias || (spec.qkNorm ?? 'head') !== 'head') return null;
       return { heads: spec.numHeads, kvHeads: spec.numKvHeads, d: spec.headDim, qNorm: share(w.qNorm), kNorm: share(w.kNorm), eps: spec.rmsNormEps, ...tables };
     });
-    this.mla = weights.layers.map((w) => (w.mla ? { ...w.mla, qA: share(w.mla.qA), qB: share(w.mla.qB), kvA: share(w.mla.kvA), kvB: share(w.mla.kvB) } : null));
+    this.mla = weights.layers.map((w) => (w.mla ? { ...w.mla, qA: shareMatrix(w.mla.qA), qB: shareMatrix(w.mla.qB), kvA: shareMatrix(w.mla.kvA), kvB: shareMatrix(w.mla.kvB) } : null));
     this.mlps = spec.denseIntermediate !== undefined || spec.sharedIntermediate ? new FamilyMlps(spec, weights.layers) : null;
     // Per thread scratch in the wasm memory: expert units, attention.
     const perThread = <T>(f: (a: WasmArena) => T): T[] => (arena ? Array.from({ length: this.threads }, () => f(arena)) : []);
@@ -298,7 +298,7 @@ export class CpuBackend implements Backend {
           s.keys[i] = s.cacheOf[i]!.keys[l]!;
           s.values[i] = s.cacheOf[i]!.values[l]!;
         }
-        mlaAttention(s.attn, s.xn, T, mla, spec, s.mla!, s.pos, s.keys, s.values, this.compute, this.cos, this.sin, this.scores, this.attnAcc);
+        mlaAttention(s.attn, s.xn, T, mla, spec, s.mla!, s.pos, s.keys, s.values, this.projectOp, this.cos, this.sin, this.scores, this.attnAcc);
         this.project(s.proj, this.oProjs[l]!, s.attn, T, H, nH * spec.mla!.vHeadDim);
       } else {
         this.attention(l, T, s);
@@ -355,6 +355,9 @@ export class CpuBackend implements Backend {
     if (isQuantized(w)) linearQ(y, w, x, T);
     else this.compute.linear(y, w, 0, x, T, outDim, inDim);
   }
+
+  /** `project` as a function (MLA's projections). */
+  private readonly projectOp: Project = (y, w, x, T, outDim, inDim) => this.project(y, w, x, T, outDim, inDim);
 
   /** q/k/v attention of layer `l` (every family but MLA) into s.attn: Qwen3's, with the families' variants. */
   private attention(l: number, T: number, s: Scratch): void {

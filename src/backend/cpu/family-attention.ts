@@ -5,7 +5,10 @@ import { dot, rmsnorm } from './linalg.ts';
 import { ropeInvFreq, ropeTables } from './attention-ops.ts';
 import type { ModelSpec, YarnSpec } from '../../model/spec.ts';
 import type { MlaWeights } from '../../model/weights.ts';
-import type { RowCompute } from './row-compute.ts';
+import type { Matrix } from '../../model/quant.ts';
+
+/** y = W x for `rows` inputs (x [rows][inDim], y [rows][outDim]): a float32 or a quantized W (the backend's project). */
+export type Project = (y: Float32Array, w: Matrix, x: Float32Array, rows: number, outDim: number, inDim: number) => void;
 
 /** The RoPE tables of a spec ([positions][dim/2] cos and sin; dim = headDim, the rotary width). */
 export function ropeTablesFor(spec: ModelSpec): { cos: Float32Array; sin: Float32Array } {
@@ -191,7 +194,8 @@ export function mlaScratch(spec: ModelSpec, tokens: number, f32: (n: number) => 
  * DeepSeek-V3 attention of `tokens` tokens (transformers DeepseekV3Attention, eager): q = q_b(norm(q_a x)),
  * [c, k_rot] = kv_a x, [k_nope, v] = kv_b(norm(c)) per head; RoPE (interleaved) on q's and k's rope parts,
  * k_rot shared by every head; each head's key [k_nope, k_rot] and value go to the cache at its position,
- * then softmax(q.k / sqrt(nope+rope)) over positions 0..pos. Writes [T][heads*v] to `out`.
+ * then softmax(q.k / sqrt(nope+rope)) over positions 0..pos. Writes [T][heads*v] to `out`. The four
+ * projections go through `project` (float32 or block FP8 as stored).
  */
 export function mlaAttention(
   out: Float32Array,
@@ -203,7 +207,7 @@ export function mlaAttention(
   pos: Int32Array,
   keys: readonly Float32Array[],
   values: readonly Float32Array[],
-  compute: RowCompute,
+  project: Project,
   cos: Float32Array,
   sin: Float32Array,
   scores: Float64Array,
@@ -218,12 +222,12 @@ export function mlaAttention(
   const vd = m.vHeadDim;
   const kvA = m.kvLoraRank + rope;
   const eps = spec.rmsNormEps;
-  compute.linear(s.qa, w.qA, 0, xn, tokens, m.qLoraRank, H);
+  project(s.qa, w.qA, xn, tokens, m.qLoraRank, H);
   for (let i = 0; i < tokens; i++) rmsnorm(s.qa, i * m.qLoraRank, s.qa, i * m.qLoraRank, w.qANorm, m.qLoraRank, eps);
-  compute.linear(s.q, w.qB, 0, s.qa, tokens, nH * qk, m.qLoraRank);
-  compute.linear(s.ckv, w.kvA, 0, xn, tokens, kvA, H);
+  project(s.q, w.qB, s.qa, tokens, nH * qk, m.qLoraRank);
+  project(s.ckv, w.kvA, xn, tokens, kvA, H);
   for (let i = 0; i < tokens; i++) rmsnorm(s.c, i * m.kvLoraRank, s.ckv, i * kvA, w.kvANorm, m.kvLoraRank, eps);
-  compute.linear(s.kv, w.kvB, 0, s.c, tokens, nH * (nope + vd), m.kvLoraRank);
+  project(s.kv, w.kvB, s.c, tokens, nH * (nope + vd), m.kvLoraRank);
   for (let i = 0; i < tokens; i++) {
     const p = pos[i]!;
     for (let h = 0; h < nH; h++) ropeInterleaved(s.q, i * nH * qk + h * qk + nope, rope, cos, sin, p, s.rot);
