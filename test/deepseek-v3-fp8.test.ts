@@ -6,13 +6,9 @@
 // mixing FP8 and float matrices refused by name.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { openCheckpoint, readCheckpoint } from '../src/model/checkpoint.ts';
-import { encodeSafetensors, float32Bytes, type TensorToWrite } from '../src/model/safetensors-writer.ts';
-import { tensorToFloat32 } from '../src/model/float-convert.ts';
-import { fp8Block } from '../src/model/fp8-block.ts';
 import { dequantize, isQuantized, type Fp8Matrix, type Matrix } from '../src/model/quant.ts';
 import { loadModel, loadModelFor } from '../src/model/load.ts';
 import type { ModelWeights } from '../src/model/weights.ts';
@@ -22,56 +18,11 @@ import { recordRun } from '../src/backend/cpu/test-helpers.ts';
 import { simdAvailable } from '../src/backend/cpu/wasm/kernel.ts';
 import { rejectsWith } from '../src/model/test-helpers.ts';
 import { roundTrip } from './parity-harness.ts';
+import { BLOCK, HUB_FP8, writeTwins } from './fp8-twin.ts';
 
 const SRC = resolve(process.cwd(), '../shared/fixtures/deepseek-v3-tiny');
-const BLOCK: [number, number] = [128, 128];
 const HOT = 24;
 const MiB = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`;
-
-/** The tensors make-checkpoint.py --format fp8 stores as block FP8: 2-D linear weights but norms, embeddings, lm_head and the router. */
-function quantizedName(name: string, shape: readonly number[]): boolean {
-  return shape.length === 2 && name.endsWith('.weight') && !['norm', 'embed_tokens', 'lm_head', 'mlp.gate.weight'].some((k) => name.includes(k));
-}
-
-/**
- * Writes the fixture twice: `fp8` with every quantized tensor as F8_E4M3 + weight_scale_inv (config.json with
- * the hub's quantization_config), `f32` with those tensors as float32 of their dequantized values; every other
- * tensor as stored, each in its shard of the fixture. `keep`: tensors left as stored in the fp8 copy too.
- */
-async function writeTwins(fp8: string, f32: string, quant: Record<string, unknown>, keep: (name: string) => boolean = () => false): Promise<void> {
-  const raw = await readCheckpoint(await openCheckpoint(SRC));
-  const index = JSON.parse(readFileSync(join(SRC, 'model.safetensors.index.json'), 'utf8')) as { weight_map: Record<string, string> };
-  const shards = new Map<string, { fp8: TensorToWrite[]; f32: TensorToWrite[] }>();
-  const fp8Map: Record<string, string> = {};
-  for (const [name, t] of raw) {
-    const shard = index.weight_map[name]!;
-    if (!shards.has(shard)) shards.set(shard, { fp8: [], f32: [] });
-    const out = shards.get(shard)!;
-    fp8Map[name] = shard;
-    if (!quantizedName(name, t.shape) || keep(name)) {
-      out.fp8.push(t);
-      out.f32.push(t);
-      continue;
-    }
-    const [rows, cols] = t.shape as [number, number];
-    const q = fp8Block(tensorToFloat32(t, { finite: true }), rows, cols, BLOCK);
-    const scaleName = `${name}_scale_inv`;
-    out.fp8.push({ name, dtype: 'F8_E4M3', shape: t.shape, bytes: q.data });
-    out.fp8.push({ name: scaleName, dtype: 'F32', shape: [Math.ceil(rows / BLOCK[0]), Math.ceil(cols / BLOCK[1])], bytes: float32Bytes(q.scales) });
-    fp8Map[scaleName] = shard;
-    out.f32.push({ name, dtype: 'F32', shape: t.shape, bytes: float32Bytes(q.dequantized) });
-  }
-  const config = JSON.parse(readFileSync(join(SRC, 'config.json'), 'utf8')) as Record<string, unknown>;
-  for (const [dir, key, map] of [[fp8, 'fp8', fp8Map], [f32, 'f32', index.weight_map]] as const) {
-    for (const [shard, ts] of shards) writeFileSync(join(dir, shard), encodeSafetensors(ts[key], { format: 'pt' }));
-    writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: {}, weight_map: map }));
-    writeFileSync(join(dir, 'config.json'), JSON.stringify(key === 'fp8' ? { ...config, quantization_config: quant } : config));
-    for (const f of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(SRC, f), join(dir, f));
-  }
-}
-
-/** DeepSeek-V3's hub quantization_config. */
-const HUB_FP8 = { quant_method: 'fp8', fmt: 'e4m3', activation_scheme: 'dynamic', weight_block_size: BLOCK };
 
 /** Every linear of every layer: MLA's four, o_proj, and the dense MLP's or the shared and routed experts' matrices. */
 function linears(w: ModelWeights): [string, Matrix][] {
@@ -93,7 +44,7 @@ describe('deepseek-v3-tiny in block FP8 on the CPU backend', { skip: !existsSync
   before(async () => {
     root = mkdtempSync(join(tmpdir(), 'residency-ds-fp8-'));
     for (const d of ['fp8', 'f32', 'mixed', 'mixed-f32']) mkdirSync(join(root, d));
-    await writeTwins(fp8Dir(), f32Dir(), HUB_FP8);
+    await writeTwins(SRC, fp8Dir(), f32Dir(), HUB_FP8);
   });
   after(() => rmSync(root, { recursive: true, force: true }));
 
@@ -151,7 +102,7 @@ describe('deepseek-v3-tiny in block FP8 on the CPU backend', { skip: !existsSync
 
   it('a dense MLP mixing FP8 and float matrices is refused by name', async () => {
     const up = 'model.layers.0.mlp.up_proj';
-    await writeTwins(join(root, 'mixed'), join(root, 'mixed-f32'), { ...HUB_FP8, modules_to_not_convert: [up] }, (n) => n === `${up}.weight`);
+    await writeTwins(SRC, join(root, 'mixed'), join(root, 'mixed-f32'), { ...HUB_FP8, modules_to_not_convert: [up] }, (n) => n === `${up}.weight`);
     const { spec, weights } = await loadModel(join(root, 'mixed'), { raw: false });
     await rejectsWith(() => createCpuBackend(spec, weights), 'UNSUPPORTED_MODEL', /layers\[0\]\.dense: gate, up and down are fp8, float32, fp8; .*modules_to_not_convert/);
   });

@@ -5,7 +5,8 @@
 // backend (the spec) on the same teacher-forced run, and half the experts cold giving the very same logits.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { loadModel, loadModelFor } from '../../src/model/load.ts';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
@@ -15,6 +16,7 @@ import type { Backend, StepOutput } from '../../src/backend/backend.ts';
 import type { BankPlacement } from '../../src/backend/slot-tables.ts';
 import { normErr } from './harness.ts';
 import { report } from './model.gpu.ts';
+import { HUB_FP8, writeTwins } from '../fp8-twin.ts';
 
 interface Step { token: number; top5_ids: number[]; top5_logits: number[]; routing: number[][]; routing_weights: number[][] }
 interface Case { prompt_ids: number[]; prefill_routing: number[][][]; steps: Step[] }
@@ -33,6 +35,45 @@ function run(be: Backend, cases: Case[]): StepOutput[] {
   return outs;
 }
 
+type CudaModel = Awaited<ReturnType<typeof loadModelFor>>;
+
+/** The run on the CUDA op path (a placement, or decode through the tensor-core products when given). */
+async function cudaRun(m: CudaModel, cases: Case[], placement?: BankPlacement, tensorCoreDecodeRows?: number): Promise<StepOutput[]> {
+  const be = await createCuda(m, { path: 'op', maxModelLen: 128, maxNumSeqs: cases.length, ...(placement ? { placement } : {}), ...(tensorCoreDecodeRows !== undefined ? { tensorCoreDecodeRows } : {}) });
+  assert.equal((be as { path?: string }).path, 'op');
+  try {
+    return run(be, cases);
+  } finally {
+    be.dispose();
+  }
+}
+
+/** The same run on the CPU backend (the spec). */
+async function cpuRun(dir: string, cases: Case[]): Promise<StepOutput[]> {
+  const cm = await loadModel(dir);
+  const cpu = new CpuBackend(cm.spec, cm.weights, { threads: 4 });
+  await cpu.ready();
+  try {
+    return run(cpu, cases);
+  } finally {
+    cpu.dispose();
+  }
+}
+
+/** The largest normalized logit error between two runs, row by row. */
+function worstErr(a: StepOutput[], b: StepOutput[], rows: number, V: number): number {
+  let e = 0;
+  a.forEach((o, s) => { for (let i = 0; i < rows; i++) e = Math.max(e, normErr(o.logits.subarray(i * V, (i + 1) * V), b[s]!.logits.subarray(i * V, (i + 1) * V))); });
+  return e;
+}
+
+/** Logits that differ at all between two runs (placement must change nothing). */
+function differing(a: StepOutput[], b: StepOutput[]): number {
+  let n = 0;
+  a.forEach((o, s) => { for (let j = 0; j < o.logits.length; j++) if (o.logits[j] !== b[s]!.logits[j]) n++; });
+  return n;
+}
+
 for (const dir of dirs) {
   test(`family fixture ${basename(dir)} on CUDA: greedy tokens and top-5 logits vs transformers, routing, CUDA vs CPU < 1e-3, half cold = all hot`, async () => {
     const fx = JSON.parse(readFileSync(join(dir, 'parity.json'), 'utf8')) as Fixture;
@@ -40,16 +81,7 @@ for (const dir of dirs) {
     const m = await loadModelFor(dir, 'cuda');
     const { vocabSize: V, topK: K, numExperts: E } = m.spec;
     const Lm = fx.moe_layers.length;
-    const gpuRun = async (placement?: BankPlacement, tensorCoreDecodeRows?: number): Promise<StepOutput[]> => {
-      const be = await createCuda(m, { path: 'op', maxModelLen: 128, maxNumSeqs: cases.length, ...(placement ? { placement } : {}), ...(tensorCoreDecodeRows !== undefined ? { tensorCoreDecodeRows } : {}) });
-      assert.equal((be as { path?: string }).path, 'op');
-      try {
-        return run(be, cases);
-      } finally {
-        be.dispose();
-      }
-    };
-    const gpu = await gpuRun();
+    const gpu = await cudaRun(m, cases);
     let tokenMismatch = 0, maxTopErr = 0, routeMismatch = 0, routeChecks = 0;
     const notes: string[] = [];
     const routeGap = (w: number[]): number => (w.length > 1 ? Math.min(...w.slice(1).map((x, j) => w[j]! - x)) : Infinity);
@@ -84,22 +116,12 @@ for (const dir of dirs) {
       });
     });
     // Half the experts in host memory: the same numbers, bit for bit.
-    const half = await gpuRun({ hotPerLayer: Math.floor(E / 2) });
-    let placementDiffs = 0;
-    half.forEach((o, s) => { for (let j = 0; j < o.logits.length; j++) if (o.logits[j] !== gpu[s]!.logits[j]) placementDiffs++; });
+    const placementDiffs = differing(await cudaRun(m, cases, { hotPerLayer: Math.floor(E / 2) }), gpu);
     // The decode steps (8 rows) through the tensor-core products instead of the gemv: the same numbers within fp32 error.
-    const tc = await gpuRun(undefined, 8);
-    let tcErr = 0;
-    tc.forEach((o, s) => cases.forEach((_, i) => { tcErr = Math.max(tcErr, normErr(o.logits.subarray(i * V, (i + 1) * V), gpu[s]!.logits.subarray(i * V, (i + 1) * V))); }));
+    const tcErr = worstErr(await cudaRun(m, cases, undefined, 8), gpu, cases.length, V);
     m.tensors.close();
     // The spec: the CPU backend, the same run.
-    const cm = await loadModel(dir);
-    const cpu = new CpuBackend(cm.spec, cm.weights, { threads: 4 });
-    await cpu.ready();
-    const want = run(cpu, cases);
-    cpu.dispose();
-    let vsCpu = 0;
-    want.forEach((o, s) => cases.forEach((_, i) => { vsCpu = Math.max(vsCpu, normErr(gpu[s]!.logits.subarray(i * V, (i + 1) * V), o.logits.subarray(i * V, (i + 1) * V))); }));
+    const vsCpu = worstErr(gpu, await cpuRun(dir, cases), cases.length, V);
     const steps = cases[0]!.steps.length;
     report[`family_${basename(dir)}`] = { cases: cases.length, steps, tokenMismatch, maxTopErr, routeMismatch, routeChecks, vsCpu, placementDiffs, tensorCoreDecodeVsGemv: tcErr, notes };
     console.log(`# family ${basename(dir)}: ${cases.length} cases x ${steps} steps, ${tokenMismatch} token flips vs transformers, top-5 logit err ${maxTopErr.toExponential(2)}, routing ${routeMismatch}/${routeChecks} differ, vs CPU ${vsCpu.toExponential(2)}, half cold vs all hot ${placementDiffs} logits differ, tensor-core decode vs gemv ${tcErr.toExponential(2)}`);
@@ -109,5 +131,35 @@ for (const dir of dirs) {
     assert.ok(tcErr < 1e-4, `tensor-core decode vs gemv normalized logit error ${tcErr}`);
     assert.ok(maxTopErr < 2e-3, `top-5 logits off by ${maxTopErr}`);
     for (const n of notes.filter((x) => x.startsWith('token'))) assert.ok(Number(n.split('margin ')[1]) < 1e-3, `a flip away from a near-tie: ${n}`);
+  });
+}
+
+// DeepSeek-V3's hub format on the device: the fixture's block-FP8 twin (test/fp8-twin.ts, written as
+// make-checkpoint --format fp8 does) against the CPU backend on the same FP8 checkpoint (the references are the
+// bf16 weights', not these), half the experts cold, and decode through the tensor-core products.
+for (const dir of dirs.filter((d) => basename(d) === 'deepseek-v3-tiny')) {
+  test('family fixture deepseek-v3-tiny in block FP8 on CUDA: vs the CPU on the same FP8 weights < 1e-3, half cold = all hot, tensor-core decode = gemv', async () => {
+    const cases = (JSON.parse(readFileSync(join(dir, 'parity.json'), 'utf8')) as Fixture).cases;
+    const root = mkdtempSync(join(tmpdir(), 'ds-fp8-'));
+    try {
+      const fp8 = join(root, 'fp8');
+      for (const d of [fp8, join(root, 'f32')]) mkdirSync(d);
+      await writeTwins(dir, fp8, join(root, 'f32'), HUB_FP8);
+      const m = await loadModelFor(fp8, 'cuda');
+      const { vocabSize: V, numExperts: E } = m.spec;
+      assert.equal(m.spec.quantization?.method, 'fp8');
+      const gpu = await cudaRun(m, cases);
+      const placementDiffs = differing(await cudaRun(m, cases, { hotPerLayer: Math.floor(E / 2) }), gpu);
+      const tcErr = worstErr(await cudaRun(m, cases, undefined, 8), gpu, cases.length, V);
+      m.tensors.close();
+      const vsCpu = worstErr(gpu, await cpuRun(fp8, cases), cases.length, V);
+      report['family_deepseek-v3-tiny_fp8'] = { cases: cases.length, vsCpu, placementDiffs, tensorCoreDecodeVsGemv: tcErr };
+      console.log(`# family deepseek-v3-tiny in block FP8: ${cases.length} cases, vs CPU ${vsCpu.toExponential(2)}, half cold vs all hot ${placementDiffs} logits differ, tensor-core decode vs gemv ${tcErr.toExponential(2)}`);
+      assert.ok(vsCpu < 1e-3, `CUDA vs CPU normalized logit error ${vsCpu}`);
+      assert.equal(placementDiffs, 0, 'placement changed a result');
+      assert.ok(tcErr < 1e-4, `tensor-core decode vs gemv ${tcErr}`);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 }
