@@ -15,5 +15,6 @@ test('generate on the cpu backend runs on a model that holds no raw tensors', as
   assert.equal(r.tokens.length, 3);
   assert.ok(seen, 'the placement hook saw the loaded model');
   assert.equal(seen.raw.size, 0, 'no raw tensors held');
+  assert.ok(seen.weights.embed instanceof Float32Array, 'tiny-moe keeps the embedding float32');
   assert.equal(seen.weights.embed.length, 8192 * 128);
 });

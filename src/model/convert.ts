@@ -13,9 +13,9 @@ export { f16BitsToF32Bits, tensorToFloat32 } from './float-convert.ts';
 /**
  * Builds ModelWeights from validated raw tensors (checkArchitecture must have passed). `onTensor` is
  * called after each conversion with the tensor's raw byte size, for progress. `keepBf16` (qwen3_moe): bf16
- * attention projections and experts stay as stored instead of float32. `streamExperts` (qwen3_moe float or
- * block-FP8 experts, mixtral, olmoe, deepseek_v3): the routed experts are not read here but left in that source
- * for a backend to read (StoredExpert).
+ * attention projections, experts, embedding and lm head stay as stored instead of float32. `streamExperts`
+ * (qwen3_moe float or block-FP8 experts, mixtral, olmoe, deepseek_v3): the routed experts are not read here but
+ * left in that source for a backend to read (StoredExpert).
  * `freshBytes`: each get of `raw` reads bytes of their own (readOnGet), which bf16 kept as stored may keep.
  */
 export function toFloat32Weights(
@@ -27,7 +27,7 @@ export function toFloat32Weights(
   const family = familyOf(spec.architecture);
   if (family) return family.weights(spec, raw, onTensor, opts.streamExperts ? { streamExperts: opts.streamExperts } : {});
   const keepBf16 = opts.keepBf16 === true;
-  const { f32, matrix } = tensorReader(raw, onTensor, spec.quantization, keepBf16, opts.freshBytes === true);
+  const { f32, matrix, table } = tensorReader(raw, onTensor, spec.quantization, keepBf16, opts.freshBytes === true);
   const stream = opts.streamExperts;
   return modelWeights(spec, f32, (l) => {
     const n = layerTensorNames(l);
@@ -42,6 +42,6 @@ export function toFloat32Weights(
       router: f32(n.router),
       experts,
     };
-  });
+  }, table);
 }
 

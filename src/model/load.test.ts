@@ -25,6 +25,7 @@ describe('loadModel on the shipped tiny-moe', async () => {
   it('holds every tensor with the right size', () => {
     assert.equal(m.raw.size, 1 + 6 * (9 + 64 * 3) + 1); // embed, per layer 9 + 64 experts x 3, final norm
     const w = m.weights;
+    assert.ok(w.embed instanceof Float32Array, 'tiny-moe keeps the embedding float32');
     assert.equal(w.embed.length, 8192 * 128);
     assert.equal(w.lmHead, w.embed, 'tied lm_head is the same array as the embedding');
     assert.equal(w.layers.length, 6);
@@ -44,7 +45,7 @@ describe('loadModel on the shipped tiny-moe', async () => {
 
   it('converts bf16 exactly (values decoded by hand from the shard bytes)', () => {
     // embed[0][0..3] bytes 49 3c 14 3e c2 3c 51 3d: 0x3c49 -> 0x3c490000 = (1 + 73/128) * 2^-7, ...
-    assert.deepEqual([...m.weights.embed.subarray(0, 4)], [201 / 16384, 37 / 256, 97 / 4096, 209 / 4096]);
+    assert.deepEqual([...dequantize(m.weights.embed).subarray(0, 4)], [201 / 16384, 37 / 256, 97 / 4096, 209 / 4096]);
     // model.norm.weight: 20 40 27 40 25 40 -> 2.5, 2.609375, 2.578125
     assert.deepEqual([...m.weights.finalNorm.subarray(0, 3)], [2.5, 2.609375, 2.578125]);
     // layers.0 q_norm: 9e 3f 84 3f bd 3f
@@ -80,7 +81,7 @@ describe('loadModel options and synthetic checkpoints', () => {
     const m = await loadModel(SHIPPED_MODEL, { weights: false, name: 'tiny' });
     assert.equal(m.spec.name, 'tiny');
     assert.equal(m.raw.size, 1208);
-    assert.equal(m.weights.embed.length, 0);
+    assert.equal(matrixSize(m.weights.embed), 0);
     assert.equal(m.weights.layers.length, 6);
     assert.equal(m.weights.layers[0]!.experts.length, 64);
   });
@@ -106,7 +107,7 @@ describe('loadModel options and synthetic checkpoints', () => {
       await writeSyntheticCheckpoint(dir, { config: syntheticConfig({ tie_word_embeddings: false }) });
       const m = await loadModel(dir);
       assert.notEqual(m.weights.lmHead, m.weights.embed);
-      assert.equal(m.weights.lmHead.length, 260 * 8);
+      assert.equal(matrixSize(m.weights.lmHead), 260 * 8);
     });
   });
 });
@@ -133,7 +134,7 @@ describe('EOS when config.json names none', () => {
 
 /** Every float32 array of the weights (the tied lm_head once). */
 function weightArrays(w: ModelWeights): Float32Array[] {
-  const out = [w.embed, w.finalNorm, ...(w.lmHead === w.embed ? [] : [w.lmHead])];
+  const out = [dequantize(w.embed), w.finalNorm, ...(w.lmHead === w.embed ? [] : [dequantize(w.lmHead)])];
   for (const l of w.layers) {
     out.push(l.inputNorm, ...[l.qProj, l.kProj, l.vProj, l.oProj].map(dequantize), l.qNorm, l.kNorm, l.postAttnNorm, l.router);
     for (const e of l.experts) out.push(dequantize(e.gate), dequantize(e.up), dequantize(e.down));
@@ -196,7 +197,7 @@ describe('loading only what the backend computes with', () => {
     const m = await loadModelFor(SHIPPED_MODEL, 'cpu', { name: 'tiny' });
     assert.equal(m.spec.name, 'tiny');
     assert.equal(m.raw.size, 0);
-    assert.equal(m.weights.embed.length, 8192 * 128);
+    assert.equal(matrixSize(m.weights.embed), 8192 * 128);
     const e = m.weights.layers[3]!.experts[17]!;
     assert.equal((e.up as Float32Array).length, 0, 'not read at load');
     assert.deepEqual([e.stored?.up, e.stored?.keepBf16], ['model.layers.3.mlp.experts.17.up_proj.weight', false]);

@@ -51,7 +51,7 @@ export interface LoadOptions {
    */
   stream?: boolean;
   /**
-   * bf16 attention projections and experts (qwen3_moe): converted to float32 (the default) or kept as stored
+   * bf16 attention projections, experts, embedding and lm head (qwen3_moe; a tied head one copy): converted to float32 (the default) or kept as stored
    * ('stored': half the memory, computed from the stored bits, bit-identical; no SIMD kernel for them);
    * 'auto': stored where float32 weights would be past the SIMD kernel's reach anyway (bf16Policy).
    */

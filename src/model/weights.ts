@@ -1,5 +1,5 @@
 // Tensor views of a checkpoint: raw (as stored) and float32 or quantized matrices (as the CPU backend computes).
-import type { Matrix } from './quant.ts';
+import type { Bf16Matrix, Matrix } from './quant.ts';
 import type { TensorSource } from './tensor-source.ts';
 
 /**
@@ -91,13 +91,20 @@ export interface MlaWeights {
 }
 
 /**
+ * The embedding or lm head [V][H]: float32, or bf16 kept as stored where the projections are (bf16Policy
+ * 'stored': the embedding widens a row per token, the lm head runs the bf16-stored products).
+ */
+export type VocabMatrix = Float32Array | Bf16Matrix;
+
+/**
  * The whole model as the CPU backend computes with it: float tensors converted once to float32 at load,
- * quantized linear weights (block FP8, MXFP4) kept as stored (quant.ts).
+ * quantized linear weights (block FP8, MXFP4) kept as stored (quant.ts), and with bf16Policy 'stored' bf16
+ * projections, experts, embedding and lm head as stored.
  */
 export interface ModelWeights {
-  readonly embed: Float32Array; // [V][H]
+  readonly embed: VocabMatrix; // [V][H]
   readonly layers: readonly LayerWeights[];
   readonly finalNorm: Float32Array; // [H]
-  /** [V][H]; the same array as `embed` when the embeddings are tied. */
-  readonly lmHead: Float32Array;
+  /** [V][H]; the same array (or matrix) as `embed` when the embeddings are tied. */
+  readonly lmHead: VocabMatrix;
 }

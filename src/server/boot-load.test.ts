@@ -11,6 +11,7 @@ test('serve on the cpu backend keeps the float32 weights and no raw tensors', as
   const s = await startServing({ modelDir: MODEL_DIR, backend: 'cpu', hot: 49, port: 0, host: '127.0.0.1', log: () => {} });
   try {
     assert.equal(s.model.raw.size, 0, 'no raw tensors held');
+    assert.ok(s.model.weights.embed instanceof Float32Array, 'tiny-moe keeps the embedding float32');
     assert.equal(s.model.weights.embed.length, 8192 * 128);
     const res = await fetch(`${s.server.url}/v1/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' },

@@ -1,7 +1,7 @@
 // bf16 weights kept as stored on the CPU (RESIDENCY_CPU_BF16=stored, and by default past the SIMD kernel's
-// reach): the attention projections and experts of the shipped model stay bf16 (half the bytes), read from the
-// stored bits, and every output is byte for byte what the float32 conversion gives, with one and two threads
-// and SIMD on and off.
+// reach): the attention projections, experts, embedding and lm head of the shipped model stay bf16 (half the
+// bytes), read from the stored bits, and every output is byte for byte what the float32 conversion gives, with
+// one and two threads and SIMD on and off, tied embeddings and untied.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { bf16FromEnv, bf16Policy, loadModel } from '../../model/load.ts';
@@ -14,14 +14,15 @@ import type { ModelSpec } from '../../model/spec.ts';
 import { createCpuBackend, type CpuBackendOptions } from './cpu-backend.ts';
 import { recordRun } from './test-helpers.ts';
 
-const batches = [[[1, 2, 3, 400, 5000, 17, 99, 1024], [7, 7, 7, 300, 8000, 12]], [[42, 4242]]];
+// Steps of 2, 1 and 3 chunks: the lm head's products on one, two and more rows (quant-linear.ts linearQ).
+const batches = [[[1, 2, 3, 400, 5000, 17, 99, 1024], [7, 7, 7, 300, 8000, 12]], [[42, 4242]], [[5, 6], [8100, 9, 10], [11]]];
 const sched = { swapsPerStep: 2, seed: 5, token: (f: number, i: number, s: number) => f * 31 + i * 7 + s, counted: () => true };
 
-async function run(spec: ModelSpec, weights: ModelWeights, opts: CpuBackendOptions): Promise<Buffer> {
-  const b = createCpuBackend(spec, weights, { ...opts, placement: { hotPerLayer: 40 } });
+async function run(spec: ModelSpec, weights: ModelWeights, opts: CpuBackendOptions, hot = 40): Promise<Buffer> {
+  const b = createCpuBackend(spec, weights, { ...opts, placement: { hotPerLayer: hot } });
   try {
     await b.ready();
-    const r = recordRun(b, batches, 4, sched);
+    const r = recordRun(b, batches.map((ps) => ps.map((p) => p.map((t) => t % spec.vocabSize))), 4, sched);
     return Buffer.concat([...r.steps, r.counter]);
   } finally {
     b.dispose();
@@ -29,16 +30,33 @@ async function run(spec: ModelSpec, weights: ModelWeights, opts: CpuBackendOptio
 }
 
 describe('bf16 kept as stored', () => {
-  it('tiny-moe: projections and experts stay bf16, outputs byte-identical to the float32 conversion (1 and 2 threads, SIMD on and off)', async () => {
+  it('tiny-moe: projections, experts and the tied embedding stay bf16, outputs byte-identical to the float32 conversion (1 and 2 threads, SIMD on and off)', async () => {
     const [f32, stored] = await Promise.all([loadModel(SHIPPED_MODEL, { raw: false }), loadModel(SHIPPED_MODEL, { raw: false, bf16: 'stored' })]);
     const l = stored.weights.layers[3]!;
-    for (const m of [l.qProj, l.kProj, l.vProj, l.oProj, l.experts[7]!.gate, l.experts[7]!.down]) assert.equal((m as { format?: string }).format, 'bf16');
-    assert.ok(l.router instanceof Float32Array && stored.weights.lmHead instanceof Float32Array, 'routers and the lm head stay float32');
-    assert.ok(heldBytes(stored.weights) < 0.6 * heldBytes(f32.weights), `held ${heldBytes(stored.weights)} vs ${heldBytes(f32.weights)}`);
+    for (const m of [l.qProj, l.kProj, l.vProj, l.oProj, l.experts[7]!.gate, l.experts[7]!.down, stored.weights.embed]) assert.equal((m as { format?: string }).format, 'bf16');
+    assert.equal(stored.weights.lmHead, stored.weights.embed, 'tied: the lm head is the embedding\'s one stored copy');
+    assert.ok(l.router instanceof Float32Array && f32.weights.embed instanceof Float32Array, 'routers stay float32, and so does all of the float32 load');
+    assert.ok(heldBytes(stored.weights) < 0.52 * heldBytes(f32.weights), `held ${heldBytes(stored.weights)} vs ${heldBytes(f32.weights)}`);
     const want = await run(f32.spec, f32.weights, { threads: 1 });
     for (const opts of [{ threads: 1 }, { threads: 2 }, { threads: 1, simd: false }, { threads: 2, simd: false }]) {
       assert.ok((await run(stored.spec, stored.weights, opts)).equals(want), JSON.stringify(opts));
     }
+  });
+
+  it('untied: the embedding and lm head are two bf16 matrices as stored, outputs byte-identical to the float32 conversion (1 and 2 threads, SIMD on and off)', async () => {
+    // hidden 20: rows off a multiple of the SIMD kernel's width.
+    const config = syntheticConfig({ tie_word_embeddings: false, hidden_size: 20, vocab_size: 300, num_experts: 8, num_experts_per_tok: 3 });
+    await withTempDir(async (dir) => {
+      await writeSyntheticCheckpoint(dir, { config, seed: 11 });
+      const [f32, stored] = await Promise.all([loadModel(dir, { raw: false }), loadModel(dir, { raw: false, bf16: 'stored' })]);
+      const { embed, lmHead } = stored.weights;
+      assert.ok(!(embed instanceof Float32Array) && !(lmHead instanceof Float32Array) && embed.format === 'bf16' && lmHead.format === 'bf16' && embed !== lmHead);
+      assert.equal(heldBytes(f32.weights) - heldBytes(stored.weights) > 2 * 2 * 300 * 20 - 1, true, 'both vocabulary matrices at 2 bytes a value');
+      const want = await run(f32.spec, f32.weights, { threads: 1 }, 5);
+      for (const opts of [{ threads: 1 }, { threads: 2 }, { threads: 1, simd: false }, { threads: 2, simd: false }]) {
+        assert.ok((await run(stored.spec, stored.weights, opts, 5)).equals(want), JSON.stringify(opts));
+      }
+    });
   });
 
   it('a NaN kept as stored is refused at load naming the tensor, as the float32 conversion does', async () => {

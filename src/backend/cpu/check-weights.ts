@@ -1,6 +1,7 @@
 // Refuses weights whose sizes do not match the spec before the CPU backend reads them (a loader bug would
 // otherwise read out of bounds), for every family's layer kinds; quantized matrices where the CPU computes them
-// (attention projections, MLA's, routed experts, dense and shared MLPs), float32 elsewhere.
+// (attention projections, MLA's, routed experts, dense and shared MLPs), bf16 as stored or float32 for the
+// embedding and lm head, float32 elsewhere.
 import { ResidencyError } from '../../errors.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertWeights, ModelWeights, StoredExpert } from '../../model/weights.ts';
@@ -46,8 +47,15 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
   if (spec.numHeads % spec.numKvHeads !== 0) {
     throw new ResidencyError('UNSUPPORTED_MODEL', `numHeads ${spec.numHeads} is not a multiple of numKvHeads ${spec.numKvHeads}`);
   }
-  want('embed', w.embed, spec.vocabSize * H);
-  want('lmHead', w.lmHead, spec.vocabSize * H);
+  /** The embedding and lm head: float32, or bf16 kept as stored (the embedding widens bf16 rows only). */
+  const wantVocab = (name: string, m: Matrix): void => {
+    if (isQuantized(m) && m.format !== 'bf16') {
+      throw new ResidencyError('BAD_CHECKPOINT', `${name}: a ${m.format} matrix; the CPU backend reads the embedding and lm head as float32 or bf16 only`);
+    }
+    wantMatrix(name, m, spec.vocabSize, H);
+  };
+  wantVocab('embed', w.embed);
+  wantVocab('lmHead', w.lmHead);
   want('finalNorm', w.finalNorm, H);
   if (w.layers.length !== spec.numLayers) {
     throw new ResidencyError('BAD_CHECKPOINT', `layers: expected ${spec.numLayers}, got ${w.layers.length}`);

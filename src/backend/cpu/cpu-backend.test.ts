@@ -36,7 +36,8 @@ function referenceForward(spec: ModelSpec, w: ModelWeights, tokens: number[]): F
     }
     return out;
   };
-  let xs = tokens.map((t) => Array.from(w.embed.subarray(t * H, t * H + H)));
+  const embed = dequantize(w.embed);
+  let xs = tokens.map((t) => Array.from(embed.subarray(t * H, t * H + H)));
   for (const lw of w.layers) {
     const ks: number[][][] = [];
     const vs: number[][][] = [];

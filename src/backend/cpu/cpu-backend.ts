@@ -4,7 +4,7 @@
 import { ResidencyError } from '../../errors.ts';
 import type { Backend, StepInput, StepOutput } from '../backend.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
-import type { MlaWeights, ModelWeights } from '../../model/weights.ts';
+import type { MlaWeights, ModelWeights, VocabMatrix } from '../../model/weights.ts';
 import { isQuantized, type Matrix } from '../../model/quant.ts';
 import { linearQ } from './quant-linear.ts';
 import { expertRowFormat } from './expert-rows.ts';
@@ -112,8 +112,11 @@ export class CpuBackend implements Backend {
   readonly simd: boolean;
   private readonly alloc: Alloc;
   private readonly compute: RowCompute;
-  /** The lm head and routers where every thread can read them (shared copies when threads > 1). */
-  private readonly lmHead: Float32Array;
+  /**
+   * The lm head and routers where every thread can read them (shared copies when threads > 1); a bf16 lm head
+   * kept as stored stays where it is, computed as the bf16-stored projections are (quant-linear.ts).
+   */
+  private readonly lmHead: VocabMatrix;
   private readonly routers: Float32Array[];
   private readonly oProjs: Matrix[];
   /** Threads only: per layer q, k and v projection rows stacked in one shared matrix. */
@@ -155,7 +158,7 @@ export class CpuBackend implements Backend {
     const share = (a: Float32Array): Float32Array => (arena ? arena.copy(a) : this.threads > 1 ? sharedCopy(a) : a);
     // Quantized projections stay as stored, computed on the calling thread (quant-linear.ts).
     const shareMatrix = (m: Matrix): Matrix => (isQuantized(m) ? m : share(m));
-    this.lmHead = share(weights.lmHead);
+    this.lmHead = isQuantized(weights.lmHead) ? weights.lmHead : share(weights.lmHead);
     const moeIds = moeLayerIds(spec);
     this.moeIndex = new Int32Array(spec.numLayers).fill(-1);
     moeIds.forEach((l, m) => (this.moeIndex[l] = m));
@@ -336,7 +339,7 @@ export class CpuBackend implements Backend {
       end += chunks[ci]!.tokens.length;
       rmsnorm(s.last, ci * H, s.x, (end - 1) * H, this.weights.finalNorm, H, spec.rmsNormEps);
     }
-    this.compute.linear(s.logits, this.lmHead, 0, s.last, chunks.length, spec.vocabSize, H);
+    this.project(s.logits, this.lmHead, s.last, chunks.length, spec.vocabSize, H);
     this.lastColdPicks = coldPicks;
     if (record) this.lastRouterProbs = probs;
     const out: StepOutput = { logits: s.logits.slice(0, chunks.length * spec.vocabSize) };
@@ -473,8 +476,8 @@ export class CpuBackend implements Backend {
 }
 
 /**
- * Bytes the SIMD arena holds before the first step: lm head, routers, float32 o and q/k/v projections, banks
- * (expert rows as the banks store them: float32, or quantized experts' stored bytes).
+ * Bytes the SIMD arena holds before the first step: a float32 lm head, routers, float32 o and q/k/v projections,
+ * banks (expert rows as the banks store them: float32, or quantized experts' stored bytes).
  */
 function linearBytes(spec: ModelSpec, weights: ModelWeights): number {
   const H = spec.hiddenSize;
@@ -484,7 +487,8 @@ function linearBytes(spec: ModelSpec, weights: ModelWeights): number {
   for (const w of weights.layers) for (const m of [w.qProj, w.kProj, w.vProj, w.oProj]) if (!isQuantized(m)) projections += 4 * m.length;
   // (KV caches and per-thread scratch grow the memory as sequences open; so does the memory when the
   // families' extra projections are placed, so this need not count them.)
-  return 4 * (spec.vocabSize * H + moe.length * spec.numExperts * (H + rowWords)) + projections + (1 << 20);
+  const head = isQuantized(weights.lmHead) ? 0 : spec.vocabSize * H;
+  return 4 * (head + moe.length * spec.numExperts * (H + rowWords)) + projections + (1 << 20);
 }
 
 /** The rows of several [rows][H] matrices stacked into one matrix from `alloc` (shared or wasm memory). */

@@ -3,6 +3,7 @@
 // float32; sums accumulate in float64 (JS numbers) and round once on store, which is at least as exact as
 // a float32 accumulator. Every op computes one row the same way whatever the batch, so a token's result
 // never depends on what it was batched with.
+import type { VocabMatrix } from '../../model/weights.ts';
 
 /** Dot product of a[aOff..aOff+n) and b[bOff..bOff+n): four float64 accumulators in a fixed order. */
 export function dot(a: Float32Array, aOff: number, b: Float32Array, bOff: number, n: number): number {
@@ -24,9 +25,19 @@ export function dot(a: Float32Array, aOff: number, b: Float32Array, bOff: number
   return s0 + s1 + (s2 + s3);
 }
 
-/** Copy embedding row `token` of `table` ([V][H]) to out[outOff..outOff+H). */
-export function embedding(out: Float32Array, outOff: number, table: Float32Array, token: number, h: number): void {
-  out.set(table.subarray(token * h, token * h + h), outOff);
+/**
+ * Copy embedding row `token` of `table` ([V][H]) to out[outOff..outOff+H); a bf16 table kept as stored widens
+ * that one row (exact: a bf16 value is the top half of its float32).
+ */
+export function embedding(out: Float32Array, outOff: number, table: VocabMatrix, token: number, h: number): void {
+  if (table instanceof Float32Array) {
+    out.set(table.subarray(token * h, token * h + h), outOff);
+    return;
+  }
+  const bits = new Uint32Array(out.buffer, out.byteOffset + 4 * outOff, h);
+  const d = table.data;
+  const at = token * h;
+  for (let c = 0; c < h; c++) bits[c] = d[at + c]! << 16;
 }
 
 /** RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight, over n values (in place allowed). */

@@ -6,9 +6,9 @@ import { ResidencyError } from '../../errors.ts';
 import { EMBED, FINAL_NORM, LM_HEAD } from '../tensor-names.ts';
 import { bf16Bits, checkBf16Finite, tensorToFloat32 } from '../float-convert.ts';
 import type { ModelSpec, YarnSpec } from '../spec.ts';
-import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor } from '../weights.ts';
+import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor, VocabMatrix } from '../weights.ts';
 import type { TensorSource } from '../tensor-source.ts';
-import type { Matrix } from '../quant.ts';
+import type { Bf16Matrix, Matrix } from '../quant.ts';
 import type { QuantSpec } from '../quant-config.ts';
 import { fp8Matrix, fp8ScaleName } from '../quant-read.ts';
 
@@ -171,7 +171,8 @@ export function refuseQuantized(type: string, q: unknown): void {
  * Reads of a checkpoint's tensors by name, reporting each one's raw size: float32 (a NaN or infinity
  * refused), and `matrix` for a linear weight, kept as stored when it is block FP8 (quant-read.ts checks it)
  * or, with `keepBf16`, bf16. `freshBytes`: every get of `raw` returns bytes of their own (readOnGet), so a bf16
- * matrix kept as stored is those bytes, checked in place, rather than a second copy of them.
+ * matrix kept as stored is those bytes, checked in place, rather than a second copy of them. `table` reads the
+ * embedding and lm head (float32, or with `keepBf16` bf16 as stored).
  */
 export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, quant?: QuantSpec, keepBf16 = false, freshBytes = false) {
   const rawOf = (name: string): RawTensor => {
@@ -181,17 +182,23 @@ export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (na
     return t;
   };
   const f32 = (name: string): Float32Array => tensorToFloat32(rawOf(name), { finite: true });
+  const bf16 = (t: RawTensor): Bf16Matrix => {
+    const [rows, cols] = t.shape as [number, number];
+    return { format: 'bf16', rows, cols, data: freshBytes ? ownBf16Bits(t) : bf16Bits(t), scales: new Uint8Array(0), block: [1, 1] };
+  };
   const matrix = (name: string): Matrix => {
     const t = rawOf(name);
-    if (keepBf16 && t.dtype === 'BF16') {
-      const [rows, cols] = t.shape as [number, number];
-      return { format: 'bf16', rows, cols, data: freshBytes ? ownBf16Bits(t) : bf16Bits(t), scales: new Uint8Array(0), block: [1, 1] };
-    }
+    if (keepBf16 && t.dtype === 'BF16') return bf16(t);
     if (t.dtype !== 'F8_E4M3') return tensorToFloat32(t, { finite: true });
     if (quant?.method !== 'fp8') throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is F8_E4M3 but config.json declares no fp8 quantization`);
     return fp8Matrix(t, rawOf(fp8ScaleName(name)), quant.blockSize);
   };
-  return { raw: rawOf, f32, matrix };
+  /** The embedding or lm head: with `keepBf16` a bf16 one stays as stored (as the projections do), else float32. */
+  const table = (name: string): VocabMatrix => {
+    const t = rawOf(name);
+    return keepBf16 && t.dtype === 'BF16' ? bf16(t) : tensorToFloat32(t, { finite: true });
+  };
+  return { raw: rawOf, f32, matrix, table };
 }
 
 export type TensorShapes = Map<string, readonly number[]>;
@@ -223,13 +230,17 @@ export function expertShapes(out: TensorShapes, expert: (e: number) => SwigluNam
   for (let e = 0; e < spec.numExperts; e++) swigluShapes(out, expert(e), spec.expertIntermediate, spec.hiddenSize);
 }
 
-/** The float32 weights in tensorMap's order: the embedding, each layer's (`layer`), the final norm, an untied head. */
-export function modelWeights(spec: ModelSpec, f32: (n: string) => Float32Array, layer: (l: number) => LayerWeights): ModelWeights {
-  const embed = f32(EMBED);
+/**
+ * The weights in tensorMap's order: the embedding, each layer's (`layer`), the final norm, an untied head. `table`
+ * reads the embedding and head (default float32; tensorReader's `table` keeps bf16 as stored); tied, the head
+ * is the embedding's one copy.
+ */
+export function modelWeights(spec: ModelSpec, f32: (n: string) => Float32Array, layer: (l: number) => LayerWeights, table: (n: string) => VocabMatrix = f32): ModelWeights {
+  const embed = table(EMBED);
   const layers: LayerWeights[] = [];
   for (let l = 0; l < spec.numLayers; l++) layers.push(layer(l));
   const finalNorm = f32(FINAL_NORM);
-  return { embed, layers, finalNorm, lmHead: spec.tieWordEmbeddings ? embed : f32(LM_HEAD) };
+  return { embed, layers, finalNorm, lmHead: spec.tieWordEmbeddings ? embed : table(LM_HEAD) };
 }
 
 /** Grouped-query attention's projections, read in the order q, k, v, o. */
