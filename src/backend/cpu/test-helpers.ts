@@ -1,6 +1,8 @@
 // Test-only helpers shared by the CPU backend's bit-identity suites (maps, threads, SIMD): a random map, and
-// a recorded run (every step's output bytes, then counter and digest) to compare configurations byte for byte;
+// a recorded run (every step's output bytes, then counter and digest) to compare configurations byte for byte
+// (assertSameRecord);
 // a checkpoint copy with a few bytes of one tensor overwritten (refusal tests).
+import assert from 'node:assert/strict';
 import { closeSync, copyFileSync, mkdtempSync, openSync, readdirSync, readFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -69,6 +71,15 @@ export function recordRun(b: Backend, batches: number[][][], decode: number, sch
     prompts.forEach((_, s) => b.closeSequence(s));
   }
   return { steps, counter: bytesOf(b.readCounter()), digest: b.banks.digest() };
+}
+
+/** Two recorded runs agree bit for bit: every step's outputs, the counter, the digest after the swaps. */
+export function assertSameRecord(got: RunRecord, want: RunRecord, label = ''): void {
+  const at = label ? `${label}: ` : '';
+  assert.equal(got.steps.length, want.steps.length, `${at}steps`);
+  got.steps.forEach((s, i) => assert.ok(s.equals(want.steps[i]!), `${at}step ${i} bit-identical`));
+  assert.ok(got.counter.equals(want.counter), `${at}counter`);
+  assert.equal(got.digest, want.digest, `${at}digest after swaps`);
 }
 
 /** A copy (in a fresh temporary folder) of checkpoint `src` with `bytes` written over `tensor`'s stored bytes from `at`. */
