@@ -70,6 +70,10 @@ const FORMAT_NAMES: Record<WeightFormat, string> = { bf16: 'bf16', fp8: 'block F
 const INFIX: Record<WeightFormat, WeightInfix> = { bf16: '', fp8: 'fp8_', mxfp4: 'mxfp4_' };
 const gib = (b: number): string => `${(b / 2 ** 30).toFixed(1)} GiB`;
 const TC_THREADS = 128;
+/** Kernel arguments by value. */
+const f32 = (v: number): KernelArg => ({ f32: v });
+const i32 = (v: number): KernelArg => ({ i32: v });
+const u64 = (v: bigint): KernelArg => ({ u64: v });
 
 export class CudaOpBackend implements Backend {
   readonly name = 'cuda';
@@ -375,9 +379,6 @@ export class CudaOpBackend implements Backend {
     const rows = encodeRows({ token: at(o.token), pos: at(o.pos), cap: at(o.cap), kv: at(o.kv) });
     const header = this.stepDev;
     const outRows = at(o.out);
-    const f32 = (v: number): KernelArg => ({ f32: v });
-    const i32 = (v: number): KernelArg => ({ i32: v });
-    const u64 = (v: bigint): KernelArg => ({ u64: v });
     const norm = (mode: number, prev: number, rowsPtr: bigint, w: bigint, out: bigint, grid: number): void => {
       this.launch('op_residual_norm', [grid, 1, 1], 512, 4 * (((H + 3) & ~3) + 32),
         [i32(mode), u64(this.ptr('hidden')), u64(this.ptr('partial')), u64(this.ptr('pickW')), i32(LK), i32(prev), i32(K), u64(rowsPtr),
@@ -453,9 +454,6 @@ export class CudaOpBackend implements Backend {
     const s = this.spec;
     const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd } = s;
     const QD = nh * hd;
-    const f32 = (v: number): KernelArg => ({ f32: v });
-    const i32 = (v: number): KernelArg => ({ i32: v });
-    const u64 = (v: bigint): KernelArg => ({ u64: v });
     const qkv = ly.qkv!;
     this.product('qkv', gemv, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: qkv.w, scales: qkv.grid, ...gridArgs(qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T, bias: ly.qkvBias }, qkv.p.format);
     const whole = s.qkNorm === 'whole';
@@ -491,8 +489,6 @@ export class CudaOpBackend implements Backend {
     const w = ly.mla!;
     const { hiddenSize: H, numHeads: nh, headDim: rope } = s;
     const A = m.qLoraRank + m.kvLoraRank + rope, qk = m.qkNopeDim + rope;
-    const i32 = (v: number): KernelArg => ({ i32: v });
-    const u64 = (v: bigint): KernelArg => ({ u64: v });
     const params = { bytes: encodeMla({
       qANorm: w.qANorm, kvANorm: w.kvANorm, kvB: w.kvB.w, kvBScales: w.kvB.grid, ...gridArgs(w.kvB.p), invFreq: this.invFreq, eps: s.rmsNormEps, mscale: this.ropeScale, scale: 1 / Math.sqrt(qk),
       nh, qLora: m.qLoraRank, kvLora: m.kvLoraRank, rope, nope: m.qkNopeDim, vd: m.vHeadDim, layer: l,
