@@ -52,7 +52,7 @@ export interface LoadOptions {
   stream?: boolean;
   /**
    * bf16 attention projections, experts, embedding and lm head (qwen3_moe; a tied head one copy): converted to float32 (the default) or kept as stored
-   * ('stored': half the memory, computed from the stored bits, bit-identical; no SIMD kernel for them);
+   * ('stored': half the memory, computed from the stored bits, bit-identical; with SIMD through the kernel's bf16 linear);
    * 'auto': stored where float32 weights would be past the SIMD kernel's reach anyway (bf16Policy).
    */
   bf16?: Bf16Choice;
@@ -78,9 +78,9 @@ export function bf16FromEnv(): Bf16Choice {
 
 /**
  * Whether bf16 weights stay as stored. 'auto': when the float32 weights would exceed what the SIMD kernel's
- * memory holds (wasm/simd-option.ts), the backend would run them in the JS loops anyway, where the stored
- * bf16 rows are as fast at half the bytes (README: Qwen3-30B-A3B layer shapes); small models keep float32
- * and the kernel.
+ * memory holds (wasm/simd-option.ts): at half the bytes the stored rows may still fit it, and run through the
+ * kernel's bf16 linear (8x the JS loops at Qwen3-30B-A3B layer shapes, README); small models keep float32, whose
+ * stacked q/k/v the threads share out by tokens.
  */
 export function bf16Policy(choice: Bf16Choice | undefined, spec: ModelSpec): 'float32' | 'stored' {
   if (choice === 'stored' || choice === 'float32') return choice;

@@ -1,7 +1,8 @@
 // bf16 weights kept as stored on the CPU (RESIDENCY_CPU_BF16=stored, and by default past the SIMD kernel's
 // reach): the attention projections, experts, embedding and lm head of the shipped model stay bf16 (half the
 // bytes), read from the stored bits, and every output is byte for byte what the float32 conversion gives, with
-// one and two threads and SIMD on and off, tied embeddings and untied.
+// one and two threads and SIMD on and off (on: through the kernel's bf16 linear, the rows as stored in its
+// memory), tied embeddings and untied.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { bf16FromEnv, bf16Policy, loadModel } from '../../model/load.ts';
@@ -13,13 +14,18 @@ import type { ModelWeights } from '../../model/weights.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import { createCpuBackend, type CpuBackendOptions } from './cpu-backend.ts';
 import { recordRun } from './test-helpers.ts';
+import { simdBf16Calls } from './wasm/kernel.ts';
 
 // Steps of 2, 1 and 3 chunks: the lm head's products on one, two and more rows (quant-linear.ts linearQ).
 const batches = [[[1, 2, 3, 400, 5000, 17, 99, 1024], [7, 7, 7, 300, 8000, 12]], [[42, 4242]], [[5, 6], [8100, 9, 10], [11]]];
 const sched = { swapsPerStep: 2, seed: 5, token: (f: number, i: number, s: number) => f * 31 + i * 7 + s, counted: () => true };
 
+/** Whether the last run's backend ran the SIMD kernel (off under RESIDENCY_CPU_SIMD=0 unless asked). */
+let lastSimd = false;
+
 async function run(spec: ModelSpec, weights: ModelWeights, opts: CpuBackendOptions, hot = 40): Promise<Buffer> {
   const b = createCpuBackend(spec, weights, { ...opts, placement: { hotPerLayer: hot } });
+  lastSimd = b.simd;
   try {
     await b.ready();
     const r = recordRun(b, batches.map((ps) => ps.map((p) => p.map((t) => t % spec.vocabSize))), 4, sched);
@@ -39,8 +45,25 @@ describe('bf16 kept as stored', () => {
     assert.ok(heldBytes(stored.weights) < 0.52 * heldBytes(f32.weights), `held ${heldBytes(stored.weights)} vs ${heldBytes(f32.weights)}`);
     const want = await run(f32.spec, f32.weights, { threads: 1 });
     for (const opts of [{ threads: 1 }, { threads: 2 }, { threads: 1, simd: false }, { threads: 2, simd: false }]) {
+      const calls = simdBf16Calls();
       assert.ok((await run(stored.spec, stored.weights, opts)).equals(want), JSON.stringify(opts));
+      // SIMD on: the bf16 rows (lm head, projections, experts) ran in the kernel's bf16 linear, as stored.
+      if (lastSimd) assert.ok(simdBf16Calls() - calls > 100, `${JSON.stringify(opts)}: ${simdBf16Calls() - calls} bf16 kernel calls`);
+      else assert.equal(simdBf16Calls(), calls);
     }
+  });
+
+  it('takeExperts with SIMD: the loaded weights then point at the kernel-memory copies (the originals are freed), outputs unchanged', async () => {
+    const [f32, stored] = await Promise.all([loadModel(SHIPPED_MODEL, { raw: false }), loadModel(SHIPPED_MODEL, { raw: false, bf16: 'stored' })]);
+    const want = await run(f32.spec, f32.weights, { threads: 1 });
+    const before = stored.weights.layers.map((l) => [l.qProj, l.kProj, l.vProj, l.oProj]);
+    const head = stored.weights.lmHead;
+    const wasm = (m: unknown): boolean => (m as { data: Uint16Array }).data.buffer instanceof SharedArrayBuffer;
+    assert.ok(!wasm(head) && before.flat().every((m) => !wasm(m)), 'loaded: in their own buffers');
+    assert.ok((await run(stored.spec, stored.weights, { threads: 2, simd: true, takeExperts: true })).equals(want));
+    const w = stored.weights;
+    assert.ok(w.lmHead !== head && wasm(w.lmHead) && w.embed === w.lmHead, 'the tied lm head and embedding: one copy, in the kernel\'s memory');
+    w.layers.forEach((l, i) => [l.qProj, l.kProj, l.vProj, l.oProj].forEach((m, j) => assert.ok(m !== before[i]![j] && wasm(m), `layer ${i} projection ${j}`)));
   });
 
   it('untied: the embedding and lm head are two bf16 matrices as stored, outputs byte-identical to the float32 conversion (1 and 2 threads, SIMD on and off)', async () => {

@@ -4,7 +4,7 @@
 import { ResidencyError } from '../../errors.ts';
 import type { Backend, StepInput, StepOutput } from '../backend.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
-import type { MlaWeights, ModelWeights, VocabMatrix } from '../../model/weights.ts';
+import type { LayerWeights, MlaWeights, ModelWeights, VocabMatrix } from '../../model/weights.ts';
 import { isQuantized, type Matrix } from '../../model/quant.ts';
 import { linearQ } from './quant-linear.ts';
 import { expertRowFormat } from './expert-rows.ts';
@@ -119,6 +119,8 @@ export class CpuBackend implements Backend {
   private readonly lmHead: VocabMatrix;
   private readonly routers: Float32Array[];
   private readonly oProjs: Matrix[];
+  /** Per layer its q, k and v projections as computed when not stacked (bf16 kept as stored: copies in the kernel's memory). */
+  private readonly qkvProjs: { readonly q: Matrix; readonly k: Matrix; readonly v: Matrix }[];
   /** Threads only: per layer q, k and v projection rows stacked in one shared matrix. */
   private readonly qkv: (Float32Array | null)[];
   /** Per layer its input and post-attention RMSNorm weights where every thread can read them. */
@@ -156,19 +158,24 @@ export class CpuBackend implements Backend {
     });
     if (options.takeExperts) takenWeights.add(weights);
     const share = (a: Float32Array): Float32Array => (arena ? arena.copy(a) : this.threads > 1 ? sharedCopy(a) : a);
-    // Quantized projections stay as stored, computed on the calling thread (quant-linear.ts).
-    const shareMatrix = (m: Matrix): Matrix => (isQuantized(m) ? m : share(m));
-    this.lmHead = isQuantized(weights.lmHead) ? weights.lmHead : share(weights.lmHead);
+    // Quantized projections stay as stored, computed on the calling thread (quant-linear.ts); bf16 ones kept as stored
+    // go into the kernel's memory as they are (its bf16 linear, split by rows between the threads).
+    const shareMatrix = (m: Matrix): Matrix => (!isQuantized(m) ? share(m) : m.format === 'bf16' && arena ? arena.bf16(m) : m);
+    this.lmHead = shareMatrix(weights.lmHead) as VocabMatrix;
     const moeIds = moeLayerIds(spec);
     this.moeIndex = new Int32Array(spec.numLayers).fill(-1);
     moeIds.forEach((l, m) => (this.moeIndex[l] = m));
     this.routers = weights.layers.map((w, l) => (this.moeIndex[l]! >= 0 ? share(w.router) : w.router));
     this.oProjs = weights.layers.map((w) => shareMatrix(w.oProj));
+    // bf16 q, k and v kept as stored: in the kernel's memory (float32 ones are stacked below, or stay where they are).
+    const bf16InArena = (m: Matrix): Matrix => (isQuantized(m) && m.format === 'bf16' && arena ? arena.bf16(m) : m);
+    this.qkvProjs = weights.layers.map((w) => ({ q: bf16InArena(w.qProj), k: bf16InArena(w.kProj), v: bf16InArena(w.vProj) }));
     this.qkv = weights.layers.map((w) => {
       const { qProj: q, kProj: k, vProj: v } = w;
       if (spec.mla || !(this.threads > 1 || arena) || isQuantized(q) || isQuantized(k) || isQuantized(v)) return null;
       return stackRows(arena ?? sharedAlloc, q, k, v);
     });
+    if (options.takeExperts && arena) takeStoredCopies(weights, this.lmHead, this.oProjs, this.qkvProjs);
     this.norms = weights.layers.map((w) => ({ input: share(w.inputNorm), post: share(w.postAttnNorm) }));
     // The RoPE tables once, where every thread can read them (the serial ops and the q/k/v jobs share them).
     const rope = ropeTablesFor(spec);
@@ -355,7 +362,8 @@ export class CpuBackend implements Backend {
 
   /** y = W x for T rows: float32 W through the compute (threads, SIMD), a quantized W as stored (quant-linear.ts). */
   private project(y: Float32Array, w: Matrix, x: Float32Array, T: number, outDim: number, inDim: number): void {
-    if (isQuantized(w)) linearQ(y, w, x, T);
+    if (isQuantized(w) && w.format === 'bf16') this.compute.linearBf16(y, w, x, T);
+    else if (isQuantized(w)) linearQ(y, w, x, T);
     else this.compute.linear(y, w, 0, x, T, outDim, inDim);
   }
 
@@ -392,8 +400,9 @@ export class CpuBackend implements Backend {
         s.v.set(s.qkv.subarray(i * W + qW + kvW, i * W + W), i * kvW);
       }
     } else {
-      for (const [y, m, n] of [[s.q, w.qProj, qW], [s.k, w.kProj, kvW], [s.v, w.vProj, kvW]] as const) {
-        if (isQuantized(m)) linearQ(y, m, s.xn, T);
+      const p = this.qkvProjs[l]!;
+      for (const [y, m, n] of [[s.q, p.q, qW], [s.k, p.k, kvW], [s.v, p.v, kvW]] as const) {
+        if (isQuantized(m)) this.project(y, m, s.xn, T, n, H);
         else linear(y, m, 0, s.xn, T, n, H);
       }
     }
@@ -457,8 +466,8 @@ export class CpuBackend implements Backend {
       x: this.alloc.f32(T * H),
       xn: this.alloc.f32(T * H),
       q: this.alloc.f32(T * qW),
-      k: new Float32Array(T * kvW),
-      v: new Float32Array(T * kvW),
+      k: this.alloc.f32(T * kvW),
+      v: this.alloc.f32(T * kvW),
       qkv: this.alloc.f32(this.qkv[0] ? T * (qW + 2 * kvW) : 0),
       attn: this.alloc.f32(T * (spec.mla ? spec.numHeads * spec.mla.vHeadDim : qW)),
       proj: this.alloc.f32(T * H),
@@ -484,11 +493,35 @@ function linearBytes(spec: ModelSpec, weights: ModelWeights): number {
   const moe = moeLayerIds(spec);
   const rowWords = expertRowFormat(spec, moe.flatMap((l) => weights.layers[l]!.experts)).words;
   let projections = 0;
-  for (const w of weights.layers) for (const m of [w.qProj, w.kProj, w.vProj, w.oProj]) if (!isQuantized(m)) projections += 4 * m.length;
+  // float32 matrices 4 bytes a value, bf16 ones kept as stored 2 (placed as stored), other formats none (not placed).
+  const bytesOf = (m: Matrix): number => (!isQuantized(m) ? 4 * m.length : m.format === 'bf16' ? 2 * m.data.length : 0);
+  for (const w of weights.layers) for (const m of [w.qProj, w.kProj, w.vProj, w.oProj]) projections += bytesOf(m);
   // (KV caches and per-thread scratch grow the memory as sequences open; so does the memory when the
   // families' extra projections are placed, so this need not count them.)
-  const head = isQuantized(weights.lmHead) ? 0 : spec.vocabSize * H;
-  return 4 * (head + moe.length * spec.numExperts * (H + rowWords)) + projections + (1 << 20);
+  return bytesOf(weights.lmHead) + 4 * moe.length * spec.numExperts * (H + rowWords) + projections + (1 << 20);
+}
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+
+/**
+ * takeExperts (the weights serve this backend alone): the loaded weights point at the kernel-memory copies of the
+ * bf16 matrices kept as stored (lm head, tied embedding, projections), so the originals are freed rather than held
+ * beside their copies (at Qwen3-30B-A3B shapes the lm head alone is 622 MB). Float32 ones stay (stacked, or small).
+ */
+function takeStoredCopies(weights: ModelWeights, lmHead: VocabMatrix, oProjs: readonly Matrix[], qkv: readonly { readonly q: Matrix; readonly k: Matrix; readonly v: Matrix }[]): void {
+  const w = weights as Mutable<ModelWeights>;
+  const bf16 = (m: Matrix): boolean => isQuantized(m) && m.format === 'bf16';
+  if (bf16(w.lmHead)) {
+    if (w.embed === w.lmHead) w.embed = lmHead;
+    w.lmHead = lmHead;
+  }
+  weights.layers.forEach((layer, l) => {
+    const m = layer as Mutable<LayerWeights>;
+    if (bf16(m.oProj)) m.oProj = oProjs[l]!;
+    if (bf16(m.qProj)) m.qProj = qkv[l]!.q;
+    if (bf16(m.kProj)) m.kProj = qkv[l]!.k;
+    if (bf16(m.vProj)) m.vProj = qkv[l]!.v;
+  });
 }
 
 /** The rows of several [rows][H] matrices stacked into one matrix from `alloc` (shared or wasm memory). */

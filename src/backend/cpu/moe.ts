@@ -105,7 +105,7 @@ export function moeLayer(
   const units = expertUnits(s.units, s.unitPicks, s.order, s.ids, slots, banks.where[layer]!, picks, K, H);
   // Quantized rows (quant-linear.ts): shared out by the compute, gpt-oss's clamped ones on the calling thread.
   if (banks.quant && shape.clamped) computeQuantUnits(s.pickOut, s.units, s.unitPicks, 0, units, banks.quantRows, banks.rowSize, x, H, I, s.act, shape.clamped);
-  else if (banks.quant) compute.quantExperts(s.pickOut, s.units, s.unitPicks, units, x, H, I);
+  else if (banks.quant) compute.quantExperts(s.pickOut, s.units, s.unitPicks, units, x, tokens, H, I);
   else if (shape.clamped) clampedExpertUnits(s.pickOut, s.units, s.unitPicks, units, banks, x, H, I, shape.clamped, s.act);
   else compute.experts(s.pickOut, s.units, s.unitPicks, units, x, tokens, H, I);
   // Combine in router order (independent of bank placement).

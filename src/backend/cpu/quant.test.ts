@@ -193,7 +193,7 @@ describe('a block-FP8 model on the CPU backend', () => {
       // Until a worker has taken a chunk (on a loaded machine the main thread may claim them all for a while).
       for (let i = 0; i < 500 && (i < 20 || pool.workerChunks() === before); i++) {
         const out = sharedAlloc.f32(n * H);
-        pool.quantExperts(out, units, unitPicks, n, x, H, I);
+        pool.quantExperts(out, units, unitPicks, n, x, n, H, I);
         assert.deepEqual(bytesOf(out), bytesOf(want));
       }
       assert.ok(pool.workerChunks() > before, 'no worker took a chunk of quantized units');

@@ -6,11 +6,12 @@ import { addNorm, linear } from './linalg.ts';
 import { computeExpertUnits } from './expert-units.ts';
 import { attention, qkvPrologue, type QkvShape } from './attention-ops.ts';
 import { inArena, simdLinear, type SimdKernel } from './wasm/kernel.ts';
-import { computeExpertUnitsSimd, type ExpertScratch } from './wasm/experts.ts';
+import { computeExpertUnitsSimd, simdQuantRows, type ExpertScratch, type SimdRowLayout } from './wasm/experts.ts';
 import type { TabStage } from './wasm/stage.ts';
 import type { WasmArena } from './wasm/arena.ts';
 import { attentionHeadSimd } from './wasm/attention.ts';
-import { computeQuantUnits, type QuantExpert } from './quant-linear.ts';
+import { computeQuantUnits, linearQ, type QuantExpert } from './quant-linear.ts';
+import type { Bf16Matrix } from '../../model/quant.ts';
 import type { QuantRowLayout } from './expert-rows.ts';
 import { ResidencyError } from '../../errors.ts';
 import { combinePicks, routeTokens } from './moe-ops.ts';
@@ -49,6 +50,17 @@ export function combineOn(simd: SimdCompute | undefined, out: Float32Array, w: F
   else combinePicks(out, w, pickOut, tokens, topK, hidden);
 }
 
+/** Whether a bf16 linear over these arrays can run through the kernel (all of them in its memory). */
+export function simdBf16(simd: SimdCompute | undefined, y: Float32Array, w: Bf16Matrix, x: Float32Array): boolean {
+  return simd !== undefined && simd.arena.holds(y) && simd.arena.holds(x) && simd.arena.holds(w.data);
+}
+
+/** How the kernel reads quantized bank rows (bf16 kept as stored, in its memory), or null: the JS loops. */
+export function simdQuantBanks(simd: SimdCompute | undefined, banks: readonly Float32Array[], quant: QuantBanks | undefined): SimdRowLayout | null {
+  if (!simd || !quant || !banks.every((b) => simd.arena.holds(b))) return null;
+  return simdQuantRows(quant.layout);
+}
+
 /** Quantized banks: the views of every row (CpuExpertBanks.quantRows) and their layout (for worker threads). */
 export interface QuantBanks {
   readonly rows: readonly (readonly QuantExpert[])[];
@@ -78,8 +90,17 @@ export interface RowCompute {
   experts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void;
   /** out = the picks' outputs combined in router order (moe-ops.ts `combinePicks`; on the calling thread). */
   combine(out: Float32Array, w: Float32Array, pickOut: Float32Array, tokens: number, topK: number, hidden: number): void;
-  /** The same over quantized bank rows (quant-linear.ts `computeQuantUnits`; JS on every thread). */
-  quantExperts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void;
+  /**
+   * The same over quantized bank rows (quant-linear.ts `computeQuantUnits`, JS on every thread; bf16 rows kept as
+   * stored in the kernel's memory through the kernel: wasm/experts.ts `simdQuantRows`, the same sums).
+   */
+  quantExperts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void;
+  /**
+   * y = W x for `rows` inputs over a bf16 matrix kept as stored (quant-linear.ts `linearQ`): through the kernel
+   * (linear_tab_bf16, split by output rows with threads) when W's bits, x and y live in its memory, else linearQ on
+   * the calling thread; the same result either way.
+   */
+  linearBf16(y: Float32Array, w: Bf16Matrix, x: Float32Array, rows: number): void;
   /**
    * Attention of `tokens` tokens (see attention-ops.ts): token i's query at q[i*H*d..), its layer's KV
    * cache keys[i] / values[i], its position pos[i]; output at out[i*H*d..). scores / acc: the calling
@@ -115,10 +136,18 @@ export interface RowCompute {
 export function serialCompute(banks: readonly Float32Array[], inter: number, simd?: SimdCompute, quant?: QuantBanks): RowCompute {
   const act = new Float32Array(2 * inter);
   const lin = simd ? simdLinear(simd.arena, simd.kernel, simd.stage) : linear;
+  const quantSimd = simdQuantBanks(simd, banks, quant);
   return {
-    quantExperts: (out, units, unitPicks, count, x, hidden, i) => {
+    quantExperts: (out, units, unitPicks, count, x, tokens, hidden, i) => {
       if (!quant) throw new ResidencyError('INTERNAL', 'cpu: quantized expert units without quantized banks');
-      computeQuantUnits(out, units, unitPicks, 0, count, quant.rows, quant.rowSize, x, hidden, i, act);
+      if (quantSimd && inArena(simd!.arena, out, x, x)) {
+        computeExpertUnitsSimd(simd!.kernel, simd!.experts[0]!, out, units, unitPicks, 0, count, banks, simd!.stage.promote(x, tokens * hidden), hidden, i, quantSimd);
+      } else computeQuantUnits(out, units, unitPicks, 0, count, quant.rows, quant.rowSize, x, hidden, i, act);
+    },
+    linearBf16: (y, w, x, rows) => {
+      if (!simdBf16(simd, y, w, x)) return linearQ(y, w, x, rows);
+      const { yTab, xTab } = simd!.stage.linear(y, x, rows, w.rows, w.cols);
+      simd!.kernel.linearBf16At(yTab, w.data.byteOffset, xTab, rows, w.cols, 0, w.rows);
     },
     linear: lin,
     addNorm: (x, add, xn, weight, tokens, hidden, eps) => addNorm(x, add, xn, weight, 0, tokens, hidden, eps),

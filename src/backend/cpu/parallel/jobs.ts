@@ -56,10 +56,11 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
   for (let c = Atomics.add(ctl, CLAIM, 1); c < n; c = Atomics.add(ctl, CLAIM, 1)) {
     const lo = ctl[BOUNDS + c]!;
     const hi = ctl[BOUNDS + c + 1]!;
-    if (op === OP_LINEAR && ctl[a + 7] === 1) {
+    if (op === OP_LINEAR && ctl[a + 7]! >= 1) {
       // Staged by the main thread (wasm/stage.ts): the row tables' and the weights' byte addresses.
       if (s.simd === null) throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
-      s.simd.linearAt(ctl[a + 8]!, ctl[a + 10]!, ctl[a + 9]!, ctl[a + 4]!, ctl[a + 6]!, lo, hi);
+      const f = ctl[a + 7] === 2 ? s.simd.linearBf16At : s.simd.linearAt;
+      f(ctl[a + 8]!, ctl[a + 10]!, ctl[a + 9]!, ctl[a + 4]!, ctl[a + 6]!, lo, hi);
     } else if (op === OP_LINEAR) {
       linearRows(f32(table, ctl[a]!), f32(table, ctl[a + 1]!), ctl[a + 2]!, f32(table, ctl[a + 3]!), ctl[a + 4]!, ctl[a + 5]!, ctl[a + 6]!, lo, hi);
     } else if (op === OP_ADD_NORM) {
@@ -92,7 +93,8 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
       routeTokens(logits, f32(table, ctl[a + 1]!), i32(table, ctl[a + 2]!), f32(table, ctl[a + 3]!), lo, hi, E, ctl[a + 8]!, ctl[a + 9] === 1);
     } else if (op === OP_EXPERTS && ctl[a + 6] === 1) {
       if (s.simd === null || s.simdExperts === null) throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
-      computeExpertUnitsSimd(s.simd, s.simdExperts, f32(table, ctl[a]!), i32(table, ctl[a + 1]!), i32(table, ctl[a + 2]!), lo, hi, banks, ctl[a + 7]!, ctl[a + 4]!, ctl[a + 5]!);
+      const layout = { bf16: ctl[a + 8] === 1, gate: ctl[a + 9]!, up: ctl[a + 10]!, down: ctl[a + 11]! };
+      computeExpertUnitsSimd(s.simd, s.simdExperts, f32(table, ctl[a]!), i32(table, ctl[a + 1]!), i32(table, ctl[a + 2]!), lo, hi, banks, ctl[a + 7]!, ctl[a + 4]!, ctl[a + 5]!, layout);
     } else if (op === OP_EXPERTS) {
       const inter = ctl[a + 5]!;
       if (s.act.length < 2 * inter) s.act = new Float32Array(2 * inter);

@@ -54,14 +54,16 @@ export function controlSize(workers: number): number {
 
 /**
  * args: y, w, wOff, x, rows, outDim, inDim (array-table ids for y, w, x), simd (1: y, w and x live in the
- * wasm memory: run the SIMD kernel), then with simd the byte addresses of the output and input row tables and of
- * w's first row (staged by the main thread, wasm/stage.ts); chunks are output rows.
+ * wasm memory: run the SIMD kernel; 2: the same over bf16 weight rows kept as stored, linear_tab_bf16), then with
+ * simd the byte addresses of the output and input row tables and of w's first row (staged by the main thread,
+ * wasm/stage.ts); chunks are output rows.
  */
 export const OP_LINEAR = 1;
 /**
  * args: out, units, unitPicks, x, hidden, inter (array-table ids for out, units, unitPicks, x), simd (1: out
  * and the banks live in the wasm memory), then with simd the byte address of x promoted to float64 (staged by
- * the main thread); chunks are expert units.
+ * the main thread) and the rows' layout (wasm/experts.ts SimdRowLayout: bf16 1 or 0, then the gate, up and down
+ * byte offsets); chunks are expert units.
  */
 export const OP_EXPERTS = 2;
 

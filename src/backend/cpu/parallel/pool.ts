@@ -13,10 +13,11 @@ import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENT
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention, qkvPrologue, type QkvShape } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
-import { attentionSimd, combineOn, simdAttention, type QuantBanks, type SimdCompute } from '../row-compute.ts';
-import { computeQuantUnits } from '../quant-linear.ts';
+import { attentionSimd, combineOn, simdAttention, simdBf16, simdQuantBanks, type QuantBanks, type SimdCompute } from '../row-compute.ts';
+import { computeQuantUnits, linearQ } from '../quant-linear.ts';
+import type { Bf16Matrix } from '../../../model/quant.ts';
 import { inArena } from '../wasm/kernel.ts';
-import { computeExpertUnitsSimd } from '../wasm/experts.ts';
+import { computeExpertUnitsSimd, floatRows, type SimdRowLayout } from '../wasm/experts.ts';
 
 export interface PoolOptions {
   /** Threads in all, the main thread included (2..64). */
@@ -82,6 +83,8 @@ export class CpuThreadPool implements RowCompute {
   private readonly timeoutMs: number;
   private readonly simd: PoolOptions['simd'];
   private readonly quant: PoolOptions['quant'];
+  /** How the kernel reads the quantized banks' rows (bf16 kept as stored in its memory), or null. */
+  private readonly quantSimd: SimdRowLayout | null;
   private gen = 0;
   private seq = 0;
   private disposed = false;
@@ -101,6 +104,7 @@ export class CpuThreadPool implements RowCompute {
     this.scratch.simdScores = opts.simd?.scores[0] ?? null;
     this.scratch.simdAcc = opts.simd?.accs[0] ?? null;
     this.quant = opts.quant;
+    this.quantSimd = simdQuantBanks(opts.simd, opts.banks, opts.quant);
     if (opts.quant) this.scratch.quant = { rows: opts.quant.rows, rowSize: opts.quant.rowSize };
     this.ctl = new Int32Array(new SharedArrayBuffer(controlSize(threads - 1) * 4));
     const { url, entry } = workerEntry();
@@ -222,17 +226,43 @@ export class CpuThreadPool implements RowCompute {
     }
     // A unit is its picks' work: chunks balance picks, not units.
     writeBounds(this.ctl, count, chunks, (u) => units[u * UNIT + 3]!);
-    this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(unitPicks), this.id(x), hidden, inter, simd ? 1 : 0, x64]);
+    const L = floatRows(hidden, inter);
+    this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(unitPicks), this.id(x), hidden, inter, simd ? 1 : 0, x64, 0, L.gate, L.up, L.down]);
+  }
+
+  linearBf16(y: Float32Array, w: Bf16Matrix, x: Float32Array, rows: number): void {
+    const t = poolTuning;
+    const { rows: outDim, cols: inDim } = w;
+    if (!simdBf16(this.simd, y, w, x)) return linearQ(y, w, x, rows);
+    const macs = rows * outDim * inDim;
+    const chunks = Math.min(this.threads * t.chunksPerThread, outDim, Math.ceil(macs / t.minChunkMacs), MAX_CHUNKS);
+    const { yTab, xTab } = this.simd!.stage.linear(y, x, rows, outDim, inDim);
+    if (this.disposed || chunks < 2 || macs < t.minSplitMacs) return this.simd!.kernel.linearBf16At(yTab, w.data.byteOffset, xTab, rows, inDim, 0, outDim);
+    const c = this.ctl;
+    for (let k = 0; k <= chunks; k++) c[BOUNDS + k] = Math.round((k * outDim) / chunks);
+    this.run(OP_LINEAR, chunks, [0, 0, 0, 0, rows, outDim, inDim, 2, yTab, xTab, w.data.byteOffset]);
   }
 
   combine(out: Float32Array, w: Float32Array, pickOut: Float32Array, tokens: number, topK: number, hidden: number): void {
     combineOn(this.simd, out, w, pickOut, tokens, topK, hidden);
   }
 
-  quantExperts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, hidden: number, inter: number): void {
+  quantExperts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void {
     const q = this.quant;
     if (!q) throw new ResidencyError('INTERNAL', 'cpu thread pool: quantized expert units without quantized banks');
     const chunks = Math.min(this.threads * poolTuning.chunksPerThread, count, MAX_CHUNKS);
+    const L = this.quantSimd;
+    if (L && inArena(this.simd!.arena, out, x, x)) {
+      // bf16 rows kept as stored, in the kernel's memory: the float32 experts' job over their layout.
+      const x64 = this.simd!.stage.promote(x, tokens * hidden);
+      if (this.disposed || chunks < 2 || pickCount(units, count) * 3 * hidden * inter < poolTuning.minSplitMacs) {
+        computeExpertUnitsSimd(this.simd!.kernel, this.simd!.experts[0]!, out, units, unitPicks, 0, count, this.banks, x64, hidden, inter, L);
+        return;
+      }
+      writeBounds(this.ctl, count, chunks, (u) => units[u * UNIT + 3]!);
+      this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(unitPicks), this.id(x), hidden, inter, 1, x64, 1, L.gate, L.up, L.down]);
+      return;
+    }
     if (this.disposed || chunks < 2 || pickCount(units, count) * 3 * hidden * inter < poolTuning.minSplitMacs) {
       if (this.serialAct[0]!.length < 2 * inter) this.serialAct[0] = new Float32Array(2 * inter);
       computeQuantUnits(out, units, unitPicks, 0, count, q.rows, q.rowSize, x, hidden, inter, this.serialAct[0]!);

@@ -5,6 +5,7 @@
 // the backend (scratch regrowth leaks the old, smaller buffers, bounded by the power-of-two growth).
 import { ResidencyError } from '../../../errors.ts';
 import type { Alloc } from '../alloc.ts';
+import type { Bf16Matrix } from '../../../model/quant.ts';
 import { MAX_PAGES } from './module.ts';
 import { wasmApi, type WasmMemory } from './api.ts';
 
@@ -15,7 +16,7 @@ export class WasmArena implements Alloc {
   readonly memory: WasmMemory;
   /** Next free byte (16-aligned; address 0 is left unused). */
   private top = 16;
-  private readonly own = new WeakSet<Float32Array | Int32Array>();
+  private readonly own = new WeakSet<Float32Array | Int32Array | Uint16Array>();
   /** Freed reusable blocks by byte size, and the block size of each reusable array handed out. */
   private readonly freed = new Map<number, number[]>();
   private readonly blockOf = new WeakMap<Float32Array, number>();
@@ -79,8 +80,17 @@ export class WasmArena implements Alloc {
     return c;
   }
 
+  /** A copy of a bf16 matrix kept as stored, its bit patterns in the arena (the kernel's linear_tab_bf16 reads them). */
+  bf16(m: Bf16Matrix): Bf16Matrix {
+    const at = this.take(2 * m.data.length);
+    const data = new Uint16Array(this.memory.buffer, at, m.data.length);
+    data.set(m.data);
+    this.own.add(data);
+    return { ...m, data };
+  }
+
   /** Whether `a` is an array this arena handed out (the kernel may address it by byteOffset). */
-  holds(a: Float32Array | Int32Array): boolean {
+  holds(a: Float32Array | Int32Array | Uint16Array): boolean {
     return this.own.has(a);
   }
 

@@ -70,6 +70,13 @@ export function exactMulAdd(acc: number, a: number[], b: number[], fma: boolean)
   return fma ? [...a, ...b, ...get(acc), ...VMADD, ...set(acc)] : [...get(acc), ...a, ...b, ...VMUL, ...VADD, ...set(acc)];
 }
 export const lane = (l: number): number[] => simd(0x21, l); // f64x2.extract_lane
+export const LOAD16X4_U = (off: number): number[] => simd(0x04, 3, ...u32(off)); // v128.load16x4_u: four u16 zero-extended to i32x4
+export const I32X4_SHL = simd(0xab); // i32x4.shl (by an i32 operand)
+/** i8x16.shuffle of (v, v) moving 32-bit lanes 2, 3 to 0, 1 (f64x2.promote_low then widens them). */
+export const SHUFFLE_HIGH_PAIR = simd(0x0d, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+export const I32_LOAD16_U = (off: number): number[] => [0x2f, 1, ...u32(off)];
+export const I32_SHL = 0x74;
+export const F32_REINTERPRET_I32 = 0xbe;
 export const F64_ZERO2 = [0x44, 0, 0, 0, 0, 0, 0, 0, 0, ...simd(0x14)]; // f64.const 0; f64x2.splat
 
 export function sleb(n: number): number[] {

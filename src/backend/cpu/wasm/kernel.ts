@@ -16,6 +16,11 @@ export interface SimdKernel {
    * Output rows go in blocks whose weights fit L2, so every input tile reuses a block from cache.
    */
   linearAt(yTab: number, w: number, xTab: number, rows: number, inDim: number, o0: number, o1: number): void;
+  /**
+   * The same over bf16 weight rows (2 bytes a value at `w`, as stored: quant.ts Bf16Matrix), each widened exactly to
+   * its float32: bit-identical to linearAt over the widened rows (quant-dot.ts `dotBf16`).
+   */
+  linearBf16At(yTab: number, w: number, xTab: number, rows: number, inDim: number, o0: number, o1: number): void;
   /** moe-ops.ts `combinePicks` over byte addresses (combine-code.ts). */
   combineAt(out: number, w: number, pickOut: number, tokens: number, topK: number, hidden: number): void;
   /** swiglu-code.ts `swiglu`: the float64 activations of `count` picks' gate|up float32 sums (8*inter bytes a row each). */
@@ -35,6 +40,7 @@ const BLOCK_BYTES = 128 * 1024;
 const compiled: (object | null)[] = [null, null];
 let fmaChoice: boolean | null = null;
 let calls = 0;
+let bf16Calls = 0;
 
 /**
  * Whether the kernels add their exact products with relaxed_madd (one fused multiply-add instead of a multiply and
@@ -63,6 +69,11 @@ export function simdKernelCalls(): number {
   return calls;
 }
 
+/** Calls of the bf16 linear (linearBf16At) on this thread so far (a probe for tests: bf16 rows ran in the kernel). */
+export function simdBf16Calls(): number {
+  return bf16Calls;
+}
+
 /** Whether this runtime runs the kernel (WebAssembly SIMD and shared memory). */
 export function simdAvailable(): boolean {
   try {
@@ -86,6 +97,8 @@ export function simdKernel(memory: WasmMemory, fma = simdFma()): SimdKernel {
   const inst = new wasmApi!.Instance(compiled[v]!, { env: { memory } });
   const tab = inst.exports.linear_tab as (...a: number[]) => void;
   const tab1 = inst.exports.linear_tab1 as (...a: number[]) => void;
+  const tabBf16 = inst.exports.linear_tab_bf16 as (...a: number[]) => void;
+  const tab1Bf16 = inst.exports.linear_tab1_bf16 as (...a: number[]) => void;
   const scores = inst.exports.attn_scores as (...a: number[]) => void;
   const wsum = inst.exports.attn_wsum as (...a: number[]) => void;
   const combine = inst.exports.combine as (...a: number[]) => void;
@@ -95,6 +108,13 @@ export function simdKernel(memory: WasmMemory, fma = simdFma()): SimdKernel {
       calls++;
       const step = Math.max(1, Math.floor(BLOCK_BYTES / (4 * inDim)));
       const f = rows === 1 ? tab1 : tab;
+      for (let o = o0; o < o1; o += step) f(yTab, w, xTab, rows, inDim, o, Math.min(o1, o + step));
+    },
+    linearBf16At: (yTab, w, xTab, rows, inDim, o0, o1) => {
+      calls++;
+      bf16Calls++;
+      const step = Math.max(1, Math.floor(BLOCK_BYTES / (2 * inDim)));
+      const f = rows === 1 ? tab1Bf16 : tabBf16;
       for (let o = o0; o < o1; o += step) f(yTab, w, xTab, rows, inDim, o, Math.min(o1, o + step));
     },
     scoresAt: (out, q, k, kStride, d, count) => {

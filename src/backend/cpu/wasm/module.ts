@@ -1,6 +1,6 @@
 // The bytes of the SIMD kernel module, assembled by hand (no toolchain) over an imported shared memory:
 // linear_tab and linear_tab1 (one input row) from tile-code.ts (every linear layer and expert, linalg.ts `dot`
-// exactly), attn_scores and attn_wsum from attention-code.ts, combine (an MoE layer's picks summed in router order) from combine-code.ts,
+// exactly; their _bf16 twins over bf16 weight rows kept as stored), attn_scores and attn_wsum from attention-code.ts, combine (an MoE layer's picks summed in router order) from combine-code.ts,
 // exp (Math.exp's steps) from exp-code.ts and swiglu (an expert unit's activations) from swiglu-code.ts.
 import { scoresCode, wsumCode } from './attention-code.ts';
 import { tab1Code, tabCode, tabType } from './tile-code.ts';
@@ -26,7 +26,7 @@ export function linearModuleBytes(fma = false): Uint8Array {
     ...section(1, vec([attnType, tabType, expType, swigluType])),
     // import env.memory: shared memory, min 1 page (any larger memory satisfies it), max maxPages.
     ...section(2, vec([[...name('env'), ...name('memory'), 0x02, 0x03, ...u32(1), ...u32(maxPages)]])),
-    ...section(3, vec([u32(0), u32(0), u32(1), u32(0), u32(2), u32(3), u32(1)])),
+    ...section(3, vec([u32(0), u32(0), u32(1), u32(0), u32(2), u32(3), u32(1), u32(1), u32(1)])),
     ...section(7, vec([
       [...name('attn_scores'), 0x00, ...u32(0)],
       [...name('attn_wsum'), 0x00, ...u32(1)],
@@ -35,8 +35,10 @@ export function linearModuleBytes(fma = false): Uint8Array {
       [...name('exp'), 0x00, ...u32(4)],
       [...name('swiglu'), 0x00, ...u32(5)],
       [...name('linear_tab1'), 0x00, ...u32(6)],
+      [...name('linear_tab_bf16'), 0x00, ...u32(7)],
+      [...name('linear_tab1_bf16'), 0x00, ...u32(8)],
     ])),
-    ...section(10, vec([fn(scoresCode(fma)), fn(wsumCode), fn(tabCode(fma)), fn(combineCode), fn(expCode), fn(swigluCode(4)), fn(tab1Code(fma))])),
+    ...section(10, vec([fn(scoresCode(fma)), fn(wsumCode), fn(tabCode(fma)), fn(combineCode), fn(expCode), fn(swigluCode(4)), fn(tab1Code(fma)), fn(tabCode(fma, true)), fn(tab1Code(fma, true))])),
   ];
   return Uint8Array.from(bytes);
 }

@@ -19,7 +19,7 @@
 import {
   ADD, AND, DIV_U, SHR_U, SUB, GT_U, LE_U, BLOCK, END, F64_ZERO2, FADD, FMUL, LOOP, MUL, PROMOTE, PROMOTE_LOW,
   DEMOTE, exactMulAdd, brIf, f32Load, f32StoreAt, f64Load, get, i32c, i32LoadAt, lane, load64Zero, set, v128LoadAt,
-  u32, I32, F64, V128, vec, whileLt, bump,
+  u32, I32, F64, V128, vec, whileLt, bump, LOAD16X4_U, I32X4_SHL, SHUFFLE_HIGH_PAIR, I32_LOAD16_U, I32_SHL, F32_REINTERPRET_I32,
 } from './asm.ts';
 
 /** Most input rows and weight rows of a tile (n * m <= 4: eight v128 sums). */
@@ -48,23 +48,37 @@ const F64_LOCALS = 12;
 const ks = (n: number): number[] => Array.from({ length: n }, (_, k) => k);
 
 /**
+ * bf16 weights: four values at cursor `a` widened to float32 exactly (each bit pattern zero-extended to 32 bits and
+ * shifted up 16: the float32 with those top bits), then promoted pairwise into `lo` (values 0, 1) and `hi` (2, 3),
+ * the same pairs linear_tab's float32 loads make.
+ */
+const bf16Pairs = (a: number, lo: number, hi: number): number[] => [
+  ...get(a), ...LOAD16X4_U(0), ...i32c(16), ...I32X4_SHL, ...set(hi),
+  ...get(hi), ...PROMOTE_LOW, ...set(lo),
+  ...get(hi), ...get(hi), ...SHUFFLE_HIGH_PAIR, ...PROMOTE_LOW, ...set(hi),
+];
+
+/** One bf16 value at the cursor on the stack as its float32 (the scalar tail's load). */
+const bf16Load = [...I32_LOAD16_U(0), ...i32c(16), I32_SHL, F32_REINTERPRET_I32];
+
+/**
  * Input rows R..R+n-1 against the weight rows at cursors A[0..m) (rows O, O + Q, .. with QB = 4Q): nm dot products
  * sharing each load. The cursors end at their next rows.
  */
-function tile(n: number, m: number, fma: boolean): number[] {
+function tile(n: number, m: number, fma: boolean, bf16: boolean): number[] {
   if (n > MAX_N || m > MAX_M || n * m > MAX_SUMS / 2 + (n === 1 ? MAX_SUMS / 2 : 0)) throw new Error(`linear_tab: no ${n} x ${m} tile`);
   const sum = (k: number, j: number): number => k * m + j;
   return [
     // TEND = A[0] + ROWB; AEND = A[0] + (inDim & ~3)*4
     ...get(A[0]!), ...get(ROWB), ADD, ...set(TEND),
-    ...get(A[0]!), ...get(IND), ...i32c(-4), AND, ...i32c(4), MUL, ADD, ...set(AEND),
+    ...get(A[0]!), ...get(IND), ...i32c(-4), AND, ...i32c(bf16 ? 2 : 4), MUL, ADD, ...set(AEND),
     ...ks(n).flatMap((k) => [...get(XT), ...get(R), ...i32c(4), MUL, ADD, ...i32LoadAt(4 * k), ...set(B[k]!)]),
     ...ks(2 * n * m).flatMap((s) => [...F64_ZERO2, ...set(ACC[s]!)]),
     ...whileLt(A[0]!, AEND, [
-      ...ks(m).flatMap((j) => [
+      ...ks(m).flatMap((j) => (bf16 ? bf16Pairs(A[j]!, WP[2 * j]!, WP[2 * j + 1]!) : [
         ...get(A[j]!), ...load64Zero(0), ...PROMOTE_LOW, ...set(WP[2 * j]!),
         ...get(A[j]!), ...load64Zero(8), ...PROMOTE_LOW, ...set(WP[2 * j + 1]!),
-      ]),
+      ])),
       ...ks(n).flatMap((k) => [
         ...get(B[k]!), ...v128LoadAt(0), ...set(XP0),
         ...get(B[k]!), ...v128LoadAt(16), ...set(XP1),
@@ -73,13 +87,13 @@ function tile(n: number, m: number, fma: boolean): number[] {
           ...exactMulAdd(ACC[2 * sum(k, j) + 1]!, get(WP[2 * j + 1]!), get(XP1), fma),
         ]),
       ]),
-      ...ks(m).flatMap((j) => bump(A[j]!, 16)),
+      ...ks(m).flatMap((j) => bump(A[j]!, bf16 ? 8 : 16)),
       ...ks(n).flatMap((k) => bump(B[k]!, 32)),
     ]),
     ...ks(n * m).flatMap((s) => [...get(ACC[2 * s]!), ...lane(0), ...set(S[s]!)]),
     // Scalar tail on each s0.
     ...whileLt(A[0]!, TEND, [
-      ...ks(m).flatMap((j) => [...get(A[j]!), ...f32Load(0), PROMOTE, ...set(WS[j]!), ...bump(A[j]!, 4)]),
+      ...ks(m).flatMap((j) => [...get(A[j]!), ...(bf16 ? bf16Load : f32Load(0)), PROMOTE, ...set(WS[j]!), ...bump(A[j]!, bf16 ? 2 : 4)]),
       ...ks(n).flatMap((k) => [
         ...ks(m).flatMap((j) => [...get(S[sum(k, j)]!), ...get(WS[j]!), ...get(B[k]!), ...f64Load(0), FMUL, FADD, ...set(S[sum(k, j)]!)]),
         ...bump(B[k]!, 8),
@@ -104,7 +118,7 @@ function tile(n: number, m: number, fma: boolean): number[] {
  * Rows [o0, o1) as tiles of m rows Q = (o1 - o0) / m apart (row O with O + Q, .., O + (m-1)Q for O in [o0, o0 + Q)),
  * then the rows from o0 + mQ on as n x 1 tiles; the cursors start once and run on.
  */
-const overO = (n: number, m: number, fma: boolean): number[] => [
+const overO = (n: number, m: number, fma: boolean, bf16: boolean): number[] => [
   ...get(O0), ...set(O),
   ...get(W), ...get(O0), ...get(ROWB), MUL, ADD, ...set(A[0]!),
   ...(m > 1
@@ -114,13 +128,13 @@ const overO = (n: number, m: number, fma: boolean): number[] => [
         ...get(O0), ...get(QB), ADD, ...set(OEND),
         ...ks(m).slice(1).flatMap((j) => [...get(A[j - 1]!), ...get(QB), ...get(ROWB), MUL, ADD, ...set(A[j]!)]),
         ...get(QB), ...i32c(4), MUL, ...set(QB),
-        ...whileLt(O, OEND, [...tile(n, m, fma), ...bump(O, 1)]),
+        ...whileLt(O, OEND, [...tile(n, m, fma, bf16), ...bump(O, 1)]),
         // On to the rows after the m parts: O = o0 + mQ, where A[m-1] has run on to.
         ...get(O0), ...get(QB), ...i32c(2), SHR_U, ...i32c(m), MUL, ADD, ...set(O),
         ...get(A[m - 1]!), ...set(A[0]!),
       ]
     : []),
-  ...whileLt(O, O1, [...tile(n, 1, fma), ...bump(O, 1)]),
+  ...whileLt(O, O1, [...tile(n, 1, fma, bf16), ...bump(O, 1)]),
 ];
 
 /** `then` when R + n <= rows, once. */
@@ -128,33 +142,36 @@ const ifRows = (n: number, then: number[]): number[] => [
   ...BLOCK, ...get(R), ...i32c(n), ADD, ...get(ROWS), GT_U, ...brIf(0), ...then, END,
 ];
 
-const body = (fma: boolean): number[] => [
-  ...get(IND), ...i32c(4), MUL, ...set(ROWB),
+const body = (fma: boolean, bf16: boolean): number[] => [
+  ...get(IND), ...i32c(bf16 ? 2 : 4), MUL, ...set(ROWB),
   ...i32c(0), ...set(R),
   // 2 x 2 tiles while R + 2 <= rows.
   ...BLOCK,
   ...get(R), ...i32c(2), ADD, ...get(ROWS), GT_U, ...brIf(0),
   ...LOOP,
-  ...overO(2, 2, fma),
+  ...overO(2, 2, fma, bf16),
   ...bump(R, 2),
   ...get(R), ...i32c(2), ADD, ...get(ROWS), LE_U, ...brIf(0),
   END,
   END,
   // The last row when rows is odd, against four weight rows at a time.
-  ...ifRows(1, overO(1, 4, fma)),
+  ...ifRows(1, overO(1, 4, fma, bf16)),
   END,
 ];
 
 /** The function's type: seven i32 parameters, no result. */
 export const tabType = [0x60, ...vec(Array.from({ length: 7 }, () => [I32])), 0];
 
-/** The function's code; `fma`: the products' adds fused (relaxed_madd: asm.ts exactMulAdd, the same sums). */
-export const tabCode = (fma: boolean): number[] => [...vec([[...u32(I32_LOCALS), I32], [...u32(V128_LOCALS), V128], [...u32(F64_LOCALS), F64]]), ...body(fma)];
+/**
+ * The function's code; `fma`: the products' adds fused (relaxed_madd: asm.ts exactMulAdd, the same sums); `bf16`: the
+ * weight rows are bf16 bit patterns (2 bytes a value, widened exactly to float32 in registers: linear_tab_bf16).
+ */
+export const tabCode = (fma: boolean, bf16 = false): number[] => [...vec([[...u32(I32_LOCALS), I32], [...u32(V128_LOCALS), V128], [...u32(F64_LOCALS), F64]]), ...body(fma, bf16)];
 
 /**
  * linear_tab1: the same for one input row (rows must be 1: kernel.ts calls it for decode's one-row steps). Its own
  * function so that its code is compiled alone: inside linear_tab the one-row tiles ran ~0.94x once the other tiles
  * changed (V8 allocates registers over the whole function).
  */
-export const tab1Code = (fma: boolean): number[] => [...vec([[...u32(I32_LOCALS), I32], [...u32(V128_LOCALS), V128], [...u32(F64_LOCALS), F64]]),
-  ...get(IND), ...i32c(4), MUL, ...set(ROWB), ...i32c(0), ...set(R), ...overO(1, 4, fma), END];
+export const tab1Code = (fma: boolean, bf16 = false): number[] => [...vec([[...u32(I32_LOCALS), I32], [...u32(V128_LOCALS), V128], [...u32(F64_LOCALS), F64]]),
+  ...get(IND), ...i32c(bf16 ? 2 : 4), MUL, ...set(ROWB), ...i32c(0), ...set(R), ...overO(1, 4, fma, bf16), END];
