@@ -6,7 +6,7 @@ import type { ModelSpec } from './spec.ts';
 import { familyOf } from './families/index.ts';
 import type { ModelWeights, RawTensor } from './weights.ts';
 import type { TensorSource } from './tensor-source.ts';
-import { attentionWeights, expertWeights, modelWeights, storedExperts, tensorReader } from './families/common.ts';
+import { attentionWeights, expertWeights, modelWeights, storedExperts, tensorReader, type Bf16Placer } from './families/common.ts';
 
 export { f16BitsToF32Bits, tensorToFloat32 } from './float-convert.ts';
 
@@ -17,17 +17,18 @@ export { f16BitsToF32Bits, tensorToFloat32 } from './float-convert.ts';
  * (qwen3_moe float or block-FP8 experts, mixtral, olmoe, deepseek_v3): the routed experts are not read here but
  * left in that source for a backend to read (StoredExpert).
  * `freshBytes`: each get of `raw` reads bytes of their own (readOnGet), which bf16 kept as stored may keep.
+ * `placeBf16`: bf16 matrices kept as stored are read by it (straight into the memory it chose) where it takes them.
  */
 export function toFloat32Weights(
   spec: ModelSpec,
   raw: ReadonlyMap<string, RawTensor>,
   onTensor?: (name: string, bytes: number) => void,
-  opts: { readonly keepBf16?: boolean; readonly streamExperts?: TensorSource; readonly freshBytes?: boolean } = {},
+  opts: { readonly keepBf16?: boolean; readonly streamExperts?: TensorSource; readonly freshBytes?: boolean; readonly placeBf16?: Bf16Placer } = {},
 ): ModelWeights {
   const family = familyOf(spec.architecture);
   if (family) return family.weights(spec, raw, onTensor, opts.streamExperts ? { streamExperts: opts.streamExperts } : {});
   const keepBf16 = opts.keepBf16 === true;
-  const { f32, matrix, table } = tensorReader(raw, onTensor, spec.quantization, keepBf16, opts.freshBytes === true);
+  const { f32, matrix, table } = tensorReader(raw, onTensor, spec.quantization, keepBf16, opts.freshBytes === true, opts.placeBf16);
   const stream = opts.streamExperts;
   return modelWeights(spec, f32, (l) => {
     const n = layerTensorNames(l);

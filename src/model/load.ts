@@ -13,7 +13,11 @@ import { familyOf } from './families/index.ts';
 import { loadTokenizer } from './tokenizer.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import type { ModelSpec } from './spec.ts';
-import type { ModelWeights, RawTensor } from './weights.ts';
+import type { Bf16Memory, ModelWeights, RawTensor } from './weights.ts';
+import type { Bf16Placer } from './families/common.ts';
+import { checkBf16Finite } from './float-convert.ts';
+import { resolveSimd } from '../backend/cpu/wasm/simd-option.ts';
+import { WasmArena } from '../backend/cpu/wasm/arena.ts';
 import { fileTensorSource, mapTensorSource, readOnGet, type TensorSource } from './tensor-source.ts';
 import type { CheckpointLayout } from './checkpoint.ts';
 import type { BackendName } from '../backend/registry.ts';
@@ -64,6 +68,12 @@ export interface LoadOptions {
    * release them; a later read opens them again).
    */
   streamExperts?: boolean;
+  /**
+   * Where bf16 matrices kept as stored are read to (loads with raw: false): a factory called once when some are kept;
+   * loadModelFor('cpu') gives the SIMD kernel's memory, so a backend taking the weights computes on them in place
+   * (no copy beside the loaded matrices). Matrices it has no room for stay on the heap.
+   */
+  bf16Memory?: () => Bf16Memory | undefined;
 }
 
 export type Bf16Choice = 'float32' | 'stored' | 'auto';
@@ -102,7 +112,12 @@ export function loadOptionsFor(backend: BackendName): Required<Pick<LoadOptions,
 
 /** loadModel with only the tensors `backend` uses (see loadOptionsFor); the CLI and server load this way. */
 export function loadModelFor(dir: string, backend: BackendName, opts: Omit<LoadOptions, 'weights' | 'raw' | 'stream' | 'bf16' | 'streamExperts'> = {}): Promise<LoadedModel> {
-  return loadModel(dir, { ...opts, ...loadOptionsFor(backend) });
+  return loadModel(dir, { ...opts, ...loadOptionsFor(backend), ...(backend === 'cpu' ? { bf16Memory: kernelMemory } : {}) });
+}
+
+/** The CPU SIMD kernel's memory for bf16 matrices kept as stored, where the kernel runs (RESIDENCY_CPU_SIMD not 0). */
+function kernelMemory(): Bf16Memory | undefined {
+  return resolveSimd(undefined, 0) ? new WasmArena() : undefined;
 }
 
 const EMPTY = new Float32Array(0);
@@ -161,6 +176,19 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   return { spec, raw: kept, weights, tensors: mapTensorSource(kept, spec.quantization), tokenizer, dir: root };
 }
 
+/** Reads 2-D BF16 tensors straight from `source` into `memory` (checked finite there), while it has room. */
+function bf16Placer(source: TensorSource, memory: Bf16Memory): Bf16Placer {
+  return (name) => {
+    const t = source.info(name);
+    if (t.dtype !== 'BF16' || t.shape.length !== 2) return undefined;
+    const data = memory.u16(t.bytes >> 1);
+    if (!data) return undefined;
+    source.read(name, new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+    checkBf16Finite(t, data);
+    return { format: 'bf16', rows: t.shape[0]!, cols: t.shape[1]!, data, scales: new Uint8Array(0), block: [1, 1] };
+  };
+}
+
 /**
  * weights without raw: each tensor read from its shard and converted before the next is read, so host memory
  * holds the weights and one stored tensor, never the checkpoint beside its converted copy. Progress counts
@@ -178,10 +206,12 @@ function convertStreamed(spec: ModelSpec, layout: CheckpointLayout, opts: LoadOp
   let weights: ModelWeights;
   try {
     const keepBf16 = bf16Policy(opts.bf16, spec) === 'stored';
+    const memory = keepBf16 ? opts.bf16Memory?.() : undefined;
     weights = toFloat32Weights(spec, readOnGet(source), (name, n) => {
       done += n;
       opts.onProgress?.(done, total, `loading ${name}`);
-    }, { keepBf16, freshBytes: true, ...(stream ? { streamExperts: source } : {}) });
+    }, { keepBf16, freshBytes: true, ...(stream ? { streamExperts: source } : {}), ...(memory ? { placeBf16: bf16Placer(source, memory) } : {}) });
+    if (memory) weights = { ...weights, bf16Memory: memory };
   } catch (e) {
     source.close();
     throw e;

@@ -107,4 +107,15 @@ export interface ModelWeights {
   readonly finalNorm: Float32Array; // [H]
   /** [V][H]; the same array (or matrix) as `embed` when the embeddings are tied. */
   readonly lmHead: VocabMatrix;
+  /**
+   * The memory the bf16 matrices kept as stored were read into, when the load was given one (LoadOptions.bf16Memory:
+   * the CPU backend's SIMD kernel memory, which a backend taking these weights adopts instead of copying them).
+   */
+  readonly bf16Memory?: Bf16Memory;
+}
+
+/** Memory for bf16 bit patterns kept as stored (the CPU kernel's arena). */
+export interface Bf16Memory {
+  /** Room for n bf16 values, or undefined when the memory would pass what it may hold (the load then uses the heap). */
+  u16(n: number): Uint16Array | undefined;
 }

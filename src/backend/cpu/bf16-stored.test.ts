@@ -5,7 +5,10 @@
 // memory), tied embeddings and untied.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { bf16FromEnv, bf16Policy, loadModel } from '../../model/load.ts';
+import { bf16FromEnv, bf16Policy, loadModel, loadModelFor } from '../../model/load.ts';
+import { WasmArena } from './wasm/arena.ts';
+import { resolveSimd } from './wasm/simd-option.ts';
+import type { Bf16Matrix } from '../../model/quant.ts';
 import { parseConfig } from '../../model/config.ts';
 import { SHIPPED_MODEL, rejectsWith, withTempDir } from '../../model/test-helpers.ts';
 import { syntheticConfig, writeSyntheticCheckpoint } from '../../model/synthetic.ts';
@@ -80,6 +83,46 @@ describe('bf16 kept as stored', () => {
         assert.ok((await run(stored.spec, stored.weights, opts, 5)).equals(want), JSON.stringify(opts));
       }
     });
+  });
+
+  it('loadModelFor cpu reads bf16 kept as stored straight into the kernel\'s memory, which a backend taking the weights adopts (no copy); outputs unchanged', async () => {
+    const before = process.env.RESIDENCY_CPU_BF16;
+    process.env.RESIDENCY_CPU_BF16 = 'stored';
+    try {
+      const [f32, stored] = await Promise.all([loadModel(SHIPPED_MODEL, { raw: false }), loadModelFor(SHIPPED_MODEL, 'cpu')]);
+      const memory = stored.weights.bf16Memory;
+      if (!resolveSimd(undefined, 0)) {
+        // RESIDENCY_CPU_SIMD=0: no kernel, so no kernel memory; the heap as before.
+        assert.equal(memory, undefined);
+        assert.ok((await run(stored.spec, stored.weights, { threads: 2, takeExperts: true })).equals(await run(f32.spec, f32.weights, { threads: 1 })));
+        return;
+      }
+      assert.ok(memory instanceof WasmArena, 'the kernel\'s memory');
+      const l = stored.weights.layers[2]!;
+      const mats = [stored.weights.lmHead, l.qProj, l.kProj, l.vProj, l.oProj] as Bf16Matrix[];
+      assert.ok(mats.every((m) => m.format === 'bf16' && memory.holds(m.data)), 'read into it');
+      const want = await run(f32.spec, f32.weights, { threads: 1 });
+      assert.ok((await run(stored.spec, stored.weights, { threads: 2, simd: true, takeExperts: true })).equals(want));
+      const after = stored.weights.layers[2]!;
+      assert.ok(stored.weights.lmHead === mats[0] && after.qProj === mats[1] && after.oProj === mats[4], 'computed on in place: the same matrices');
+      stored.tensors.close();
+    } finally {
+      if (before === undefined) delete process.env.RESIDENCY_CPU_BF16;
+      else process.env.RESIDENCY_CPU_BF16 = before;
+    }
+  });
+
+  it('a bf16 memory that runs out of room: the matrices past it load on the heap, outputs unchanged (a backend copies those into its arena)', async () => {
+    const arena = new WasmArena();
+    let room = 3; // the embedding and two projections
+    const memory = { u16: (n: number) => (room-- > 0 ? arena.u16(n) : undefined) };
+    const [f32, stored] = await Promise.all([loadModel(SHIPPED_MODEL, { raw: false }), loadModel(SHIPPED_MODEL, { raw: false, bf16: 'stored', streamExperts: true, bf16Memory: () => memory })]);
+    const l0 = stored.weights.layers[0]!;
+    const inArena = [stored.weights.embed, l0.qProj, l0.kProj, l0.vProj].map((m) => arena.holds((m as Bf16Matrix).data));
+    assert.deepEqual(inArena, [true, true, true, false]);
+    const want = await run(f32.spec, f32.weights, { threads: 1 });
+    for (const opts of [{ threads: 1 }, { threads: 2, takeExperts: true }]) assert.ok((await run(stored.spec, stored.weights, opts)).equals(want), JSON.stringify(opts));
+    stored.tensors.close();
   });
 
   it('a NaN kept as stored is refused at load naming the tensor, as the float32 conversion does', async () => {

@@ -148,7 +148,10 @@ export class CpuBackend implements Backend {
     this.simd = resolveSimd(options.simd, arenaBytes);
     // SIMD: the linear layers' and experts' weights and activations live in one shared wasm memory
     // (wasm/arena.ts); KV caches stay where the JS path keeps them.
-    const arena = this.simd ? new WasmArena(arenaBytes) : null;
+    // Weights this backend takes whose bf16 matrices were loaded into a kernel memory: that memory becomes the arena
+    // (the matrices are computed on in place, never copied beside themselves).
+    const adopt = options.takeExperts === true && weights.bf16Memory instanceof WasmArena ? weights.bf16Memory : null;
+    const arena = this.simd ? (adopt ?? new WasmArena(arenaBytes)) : null;
     const plain = this.threads > 1 ? sharedAlloc : heapAlloc;
     this.alloc = arena ?? plain;
     this.banks = new CpuExpertBanks(spec, weights.layers, options.placement, {
@@ -160,7 +163,8 @@ export class CpuBackend implements Backend {
     const share = (a: Float32Array): Float32Array => (arena ? arena.copy(a) : this.threads > 1 ? sharedCopy(a) : a);
     // Quantized projections stay as stored, computed on the calling thread (quant-linear.ts); bf16 ones kept as stored
     // go into the kernel's memory as they are (its bf16 linear, split by rows between the threads).
-    const shareMatrix = (m: Matrix): Matrix => (!isQuantized(m) ? share(m) : m.format === 'bf16' && arena ? arena.bf16(m) : m);
+    const bf16InArena = (m: Matrix): Matrix => (isQuantized(m) && m.format === 'bf16' && arena && !arena.holds(m.data) ? arena.bf16(m) : m);
+    const shareMatrix = (m: Matrix): Matrix => (!isQuantized(m) ? share(m) : bf16InArena(m));
     this.lmHead = shareMatrix(weights.lmHead) as VocabMatrix;
     const moeIds = moeLayerIds(spec);
     this.moeIndex = new Int32Array(spec.numLayers).fill(-1);
@@ -168,7 +172,6 @@ export class CpuBackend implements Backend {
     this.routers = weights.layers.map((w, l) => (this.moeIndex[l]! >= 0 ? share(w.router) : w.router));
     this.oProjs = weights.layers.map((w) => shareMatrix(w.oProj));
     // bf16 q, k and v kept as stored: in the kernel's memory (float32 ones are stacked below, or stay where they are).
-    const bf16InArena = (m: Matrix): Matrix => (isQuantized(m) && m.format === 'bf16' && arena ? arena.bf16(m) : m);
     this.qkvProjs = weights.layers.map((w) => ({ q: bf16InArena(w.qProj), k: bf16InArena(w.kProj), v: bf16InArena(w.vProj) }));
     this.qkv = weights.layers.map((w) => {
       const { qProj: q, kProj: k, vProj: v } = w;

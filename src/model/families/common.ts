@@ -174,7 +174,15 @@ export function refuseQuantized(type: string, q: unknown): void {
  * matrix kept as stored is those bytes, checked in place, rather than a second copy of them. `table` reads the
  * embedding and lm head (float32, or with `keepBf16` bf16 as stored).
  */
-export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, quant?: QuantSpec, keepBf16 = false, freshBytes = false) {
+/** Reads a bf16 tensor kept as stored straight into memory of the loader's choosing, or undefined (not 2-D BF16, or no room). */
+export type Bf16Placer = (name: string) => Bf16Matrix | undefined;
+
+export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, quant?: QuantSpec, keepBf16 = false, freshBytes = false, placeBf16?: Bf16Placer) {
+  const placed = (name: string): Bf16Matrix | undefined => {
+    const m = keepBf16 && placeBf16 ? placeBf16(name) : undefined;
+    if (m) onTensor?.(name, 2 * m.data.length);
+    return m;
+  };
   const rawOf = (name: string): RawTensor => {
     const t = raw.get(name);
     if (!t) throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}" is missing`);
@@ -187,6 +195,8 @@ export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (na
     return { format: 'bf16', rows, cols, data: freshBytes ? ownBf16Bits(t) : bf16Bits(t), scales: new Uint8Array(0), block: [1, 1] };
   };
   const matrix = (name: string): Matrix => {
+    const p = placed(name);
+    if (p) return p;
     const t = rawOf(name);
     if (keepBf16 && t.dtype === 'BF16') return bf16(t);
     if (t.dtype !== 'F8_E4M3') return tensorToFloat32(t, { finite: true });
@@ -195,6 +205,8 @@ export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (na
   };
   /** The embedding or lm head: with `keepBf16` a bf16 one stays as stored (as the projections do), else float32. */
   const table = (name: string): VocabMatrix => {
+    const p = placed(name);
+    if (p) return p;
     const t = rawOf(name);
     return keepBf16 && t.dtype === 'BF16' ? bf16(t) : tensorToFloat32(t, { finite: true });
   };

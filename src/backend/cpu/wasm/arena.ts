@@ -6,12 +6,13 @@
 import { ResidencyError } from '../../../errors.ts';
 import type { Alloc } from '../alloc.ts';
 import type { Bf16Matrix } from '../../../model/quant.ts';
+import type { Bf16Memory } from '../../../model/weights.ts';
 import { MAX_PAGES } from './module.ts';
 import { wasmApi, type WasmMemory } from './api.ts';
 
 const PAGE = 65536;
 
-export class WasmArena implements Alloc {
+export class WasmArena implements Alloc, Bf16Memory {
   readonly shared = true;
   readonly memory: WasmMemory;
   /** Next free byte (16-aligned; address 0 is left unused). */
@@ -78,6 +79,18 @@ export class WasmArena implements Alloc {
     const c = this.f32(a.length);
     c.set(a);
     return c;
+  }
+
+  /**
+   * Room for n bf16 values (the loader reads bf16 matrices kept as stored straight here: model/weights.ts Bf16Memory),
+   * or undefined past three quarters of the 4 GiB the kernel addresses (the share resolveSimd lets weights fill).
+   */
+  u16(n: number): Uint16Array | undefined {
+    if (this.top + 2 * n > 0.75 * MAX_PAGES * PAGE) return undefined;
+    const at = this.take(2 * n);
+    const a = new Uint16Array(this.memory.buffer, at, n);
+    this.own.add(a);
+    return a;
   }
 
   /** A copy of a bf16 matrix kept as stored, its bit patterns in the arena (the kernel's linear_tab_bf16 reads them). */
