@@ -3,7 +3,9 @@
 // to worker threads, bit-identical), and the N-thread / 1-thread ratio; each with the JS linear loops
 // and with the wasm SIMD kernel (src/backend/cpu/wasm, bit-identical). Prints tables and writes
 // out/bench-cpu-decode.json.
-// Run: npm run bench:cpu [-- --model DIR --steps N --prompt-tokens N --threads N --simd both|on|off]
+// Run: npm run bench:cpu [-- --model DIR --steps N --prompt-tokens N --threads N --simd both|on|off --warm N]
+// (--warm: untimed decode steps before each timed row, default 1024; at real shapes, e.g. a 2-layer
+// Qwen3-30B-A3B-geometry checkpoint from bench/cpu/real-geometry.ts, `--warm 16 --steps 32 --prompt-tokens 32`)
 // Side by side with llama.cpp (issue 18): --peer PATH/llama-bench --peer-model FILE.gguf [--rounds R]: each round
 // runs our measurements then llama.cpp's (llama-bench pp/tg, llama-batched-bench at batch 4) at the same thread
 // counts, prompt length and decode length, and the tables print the ratios from the same run.
@@ -15,7 +17,7 @@ import { createCpuBackend, type CpuBackend } from '../../src/backend/cpu/cpu-bac
 import { createEngine } from '../../src/engine/engine.ts';
 import { runToCompletion } from '../../src/engine/complete.ts';
 import { greedy } from '../../src/engine/sampler.ts';
-import { loadModel } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/model/load.ts';
 import { packageRoot } from '../../src/cli/generate.ts';
 import { runPeer, type PeerFigures } from './peer.ts';
 
@@ -30,6 +32,7 @@ const { values } = parseArgs({
     peer: { type: 'string' },
     'peer-model': { type: 'string' },
     rounds: { type: 'string' },
+    warm: { type: 'string', default: '1024' },
   },
 });
 if ((values.peer === undefined) !== (values['peer-model'] === undefined)) throw new Error('--peer PATH/llama-bench and --peer-model FILE.gguf go together');
@@ -57,7 +60,9 @@ DESCRIPTION
        --block-size=SIZE
               with -l, scale sizes by SIZE when printing them; e.g., '--block-size=M'; see SIZE format below`;
 
-const model = await loadModel(values.model);
+// Loaded as the CLI and server load for the CPU backend (bf16 kept as stored at real shapes, RESIDENCY_CPU_BF16;
+// experts streamed from the shards into each backend's banks).
+const model = await loadModelFor(values.model, 'cpu');
 const ids = model.tokenizer.encode(TEXT);
 while (ids.length < PROMPT) ids.push(...ids);
 const prompt = ids.slice(0, PROMPT);
@@ -160,7 +165,8 @@ console.log(`model: ${model.spec.name} (${values.model}), prefill ${prompt.lengt
  * llama-bench times after its own warm-up run (rows before 2026-12-01b were timed on fresh backends after 128 steps
  * on another one).
  */
-const WARM_STEPS = 1024;
+const WARM_STEPS = Number(values.warm);
+if (!Number.isInteger(WARM_STEPS) || WARM_STEPS < 0) throw new Error(`--warm ${values.warm}: expected an integer >= 0`);
 
 interface Row {
   what: string;
