@@ -125,6 +125,27 @@ describe('bf16 kept as stored', () => {
     stored.tensors.close();
   });
 
+  it('odd expert shapes (up not right after gate in a bank row, tails in every product): the kernel\'s bf16 experts are byte-identical to float32 (1 and 2 threads)', async () => {
+    // hidden 21, intermediate 5: 105 values a matrix, so each matrix's bytes end off a 4-byte boundary and the row
+    // leaves a gap after gate (the kernel computes gate and up as two linears); every inDim has a tail mod 4.
+    const config = syntheticConfig({ hidden_size: 21, moe_intermediate_size: 5, head_dim: 6, vocab_size: 300, num_experts: 6, num_experts_per_tok: 3, tie_word_embeddings: false });
+    await withTempDir(async (dir) => {
+      await writeSyntheticCheckpoint(dir, { config, seed: 12 });
+      const [f32, stored] = await Promise.all([loadModel(dir, { raw: false }), loadModel(dir, { raw: false, bf16: 'stored', streamExperts: true })]);
+      const want = await run(f32.spec, f32.weights, { threads: 1 }, 3);
+      for (const opts of [{ threads: 1 }, { threads: 2 }]) {
+        const b = createCpuBackend(stored.spec, stored.weights, { ...opts, placement: { hotPerLayer: 3 } });
+        const q = b.banks.quant!;
+        assert.ok(q.data[1] !== q.data[0] + 2 * 5 * 21, `gate ${q.data[0]}, up ${q.data[1]}: a gap between them`);
+        b.dispose();
+        const calls = simdBf16Calls();
+        assert.ok((await run(stored.spec, stored.weights, opts, 3)).equals(want), JSON.stringify(opts));
+        if (lastSimd) assert.ok(simdBf16Calls() > calls);
+      }
+      stored.tensors.close();
+    });
+  });
+
   it('a NaN kept as stored is refused at load naming the tensor, as the float32 conversion does', async () => {
     const name = 'model.layers.1.mlp.experts.2.up_proj.weight';
     await withTempDir(async (dir) => {

@@ -2,14 +2,17 @@
 // JS loops over the widened float32 rows (linalg.ts `linearRows`) and to quant-linear.ts `linearQ` over the
 // Bf16Matrix (the bf16-stored spec): random bit patterns (subnormals, -0, both signs, every exponent but the
 // non-finite one), every inDim residue mod 4, odd element offsets (rows not 4-byte aligned), row sub-ranges,
-// batches of 1..11 rows, and rows wide enough to take several blocks.
+// batches of 1..11 rows, and rows wide enough to take several blocks; and bf16 expert units (wasm/experts.ts) against
+// quant-linear.ts computeQuantUnits, with gate and up joined in the row and apart.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { WasmArena } from './arena.ts';
 import { simdFma, simdKernel, simdKernelCalls } from './kernel.ts';
 import { TabStage } from './stage.ts';
 import { linearRows } from '../linalg.ts';
-import { linearQ } from '../quant-linear.ts';
+import { computeQuantUnits, linearQ } from '../quant-linear.ts';
+import { PICK, UNIT } from '../expert-units.ts';
+import { computeExpertUnitsSimd, expertScratch } from './experts.ts';
 import { mulberry32 } from '../synthetic.ts';
 import { bytesOf as bytes } from '../test-helpers.ts';
 import type { Bf16Matrix } from '../../../model/quant.ts';
@@ -94,5 +97,48 @@ for (const fma of VARIANTS) test('bf16 kernel: wide rows go in several blocks of
     const { yTab, xTab } = stage.linear(y, x, rows, outDim, inDim);
     k.linearBf16At(yTab, w.byteOffset, xTab, rows, inDim, o0, o1);
     assert.ok(bytes(y).equals(bytes(want)), `rows ${rows} out [${o0}, ${o1}) of ${outDim} in ${inDim}`);
+  }
+});
+
+for (const fma of VARIANTS) test('bf16 expert units through the kernel: bit-identical to quant-linear.ts computeQuantUnits, up apart from gate (a gap in the row) and joined, units of 1..5 picks' + variant(fma), () => {
+  const rand = mulberry32(23);
+  for (const [H, I] of [[21, 5], [16, 6]] as const) {
+    const arena = new WasmArena();
+    const k = simdKernel(arena.memory, fma);
+    const stage = new TabStage(arena);
+    const align4 = (n: number): number => Math.ceil(n / 4) * 4;
+    const mat = 2 * I * H;
+    const [gate, up, down] = [0, align4(mat), 2 * align4(mat)];
+    const rowSize = align4(3 * align4(mat)) / 4; // words
+    const E = 4;
+    const bank = arena.f32(E * rowSize);
+    const rows = Array.from({ length: E }, (_, e) => {
+      const at = bank.byteOffset + 4 * e * rowSize;
+      const view = (off: number, r: number, c: number): Bf16Matrix => {
+        const data = new Uint16Array(bank.buffer, at + off, r * c);
+        fillBf16(data, rand);
+        return matrix(data, r, c);
+      };
+      return { gate: view(gate, I, H), up: view(up, I, H), down: view(down, H, I) };
+    });
+    const layout = { gate, up, down, bf16: true };
+    // Units: expert e with e + 1 picks (1..4), then expert 0 again with 5; pick p reads x row p, writes out row p.
+    const counts = [1, 2, 3, 4, 5];
+    const picks = counts.reduce((a, b) => a + b, 0);
+    const units = arena.i32(counts.length * UNIT);
+    const unitPicks = arena.i32(picks * PICK);
+    let first = 0;
+    counts.forEach((c, u) => {
+      units.set([0, (u % E) * rowSize, first, c], u * UNIT);
+      for (let j = 0; j < c; j++) unitPicks.set([(first + j) * H, (first + j) * H], (first + j) * PICK);
+      first += c;
+    });
+    const x = arena.f32(picks * H);
+    fillF32(x, rand);
+    const want = new Float32Array(picks * H);
+    computeQuantUnits(want, units, unitPicks, 0, counts.length, [rows], rowSize, x, H, I, new Float32Array(2 * I));
+    const out = arena.f32(picks * H);
+    computeExpertUnitsSimd(k, expertScratch(arena, I), out, units, unitPicks, 0, counts.length, [bank], stage.promote(x, picks * H), H, I, layout);
+    assert.ok(bytes(out).equals(bytes(want)), `H ${H} I ${I} (${up === gate + mat ? 'joined' : 'gate and up apart'})`);
   }
 });
