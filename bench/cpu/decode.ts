@@ -5,7 +5,8 @@
 // out/bench-cpu-decode.json.
 // Run: npm run bench:cpu [-- --model DIR --steps N --prompt-tokens N --threads N --simd both|on|off --warm N]
 // (--warm: untimed decode steps before each timed row, default 1024; at real shapes, e.g. a 2-layer
-// Qwen3-30B-A3B-geometry checkpoint from bench/cpu/real-geometry.ts, `--warm 16 --steps 32 --prompt-tokens 32`)
+// Qwen3-30B-A3B-geometry checkpoint from bench/cpu/real-geometry.ts, `--warm 16 --steps 32 --prompt-tokens 32`;
+// --ops: where each backend decode row's step goes, op by op (src/backend/cpu/op-timer.ts), in microseconds a step)
 // Side by side with llama.cpp (issue 18): --peer PATH/llama-bench --peer-model FILE.gguf [--rounds R]: each round
 // runs our measurements then llama.cpp's (llama-bench pp/tg, llama-batched-bench at batch 4) at the same thread
 // counts, prompt length and decode length, and the tables print the ratios from the same run.
@@ -14,6 +15,7 @@ import { availableParallelism, cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { createCpuBackend, type CpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
+import { OpTimer } from '../../src/backend/cpu/op-timer.ts';
 import { createEngine } from '../../src/engine/engine.ts';
 import { runToCompletion } from '../../src/engine/complete.ts';
 import { greedy } from '../../src/engine/sampler.ts';
@@ -33,6 +35,7 @@ const { values } = parseArgs({
     'peer-model': { type: 'string' },
     rounds: { type: 'string' },
     warm: { type: 'string', default: '1024' },
+    ops: { type: 'boolean', default: false },
   },
 });
 if ((values.peer === undefined) !== (values['peer-model'] === undefined)) throw new Error('--peer PATH/llama-bench and --peer-model FILE.gguf go together');
@@ -70,7 +73,8 @@ const placement = values.hot !== undefined ? { hotPerLayer: Number(values.hot) }
 const THREADS = Number(values.threads);
 const SIMD_MODES = values.simd === 'both' ? [false, true] : values.simd === 'on' ? [true] : values.simd === 'off' ? [false] : null;
 if (SIMD_MODES === null) throw new Error(`--simd ${values.simd}: expected both, on or off`);
-const newBackend = (threads: number, simd: boolean): CpuBackend => createCpuBackend(model.spec, model.weights, { placement, threads, simd });
+const newBackend = (threads: number, simd: boolean, opTimer?: OpTimer): CpuBackend =>
+  createCpuBackend(model.spec, model.weights, { placement, threads, simd, ...(opTimer ? { opTimer } : {}) });
 const V = model.spec.vocabSize;
 
 /** Wall and CPU seconds of a piece of work (CPU time stays honest when other processes share the cores). */
@@ -101,7 +105,7 @@ const PREFILL_REPS = 7;
  * Prefill `prompt` as one chunk per sequence (PREFILL_REPS times, the median timed), then, in fresh sequences after a DECODE_CONTEXT-token
  * prompt, `steps` greedy decode steps for `batch` sequences (timed).
  */
-function runBackend(b: CpuBackend, batch: number, steps: number): { prefill: Timing; decode: Timing } {
+function runBackend(b: CpuBackend, batch: number, steps: number, timer?: OpTimer): { prefill: Timing; decode: Timing } {
   const prefillChunks = (tokens: number[], seq0: number) => Array.from({ length: batch }, (_, s) => ({ seq: seq0 + s, tokens: tokens.map((t) => (t + s) % V), startPos: 0 }));
   // One prefill forward lasts ~50 ms on tiny-moe: the median of PREFILL_REPS, each in fresh sequences.
   const prefills: Timing[] = [];
@@ -114,12 +118,14 @@ function runBackend(b: CpuBackend, batch: number, steps: number): { prefill: Tim
   const context = prompt.slice(0, DECODE_CONTEXT);
   for (let s = 0; s < batch; s++) b.openSequence(s, context.length + steps + 1);
   let { logits } = b.forward({ chunks: prefillChunks(context, 0), count: false });
+  if (timer) timer.on = true;
   const [, decode] = timed(() => {
     for (let i = 0; i < steps; i++) {
       const step = Array.from({ length: batch }, (_, s) => ({ seq: s, tokens: [greedy(logits, s * V, V)], startPos: context.length + i }));
       ({ logits } = b.forward({ chunks: step, count: true }));
     }
   });
+  if (timer) timer.on = false;
   for (let s = 0; s < batch; s++) b.closeSequence(s);
   return { prefill, decode };
 }
@@ -180,6 +186,8 @@ interface Row {
   cores: number;
 }
 const rows: (Row & { round: number })[] = [];
+/** --ops: each backend decode row's op times (ms summed over its timed steps) and calls. */
+const opRows: { round: number; threads: number; simd: boolean; batch: number; steps: number; stepUs: number; ms: Map<string, number>; calls: Map<string, number> }[] = [];
 let round = 0;
 const row = (what: string, threads: number, simd: boolean, batch: number, tokens: number, t: Timing): void => {
   rows.push({ round, what, threads, simd, batch, tokens, wallTokPerS: tokens / t.wall, cpuTokPerS: tokens / t.cpu, cores: t.cpu / t.wall });
@@ -189,10 +197,12 @@ const peerRows: (PeerFigures & { round: number; threads: number })[] = [];
 for (round = 0; round < ROUNDS; round++) {
   for (const simd of SIMD_MODES) for (const threads of threadCounts) {
     for (const batch of [1, 4]) {
-      const b = newBackend(threads, simd);
+      const timer = values.ops ? Object.assign(new OpTimer(), { on: false }) : undefined;
+      const b = newBackend(threads, simd, timer);
       await b.ready(); // workers started (a fresh backend's first steps would otherwise run on one thread)
       runBackend(b, batch, WARM_STEPS);
-      const r = runBackend(b, batch, STEPS);
+      const r = runBackend(b, batch, STEPS, timer);
+      if (timer) opRows.push({ round, threads, simd, batch, steps: STEPS, stepUs: (r.decode.wall * 1e6) / STEPS, ms: new Map(timer.ms), calls: new Map(timer.calls) });
       b.dispose();
       row('prefill (backend)', threads, simd, batch, batch * prompt.length, r.prefill);
       row('decode (backend)', threads, simd, batch, batch * STEPS, r.decode);
@@ -233,6 +243,23 @@ if (peerRows.length > 0) {
     line('decode batch 1', p.tg, ours(p.round, 'decode (backend)', p.threads, 1));
     if (p.tgBatch) line(`decode batch ${p.tgBatch.batch}`, p.tgBatch.tokS, ours(p.round, 'decode (backend)', p.threads, p.tgBatch.batch));
     line(`prefill ${PROMPT} tokens`, p.pp, ours(p.round, 'prefill (backend)', p.threads, 1));
+  }
+}
+if (opRows.length > 0) {
+  console.log('');
+  console.log('where a backend decode step goes (--ops), us a step by op; "rest" is the step outside these ops:');
+  for (const o of opRows) {
+    console.log('');
+    console.log(`round ${o.round + 1}, ${o.threads} thread${o.threads > 1 ? 's' : ''}, simd ${o.simd ? 'on' : 'off'}, batch ${o.batch}: ${o.stepUs.toFixed(1)} us a step`);
+    console.log('| op | us a step | calls a step | share |');
+    console.log('|---|---|---|---|');
+    let sum = 0;
+    for (const [k, ms] of [...o.ms].sort((x, y) => y[1] - x[1])) {
+      const us = (ms * 1e3) / o.steps;
+      sum += us;
+      console.log(`| ${k} | ${us.toFixed(1)} | ${(o.calls.get(k)! / o.steps).toFixed(1)} | ${((100 * us) / o.stepUs).toFixed(1)}% |`);
+    }
+    console.log(`| rest | ${(o.stepUs - sum).toFixed(1)} | | ${((100 * (o.stepUs - sum)) / o.stepUs).toFixed(1)}% |`);
   }
 }
 if (THREADS > 1) {

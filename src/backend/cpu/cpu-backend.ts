@@ -19,6 +19,7 @@ import { checkWeights } from './check-weights.ts';
 import { addInPlace, embedding, linear, rmsnorm } from './linalg.ts';
 import { heapAlloc, sharedAlloc, sharedCopy, type Alloc } from './alloc.ts';
 import { serialCompute, type RowCompute } from './row-compute.ts';
+import { timedCompute, type OpTimer } from './op-timer.ts';
 import { CpuThreadPool } from './parallel/pool.ts';
 import { resolveThreads } from './parallel/threads.ts';
 import { WasmArena } from './wasm/arena.ts';
@@ -60,6 +61,8 @@ export interface CpuBackendOptions {
    * held in pieces of whole rows, whatever its layer's size. Never changes a result; tests lower it.
    */
   readonly bankPieceWords?: number;
+  /** Times every op into this timer (op-timer.ts; bench:cpu --ops). Never changes a result. */
+  readonly opTimer?: OpTimer;
 }
 
 /** Weights whose routed experts a backend has taken (takeExperts). */
@@ -205,10 +208,11 @@ export class CpuBackend implements Backend {
       : undefined;
     const banks = this.banks;
     const quant = banks.quant ? { rows: banks.quantRows, layout: banks.quant, rowSize: banks.rowSize, hidden: spec.hiddenSize, inter: spec.expertIntermediate } : undefined;
-    this.compute =
+    const compute =
       this.threads > 1
         ? new CpuThreadPool({ threads: this.threads, banks: banks.pieces, simd, ...(quant ? { quant } : {}) })
         : serialCompute(banks.pieces, spec.expertIntermediate, simd, quant);
+    this.compute = options.opTimer ? timedCompute(compute, options.opTimer) : compute;
     this.counter = new Uint32Array(moeLayerCount(spec) * spec.numExperts);
     // SIMD: KV caches in the wasm memory too, recycled as sequences close.
     const kvAlloc: Alloc = arena ? { shared: true, f32: (n) => arena.f32Reusable(n), i32: (n) => arena.i32(n), free: (a) => arena.free(a) } : plain;
