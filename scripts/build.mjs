@@ -18,6 +18,7 @@ const entries = [
   ['bench/gpu/real-size.ts', 'dist/bench-real.mjs'],
   ['bench/gpu/cold-read.ts', 'dist/bench-cold-read.mjs'],
   ['bench/tiered/real.ts', 'dist/bench-tiered.mjs'],
+  ['bench/cpu/decode.ts', 'dist/bench-cpu.mjs'],
 ];
 for (const [src, out] of entries) {
   if (!existsSync(resolve(root, src))) { console.log(`build: ${src} not present, skipped`); continue; }
