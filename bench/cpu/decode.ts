@@ -6,7 +6,8 @@
 // Run: npm run bench:cpu [-- --model DIR --steps N --prompt-tokens N --threads N --simd both|on|off --warm N]
 // (--warm: untimed decode steps before each timed row, default 1024; at real shapes, e.g. a 2-layer
 // Qwen3-30B-A3B-geometry checkpoint from bench/cpu/real-geometry.ts, `--warm 16 --steps 32 --prompt-tokens 32`;
-// --ops: where each backend decode row's step goes, op by op (src/backend/cpu/op-timer.ts), in microseconds a step)
+// --ops: where each backend decode row's step goes, op by op (src/backend/cpu/op-timer.ts), in microseconds a step;
+// --prefill-reps N: prefill forwards a row times, the median reported (default 7; 1 makes the JS loops affordable there))
 // Side by side with llama.cpp (issue 18): --peer PATH/llama-bench --peer-model FILE.gguf [--rounds R]: each round
 // runs our measurements then llama.cpp's (llama-bench pp/tg, llama-batched-bench at batch 4) at the same thread
 // counts, prompt length and decode length, and the tables print the ratios from the same run.
@@ -36,6 +37,7 @@ const { values } = parseArgs({
     rounds: { type: 'string' },
     warm: { type: 'string', default: '1024' },
     ops: { type: 'boolean', default: false },
+    'prefill-reps': { type: 'string', default: '7' },
   },
 });
 if ((values.peer === undefined) !== (values['peer-model'] === undefined)) throw new Error('--peer PATH/llama-bench and --peer-model FILE.gguf go together');
@@ -99,7 +101,8 @@ function timed<T>(f: () => T): [T, Timing] {
 const DECODE_CONTEXT = Math.min(16, PROMPT);
 
 /** Prefill forwards timed per backend row (their median is reported: a single one varied by +-20% here). */
-const PREFILL_REPS = 7;
+const PREFILL_REPS = Number(values['prefill-reps']);
+if (!Number.isInteger(PREFILL_REPS) || PREFILL_REPS < 1) throw new Error(`--prefill-reps ${values['prefill-reps']}: expected an integer >= 1`);
 
 /**
  * Prefill `prompt` as one chunk per sequence (PREFILL_REPS times, the median timed), then, in fresh sequences after a DECODE_CONTEXT-token
@@ -144,7 +147,7 @@ async function runEngine(threads: number, simd: boolean, batch: number, steps: n
     promptIds: prompt.slice(0, DECODE_CONTEXT).map((t) => (t + s) % V),
     sampling: { temperature: 0, topP: 1, maxTokens, ignoreEos: true },
   }));
-  await runToCompletion(engine, requests('warm', 256)); // the engine's own code
+  await runToCompletion(engine, requests('warm', Math.min(256, Math.max(1, WARM_STEPS)))); // the engine's own code (--warm caps it)
   const reqs = requests('r', steps);
   const c0 = process.cpuUsage();
   const t0 = performance.now();
