@@ -1,10 +1,10 @@
 // Assembles the ModelWeights the CPU backend computes with from raw checkpoint tensors: float tensors
 // converted to float32 (exactly: bf16 and f16 are subsets of f32), block-FP8 projections kept as stored.
 
-import { layerTensorNames } from './tensor-names.ts';
+import { EMBED, layerTensorNames } from './tensor-names.ts';
 import type { ModelSpec } from './spec.ts';
 import { familyOf } from './families/index.ts';
-import type { ModelWeights, RawTensor } from './weights.ts';
+import type { ModelWeights, RawTensor, VocabMatrix } from './weights.ts';
 import type { TensorSource } from './tensor-source.ts';
 import { attentionWeights, expertWeights, modelWeights, storedExperts, tensorReader, type Bf16Placer } from './families/common.ts';
 
@@ -28,7 +28,9 @@ export function toFloat32Weights(
   const family = familyOf(spec.architecture);
   if (family) return family.weights(spec, raw, onTensor, opts.streamExperts ? { streamExperts: opts.streamExperts } : {});
   const keepBf16 = opts.keepBf16 === true;
-  const { f32, matrix, table } = tensorReader(raw, onTensor, spec.quantization, keepBf16, opts.freshBytes === true, opts.placeBf16);
+  const { f32, matrix, table, projection, head } = tensorReader(raw, onTensor, spec.quantization, keepBf16, opts.freshBytes === true, opts.placeBf16);
+  // The lm head (with tied embeddings, the embedding's one matrix) where the kernel computes; an untied embedding not.
+  const vocab = (name: string): VocabMatrix => (name === EMBED && !spec.tieWordEmbeddings ? table(name) : head(name));
   const stream = opts.streamExperts;
   return modelWeights(spec, f32, (l) => {
     const n = layerTensorNames(l);
@@ -36,13 +38,13 @@ export function toFloat32Weights(
     const experts = stream ? storedExperts(stream, n.expert, spec, keepBf16) : expertWeights(matrix, n.expert, spec);
     return {
       inputNorm: f32(n.inputNorm),
-      ...attentionWeights(matrix, n),
+      ...attentionWeights(projection, n),
       qNorm: f32(n.qNorm),
       kNorm: f32(n.kNorm),
       postAttnNorm: f32(n.postAttnNorm),
       router: f32(n.router),
       experts,
     };
-  }, table);
+  }, vocab);
 }
 

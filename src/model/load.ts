@@ -69,9 +69,10 @@ export interface LoadOptions {
    */
   streamExperts?: boolean;
   /**
-   * Where bf16 matrices kept as stored are read to (loads with raw: false): a factory called once when some are kept;
-   * loadModelFor('cpu') gives the SIMD kernel's memory, so a backend taking the weights computes on them in place
-   * (no copy beside the loaded matrices). Matrices it has no room for stay on the heap.
+   * Where the bf16 projections and lm head kept as stored are read to (qwen3_moe loads with raw: false; the routed
+   * experts go to the banks, an untied embedding stays on the heap): a factory called once per such load, when the
+   * policy keeps bf16 as stored. loadModelFor('cpu') gives the SIMD kernel's memory, so a backend taking the weights
+   * computes on them in place (no copy beside the loaded matrices). Matrices it has no room for stay on the heap.
    */
   bf16Memory?: () => Bf16Memory | undefined;
 }
@@ -181,7 +182,9 @@ function bf16Placer(source: TensorSource, memory: Bf16Memory): Bf16Placer {
   return (name) => {
     const t = source.info(name);
     if (t.dtype !== 'BF16' || t.shape.length !== 2) return undefined;
-    const data = memory.u16(t.bytes >> 1);
+    const n = t.shape[0]! * t.shape[1]!;
+    if (t.bytes !== 2 * n) throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}": ${t.bytes} bytes for a BF16 ${t.shape.join('x')} tensor, expected ${2 * n}`);
+    const data = memory.u16(n);
     if (!data) return undefined;
     source.read(name, new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
     checkBf16Finite(t, data);
@@ -206,7 +209,8 @@ function convertStreamed(spec: ModelSpec, layout: CheckpointLayout, opts: LoadOp
   let weights: ModelWeights;
   try {
     const keepBf16 = bf16Policy(opts.bf16, spec) === 'stored';
-    const memory = keepBf16 ? opts.bf16Memory?.() : undefined;
+    // Only qwen3_moe keeps bf16 as stored (the families convert): a memory for nothing else.
+    const memory = keepBf16 && !family ? opts.bf16Memory?.() : undefined;
     weights = toFloat32Weights(spec, readOnGet(source), (name, n) => {
       done += n;
       opts.onProgress?.(done, total, `loading ${name}`);

@@ -146,6 +146,23 @@ describe('bf16 kept as stored', () => {
     });
   });
 
+  it('what a bf16 memory receives: projections and the lm head, not loaded routed experts (they go to the banks) nor an untied embedding (looked up in JS)', async () => {
+    const config = syntheticConfig({ tie_word_embeddings: false, hidden_size: 20, vocab_size: 300, num_experts: 8, num_experts_per_tok: 3 });
+    await withTempDir(async (dir) => {
+      await writeSyntheticCheckpoint(dir, { config, seed: 13 });
+      const arena = new WasmArena();
+      const [f32, stored] = await Promise.all([loadModel(dir, { raw: false }), loadModel(dir, { raw: false, bf16: 'stored', streamExperts: false, bf16Memory: () => arena })]);
+      const w = stored.weights;
+      const held = (m: unknown): boolean => arena.holds((m as Bf16Matrix).data);
+      assert.ok(held(w.lmHead) && !held(w.embed), 'the lm head in it, the untied embedding not');
+      const l = w.layers[1]!;
+      assert.ok([l.qProj, l.kProj, l.vProj, l.oProj].every(held), 'the projections in it');
+      assert.ok(l.experts.every((e) => !held(e.gate) && !held(e.up) && !held(e.down)), 'loaded experts not in it');
+      const want = await run(f32.spec, f32.weights, { threads: 1 }, 5);
+      assert.ok((await run(stored.spec, stored.weights, { threads: 2, takeExperts: true }, 5)).equals(want));
+    });
+  });
+
   it('a NaN kept as stored is refused at load naming the tensor, as the float32 conversion does', async () => {
     const name = 'model.layers.1.mlp.experts.2.up_proj.weight';
     await withTempDir(async (dir) => {

@@ -505,10 +505,7 @@ function linearBytes(spec: ModelSpec, weights: ModelWeights): number {
   for (const w of weights.layers) for (const m of [w.qProj, w.kProj, w.vProj, w.oProj]) projections += bytesOf(m);
   // (KV caches and per-thread scratch grow the memory as sequences open; so does the memory when the
   // families' extra projections are placed, so this need not count them.)
-  // An untied bf16 embedding the load placed in the kernel's memory (LoadOptions.bf16Memory) is there too.
-  const e = weights.embed;
-  const embed = weights.bf16Memory && e !== weights.lmHead && isQuantized(e) && e.format === 'bf16' ? bytesOf(e) : 0;
-  return bytesOf(weights.lmHead) + embed + 4 * moe.length * spec.numExperts * (H + rowWords) + projections + (1 << 20);
+  return bytesOf(weights.lmHead) + 4 * moe.length * spec.numExperts * (H + rowWords) + projections + (1 << 20);
 }
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] };

@@ -195,8 +195,6 @@ export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (na
     return { format: 'bf16', rows, cols, data: freshBytes ? ownBf16Bits(t) : bf16Bits(t), scales: new Uint8Array(0), block: [1, 1] };
   };
   const matrix = (name: string): Matrix => {
-    const p = placed(name);
-    if (p) return p;
     const t = rawOf(name);
     if (keepBf16 && t.dtype === 'BF16') return bf16(t);
     if (t.dtype !== 'F8_E4M3') return tensorToFloat32(t, { finite: true });
@@ -205,12 +203,14 @@ export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (na
   };
   /** The embedding or lm head: with `keepBf16` a bf16 one stays as stored (as the projections do), else float32. */
   const table = (name: string): VocabMatrix => {
-    const p = placed(name);
-    if (p) return p;
     const t = rawOf(name);
     return keepBf16 && t.dtype === 'BF16' ? bf16(t) : tensorToFloat32(t, { finite: true });
   };
-  return { raw: rawOf, f32, matrix, table };
+  // What the CPU kernel computes with (projections, the lm head): through `placeBf16` where it takes them. Routed
+  // experts (read into the banks) and an untied embedding (looked up a row at a time) take the readers above.
+  const projection = (name: string): Matrix => placed(name) ?? matrix(name);
+  const head = (name: string): VocabMatrix => placed(name) ?? table(name);
+  return { raw: rawOf, f32, matrix, table, projection, head };
 }
 
 export type TensorShapes = Map<string, readonly number[]>;

@@ -86,6 +86,7 @@ export class WasmArena implements Alloc, Bf16Memory {
    * or undefined past three quarters of the 4 GiB the kernel addresses (the share resolveSimd lets weights fill).
    */
   u16(n: number): Uint16Array | undefined {
+    if (!Number.isInteger(n) || n < 0) throw new ResidencyError('INTERNAL', `cpu simd: u16(${n}): expected a count >= 0`);
     if (this.top + 2 * n > 0.75 * MAX_PAGES * PAGE) return undefined;
     const at = this.take(2 * n);
     const a = new Uint16Array(this.memory.buffer, at, n);
