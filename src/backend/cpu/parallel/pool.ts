@@ -139,19 +139,15 @@ export class CpuThreadPool implements RowCompute {
   }
 
   linear(y: Float32Array, w: Float32Array, wOff: number, x: Float32Array, rows: number, outDim: number, inDim: number): void {
-    const t = poolTuning;
-    const macs = rows * outDim * inDim;
-    const chunks = Math.min(this.threads * t.chunksPerThread, outDim, Math.ceil(macs / t.minChunkMacs), MAX_CHUNKS);
     const simd = this.simd !== undefined && inArena(this.simd.arena, y, w, x);
     const tabs = simd ? this.simd!.stage.linear(y, x, rows, outDim, inDim) : null;
     const wAt = w.byteOffset + 4 * wOff;
-    if (this.disposed || chunks < 2 || macs < t.minSplitMacs) {
+    const chunks = this.rowChunks(rows, outDim, inDim);
+    if (chunks === 0) {
       if (tabs) this.simd!.kernel.linearAt(tabs.yTab, wAt, tabs.xTab, rows, inDim, 0, outDim);
       else linear(y, w, wOff, x, rows, outDim, inDim);
       return;
     }
-    const c = this.ctl;
-    for (let k = 0; k <= chunks; k++) c[BOUNDS + k] = Math.round((k * outDim) / chunks);
     // With SIMD the workers need only the staged addresses (every array lives in the wasm memory).
     if (tabs) this.run(OP_LINEAR, chunks, [0, 0, wOff, 0, rows, outDim, inDim, 1, tabs.yTab, tabs.xTab, wAt]);
     else this.run(OP_LINEAR, chunks, [this.id(y), this.id(w), wOff, this.id(x), rows, outDim, inDim, 0]);
@@ -211,36 +207,56 @@ export class CpuThreadPool implements RowCompute {
   }
 
   experts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void {
-    const t = poolTuning;
-    const chunks = Math.min(this.threads * t.chunksPerThread, count, MAX_CHUNKS);
-    const simd = this.simd !== undefined && inArena(this.simd.arena, out, x, x);
-    const x64 = simd ? this.simd!.stage.promote(x, tokens * hidden) : 0;
-    if (this.disposed || chunks < 2 || pickCount(units, count) * 3 * hidden * inter < t.minSplitMacs) {
-      if (simd) {
-        computeExpertUnitsSimd(this.simd!.kernel, this.simd!.experts[0]!, out, units, unitPicks, 0, count, this.banks, x64, hidden, inter);
-        return;
-      }
+    if (this.simd !== undefined && inArena(this.simd.arena, out, x, x)) return this.simdUnits(out, units, unitPicks, count, x, tokens, hidden, inter, floatRows(hidden, inter));
+    const chunks = this.unitChunks(units, count, hidden, inter);
+    if (chunks === 0) {
       if (this.serialAct[0]!.length < 2 * inter) this.serialAct[0] = new Float32Array(2 * inter);
       computeExpertUnits(out, units, unitPicks, 0, count, this.banks, x, hidden, inter, this.serialAct[0]!);
       return;
     }
-    // A unit is its picks' work: chunks balance picks, not units.
-    writeBounds(this.ctl, count, chunks, (u) => units[u * UNIT + 3]!);
-    const L = floatRows(hidden, inter);
-    this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(unitPicks), this.id(x), hidden, inter, simd ? 1 : 0, x64, 0, L.gate, L.up, L.down]);
+    this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(unitPicks), this.id(x), hidden, inter, 0]);
   }
 
   linearBf16(y: Float32Array, w: Bf16Matrix, x: Float32Array, rows: number): void {
-    const t = poolTuning;
     const { rows: outDim, cols: inDim } = w;
     if (!simdBf16(this.simd, y, w, x)) return linearQ(y, w, x, rows);
+    const { yTab, xTab } = this.simd!.stage.linear(y, x, rows, outDim, inDim);
+    const chunks = this.rowChunks(rows, outDim, inDim);
+    if (chunks === 0) return this.simd!.kernel.linearBf16At(yTab, w.data.byteOffset, xTab, rows, inDim, 0, outDim);
+    this.run(OP_LINEAR, chunks, [0, 0, 0, 0, rows, outDim, inDim, 2, yTab, xTab, w.data.byteOffset]);
+  }
+
+  /**
+   * A linear layer's split by output rows: its chunk count with the bounds written, or 0 when it is too small to share
+   * out (it runs on the calling thread).
+   */
+  private rowChunks(rows: number, outDim: number, inDim: number): number {
+    const t = poolTuning;
     const macs = rows * outDim * inDim;
     const chunks = Math.min(this.threads * t.chunksPerThread, outDim, Math.ceil(macs / t.minChunkMacs), MAX_CHUNKS);
-    const { yTab, xTab } = this.simd!.stage.linear(y, x, rows, outDim, inDim);
-    if (this.disposed || chunks < 2 || macs < t.minSplitMacs) return this.simd!.kernel.linearBf16At(yTab, w.data.byteOffset, xTab, rows, inDim, 0, outDim);
-    const c = this.ctl;
-    for (let k = 0; k <= chunks; k++) c[BOUNDS + k] = Math.round((k * outDim) / chunks);
-    this.run(OP_LINEAR, chunks, [0, 0, 0, 0, rows, outDim, inDim, 2, yTab, xTab, w.data.byteOffset]);
+    if (this.disposed || chunks < 2 || macs < t.minSplitMacs) return 0;
+    for (let k = 0; k <= chunks; k++) this.ctl[BOUNDS + k] = Math.round((k * outDim) / chunks);
+    return chunks;
+  }
+
+  /**
+   * Expert units through the kernel over rows laid out as `layout` (float32, or bf16 kept as stored): x promoted once,
+   * then on the calling thread when small, else shared out by units.
+   */
+  private simdUnits(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number, layout: SimdRowLayout): void {
+    const x64 = this.simd!.stage.promote(x, tokens * hidden);
+    const chunks = this.unitChunks(units, count, hidden, inter);
+    if (chunks === 0) return computeExpertUnitsSimd(this.simd!.kernel, this.simd!.experts[0]!, out, units, unitPicks, 0, count, this.banks, x64, hidden, inter, layout);
+    const L = layout;
+    this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(unitPicks), this.id(x), hidden, inter, 1, x64, L.bf16 ? 1 : 0, L.gate, L.up, L.down]);
+  }
+
+  /** Expert units' split (a unit is its picks' work: chunks balance picks), bounds written; 0: the calling thread. */
+  private unitChunks(units: Int32Array, count: number, hidden: number, inter: number): number {
+    const chunks = Math.min(this.threads * poolTuning.chunksPerThread, count, MAX_CHUNKS);
+    if (this.disposed || chunks < 2 || pickCount(units, count) * 3 * hidden * inter < poolTuning.minSplitMacs) return 0;
+    writeBounds(this.ctl, count, chunks, (u) => units[u * UNIT + 3]!);
+    return chunks;
   }
 
   combine(out: Float32Array, w: Float32Array, pickOut: Float32Array, tokens: number, topK: number, hidden: number): void {
@@ -250,25 +266,14 @@ export class CpuThreadPool implements RowCompute {
   quantExperts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void {
     const q = this.quant;
     if (!q) throw new ResidencyError('INTERNAL', 'cpu thread pool: quantized expert units without quantized banks');
-    const chunks = Math.min(this.threads * poolTuning.chunksPerThread, count, MAX_CHUNKS);
-    const L = this.quantSimd;
-    if (L && inArena(this.simd!.arena, out, x, x)) {
-      // bf16 rows kept as stored, in the kernel's memory: the float32 experts' job over their layout.
-      const x64 = this.simd!.stage.promote(x, tokens * hidden);
-      if (this.disposed || chunks < 2 || pickCount(units, count) * 3 * hidden * inter < poolTuning.minSplitMacs) {
-        computeExpertUnitsSimd(this.simd!.kernel, this.simd!.experts[0]!, out, units, unitPicks, 0, count, this.banks, x64, hidden, inter, L);
-        return;
-      }
-      writeBounds(this.ctl, count, chunks, (u) => units[u * UNIT + 3]!);
-      this.run(OP_EXPERTS, chunks, [this.id(out), this.id(units), this.id(unitPicks), this.id(x), hidden, inter, 1, x64, 1, L.gate, L.up, L.down]);
-      return;
-    }
-    if (this.disposed || chunks < 2 || pickCount(units, count) * 3 * hidden * inter < poolTuning.minSplitMacs) {
+    // bf16 rows kept as stored, in the kernel's memory: the float32 experts' path over their layout.
+    if (this.quantSimd && inArena(this.simd!.arena, out, x, x)) return this.simdUnits(out, units, unitPicks, count, x, tokens, hidden, inter, this.quantSimd);
+    const chunks = this.unitChunks(units, count, hidden, inter);
+    if (chunks === 0) {
       if (this.serialAct[0]!.length < 2 * inter) this.serialAct[0] = new Float32Array(2 * inter);
       computeQuantUnits(out, units, unitPicks, 0, count, q.rows, q.rowSize, x, hidden, inter, this.serialAct[0]!);
       return;
     }
-    writeBounds(this.ctl, count, chunks, (u) => units[u * UNIT + 3]!);
     this.run(OP_QUANT_EXPERTS, chunks, [this.id(out), this.id(units), this.id(unitPicks), this.id(x), hidden, inter]);
   }
 
