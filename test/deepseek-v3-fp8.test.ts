@@ -14,7 +14,7 @@ import { loadModel, loadModelFor } from '../src/model/load.ts';
 import type { ModelWeights } from '../src/model/weights.ts';
 import { float32Bytes as float32CopyBytes, heldBytes } from '../src/model/weight-bytes.ts';
 import { createCpuBackend, type CpuBackendOptions } from '../src/backend/cpu/cpu-backend.ts';
-import { recordRun } from '../src/backend/cpu/test-helpers.ts';
+import { recordFresh } from '../src/backend/cpu/test-helpers.ts';
 import { simdAvailable } from '../src/backend/cpu/wasm/kernel.ts';
 import { rejectsWith } from '../src/model/test-helpers.ts';
 import { roundTrip } from './parity-harness.ts';
@@ -75,14 +75,8 @@ describe('deepseek-v3-tiny in block FP8 on the CPU backend', { skip: !existsSync
     const sched = { swapsPerStep: 2, seed: 3, token: (f: number, i: number, s: number) => f * 31 + i * 7 + s, counted: () => true };
     const run = async (dir: string, opts: CpuBackendOptions, cli = false) => {
       const { spec, weights } = cli ? await loadModelFor(dir, 'cpu') : await loadModel(dir, { raw: false });
-      const b = createCpuBackend(spec, weights, { ...opts, placement: { hotPerLayer: HOT } });
-      try {
-        await b.ready();
-        const r = recordRun(b, batches, 4, sched);
-        return { steps: r.steps, counter: r.counter };
-      } finally {
-        b.dispose();
-      }
+      const r = await recordFresh(spec, weights, { ...opts, placement: { hotPerLayer: HOT } }, batches, 4, sched);
+      return { steps: r.steps, counter: r.counter };
     };
     const want = await run(f32Dir(), { threads: 1, simd: false });
     const configs: [CpuBackendOptions, boolean][] = [[{ threads: 1, simd: false }, false], [{ threads: 2, simd: false }, false], [{ threads: 1, simd: false }, true]];

@@ -16,7 +16,7 @@ import { heldBytes } from '../../model/weight-bytes.ts';
 import type { ModelWeights } from '../../model/weights.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import { createCpuBackend, type CpuBackendOptions } from './cpu-backend.ts';
-import { recordRun } from './test-helpers.ts';
+import { recordFresh } from './test-helpers.ts';
 import { simdBf16Calls } from './wasm/kernel.ts';
 
 // Steps of 2, 1 and 3 chunks: the lm head's products on one, two and more rows (quant-linear.ts linearQ).
@@ -27,15 +27,9 @@ const sched = { swapsPerStep: 2, seed: 5, token: (f: number, i: number, s: numbe
 let lastSimd = false;
 
 async function run(spec: ModelSpec, weights: ModelWeights, opts: CpuBackendOptions, hot = 40): Promise<Buffer> {
-  const b = createCpuBackend(spec, weights, { ...opts, placement: { hotPerLayer: hot } });
-  lastSimd = b.simd;
-  try {
-    await b.ready();
-    const r = recordRun(b, batches.map((ps) => ps.map((p) => p.map((t) => t % spec.vocabSize))), 4, sched);
-    return Buffer.concat([...r.steps, r.counter]);
-  } finally {
-    b.dispose();
-  }
+  const r = await recordFresh(spec, weights, { ...opts, placement: { hotPerLayer: hot } }, batches.map((ps) => ps.map((p) => p.map((t) => t % spec.vocabSize))), 4, sched);
+  lastSimd = r.simd;
+  return Buffer.concat([...r.steps, r.counter]);
 }
 
 describe('bf16 kept as stored', () => {

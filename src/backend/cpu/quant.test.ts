@@ -18,7 +18,7 @@ import { syntheticConfig, writeSyntheticCheckpoint } from '../../model/synthetic
 import { loadModel } from '../../model/load.ts';
 import type { ExpertWeights, ModelWeights } from '../../model/weights.ts';
 import { createCpuBackend, type CpuBackendOptions } from './cpu-backend.ts';
-import { bytesOf, recordRun } from './test-helpers.ts';
+import { bytesOf, recordFresh } from './test-helpers.ts';
 import { simdAvailable } from './wasm/kernel.ts';
 
 const rand = mulberry32(11);
@@ -144,14 +144,8 @@ describe('a block-FP8 model on the CPU backend', () => {
   const batches = [[[1, 2, 3, 40, 50, 17, 99, 102], [7, 7, 7, 30, 80, 12]], [[5, 6]]];
   const sched = { swapsPerStep: 2, seed: 3, token: (f: number, i: number, s: number) => f * 31 + i * 7 + s, counted: () => true };
   const run = async (weights: ModelWeights, spec: Awaited<ReturnType<typeof load>>['spec'], opts: CpuBackendOptions) => {
-    const b = createCpuBackend(spec, weights, { ...opts, placement: { hotPerLayer: 4 } });
-    try {
-      await b.ready();
-      const r = recordRun(b, batches, 5, sched);
-      return { steps: r.steps, counter: r.counter };
-    } finally {
-      b.dispose();
-    }
+    const r = await recordFresh(spec, weights, { ...opts, placement: { hotPerLayer: 4 } }, batches, 5, sched);
+    return { steps: r.steps, counter: r.counter };
   };
 
   it('keeps every projection and expert quantized, and matches its dequantized float32 twin byte for byte (1 and 2 threads, SIMD on and off)', async () => {

@@ -9,6 +9,8 @@ import { join } from 'node:path';
 import type { Backend } from '../backend.ts';
 import { moeLayerCount, type ModelSpec } from '../../model/spec.ts';
 import type { RowMap } from '../../residency/rowmap.ts';
+import type { ModelWeights } from '../../model/weights.ts';
+import { createCpuBackend, type CpuBackendOptions } from './cpu-backend.ts';
 import { mulberry32, shuffled } from '../../util/rng.ts';
 
 /** Bytes of a typed array (bit-level comparison: -0 vs 0 and NaN payloads count). */
@@ -71,6 +73,20 @@ export function recordRun(b: Backend, batches: number[][][], decode: number, sch
     prompts.forEach((_, s) => b.closeSequence(s));
   }
   return { steps, counter: bytesOf(b.readCounter()), digest: b.banks.digest() };
+}
+
+/**
+ * recordRun on a fresh CPU backend over (spec, weights, opts), its workers started first, disposed after; with
+ * whether it ran the SIMD kernel.
+ */
+export async function recordFresh(spec: ModelSpec, weights: ModelWeights, opts: CpuBackendOptions, batches: number[][][], decode: number, sched: RunSchedule): Promise<RunRecord & { simd: boolean }> {
+  const b = createCpuBackend(spec, weights, opts);
+  try {
+    await b.ready();
+    return { ...recordRun(b, batches, decode, sched), simd: b.simd };
+  } finally {
+    b.dispose();
+  }
 }
 
 /** Two recorded runs agree bit for bit: every step's outputs, the counter, the digest after the swaps. */
