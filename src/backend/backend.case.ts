@@ -144,7 +144,7 @@ export function runBackendConformance(name: string, make: BackendFactory, o: Con
     }
   });
 
-  test(`conformance, ${name}: a bad step is refused before anything changes`, async () => {
+  test(`conformance, ${name}: a bad step is refused before anything changes; logits go into a caller's buffer`, async () => {
     const be = await make({ hotPerLayer: o.hot });
     try {
       const V = be.spec.vocabSize;
@@ -157,6 +157,7 @@ export function runBackendConformance(name: string, make: BackendFactory, o: Con
         { chunks: [{ seq: 0, tokens: [1], startPos: p.length }, { seq: 9, tokens: [1], startPos: 0 }] }, // a sequence not open
         { chunks: [{ seq: 0, tokens: [1, 2, 3, 4, 5], startPos: p.length }] }, // past the sequence's capacity
         { chunks: [] },
+        { chunks: [{ seq: 0, tokens: [1], startPos: p.length }], logitsInto: new Float32Array(V - 1) }, // a logits buffer too small
       ];
       for (const b of bad) assert.throws(() => be.forward({ ...b, count: true }), (e: Error & { code?: string }) => e.code === 'BAD_ARGUMENT');
       assert.deepEqual(be.readCounter(), counter, 'the counter is unchanged');
@@ -166,8 +167,12 @@ export function runBackendConformance(name: string, make: BackendFactory, o: Con
       const fresh = await make({ hotPerLayer: o.hot });
       try {
         fresh.openSequence(0, p.length + 4);
-        const f0 = fresh.forward({ chunks: [{ seq: 0, tokens: p, startPos: 0 }], count: true });
+        // Into a caller's buffer (what a serving loop passes every step): the same logits, a view of its start.
+        const into = new Float32Array(V + 3).fill(Number.NaN);
+        const f0 = fresh.forward({ chunks: [{ seq: 0, tokens: p, startPos: 0 }], count: true, logitsInto: into });
         assert.deepEqual(f0.logits, first.logits);
+        assert.ok(f0.logits.buffer === into.buffer && f0.logits.byteOffset === into.byteOffset && f0.logits.length === V, 'logits are a view of logitsInto');
+        assert.ok(into.subarray(V).every(Number.isNaN), 'nothing past the step\'s logits is written');
         assert.deepEqual(fresh.forward({ chunks: [{ seq: 0, tokens: [1], startPos: p.length }], count: false }).logits, next);
       } finally {
         fresh.dispose();

@@ -13,12 +13,13 @@ export function generateGreedy(backend: Backend, promptIds: readonly number[], m
   backend.openSequence(seq, promptIds.length + maxTokens);
   try {
     const out: number[] = [];
-    let { logits } = backend.forward({ chunks: [{ seq, tokens: promptIds, startPos: 0 }], count: false });
+    const into = new Float32Array(V); // every step's logits, no allocation a token
+    let { logits } = backend.forward({ chunks: [{ seq, tokens: promptIds, startPos: 0 }], count: false, logitsInto: into });
     for (let i = 0; i < maxTokens; i++) {
       const token = greedy(logits, 0, V);
       out.push(token);
       if (i + 1 === maxTokens) break;
-      ({ logits } = backend.forward({ chunks: [{ seq, tokens: [token], startPos: promptIds.length + i }], count: false }));
+      ({ logits } = backend.forward({ chunks: [{ seq, tokens: [token], startPos: promptIds.length + i }], count: false, logitsInto: into }));
     }
     return out;
   } finally {

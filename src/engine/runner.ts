@@ -11,6 +11,8 @@ import { SamplerScratch } from './sampler.ts';
 export class ModelRunner {
   private readonly scratch: SamplerScratch;
   private nextSeq = 0;
+  /** The logits of every step go here (grown to the widest step): no step allocates its logits. */
+  private logits = new Float32Array(0);
 
   constructor(
     readonly backend: Backend,
@@ -35,10 +37,11 @@ export class ModelRunner {
       tokens: c.req.tokens.slice(c.startPos, c.startPos + c.count),
       startPos: c.startPos,
     }));
-    const out = this.backend.forward({ chunks, count, recordRouting: this.onRouting !== undefined });
+    const V = this.backend.spec.vocabSize;
+    if (this.logits.length < chunks.length * V) this.logits = new Float32Array(chunks.length * V);
+    const out = this.backend.forward({ chunks, count, recordRouting: this.onRouting !== undefined, logitsInto: this.logits });
     if (this.onRouting && out.routing) this.onRouting(chunks, out.routing);
     const logits = out.logits;
-    const V = this.backend.spec.vocabSize;
     const next = new Int32Array(step.chunks.length).fill(-1);
     step.chunks.forEach((c, i) => {
       if (c.samples) next[i] = c.req.sampler.sample(logits, i * V, this.scratch);

@@ -2,7 +2,7 @@
 // model/families/: their attention variants in family-attention.ts, routers in routers.ts, dense and shared
 // MLPs in family-mlp.ts), the reference every other backend is tested against.
 import { ResidencyError } from '../../errors.ts';
-import type { Backend, StepInput, StepOutput } from '../backend.ts';
+import { logitsOut, type Backend, type StepInput, type StepOutput } from '../backend.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { LayerWeights, MlaWeights, ModelWeights, VocabMatrix } from '../../model/weights.ts';
 import { isQuantized, type Matrix } from '../../model/quant.ts';
@@ -272,6 +272,7 @@ export class CpuBackend implements Backend {
     const kvW = nKv * d;
     const chunks = input.chunks;
     if (chunks.length === 0) throw new ResidencyError('BAD_ARGUMENT', 'forward: a step needs at least one chunk');
+    const logits = logitsOut(input, spec.vocabSize);
     let T = 0;
     for (const c of chunks) T += c.tokens.length;
     const s = this.ensureScratch(T, chunks.length);
@@ -356,7 +357,8 @@ export class CpuBackend implements Backend {
     this.project(s.logits, this.lmHead, s.last, chunks.length, spec.vocabSize, H);
     this.lastColdPicks = coldPicks;
     if (record) this.lastRouterProbs = probs;
-    const out: StepOutput = { logits: s.logits.slice(0, chunks.length * spec.vocabSize) };
+    logits.set(s.logits.subarray(0, chunks.length * spec.vocabSize));
+    const out: StepOutput = { logits };
     return record ? { ...out, routing, routingWeights } : out;
   }
 

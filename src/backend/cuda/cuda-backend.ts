@@ -4,7 +4,7 @@
 // swap touches (slots, counter) lives in device memory, so graphs stay valid for the backend's lifetime.
 import { ResidencyError } from '../../errors.ts';
 import { checkCudaSupport } from './support.ts';
-import type { Backend, SequenceChunk, StepInput, StepOutput } from '../backend.ts';
+import { logitsOut, type Backend, type SequenceChunk, type StepInput, type StepOutput } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { RawTensor } from '../../model/weights.ts';
 import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/architecture.ts';
@@ -237,7 +237,7 @@ export class CudaBackend implements Backend {
     const chunks = input.chunks;
     const T = this.validate(chunks);
     const record = input.recordRouting === true;
-    const logits = new Float32Array(chunks.length * V);
+    const logits = logitsOut(input, V);
     const routing = record ? new Int32Array(T * L * K) : undefined;
     const routingWeights = record ? new Float32Array(T * L * K) : undefined;
     for (const rows of planSubsteps(chunks, this.buckets[this.buckets.length - 1]!)) {
