@@ -56,10 +56,13 @@ struct GemmProblem {
   long long b_off;
   float limit, alpha;
   int32_t gu_interleave, pad4;
+  // Dense gemv only: the first weight loads are issued before waiting for the kernel before (PDL), so they
+  // stream while it finishes; weights never depend on an earlier kernel.
+  int32_t early, pad5;
 };
 
 // layout.ts writes these bytes (GEMM_PROBLEM_BYTES and each field's offset): keep the two in step.
-static_assert(sizeof(GemmProblem) == 248, "GemmProblem: layout.ts GEMM_PROBLEM_BYTES");
+static_assert(sizeof(GemmProblem) == 256 && offsetof(GemmProblem, early) == 248, "GemmProblem: layout.ts GEMM_PROBLEM_BYTES, encodeGemm (early loads)");
 static_assert(offsetof(GemmProblem, row_bytes) == 112 && offsetof(GemmProblem, ldx) == 128 && offsetof(GemmProblem, norm_w) == 160, "GemmProblem: layout.ts encodeGemm");
 static_assert(offsetof(GemmProblem, scales) == 184 && offsetof(GemmProblem, s_rows) == 200, "GemmProblem: layout.ts encodeGemm (scales)");
 static_assert(offsetof(GemmProblem, bias) == 216 && offsetof(GemmProblem, b_off) == 224 && offsetof(GemmProblem, limit) == 232 &&
@@ -73,6 +76,7 @@ enum { WF_BF16 = 0, WF_FP8 = 1, WF_MXFP4 = 2 };
 // may start while the kernel before it finishes. It waits here for that kernel (and so, transitively, for every
 // earlier one) to complete and flush before reading or writing anything, then lets the next one launch.
 // Without PDL at launch both are no-ops.
+// (A dense gemv issues its first weight loads before this: gemv_body.)
 __device__ __forceinline__ void pdl_enter() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -57,6 +57,9 @@ __device__ __forceinline__ float dot_load(const uint4 u, const float* __restrict
 template <int B, int R, int EPI, int WF = WF_BF16>
 __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   extern __shared__ __align__(16) float xs[]; // [B][KC]
+  // Dense weights are issued before the wait for the kernel before (p.early); anything else waits first.
+  const bool early = p.early && !p.grp_n;
+  if (!early) pdl_enter();
   const int g = blockIdx.y;
   if (p.grp_n && g >= *p.grp_n) return;
   int start;
@@ -121,6 +124,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
     const int chunks = kc / VPL;
     __syncthreads();
     load(u, k0, lane, chunks);
+    if (early && k0 == 0) pdl_enter();
 #pragma unroll
     for (int b = 0; b < B; b++) {
       if (b < n) {

@@ -2,9 +2,9 @@
 // path: streamed from the shards, finite-checked on the device) and prints load time, GB/s and peak host RSS;
 // decode tok/s at batch 1/4/16 (graphs, position ~64); prefill tok/s at 512 and 2048 tokens (one chunk);
 // each kernel's time and share of HBM bandwidth in a batch-1 decode step; llama.cpp's figures beside them.
-//   node dist/bench-real.mjs [--model /tmp/q30] [--layers 16] [--out DIR] [--tc-rows N] [--batches 1,4,16]
+//   node dist/bench-real.mjs [--model /tmp/q30] [--layers 16] [--out DIR] [--tc-rows N] [--batches 1,4,16] [--ab]
 //   (no --model: makes the checkpoint; --tc-rows: decode buckets of >= N rows take the tensor-core products,
-//   0 never; default the backend's)
+//   0 never; default the backend's; --ab: early weight loads and PDL switched off one at a time)
 import { existsSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -15,7 +15,7 @@ import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
 import { planPieces } from '../../src/backend/cuda/op/plan.ts';
 import { attentionProducts, mlaProducts, productBytes } from '../../src/backend/cuda/device-weights.ts';
 
-const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' }, layers: { type: 'string', default: '16' }, 'tc-rows': { type: 'string' }, batches: { type: 'string', default: '1,4,16' } } });
+const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' }, layers: { type: 'string', default: '16' }, 'tc-rows': { type: 'string' }, batches: { type: 'string', default: '1,4,16' }, ab: { type: 'boolean', default: false } } });
 // Without --model the checkpoint is made here (the device has torch and transformers; gpu-bundle copies
 // make-checkpoint.py into .gpu/): qwen3-30b-a3b geometry, --layers deep, no references (~12 s for 16 layers).
 if (!values.model) {
@@ -45,17 +45,20 @@ const s = m.spec;
 const V = s.vocabSize;
 const prompt = Array.from({ length: 4096 }, (_, i) => (i * 7919 + 13) % V);
 
-function decode(B: number, steps: number): { tokS: number; msStep: number } {
-  for (let i = 0; i < B; i++) be.openSequence(i, 64 + steps + 8);
-  be.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: prompt.slice(i, i + 64), startPos: 0 })), count: false });
+// Decode as the engine runs it: every step's logits into one buffer (StepInput.logitsInto); `fresh`: a new
+// array a step instead (what forward() returns without it), the host cost that buffer removes.
+function decode(B: number, steps: number, on: CudaOpBackend = be, fresh = false): { tokS: number; msStep: number } {
+  const into = fresh ? undefined : new Float32Array(B * V);
+  for (let i = 0; i < B; i++) on.openSequence(i, 64 + steps + 8);
+  on.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: prompt.slice(i, i + 64), startPos: 0 })), count: false });
   const step = (k: number): void => {
-    be.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: [prompt[(i + k) % V]!], startPos: 64 + k })), count: true });
+    on.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: [prompt[(i + k) % V]!], startPos: 64 + k })), count: true, ...(into ? { logitsInto: into } : {}) });
   };
   for (let k = 0; k < 4; k++) step(k);
   const t = performance.now();
   for (let k = 4; k < steps + 4; k++) step(k);
   const ms = (performance.now() - t) / steps;
-  for (let i = 0; i < B; i++) be.closeSequence(i);
+  for (let i = 0; i < B; i++) on.closeSequence(i);
   return { tokS: (1000 * B) / ms, msStep: ms };
 }
 
@@ -73,6 +76,7 @@ function prefill(n: number): number {
 
 const steps = Number(values.steps);
 const dec = values.batches.split(',').map(Number).map((B) => ({ B, ...decode(B, steps) }));
+const freshB1 = decode(1, steps, be, true);
 const pre = [512, 2048].map((n) => ({ n, tokS: prefill(n) }));
 
 // Per-kernel device time of one batch-1 decode step at position 64, and the weight bytes each role reads.
@@ -108,6 +112,25 @@ for (const p of prof) {
 const deviceUs = prof.reduce((a, p) => a + p.us, 0);
 be.dispose();
 
+// --ab: the step's launch options one at a time, each on a fresh backend (same loaded model), the default first and
+// last so drift shows: batch-1 / batch-4 decode and the batch-1 step graph's device time.
+const variants: [string, Partial<Record<'earlyWeights' | 'pdl', boolean>>][] = [
+  ['default', {}], ['early weight loads off', { earlyWeights: false }], ['PDL off', { pdl: false }], ['default (again)', {}],
+];
+const ab: { name: string; b1: number; b4: number; stepUs: number }[] = [];
+if (values.ab) {
+  for (const [name, o] of variants) {
+    const v = (await createCuda(m, { path: 'op', maxModelLen: 4096, maxNumSeqs: 16, ...o })) as CudaOpBackend;
+    const b1 = decode(1, steps, v).tokS, b4 = decode(4, steps, v).tokS;
+    v.openSequence(0, 128);
+    v.forward({ chunks: [{ seq: 0, tokens: prompt.slice(0, 64), startPos: 0 }], count: false });
+    const { stepUs: st } = v.profilePiece(planPieces([{ seq: 0, tokens: [prompt[64]!], startPos: 64 }], 2048, 16)[0]!);
+    v.dispose();
+    ab.push({ name, b1, b4, stepUs: st });
+    process.stderr.write(`ab ${name}: b1 ${b1.toFixed(0)} b4 ${b4.toFixed(0)} step ${st.toFixed(1)} us\n`);
+  }
+}
+
 const lines: string[] = [];
 lines.push(`| kernel (batch-1 decode step, pos 64; device time in a graph) | launches | us / step | weight bytes / step | GB/s | share of ${HBM / 1e12} TB/s |`, '|---|---|---|---|---|---|');
 for (const [role, r] of [...roles].sort((a, b) => b[1].us - a[1].us)) {
@@ -128,9 +151,11 @@ const table = [
   '',
   '| measure | ours | llama.cpp (issue 11) | ratio |', '|---|---|---|---|',
   ...dec.map((d) => `| decode batch ${d.B} (tok/s; ${d.msStep.toFixed(3)} ms/step) | ${d.tokS.toFixed(0)} | ${d.B === 1 && peer ? LLAMA.tg128 : '-'} | ${d.B === 1 && peer ? (d.tokS / LLAMA.tg128).toFixed(2) + 'x' : ''} |`),
+  `| decode batch 1, a fresh logits array a step (no logitsInto; ${freshB1.msStep.toFixed(3)} ms/step) | ${freshB1.tokS.toFixed(0)} | | |`,
   ...pre.map((p) => `| prefill ${p.n} tokens (tok/s) | ${p.tokS.toFixed(0)} | ${p.n === 512 && peer ? LLAMA.pp512 : '-'} | ${p.n === 512 && peer ? (p.tokS / LLAMA.pp512).toFixed(2) + 'x' : ''} |`),
   '',
   ...lines,
+  ...(ab.length ? ['', '| variant (--ab) | decode b1 tok/s | b4 tok/s | b1 step graph (device us) |', '|---|---|---|---|', ...ab.map((a) => `| ${a.name} | ${a.b1.toFixed(0)} | ${a.b4.toFixed(0)} | ${a.stepUs.toFixed(1)} |`)] : []),
 ].join('\n');
 console.log(table);
-if (values.out) writeFileSync(join(values.out, 'bench-real.json'), JSON.stringify({ spec: s, loadS, bytes, rssGiB, dec, pre, prof, stepUs }, null, 1));
+if (values.out) writeFileSync(join(values.out, 'bench-real.json'), JSON.stringify({ spec: s, loadS, bytes, rssGiB, dec, freshB1, pre, prof, stepUs, ab }, null, 1));

@@ -105,6 +105,35 @@ test('real shapes: greedy tokens equal the transformers float32 references (near
   assert.ok(vsCpu < 1e-3, `CUDA vs CPU normalized logit error ${vsCpu}`);
 });
 
+test('real shapes: early weight loads (PDL) change no bit', { skip }, async () => {
+  const refs = (JSON.parse(readFileSync(join(dir!, 'refs.json'), 'utf8')) as { cases: RefCase[] }).cases.slice(0, 4);
+  const steps = Math.min(refs[0]!.tokens.length, 12);
+  // A long prompt too (the references' prompts joined, >= 160 tokens): decode attention split over 8 blocks at batch 1.
+  const long: RefCase = { ...refs[0]!, prompt_ids: [] };
+  while (long.prompt_ids.length < 160) long.prompt_ids.push(...refs.flatMap((c) => c.prompt_ids));
+  const m = await loadModelFor(dir!, 'cuda');
+  // Batch 4 (the bucket of 4 rows) and batch 1, each as the decode graphs replay them.
+  const logits = async (o: { earlyWeights?: boolean }): Promise<Float32Array[][]> => {
+    const be = await createCuda(m, { maxModelLen: 512, maxNumSeqs: refs.length, ...o });
+    try {
+      const forced = (c: number, st: number): number => refs[c % refs.length]!.tokens[st]!;
+      return [...run(be, refs, steps, forced), ...run(be, [refs[1]!], steps, (_c, st) => forced(1, st)), ...run(be, [long], steps, forced)];
+    } finally {
+      be.dispose();
+    }
+  };
+  const base = await logits({});
+  const diff = (other: Float32Array[][]): number => {
+    let n = 0;
+    base.forEach((seq, i) => seq.forEach((lg, st) => { for (let j = 0; j < lg.length; j++) if (lg[j] !== other[i]![st]![j]) n++; }));
+    return n;
+  };
+  const late = diff(await logits({ earlyWeights: false }));
+  const values = base.reduce((a, seq) => a + seq.reduce((b, lg) => b + lg.length, 0), 0);
+  console.log(`# real size (early loads): of ${values} logits, ${late} differ with the weight loads after the wait`);
+  assert.equal(late, 0, 'early weight loads change no logit');
+});
+
 /** A copy of checkpoint `src` whose tensor `name` starts with a NaN (0xFFFF bf16) in its shard. */
 function poisonedCopy(src: string, name: string): string {
   const tmp = mkdtempSync(join(tmpdir(), 'nan-ckpt-'));

@@ -33,7 +33,7 @@ export class FakeCudaDriver implements CudaDriver {
   /** Every acquisition and release in order ('+device logits', '-stream'), for order checks. */
   readonly log: string[] = [];
   /** Every kernel launch (eager, or recorded into a graph being captured) with its grid, in order. */
-  readonly launches: { name: string; grid: [number, number, number] }[] = [];
+  readonly launches: { name: string; grid: [number, number, number]; args: KernelArg[]; pdl: boolean }[] = [];
   acquisitions = 0;
   calls = 0;
   releases = 0;
@@ -137,9 +137,9 @@ export class FakeCudaDriver implements CudaDriver {
     this.tick('setMaxDynamicSmem');
     this.use(fn, 0);
   }
-  launch(fn: bigint, name: string, grid: [number, number, number], _block: number, _smem: number, stream: bigint, _args: KernelArg[], _pdl?: boolean): void {
+  launch(fn: bigint, name: string, grid: [number, number, number], _block: number, _smem: number, stream: bigint, args: KernelArg[], pdl?: boolean): void {
     this.tick('launch');
-    this.launches.push({ name, grid: [...grid] });
+    this.launches.push({ name, grid: [...grid], args, pdl: pdl === true });
     this.use(fn, 0);
     this.use(stream, 0);
   }

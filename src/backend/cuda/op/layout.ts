@@ -18,9 +18,11 @@ export interface GemmArgs {
   bias?: bigint; bOff?: number;
   /** SWIGLU: clamped (gpt-oss) when limit > 0; gate and up rows interleaved (2j, 2j + 1). */
   limit?: number; alpha?: number; guInterleave?: boolean;
+  /** Dense gemv: issue the first weight loads before waiting for the kernel before (PDL). */
+  early?: boolean;
 }
 
-export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8 + 2 * 8 + 4 * 4 + 2 * 8 + 4 * 4;
+export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8 + 2 * 8 + 4 * 4 + 2 * 8 + 4 * 4 + 2 * 4;
 
 export function encodeGemm(a: GemmArgs): Uint8Array {
   const b = Buffer.alloc(GEMM_PROBLEM_BYTES);
@@ -40,6 +42,7 @@ export function encodeGemm(a: GemmArgs): Uint8Array {
   b.writeFloatLE(a.limit ?? 0, 232);
   b.writeFloatLE(a.alpha ?? 0, 236);
   b.writeInt32LE(a.guInterleave ? 1 : 0, 240);
+  b.writeInt32LE(a.early ? 1 : 0, 248);
   return b;
 }
 

@@ -220,3 +220,27 @@ test('op path, olmoe (fake driver): q and k normed over the whole projections in
   }
   assert.deepEqual(d.liveByKind(), {});
 });
+
+test('op path: dense gemvs launched with PDL issue their first weight loads early (GemmProblem.early); grouped ones and earlyWeights: false do not', () => {
+  const earlyOf = (opts: OpBackendOptions): Map<string, number[]> => {
+    const { d, be } = build({ graphs: false, ...opts });
+    be.openSequence(0, 64);
+    be.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
+    const from = d.launches.length;
+    be.forward({ chunks: [{ seq: 0, tokens: [3], startPos: 3 }], count: true });
+    const out = new Map<string, number[]>();
+    for (const l of d.launches.slice(from)) {
+      if (!l.name.startsWith('op_gemv_')) continue;
+      const bytes = (l.args[0] as { bytes: Uint8Array }).bytes;
+      out.set(l.name, [...(out.get(l.name) ?? []), Buffer.from(bytes).readInt32LE(248)]);
+    }
+    be.dispose();
+    return out;
+  };
+  const on = earlyOf({});
+  // Per layer: q | k | v and the router (dense, early), gate/up and down (grouped); then the lm head (dense).
+  const flags = [...on.values()].flat();
+  assert.ok(flags.includes(1) && flags.includes(0));
+  assert.ok(on.get('op_gemv_b1_r1_swiglu')!.every((f) => f === 0), 'expert gate/up (grouped) waits first');
+  assert.ok([...earlyOf({ earlyWeights: false }).values()].flat().every((f) => f === 0));
+});

@@ -6,7 +6,7 @@
 // activations and the KV cache are fp32 (the CPU spec's numbers within the vs-CPU bar). Memory is planned
 // from --gpu-memory-utilization and --max-model-len before anything is allocated.
 import { ResidencyError } from '../../../errors.ts';
-import type { Backend, SequenceChunk, StepInput, StepOutput } from '../../backend.ts';
+import { logitsOut, type Backend, type SequenceChunk, type StepInput, type StepOutput } from '../../backend.ts';
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { TensorSource } from '../../../model/tensor-source.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
@@ -47,6 +47,8 @@ export interface OpBackendOptions {
   readonly maxSplits?: number;
   /** Programmatic dependent launch between the op kernels (default on; off for A/B timing). */
   readonly pdl?: boolean;
+  /** With PDL, dense gemvs issue their first weight loads before waiting for the kernel before (default on; off for A/B). */
+  readonly earlyWeights?: boolean;
   /** Spare hot rows per layer that background moves land in (see banks.ts). */
   readonly spareRows?: number;
   /** Row copies queued at once for moves (see banks.ts). */
@@ -117,6 +119,7 @@ export class CudaOpBackend implements Backend {
   private recording: { name: string; role: string; run: () => void }[] | null = null;
   private role = '';
   private readonly pdl: boolean;
+  private readonly earlyWeights: boolean;
   private readonly tcDecodeRows: number;
   /** The next launch follows a kernel on the stream (a piece's first follows the copy of its rows). */
   private afterKernel = false;
@@ -132,6 +135,7 @@ export class CudaOpBackend implements Backend {
     }
     this.useGraphs = opts.graphs ?? true;
     this.pdl = opts.pdl ?? true;
+    this.earlyWeights = opts.earlyWeights ?? true;
     this.tcDecodeRows = opts.tensorCoreDecodeRows ?? 16;
     if (!Number.isInteger(this.tcDecodeRows) || this.tcDecodeRows < 0) throw new ResidencyError('BAD_ARGUMENT', `tensorCoreDecodeRows ${this.tcDecodeRows}: expected an integer >= 0`);
     this.maxRows = opts.maxPieceRows ?? 2048;
@@ -247,7 +251,7 @@ export class CudaOpBackend implements Backend {
     const L = moeLayerCount(this.spec); // routing is recorded for the MoE layers
     const T = this.validate(input.chunks);
     const record = input.recordRouting === true;
-    const logits = new Float32Array(input.chunks.length * V);
+    const logits = logitsOut(input, V);
     const routing = record ? new Int32Array(T * L * K) : undefined;
     const routingWeights = record ? new Float32Array(T * L * K) : undefined;
     for (const piece of planPieces(input.chunks, this.maxRows, MAX_OUT)) {
@@ -520,6 +524,7 @@ export class CudaOpBackend implements Backend {
       const groups = grouped ? Math.min(T * K, E) : 1;
       const feats = a.O;
       const R = gemvRowsPerWarp(feats, groups, this.d.smCount);
+      if (!grouped && this.earlyWeights) a = { ...a, early: true };
       const name = `op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const;
       this.launch(name, [Math.ceil(feats / (GEMV_WARPS * R)), groups, 1], GEMV_WARPS * 32, gemvSmemBytes(T, a.K), [{ bytes: encodeGemm(a) }]);
     } else {
