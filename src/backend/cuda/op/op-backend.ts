@@ -1,6 +1,7 @@
 // The CUDA backend at real shapes (the op path): one kernel per op over every SM, each expert's rows read
 // once per step, a prefill chunk run as one batch (tensor-core products), decode pieces of <= 16 rows replayed
-// as CUDA graphs keyed by (bucket, attention splits). Weights stay as stored (bf16, block FP8 with its
+// as CUDA graphs keyed by (bucket, attention splits). This file plans memory, uploads, allocates, keeps the
+// sequences and runs pieces; which kernels a piece launches, in order, is step-kernels.ts. Weights stay as stored (bf16, block FP8 with its
 // scales, or MXFP4 experts: device-weights.ts; the non-expert ones uploaded by resident-weights.ts), streamed
 // from the shards;
 // activations and the KV cache are fp32 (the CPU spec's numbers within the vs-CPU bar). Memory is planned
@@ -11,19 +12,20 @@ import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { TensorSource } from '../../../model/tensor-source.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
 import { CudaExpertBanks, DEFAULT_SPARE_ROWS } from '../banks.ts';
-import { deviceWeightBytes, expertRowLayout, type ExpertRowLayout, type ProductWeights, type WeightFormat } from '../device-weights.ts';
-import { uploadResidentWeights, type DenseDev, type LayerDev } from './resident-weights.ts';
-import type { CudaDriver, KernelArg } from '../driver.ts';
-import { OP_PATH_GROUPS, loadKernelModules, type AttendHeadDim, type KernelName, type WeightInfix } from '../kernels.ts';
+import { deviceWeightBytes, expertRowLayout, type ExpertRowLayout, type WeightFormat } from '../device-weights.ts';
+import { uploadResidentWeights } from './resident-weights.ts';
+import type { CudaDriver } from '../driver.ts';
+import { OP_PATH_GROUPS, loadKernelModules } from '../kernels.ts';
 import { ResourceScope, type ReleaseFailureSink } from '../resource-scope.ts';
 import { TensorUploader, type UploadProgress } from '../uploader.ts';
 import { bucketFor, DEFAULT_BUCKETS } from '../plan.ts';
-import { encodeAttn, encodeGemm, encodeGroups, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, maxGroupedTiles, routeScratch, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
+import { stepLayout, type RouteMode } from './layout.ts';
 import { hotExpertsThatFit, planMemory, type MemoryPlan } from './memory.ts';
-import { DECODE_MAX_ROWS, attendSplits, gemvRowsPerWarp, planPieces, type OpPiece } from './plan.ts';
+import { DECODE_MAX_ROWS, attendSplits, planPieces, type OpPiece } from './plan.ts';
 import { checkOpSupport } from './support.ts';
 import { MAX_OUT, memoryNeeds, workspaceLayout } from './workspace.ts';
 import { checkStepChunks } from '../step-chunks.ts';
+import { OpStepKernels, type RecordedLaunch } from './step-kernels.ts';
 import { scatterRouting } from '../routing-record.ts';
 
 export interface OpBackendOptions {
@@ -62,20 +64,8 @@ export interface OpBackendOptions {
   readonly tensorCoreDecodeRows?: number;
 }
 
-/** The kernel arguments of a product's FP8 scale grid (none for bf16). */
-function gridArgs(p: ProductWeights): Pick<GemmArgs, 'sRows' | 'sCols' | 'sLd'> {
-  return p.grid ? { sRows: p.grid.sRows, sCols: p.grid.sCols, sLd: p.grid.sLd } : {};
-}
-
-const GEMV_WARPS = 8;
 const FORMAT_NAMES: Record<WeightFormat, string> = { bf16: 'bf16', fp8: 'block FP8', mxfp4: 'MXFP4' };
-const INFIX: Record<WeightFormat, WeightInfix> = { bf16: '', fp8: 'fp8_', mxfp4: 'mxfp4_' };
 const gib = (b: number): string => `${(b / 2 ** 30).toFixed(1)} GiB`;
-const TC_THREADS = 128;
-/** Kernel arguments by value. */
-const f32 = (v: number): KernelArg => ({ f32: v });
-const i32 = (v: number): KernelArg => ({ i32: v });
-const u64 = (v: bigint): KernelArg => ({ u64: v });
 
 export class CudaOpBackend implements Backend {
   readonly name = 'cuda';
@@ -87,15 +77,7 @@ export class CudaOpBackend implements Backend {
   readonly hotReason: string;
   readonly buckets: readonly number[];
   useGraphs: boolean;
-  private readonly fns = new Map<KernelName, bigint>();
   private readonly scope: ResourceScope;
-  private readonly layers: LayerDev[];
-  private readonly embed: bigint;
-  private readonly lmHead: bigint;
-  private readonly finalNorm: bigint;
-  /** RoPE's inverse frequencies [hd / 2] (the spec's: ropeFrequencies) and the factor on cos and sin. */
-  private readonly invFreq: bigint;
-  private readonly ropeScale: number;
   private readonly counterDev: bigint;
   private readonly b: Record<string, bigint> = {};
   private readonly stepDev: bigint;
@@ -113,16 +95,11 @@ export class CudaOpBackend implements Backend {
   private readonly d: CudaDriver;
   private disposed = false;
   readonly QKV: number;
-  private readonly routeMode: RouteMode;
   /** The experts' bank row as stored (bf16, or block FP8 values and scale grids). */
   readonly rowLayout: ExpertRowLayout;
-  private recording: { name: string; role: string; run: () => void }[] | null = null;
-  private role = '';
-  private readonly pdl: boolean;
-  private readonly earlyWeights: boolean;
   private readonly tcDecodeRows: number;
-  /** The next launch follows a kernel on the stream (a piece's first follows the copy of its rows). */
-  private afterKernel = false;
+  /** The kernels of a piece, in stream order (step-kernels.ts). */
+  private readonly kernels: OpStepKernels;
 
   constructor(driver: CudaDriver, readonly spec: ModelSpec, source: TensorSource, opts: OpBackendOptions = {}) {
     const d = driver;
@@ -134,8 +111,6 @@ export class CudaOpBackend implements Backend {
       throw new ResidencyError('BAD_ARGUMENT', `buckets [${this.buckets.join(', ')}]: each must be one of 1, 2, 4, 8, 16`);
     }
     this.useGraphs = opts.graphs ?? true;
-    this.pdl = opts.pdl ?? true;
-    this.earlyWeights = opts.earlyWeights ?? true;
     this.tcDecodeRows = opts.tensorCoreDecodeRows ?? 16;
     if (!Number.isInteger(this.tcDecodeRows) || this.tcDecodeRows < 0) throw new ResidencyError('BAD_ARGUMENT', `tensorCoreDecodeRows ${this.tcDecodeRows}: expected an integer >= 0`);
     this.maxRows = opts.maxPieceRows ?? 2048;
@@ -153,7 +128,7 @@ export class CudaOpBackend implements Backend {
     const QD = nh * hd, KD = nkv * hd;
     this.QKV = QD + 2 * KD;
     const rk = s.router?.kind;
-    this.routeMode = rk === 'sigmoid_group' ? 'sigmoid_group' : rk === 'topk_softmax' ? 'topk_softmax' : s.normTopkProb ? 'softmax_renorm' : 'softmax';
+    const routeMode: RouteMode = rk === 'sigmoid_group' ? 'sigmoid_group' : rk === 'topk_softmax' ? 'topk_softmax' : s.normTopkProb ? 'softmax_renorm' : 'softmax';
     const Lm = moeLayerCount(s);
     const T = this.maxRows;
 
@@ -184,21 +159,14 @@ export class CudaOpBackend implements Backend {
     const scope = new ResourceScope('cuda op backend', opts.onReleaseFailure);
     this.scope = scope;
     try {
-      const k = loadKernelModules(d, scope, opts.kernelDir, new Set(), OP_PATH_GROUPS);
-      for (const [n, f] of k.fns) this.fns.set(n, f);
+      const fns = loadKernelModules(d, scope, opts.kernelDir, new Set(), OP_PATH_GROUPS).fns;
       this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
-      const uploader = scope.adopt(new TensorUploader(d, source, { bf16: this.fns.get('op_check_finite_bf16')!, fp8: this.fns.get('op_check_finite_fp8')! }, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
+      const uploader = scope.adopt(new TensorUploader(d, source, { bf16: fns.get('op_check_finite_bf16')!, fp8: fns.get('op_check_finite_fp8')! }, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
       this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, this.rowLayout, this.stream, {
         ...(placement ? { placement } : {}), ...(opts.spareRows !== undefined ? { spareRows: opts.spareRows } : {}),
         ...(opts.copiesInFlight !== undefined ? { copiesInFlight: opts.copiesInFlight } : {}), ...(opts.onReleaseFailure ? { onReleaseFailure: opts.onReleaseFailure } : {}),
       }), 'expert banks', (b) => b.dispose());
       const w = uploadResidentWeights(d, s, source, uploader, (bytes, what) => this.alloc(bytes, what));
-      this.embed = w.embed;
-      this.finalNorm = w.finalNorm;
-      this.lmHead = w.lmHead;
-      this.layers = w.layers;
-      this.invFreq = w.invFreq;
-      this.ropeScale = w.ropeScale;
       this.counterDev = this.alloc(4 * Lm * E, 'counter table');
       d.memsetD8(this.counterDev, 0, 4 * Lm * E);
 
@@ -218,7 +186,12 @@ export class CudaOpBackend implements Backend {
       this.stepHost = scope.acquire('pinned step rows', () => d.allocPinned(stepBytes, 'step rows'), (h) => d.freeHost(h.hostPtr));
       this.outHost = scope.acquire('pinned outputs', () => d.allocPinned(Math.max(4 * MAX_OUT * V, 8 * T * Lm * K), 'outputs'), (h) => d.freeHost(h.hostPtr));
       // A gemv's input rows fill up to 64 KiB of shared memory (B rows x K chunk): over the 48 KiB default.
-      for (const [name, fn] of this.fns) if (name.startsWith('op_gemv_')) d.setMaxDynamicSmem(fn, 64 * 1024, name);
+      for (const [name, fn] of fns) if (name.startsWith('op_gemv_')) d.setMaxDynamicSmem(fn, 64 * 1024, name);
+      this.kernels = new OpStepKernels({
+        d, spec: s, stream: this.stream, fns, layers: w.layers, embed: w.embed, lmHead: w.lmHead, finalNorm: w.finalNorm, invFreq: w.invFreq,
+        ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,
+        routeMode, QKV: this.QKV, pdl: opts.pdl ?? true, earlyWeights: opts.earlyWeights ?? true,
+      });
       uploader.finish(); // every weight landed and is finite, before the first step
     } catch (e) {
       throw scope.unwind(e);
@@ -319,8 +292,8 @@ export class CudaOpBackend implements Backend {
       this.d.graphLaunch(this.graphFor(T, S, fused), this.stream);
     } else {
       this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, stepLayout(T).bytes, this.stream);
-      this.enqueue(T, this.gemvFor(decode, T), S, outRows, fused);
-      if (piece.outs.length > 0) this.d.dtohAsync(this.outHost.hostPtr, this.ptr('logits'), 4 * outRows * this.spec.vocabSize, this.stream);
+      this.kernels.enqueue(T, this.gemvFor(decode, T), S, outRows, fused);
+      if (piece.outs.length > 0) this.d.dtohAsync(this.outHost.hostPtr, this.b['logits']!, 4 * outRows * this.spec.vocabSize, this.stream);
     }
     return { rowsRun: decode, outRows };
   }
@@ -338,8 +311,8 @@ export class CudaOpBackend implements Backend {
       const V = this.spec.vocabSize;
       const body = (): void => {
         this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, stepLayout(T).bytes, this.stream);
-        this.enqueue(T, this.gemvFor(true, T), S, T, fused);
-        this.d.dtohAsync(this.outHost.hostPtr, this.ptr('logits'), 4 * T * V, this.stream);
+        this.kernels.enqueue(T, this.gemvFor(true, T), S, T, fused);
+        this.d.dtohAsync(this.outHost.hostPtr, this.b['logits']!, 4 * T * V, this.stream);
       };
       g = this.scope.acquire(what, () => this.d.captureGraph(this.stream, body, what), (x) => this.d.graphDestroy(x));
       this.graphs.set(key, g);
@@ -368,182 +341,6 @@ export class CudaOpBackend implements Backend {
     for (let i = 0; i < ob; i++) h.writeInt32LE(outs[Math.min(i, outs.length - 1)]!, o.out + 4 * i);
   }
 
-  private ptr(name: string): bigint {
-    return this.b[name]!;
-  }
-
-  /** Every kernel of a piece of T rows, in stream order; `gemv`: the products are gemv (decode), else tensor-core tiles. */
-  private enqueue(T: number, gemv: boolean, S: number, nOut: number, fusedAttention: boolean): void {
-    this.afterKernel = false;
-    const s = this.spec;
-    const { hiddenSize: H, numExperts: E, topK: K, expertIntermediate: I, vocabSize: V, numLayers: L } = s;
-    const LK = moeLayerCount(s) * K;
-    const o = stepLayout(T);
-    const at = (off: number): bigint => this.stepDev + BigInt(off);
-    const rows = encodeRows({ token: at(o.token), pos: at(o.pos), cap: at(o.cap), kv: at(o.kv) });
-    const header = this.stepDev;
-    const outRows = at(o.out);
-    const norm = (mode: number, prev: number, rowsPtr: bigint, w: bigint, out: bigint, grid: number): void => {
-      this.launch('op_residual_norm', [grid, 1, 1], 512, 4 * (((H + 3) & ~3) + 32),
-        [i32(mode), u64(this.ptr('hidden')), u64(this.ptr('partial')), u64(this.ptr('pickW')), i32(LK), i32(prev), i32(K), u64(rowsPtr),
-          u64(at(o.token)), u64(this.embed), u64(w), u64(out), i32(H), f32(s.rmsNormEps)]);
-    };
-    // A SwiGLU MLP outside the banks (a dense layer's, a shared expert): gate | up from xn, down added to hidden.
-    const mlp = (m: NonNullable<LayerDev['mlp']>, role: string): void => {
-      this.product(`${role}_gate_up`, gemv, T, 'swiglu', { x: this.ptr('xn'), y: this.ptr('mlpAct'), w: m.gateUp.w, scales: m.gateUp.grid, ...gridArgs(m.gateUp.p), ldx: H, ldy: m.I, O: m.I, K: H, rows: T }, m.gateUp.p.format);
-      this.dense(`${role}_down`, gemv, T, 'add', m.down, { x: this.ptr('mlpAct'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: m.I, ldy: H, O: H, K: m.I, rows: T });
-    };
-    const banks = this.banks;
-    // The residual a layer's first norm adds: the embedding (layer 0), the previous MoE layer's picks (mode 1,
-    // that layer's index among the MoE layers), or nothing more (mode 2: a dense layer added its MLP already).
-    let prevMoe = -1;
-    const residualMode = (l: number): number => (l === 0 ? 0 : prevMoe >= 0 ? 1 : 2);
-    for (let l = 0; l < L; l++) {
-      const ly = this.layers[l]!;
-      norm(residualMode(l), Math.max(prevMoe, 0), 0n, ly.inNorm, this.ptr('xn'), T);
-      if (ly.mla) this.enqueueLatentAttention(ly, l, gemv, T, rows);
-      else this.enqueueAttention(ly, l, gemv, T, S, rows, fusedAttention);
-      const m = ly.moe;
-      if (m < 0) {
-        norm(2, 0, 0n, ly.postNorm, this.ptr('xn'), T);
-        mlp(ly.mlp!, 'mlp');
-        prevMoe = -1;
-        continue;
-      }
-      if (gemv && gemvStagesWhole(T, H)) {
-        // The post-attention norm inside the router's gemv (each block normalizes the rows it staged).
-        this.product('router', gemv, T, 'store', { x: this.ptr('hidden'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, normW: ly.postNorm, normOut: this.ptr('xn'), eps: s.rmsNormEps, bias: ly.routerBias });
-      } else {
-        norm(2, 0, 0n, ly.postNorm, this.ptr('xn'), T);
-        this.product('router', gemv, T, 'store', { x: this.ptr('xn'), y: this.ptr('rlog'), w: ly.router, ldx: H, ldy: E, O: E, K: H, rows: T, bias: ly.routerBias });
-      }
-      const r = s.router;
-      const route = encodeRoute({
-        logits: this.ptr('rlog'), pickExpert: this.ptr('pickE'), pickWeight: this.ptr('pickW'), pickSlot: this.ptr('pickSlot'),
-        slots: banks.slotTableDev + BigInt(4 * m * E), counter: this.counterDev + BigInt(4 * m * E), header, T, E, K, LK, layer: m, mode: this.routeMode,
-        ...(r?.kind === 'sigmoid_group' ? { group: { choiceBias: ly.choiceBias, nGroup: r.nGroup, topkGroup: r.topkGroup, scaling: r.scalingFactor, renorm: s.normTopkProb } } : {}),
-      });
-      const groups = encodeGroups({ n: this.ptr('grpN'), expert: this.ptr('grpExpert'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
-      const scratch = routeScratch(this.routeMode, E);
-      if (gemv) {
-        const warps = Math.max(4, T);
-        this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * scratch + 2 * T * K + 2 * E), [{ bytes: route }, { bytes: groups }]);
-      } else {
-        this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, 4 * 8 * scratch, [{ bytes: route }]);
-        this.launch('op_group', [1, 1, 1], 1024, 4 * 2 * E, [{ bytes: route }, { bytes: groups }]);
-      }
-      // The shared expert (DeepSeek) beside the routed ones, on the same normalized rows.
-      if (ly.mlp) mlp(ly.mlp, 'shared');
-      const grouped = {
-        grpN: this.ptr('grpN'), grpExpert: this.ptr('grpExpert'), grpStart: this.ptr('grpStart'), grpRows: this.ptr('grpRows'),
-        slots: banks.slotTableDev + BigInt(4 * m * E), hot: banks.hotDev[m]!, cold: banks.coldDev[m]!, hotRows: banks.hotRowsAllocated,
-        tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0'), rowBytes: banks.rowBytes,
-      };
-      const row = this.rowLayout;
-      const act = s.expertAct ? { limit: s.expertAct.limit, alpha: s.expertAct.alpha } : {};
-      this.product('experts_gate_up', gemv, T, 'swiglu', {
-        ...grouped, x: this.ptr('xn'), y: this.ptr('act'), ldx: H, ldy: I, O: I, K: H, xDiv: K, wOff: row.gateUpAt, sOff: row.gateUpGridAt, ...gridArgs(row.gateUp),
-        bOff: row.gateUpBiasAt, guInterleave: row.interleaved, ...act,
-      }, row.format);
-      this.product('experts_down', gemv, T, 'store', { ...grouped, x: this.ptr('act'), y: this.ptr('partial'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down), bOff: row.downBiasAt }, row.format);
-      prevMoe = m;
-    }
-    const nOutB = bucketFor(nOut, [1, 2, 4, 8, 16]);
-    norm(residualMode(L), Math.max(prevMoe, 0), outRows, this.finalNorm, this.ptr('xf'), nOutB);
-    this.product('lm_head', true, nOutB, 'store', { x: this.ptr('xf'), y: this.ptr('logits'), w: this.lmHead, ldx: H, ldy: V, O: V, K: H, rows: nOutB });
-  }
-
-  /** A layer's q | k | v attention, from xn to hidden += o_proj(attention). */
-  private enqueueAttention(ly: LayerDev, l: number, gemv: boolean, T: number, S: number, rows: Uint8Array, fusedAttention: boolean): void {
-    const s = this.spec;
-    const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd } = s;
-    const QD = nh * hd;
-    const qkv = ly.qkv!;
-    this.product('qkv', gemv, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: qkv.w, scales: qkv.grid, ...gridArgs(qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T, bias: ly.qkvBias }, qkv.p.format);
-    const whole = s.qkNorm === 'whole';
-    if (whole) {
-      this.launch('op_qk_norm_whole', [T, 2, 1], 256, 0, [u64(this.ptr('qkv')), i32(this.QKV), u64(ly.qNorm), u64(ly.kNorm), i32(QD), i32(nkv * hd), f32(s.rmsNormEps)]);
-    }
-    const G = nh / nkv;
-    const attend = [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(this.ptr('att')), u64(this.ptr('attnPart')), i32(l), i32(nh), i32(nkv)];
-    const params = { bytes: encodeAttn({ qNorm: whole ? 0n : ly.qNorm, kNorm: whole ? 0n : ly.kNorm, invFreq: this.invFreq, sinks: ly.sinks, eps: s.rmsNormEps, mscale: this.ropeScale, window: ly.window }) };
-    const threads = G === 16 ? 128 : 256;
-    const shape = `hd${hd as AttendHeadDim}_g${G as 1 | 2 | 4 | 8 | 16}` as const;
-    if (fusedAttention) {
-      // Decode rows of distinct sequences: q/k norm, RoPE and the KV write happen inside the attention blocks.
-      this.launch(`op_attend_decode_${shape}`, [T, nkv, S], threads, 0, [...attend, params]);
-    } else {
-      // Rows that read each other's k and v (a prefill chunk): every row's are written first.
-      this.launch('op_qk_rope_kv', [T, Math.ceil((nh + nkv) / 4), 1], 128, 0, [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, params, i32(l), i32(nh), i32(nkv), i32(hd)]);
-      this.launch(`op_attend_${shape}`, [T, nkv, S], threads, 0, [...attend, params]);
-    }
-    if (S > 1) this.launch('op_attend_merge', [T, nh, 1], Math.max(32, hd), 0, [u64(this.ptr('attnPart')), u64(this.ptr('att')), i32(nh), i32(hd), i32(S), u64(ly.sinks)]);
-    this.dense('o_proj', gemv, T, 'add', ly.o, { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: QD, ldy: H, O: H, K: QD, rows: T, bias: ly.oBias });
-  }
-
-  /**
-   * A layer's multi-head latent attention (DeepSeek-V3, op_mla.cuh), from xn to hidden += o_proj(attention):
-   * q_a | kv_a, their norms with RoPE and the latent cache write, q_b, the query absorbed into latent space,
-   * attention over the latent cache, the values out of it, o_proj. Every row's cache entry lands before any
-   * row attends, so prefill chunks and gemv rows take the same launches.
-   */
-  private enqueueLatentAttention(ly: LayerDev, l: number, gemv: boolean, T: number, rows: Uint8Array): void {
-    const s = this.spec;
-    const m = s.mla!;
-    const w = ly.mla!;
-    const { hiddenSize: H, numHeads: nh, headDim: rope } = s;
-    const A = m.qLoraRank + m.kvLoraRank + rope, qk = m.qkNopeDim + rope;
-    const params = { bytes: encodeMla({
-      qANorm: w.qANorm, kvANorm: w.kvANorm, kvB: w.kvB.w, kvBScales: w.kvB.grid, ...gridArgs(w.kvB.p), invFreq: this.invFreq, eps: s.rmsNormEps, mscale: this.ropeScale, scale: 1 / Math.sqrt(qk),
-      nh, qLora: m.qLoraRank, kvLora: m.kvLoraRank, rope, nope: m.qkNopeDim, vd: m.vHeadDim, layer: l,
-    }) };
-    this.dense('mla_a', gemv, T, 'store', w.a, { x: this.ptr('xn'), y: this.ptr('mlaA'), ldx: H, ldy: A, O: A, K: H, rows: T });
-    this.launch('op_mla_norm_rope_kv', [T, 1, 1], 256, 0, [u64(this.ptr('mlaA')), i32(A), { bytes: rows }, params]);
-    this.dense('mla_q_b', gemv, T, 'store', w.qB, { x: this.ptr('mlaA'), y: this.ptr('mlaQ'), ldx: A, ldy: nh * qk, O: nh * qk, K: m.qLoraRank, rows: T });
-    // op_mla.cuh: MLA_QROWS = 8 rows a block, MLA_QG = 2 slices of the nope dims; MLA_WARPS = 8 warps a (row, head).
-    const absorb = w.kvB.p.format === 'fp8' ? '_fp8' : '';
-    this.launch(`op_mla_q_absorb${absorb}`, [nh, Math.ceil(T / 8), 1], 128, 4 * (8 * m.qkNopeDim + 2 * 8 * m.kvLoraRank), [u64(this.ptr('mlaQ')), { bytes: rows }, u64(this.ptr('mlaQLat')), params, i32(T)]);
-    this.launch('op_mla_attend', [T, nh, 1], 256, 4 * (m.kvLoraRank + rope + 8 * (m.kvLoraRank + 2)), [u64(this.ptr('mlaQLat')), { bytes: rows }, u64(this.ptr('mlaOLat')), params]);
-    this.launch(`op_mla_o_absorb${absorb}`, [Math.ceil((nh * m.vHeadDim) / 8), 1, 1], 256, 0, [u64(this.ptr('mlaOLat')), u64(this.ptr('att')), params, i32(T)]);
-    const QD = nh * m.vHeadDim;
-    this.dense('o_proj', gemv, T, 'add', ly.o, { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: QD, ldy: H, O: H, K: QD, rows: T });
-  }
-
-  /** A dense product of stored weights `w` (bf16 or block FP8 with its grid). */
-  private dense(role: string, gemv: boolean, T: number, epi: 'store' | 'add' | 'swiglu', w: DenseDev, a: Omit<GemmArgs, 'w' | 'scales'>): void {
-    this.product(role, gemv, T, epi, { ...a, w: w.w, scales: w.grid, ...gridArgs(w.p) }, w.p.format);
-  }
-
-  /** One product: gemv (B = T rows a group) or the tensor-core tiles (prefill, large decode buckets), for weights stored as `format`. */
-  private product(role: string, gemv: boolean, T: number, epi: 'store' | 'add' | 'swiglu', a: GemmArgs, format: WeightFormat = 'bf16'): void {
-    const wf = INFIX[format];
-    this.role = role;
-    const grouped = a.grpN !== undefined;
-    const { numExperts: E, topK: K } = this.spec;
-    if (gemv) {
-      const groups = grouped ? Math.min(T * K, E) : 1;
-      const feats = a.O;
-      const R = gemvRowsPerWarp(feats, groups, this.d.smCount);
-      if (!grouped && this.earlyWeights) a = { ...a, early: true };
-      const name = `op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const;
-      this.launch(name, [Math.ceil(feats / (GEMV_WARPS * R)), groups, 1], GEMV_WARPS * 32, gemvSmemBytes(T, a.K), [{ bytes: encodeGemm(a) }]);
-    } else {
-      const tiles = grouped ? maxGroupedTiles(T * K, E) : Math.ceil(T / 64);
-      const gx = epi === 'swiglu' ? Math.ceil(a.O / 32) : Math.ceil(a.O / 64);
-      this.launch(`op_gemm_tc_${wf}${epi}`, [gx, tiles, 1], TC_THREADS, 0, [{ bytes: encodeGemm(a) }]);
-    }
-    this.role = '';
-  }
-
-  private launch(name: KernelName, grid: [number, number, number], block: number, smem: number, args: KernelArg[]): void {
-    const fn = this.fns.get(name);
-    if (fn === undefined) throw new ResidencyError('INTERNAL', `op kernel ${name} is not loaded`);
-    const pdl = this.pdl && this.afterKernel;
-    this.afterKernel = true;
-    this.d.launch(fn, name, grid, block, smem, this.stream, args, pdl);
-    this.recording?.push({ name, role: this.role || name.replace(/^op_/, ''), run: () => this.d.launch(fn, name, grid, block, smem, this.stream, args, this.pdl) });
-  }
-
   /**
    * Device time of each launch of one piece (the benchmark's per-kernel table): the piece runs once eagerly,
    * recording its launches; then each launch is replayed `repeats` times inside a captured graph (so host
@@ -552,14 +349,14 @@ export class CudaOpBackend implements Backend {
    */
   profilePiece(piece: OpPiece, repeats = 20): { launches: { name: string; role: string; us: number }[]; stepUs: number } {
     const graphs = this.useGraphs;
-    const rec: { name: string; role: string; run: () => void }[] = [];
+    const rec: RecordedLaunch[] = [];
     this.useGraphs = false;
-    this.recording = rec;
+    this.kernels.recording = rec;
     const d = this.d;
     const [e0, e1] = [d.eventCreate(), d.eventCreate()];
     try {
       this.runPiece(piece, false);
-      this.recording = null;
+      this.kernels.recording = null;
       d.streamSync(this.stream, 'profilePiece');
       const time = (body: () => void, times: number): number => {
         const g = d.captureGraph(this.stream, body, 'profile graph');
@@ -578,7 +375,7 @@ export class CudaOpBackend implements Backend {
       const stepUs = time(() => { for (const r of rec) r.run(); }, 10);
       return { launches, stepUs };
     } finally {
-      this.recording = null;
+      this.kernels.recording = null;
       this.useGraphs = graphs;
       d.eventDestroy(e0);
       d.eventDestroy(e1);
