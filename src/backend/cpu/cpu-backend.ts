@@ -4,20 +4,20 @@
 import { ResidencyError } from '../../errors.ts';
 import { logitsOut, type Backend, type StepInput, type StepOutput } from '../backend.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
-import type { LayerWeights, MlaWeights, ModelWeights, VocabMatrix } from '../../model/weights.ts';
+import type { MlaWeights, ModelWeights, VocabMatrix } from '../../model/weights.ts';
 import { isQuantized, type Matrix } from '../../model/quant.ts';
 import { linearQ } from './quant-linear.ts';
-import { expertRowFormat } from './expert-rows.ts';
 import { CpuExpertBanks } from './banks.ts';
 import type { BankPlacement } from '../slot-tables.ts';
 import { KvCaches, type SequenceCache } from './kv-cache.ts';
 import { moeLayer, moeScratch, type MoeScratch, type MoeShape } from './moe.ts';
 import { headNorm, rope, type QkvShape } from './attention-ops.ts';
-import { attentionWindowed, mlaAttention, mlaScratch, ropeTablesFor, type MlaScratch, type Project } from './family-attention.ts';
+import { attentionWindowed, mlaAttention, mlaScratch, type MlaScratch, type Project } from './family-attention.ts';
 import { addBias, FamilyMlps } from './family-mlp.ts';
 import { checkWeights } from './check-weights.ts';
 import { addInPlace, embedding, linear, rmsnorm } from './linalg.ts';
-import { heapAlloc, sharedAlloc, sharedCopy, type Alloc } from './alloc.ts';
+import { heapAlloc, sharedAlloc, type Alloc } from './alloc.ts';
+import { linearBytes, placeWeights, type LayerNorms, type QkvProjs } from './placed-weights.ts';
 import { serialCompute, type RowCompute } from './row-compute.ts';
 import { timedCompute, type OpTimer } from './op-timer.ts';
 import { CpuThreadPool } from './parallel/pool.ts';
@@ -115,26 +115,18 @@ export class CpuBackend implements Backend {
   readonly simd: boolean;
   private readonly alloc: Alloc;
   private readonly compute: RowCompute;
-  /**
-   * The lm head and routers where every thread can read them (shared copies when threads > 1); a bf16 lm head
-   * kept as stored stays where it is, computed as the bf16-stored projections are (quant-linear.ts).
-   */
+  // The non-expert weights where the compute reads them (placed-weights.ts says where and why).
   private readonly lmHead: VocabMatrix;
   private readonly routers: Float32Array[];
   private readonly oProjs: Matrix[];
-  /** Per layer its q, k and v projections as computed when not stacked (bf16 kept as stored: copies in the kernel's memory). */
-  private readonly qkvProjs: { readonly q: Matrix; readonly k: Matrix; readonly v: Matrix }[];
-  /** Threads only: per layer q, k and v projection rows stacked in one shared matrix. */
+  private readonly qkvProjs: QkvProjs[];
   private readonly qkv: (Float32Array | null)[];
-  /** Per layer its input and post-attention RMSNorm weights where every thread can read them. */
-  private readonly norms: { readonly input: Float32Array; readonly post: Float32Array }[];
-  /** Per layer with a stacked q/k/v, no biases and per-head q/k norms (Qwen3): the prologue's shape (compute.qkv). */
+  private readonly norms: LayerNorms[];
   private readonly qkvShapes: (QkvShape | null)[];
   /** Per model layer: its index among the MoE layers (banks, counter, routing), or -1 for a dense layer. */
   private readonly moeIndex: Int32Array;
   /** Dense and shared-expert MLPs (families with them). */
   private readonly mlps: FamilyMlps | null;
-  /** MLA projections where every thread can read them (DeepSeek; quantized ones as stored, on the calling thread). */
   private readonly mla: (MlaWeights | null)[];
 
   constructor(
@@ -163,36 +155,11 @@ export class CpuBackend implements Backend {
       ...(options.bankPieceWords !== undefined ? { pieceWords: options.bankPieceWords } : {}),
     });
     if (options.takeExperts) takenWeights.add(weights);
-    const share = (a: Float32Array): Float32Array => (arena ? arena.copy(a) : this.threads > 1 ? sharedCopy(a) : a);
-    // Quantized projections stay as stored, computed on the calling thread (quant-linear.ts); bf16 ones kept as stored
-    // go into the kernel's memory as they are (its bf16 linear, split by rows between the threads).
-    const bf16InArena = (m: Matrix): Matrix => (isQuantized(m) && m.format === 'bf16' && arena && !arena.holds(m.data) ? arena.bf16(m) : m);
-    const shareMatrix = (m: Matrix): Matrix => (!isQuantized(m) ? share(m) : bf16InArena(m));
-    this.lmHead = shareMatrix(weights.lmHead) as VocabMatrix;
     const moeIds = moeLayerIds(spec);
     this.moeIndex = new Int32Array(spec.numLayers).fill(-1);
     moeIds.forEach((l, m) => (this.moeIndex[l] = m));
-    this.routers = weights.layers.map((w, l) => (this.moeIndex[l]! >= 0 ? share(w.router) : w.router));
-    this.oProjs = weights.layers.map((w) => shareMatrix(w.oProj));
-    // bf16 q, k and v kept as stored: in the kernel's memory (float32 ones are stacked below, or stay where they are).
-    this.qkvProjs = weights.layers.map((w) => ({ q: bf16InArena(w.qProj), k: bf16InArena(w.kProj), v: bf16InArena(w.vProj) }));
-    this.qkv = weights.layers.map((w) => {
-      const { qProj: q, kProj: k, vProj: v } = w;
-      if (spec.mla || !(this.threads > 1 || arena) || isQuantized(q) || isQuantized(k) || isQuantized(v)) return null;
-      return stackRows(arena ?? sharedAlloc, q, k, v);
-    });
-    if (options.takeExperts && arena) takeStoredCopies(weights, this.lmHead, this.oProjs, this.qkvProjs);
-    this.norms = weights.layers.map((w) => ({ input: share(w.inputNorm), post: share(w.postAttnNorm) }));
-    // The RoPE tables once, where every thread can read them (the serial ops and the q/k/v jobs share them).
-    const rope = ropeTablesFor(spec);
-    this.cos = share(rope.cos);
-    this.sin = share(rope.sin);
-    const tables = { cos: this.cos, sin: this.sin };
-    this.qkvShapes = weights.layers.map((w, l) => {
-      if (!this.qkv[l] || w.qBias || w.kBias || w.vBias || (spec.qkNorm ?? 'head') !== 'head') return null;
-      return { heads: spec.numHeads, kvHeads: spec.numKvHeads, d: spec.headDim, qNorm: share(w.qNorm), kNorm: share(w.kNorm), eps: spec.rmsNormEps, ...tables };
-    });
-    this.mla = weights.layers.map((w) => (w.mla ? { ...w.mla, qA: shareMatrix(w.mla.qA), qB: shareMatrix(w.mla.qB), kvA: shareMatrix(w.mla.kvA), kvB: shareMatrix(w.mla.kvB) } : null));
+    ({ lmHead: this.lmHead, routers: this.routers, oProjs: this.oProjs, qkvProjs: this.qkvProjs, qkv: this.qkv, norms: this.norms, cos: this.cos, sin: this.sin,
+      qkvShapes: this.qkvShapes, mla: this.mla } = placeWeights(spec, weights, { arena, threads: this.threads, take: options.takeExperts === true }));
     this.mlps = spec.denseIntermediate !== undefined || spec.sharedIntermediate ? new FamilyMlps(spec, weights.layers) : null;
     // Per thread scratch in the wasm memory: expert units, attention.
     const perThread = <T>(f: (a: WasmArena) => T): T[] => (arena ? Array.from({ length: this.threads }, () => f(arena)) : []);
@@ -491,59 +458,6 @@ export class CpuBackend implements Backend {
     };
     return this.scratch;
   }
-}
-
-/**
- * Bytes the SIMD arena holds before the first step: a float32 lm head, routers, float32 o and q/k/v projections,
- * banks (expert rows as the banks store them: float32, or quantized experts' stored bytes).
- */
-function linearBytes(spec: ModelSpec, weights: ModelWeights): number {
-  const H = spec.hiddenSize;
-  const moe = moeLayerIds(spec);
-  const rowWords = expertRowFormat(spec, moe.flatMap((l) => weights.layers[l]!.experts)).words;
-  let projections = 0;
-  // float32 matrices 4 bytes a value, bf16 ones kept as stored 2 (placed as stored), other formats none (not placed).
-  const bytesOf = (m: Matrix): number => (!isQuantized(m) ? 4 * m.length : m.format === 'bf16' ? 2 * m.data.length : 0);
-  for (const w of weights.layers) for (const m of [w.qProj, w.kProj, w.vProj, w.oProj]) projections += bytesOf(m);
-  // (KV caches and per-thread scratch grow the memory as sequences open; so does the memory when the
-  // families' extra projections are placed, so this need not count them.)
-  return bytesOf(weights.lmHead) + 4 * moe.length * spec.numExperts * (H + rowWords) + projections + (1 << 20);
-}
-
-type Mutable<T> = { -readonly [K in keyof T]: T[K] };
-
-/**
- * takeExperts (the weights serve this backend alone): the loaded weights point at the kernel-memory copies of the
- * bf16 matrices kept as stored (lm head, tied embedding, projections), so the originals are freed rather than held
- * beside their copies (at Qwen3-30B-A3B shapes the lm head alone is 622 MB). Float32 ones stay (stacked, or small).
- */
-function takeStoredCopies(weights: ModelWeights, lmHead: VocabMatrix, oProjs: readonly Matrix[], qkv: readonly { readonly q: Matrix; readonly k: Matrix; readonly v: Matrix }[]): void {
-  const w = weights as Mutable<ModelWeights>;
-  const bf16 = (m: Matrix): boolean => isQuantized(m) && m.format === 'bf16';
-  if (bf16(w.lmHead)) {
-    if (w.embed === w.lmHead) w.embed = lmHead;
-    w.lmHead = lmHead;
-  }
-  weights.layers.forEach((layer, l) => {
-    const m = layer as Mutable<LayerWeights>;
-    if (bf16(m.oProj)) m.oProj = oProjs[l]!;
-    if (bf16(m.qProj)) m.qProj = qkv[l]!.q;
-    if (bf16(m.kProj)) m.kProj = qkv[l]!.k;
-    if (bf16(m.vProj)) m.vProj = qkv[l]!.v;
-  });
-}
-
-/** The rows of several [rows][H] matrices stacked into one matrix from `alloc` (shared or wasm memory). */
-function stackRows(alloc: Alloc, ...ms: Float32Array[]): Float32Array {
-  let n = 0;
-  for (const m of ms) n += m.length;
-  const out = alloc.f32(n);
-  let at = 0;
-  for (const m of ms) {
-    out.set(m, at);
-    at += m.length;
-  }
-  return out;
 }
 
 function nextPow2(n: number): number {
