@@ -79,6 +79,11 @@ export function isQuantized(m: Matrix): m is QuantMatrix {
   return !(m instanceof Float32Array);
 }
 
+/** A bf16 matrix kept as stored. */
+export function isBf16(m: Matrix): m is Bf16Matrix {
+  return isQuantized(m) && m.format === 'bf16';
+}
+
 /** Values in a matrix. */
 export function matrixSize(m: Matrix): number {
   return isQuantized(m) ? m.rows * m.cols : m.length;

@@ -5,7 +5,7 @@ import { ResidencyError } from '../../errors.ts';
 import { logitsOut, type Backend, type StepInput, type StepOutput } from '../backend.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { MlaWeights, ModelWeights, VocabMatrix } from '../../model/weights.ts';
-import { isQuantized, type Matrix } from '../../model/quant.ts';
+import { isBf16, isQuantized, type Matrix } from '../../model/quant.ts';
 import { linearQ } from './quant-linear.ts';
 import { CpuExpertBanks } from './banks.ts';
 import type { BankPlacement } from '../slot-tables.ts';
@@ -15,7 +15,7 @@ import { headNorm, rope, type QkvShape } from './attention-ops.ts';
 import { attentionWindowed, mlaAttention, mlaScratch, type MlaScratch, type Project } from './family-attention.ts';
 import { addBias, FamilyMlps } from './family-mlp.ts';
 import { checkWeights } from './check-weights.ts';
-import { addInPlace, embedding, linear, rmsnorm } from './linalg.ts';
+import { addInPlace, embedding, rmsnorm } from './linalg.ts';
 import { heapAlloc, sharedAlloc, type Alloc } from './alloc.ts';
 import { linearBytes, placeWeights, type LayerNorms, type QkvProjs } from './placed-weights.ts';
 import { serialCompute, type RowCompute } from './row-compute.ts';
@@ -338,7 +338,7 @@ export class CpuBackend implements Backend {
 
   /** y = W x for T rows: float32 W through the compute (threads, SIMD), a quantized W as stored (quant-linear.ts). */
   private project(y: Float32Array, w: Matrix, x: Float32Array, T: number, outDim: number, inDim: number): void {
-    if (isQuantized(w) && w.format === 'bf16') this.compute.linearBf16(y, w, x, T);
+    if (isBf16(w)) this.compute.linearBf16(y, w, x, T);
     else if (isQuantized(w)) linearQ(y, w, x, T);
     else this.compute.linear(y, w, 0, x, T, outDim, inDim);
   }
@@ -377,10 +377,7 @@ export class CpuBackend implements Backend {
       }
     } else {
       const p = this.qkvProjs[l]!;
-      for (const [y, m, n] of [[s.q, p.q, qW], [s.k, p.k, kvW], [s.v, p.v, kvW]] as const) {
-        if (isQuantized(m)) this.project(y, m, s.xn, T, n, H);
-        else linear(y, m, 0, s.xn, T, n, H);
-      }
+      for (const [y, m, n] of [[s.q, p.q, qW], [s.k, p.k, kvW], [s.v, p.v, kvW]] as const) this.project(y, m, s.xn, T, n, H);
     }
     if (w.qBias) addBias(s.q, T, w.qBias);
     if (w.kBias) addBias(s.k, T, w.kBias);
@@ -430,7 +427,7 @@ export class CpuBackend implements Backend {
     if (cur) {
       // The workers may hold the old buffers: let them go.
       const m = cur.moe;
-      for (const a of [cur.x, cur.xn, cur.q, cur.qkv, cur.attn, cur.proj, cur.last, cur.logits, m.routerLogits, m.routerProbs, m.ids, m.weights, m.pickOut, m.units, m.unitPicks]) this.compute.forget(a);
+      for (const a of [cur.x, cur.xn, cur.q, cur.k, cur.v, cur.qkv, cur.attn, cur.proj, cur.last, cur.logits, m.routerLogits, m.routerProbs, m.ids, m.weights, m.pickOut, m.units, m.unitPicks]) this.compute.forget(a);
       if (cur.mla) for (const a of [cur.mla.qa, cur.mla.q, cur.mla.ckv, cur.mla.c, cur.mla.kv]) this.compute.forget(a);
     }
     const H = spec.hiddenSize;

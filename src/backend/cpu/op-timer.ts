@@ -32,17 +32,17 @@ function keyOf(op: (typeof TIMED)[number], args: unknown[]): string {
   return op;
 }
 
-/** `inner` with each op timed into `timer` (outermost op only); the rest forwarded as they are. */
+/**
+ * `inner` with each op timed into `timer`; the rest forwarded as they are. The ops are bound to `inner`, so an op
+ * one of them calls (route's linear) runs unwrapped and counts in its caller.
+ */
 export function timedCompute(inner: RowCompute, timer: OpTimer): RowCompute {
-  let depth = 0;
   const time = <A extends unknown[]>(op: (typeof TIMED)[number], f: (...a: A) => void) => (...args: A): void => {
-    if (!timer.on || depth > 0) return f(...args);
-    depth++;
+    if (!timer.on) return f(...args);
     const t0 = performance.now();
     try {
       f(...args);
     } finally {
-      depth--;
       timer.add(keyOf(op, args), performance.now() - t0);
     }
   };

@@ -5,7 +5,7 @@
 // one product, the RoPE tables, and (takeExperts) the loaded weights pointed at the copies so the originals go.
 import { moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { LayerWeights, MlaWeights, ModelWeights, VocabMatrix } from '../../model/weights.ts';
-import { isQuantized, type Matrix } from '../../model/quant.ts';
+import { isBf16, isQuantized, type Matrix } from '../../model/quant.ts';
 import { expertRowFormat } from './expert-rows.ts';
 import type { QkvShape } from './attention-ops.ts';
 import { ropeTablesFor } from './family-attention.ts';
@@ -48,7 +48,7 @@ export interface PlaceOptions {
 export function placeWeights(spec: ModelSpec, weights: ModelWeights, o: PlaceOptions): PlacedWeights {
   const { arena, threads } = o;
   const share = (a: Float32Array): Float32Array => (arena ? arena.copy(a) : threads > 1 ? sharedCopy(a) : a);
-  const bf16InArena = (m: Matrix): Matrix => (isQuantized(m) && m.format === 'bf16' && arena && !arena.holds(m.data) ? arena.bf16(m) : m);
+  const bf16InArena = (m: Matrix): Matrix => (isBf16(m) && arena && !arena.holds(m.data) ? arena.bf16(m) : m);
   const shareMatrix = (m: Matrix): Matrix => (!isQuantized(m) ? share(m) : bf16InArena(m));
   const moe = new Set(moeLayerIds(spec));
   const lmHead = shareMatrix(weights.lmHead) as VocabMatrix;
@@ -84,7 +84,7 @@ export function linearBytes(spec: ModelSpec, weights: ModelWeights): number {
   const rowWords = expertRowFormat(spec, moe.flatMap((l) => weights.layers[l]!.experts)).words;
   let projections = 0;
   // float32 matrices 4 bytes a value, bf16 ones kept as stored 2 (placed as stored), other formats none (not placed).
-  const bytesOf = (m: Matrix): number => (!isQuantized(m) ? 4 * m.length : m.format === 'bf16' ? 2 * m.data.length : 0);
+  const bytesOf = (m: Matrix): number => (!isQuantized(m) ? 4 * m.length : isBf16(m) ? 2 * m.data.length : 0);
   for (const w of weights.layers) for (const m of [w.qProj, w.kProj, w.vProj, w.oProj]) projections += bytesOf(m);
   // (KV caches and per-thread scratch grow the memory as sequences open; so does the memory when the
   // families' extra projections are placed, so this need not count them.)
@@ -100,17 +100,16 @@ type Mutable<T> = { -readonly [K in keyof T]: T[K] };
  */
 function takeStoredCopies(weights: ModelWeights, lmHead: VocabMatrix, oProjs: readonly Matrix[], qkv: readonly QkvProjs[]): void {
   const w = weights as Mutable<ModelWeights>;
-  const bf16 = (m: Matrix): boolean => isQuantized(m) && m.format === 'bf16';
-  if (bf16(w.lmHead)) {
+  if (isBf16(w.lmHead)) {
     if (w.embed === w.lmHead) w.embed = lmHead;
     w.lmHead = lmHead;
   }
   weights.layers.forEach((layer, l) => {
     const m = layer as Mutable<LayerWeights>;
-    if (bf16(m.oProj)) m.oProj = oProjs[l]!;
-    if (bf16(m.qProj)) m.qProj = qkv[l]!.q;
-    if (bf16(m.kProj)) m.kProj = qkv[l]!.k;
-    if (bf16(m.vProj)) m.vProj = qkv[l]!.v;
+    if (isBf16(m.oProj)) m.oProj = oProjs[l]!;
+    if (isBf16(m.qProj)) m.qProj = qkv[l]!.q;
+    if (isBf16(m.kProj)) m.kProj = qkv[l]!.k;
+    if (isBf16(m.vProj)) m.vProj = qkv[l]!.v;
   });
 }
 

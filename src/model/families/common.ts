@@ -167,15 +167,16 @@ export function refuseQuantized(type: string, q: unknown): void {
   }
 }
 
+/** Reads a bf16 tensor kept as stored straight into memory of the loader's choosing, or undefined (not 2-D BF16, or no room). */
+export type Bf16Placer = (name: string) => Bf16Matrix | undefined;
+
 /**
  * Reads of a checkpoint's tensors by name, reporting each one's raw size: float32 (a NaN or infinity
  * refused), and `matrix` for a linear weight, kept as stored when it is block FP8 (quant-read.ts checks it)
  * or, with `keepBf16`, bf16. `freshBytes`: every get of `raw` returns bytes of their own (readOnGet), so a bf16
  * matrix kept as stored is those bytes, checked in place, rather than a second copy of them. `table` reads the
- * embedding and lm head (float32, or with `keepBf16` bf16 as stored).
+ * embedding and lm head (float32, or with `keepBf16` bf16 as stored). `placeBf16`: where such bf16 matrices go.
  */
-/** Reads a bf16 tensor kept as stored straight into memory of the loader's choosing, or undefined (not 2-D BF16, or no room). */
-export type Bf16Placer = (name: string) => Bf16Matrix | undefined;
 
 export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (name: string, bytes: number) => void, quant?: QuantSpec, keepBf16 = false, freshBytes = false, placeBf16?: Bf16Placer) {
   const placed = (name: string): Bf16Matrix | undefined => {

@@ -85,6 +85,8 @@ export class CpuThreadPool implements RowCompute {
   private readonly quant: PoolOptions['quant'];
   /** How the kernel reads the quantized banks' rows (bf16 kept as stored in its memory), or null. */
   private readonly quantSimd: SimdRowLayout | null;
+  /** The float32 banks' row layout for the kernel (made on the first expert units, not each layer). */
+  private floatLayout: SimdRowLayout | null = null;
   private gen = 0;
   private seq = 0;
   private disposed = false;
@@ -207,7 +209,10 @@ export class CpuThreadPool implements RowCompute {
   }
 
   experts(out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, inter: number): void {
-    if (this.simd !== undefined && inArena(this.simd.arena, out, x, x)) return this.simdUnits(out, units, unitPicks, count, x, tokens, hidden, inter, floatRows(hidden, inter));
+    if (this.simd !== undefined && inArena(this.simd.arena, out, x, x)) {
+      if (this.floatLayout?.up !== 4 * inter * hidden) this.floatLayout = floatRows(hidden, inter);
+      return this.simdUnits(out, units, unitPicks, count, x, tokens, hidden, inter, this.floatLayout);
+    }
     const chunks = this.unitChunks(units, count, hidden, inter);
     if (chunks === 0) {
       if (this.serialAct[0]!.length < 2 * inter) this.serialAct[0] = new Float32Array(2 * inter);
