@@ -15,10 +15,10 @@ import type { Tokenizer } from './tokenizer.ts';
 import type { ModelSpec } from './spec.ts';
 import type { Bf16Memory, ModelWeights, RawTensor } from './weights.ts';
 import type { Bf16Placer } from './families/common.ts';
-import { checkBf16Finite } from './float-convert.ts';
 import { resolveSimd } from '../backend/cpu/wasm/simd-option.ts';
 import { WasmArena } from '../backend/cpu/wasm/arena.ts';
-import { fileTensorSource, mapTensorSource, readOnGet, type TensorSource } from './tensor-source.ts';
+import { fileTensorSource, mapTensorSource, readBf16Checked, readOnGet, type TensorSource } from './tensor-source.ts';
+import { bf16Matrix } from './quant.ts';
 import type { CheckpointLayout } from './checkpoint.ts';
 import type { BackendName } from '../backend/registry.ts';
 
@@ -186,9 +186,8 @@ function bf16Placer(source: TensorSource, memory: Bf16Memory): Bf16Placer {
     if (t.bytes !== 2 * n) throw new ResidencyError('BAD_CHECKPOINT', `tensor "${name}": ${t.bytes} bytes for a BF16 ${t.shape.join('x')} tensor, expected ${2 * n}`);
     const data = memory.u16(n);
     if (!data) return undefined;
-    source.read(name, new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
-    checkBf16Finite(t, data);
-    return { format: 'bf16', rows: t.shape[0]!, cols: t.shape[1]!, data, scales: new Uint8Array(0), block: [1, 1] };
+    readBf16Checked(source, t, data);
+    return bf16Matrix(t.shape[0]!, t.shape[1]!, data);
   };
 }
 

@@ -69,6 +69,11 @@ export interface Bf16Matrix {
   readonly block: readonly [number, number];
 }
 
+/** A bf16 matrix kept as stored over `data` (its bit patterns, [rows][cols]). */
+export function bf16Matrix(rows: number, cols: number, data: Uint16Array): Bf16Matrix {
+  return { format: 'bf16', rows, cols, data, scales: new Uint8Array(0), block: [1, 1] };
+}
+
 /** A matrix kept in its stored format (quantized, or bf16) rather than as float32. */
 export type QuantMatrix = Fp8Matrix | Mxfp4Matrix | Bf16Matrix;
 

@@ -8,6 +8,7 @@ import type { CheckpointLayout } from './checkpoint.ts';
 import type { RawTensor } from './weights.ts';
 import type { QuantSpec } from './quant-config.ts';
 import { fp8ScaleName } from './quant-read.ts';
+import { checkBf16Finite } from './float-convert.ts';
 
 export interface TensorInfo {
   readonly name: string;
@@ -70,6 +71,12 @@ export interface TensorSource {
 
 function missing(name: string): ResidencyError {
   return new ResidencyError('BAD_CHECKPOINT', `tensor ${name} is missing`);
+}
+
+/** Reads BF16 tensor `name` (its info `t`) into `bits` as stored, refusing a NaN or infinity naming it. */
+export function readBf16Checked(source: TensorSource, t: TensorInfo, bits: Uint16Array): void {
+  source.read(t.name, new Uint8Array(bits.buffer, bits.byteOffset, bits.byteLength));
+  checkBf16Finite(t, bits);
 }
 
 function checkRange(t: TensorInfo, offset: number, n: number): void {

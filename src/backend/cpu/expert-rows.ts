@@ -7,7 +7,8 @@ import { ResidencyError } from '../../errors.ts';
 import { isQuantized, type QuantMatrix } from '../../model/quant.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertWeights, RawTensor, StoredExpert } from '../../model/weights.ts';
-import { checkBf16Finite, tensorToFloat32 } from '../../model/float-convert.ts';
+import { tensorToFloat32 } from '../../model/float-convert.ts';
+import { readBf16Checked } from '../../model/tensor-source.ts';
 import { checkFp8Data, fp8ScaleName, fp8Scales } from '../../model/quant-read.ts';
 import type { QuantExpert } from './quant-linear.ts';
 
@@ -156,9 +157,7 @@ export function storedRowWriter(f: ExpertRowFormat, I: number, H: number): (bank
       }
       if (q) {
         if (t.dtype !== 'BF16' || t.bytes !== 2 * sizes[i]!) throw mixed();
-        const bits = new Uint16Array(bank.buffer, at + q.data[i]!, sizes[i]!);
-        e.source.read(name, new Uint8Array(bits.buffer, bits.byteOffset, bits.byteLength));
-        checkBf16Finite(t, bits);
+        readBf16Checked(e.source, t, new Uint16Array(bank.buffer, at + q.data[i]!, sizes[i]!));
         return;
       }
       if (t.dtype === 'F8_E4M3') throw mixed();

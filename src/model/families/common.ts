@@ -8,7 +8,7 @@ import { bf16Bits, checkBf16Finite, tensorToFloat32 } from '../float-convert.ts'
 import type { ModelSpec, YarnSpec } from '../spec.ts';
 import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor, VocabMatrix } from '../weights.ts';
 import type { TensorSource } from '../tensor-source.ts';
-import type { Bf16Matrix, Matrix } from '../quant.ts';
+import { bf16Matrix, type Bf16Matrix, type Matrix } from '../quant.ts';
 import type { QuantSpec } from '../quant-config.ts';
 import { fp8Matrix, fp8ScaleName } from '../quant-read.ts';
 
@@ -193,7 +193,7 @@ export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (na
   const f32 = (name: string): Float32Array => tensorToFloat32(rawOf(name), { finite: true });
   const bf16 = (t: RawTensor): Bf16Matrix => {
     const [rows, cols] = t.shape as [number, number];
-    return { format: 'bf16', rows, cols, data: freshBytes ? ownBf16Bits(t) : bf16Bits(t), scales: new Uint8Array(0), block: [1, 1] };
+    return bf16Matrix(rows, cols, freshBytes ? ownBf16Bits(t) : bf16Bits(t));
   };
   const matrix = (name: string): Matrix => {
     const t = rawOf(name);
