@@ -50,11 +50,6 @@ export function combineOn(simd: SimdCompute | undefined, out: Float32Array, w: F
   else combinePicks(out, w, pickOut, tokens, topK, hidden);
 }
 
-/** Whether a bf16 linear over these arrays can run through the kernel (all of them in its memory). */
-export function simdBf16(simd: SimdCompute | undefined, y: Float32Array, w: Bf16Matrix, x: Float32Array): boolean {
-  return simd !== undefined && simd.arena.holds(y) && simd.arena.holds(x) && simd.arena.holds(w.data);
-}
-
 /** How the kernel reads quantized bank rows (bf16 kept as stored, in its memory), or null: the JS loops. */
 export function simdQuantBanks(simd: SimdCompute | undefined, banks: readonly Float32Array[], quant: QuantBanks | undefined): SimdRowLayout | null {
   if (!simd || !quant || !banks.every((b) => simd.arena.holds(b))) return null;
@@ -137,15 +132,17 @@ export function serialCompute(banks: readonly Float32Array[], inter: number, sim
   const act = new Float32Array(2 * inter);
   const lin = simd ? simdLinear(simd.arena, simd.kernel, simd.stage) : linear;
   const quantSimd = simdQuantBanks(simd, banks, quant);
+  // Expert units through the kernel over rows laid out as `layout` (float32 by default): x promoted once.
+  const simdUnits = (out: Float32Array, units: Int32Array, unitPicks: Int32Array, count: number, x: Float32Array, tokens: number, hidden: number, i: number, layout?: SimdRowLayout): void =>
+    computeExpertUnitsSimd(simd!.kernel, simd!.experts[0]!, out, units, unitPicks, 0, count, banks, simd!.stage.promote(x, tokens * hidden), hidden, i, layout);
   return {
     quantExperts: (out, units, unitPicks, count, x, tokens, hidden, i) => {
       if (!quant) throw new ResidencyError('INTERNAL', 'cpu: quantized expert units without quantized banks');
-      if (quantSimd && inArena(simd!.arena, out, x, x)) {
-        computeExpertUnitsSimd(simd!.kernel, simd!.experts[0]!, out, units, unitPicks, 0, count, banks, simd!.stage.promote(x, tokens * hidden), hidden, i, quantSimd);
-      } else computeQuantUnits(out, units, unitPicks, 0, count, quant.rows, quant.rowSize, x, hidden, i, act);
+      if (quantSimd && inArena(simd!.arena, out, x, x)) simdUnits(out, units, unitPicks, count, x, tokens, hidden, i, quantSimd);
+      else computeQuantUnits(out, units, unitPicks, 0, count, quant.rows, quant.rowSize, x, hidden, i, act);
     },
     linearBf16: (y, w, x, rows) => {
-      if (!simdBf16(simd, y, w, x)) return linearQ(y, w, x, rows);
+      if (!simd || !inArena(simd.arena, y, w.data, x)) return linearQ(y, w, x, rows);
       const { yTab, xTab } = simd!.stage.linear(y, x, rows, w.rows, w.cols);
       simd!.kernel.linearBf16At(yTab, w.data.byteOffset, xTab, rows, w.cols, 0, w.rows);
     },
@@ -161,9 +158,8 @@ export function serialCompute(banks: readonly Float32Array[], inter: number, sim
     },
     combine: (out, w, pickOut, tokens, topK, hidden) => combineOn(simd, out, w, pickOut, tokens, topK, hidden),
     experts: (out, units, unitPicks, count, x, tokens, hidden, i) => {
-      if (simd && inArena(simd.arena, out, x, x)) {
-        computeExpertUnitsSimd(simd.kernel, simd.experts[0]!, out, units, unitPicks, 0, count, banks, simd.stage.promote(x, tokens * hidden), hidden, i);
-      } else computeExpertUnits(out, units, unitPicks, 0, count, banks, x, hidden, i, act);
+      if (simd && inArena(simd.arena, out, x, x)) simdUnits(out, units, unitPicks, count, x, tokens, hidden, i);
+      else computeExpertUnits(out, units, unitPicks, 0, count, banks, x, hidden, i, act);
     },
     attention: (out, q, tokens, keys, values, pos, heads, kvHeads, d, scores, acc) => {
       if (simd && simdAttention(simd, out, q, tokens, keys, values)) {

@@ -13,7 +13,7 @@ import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENT
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention, qkvPrologue, type QkvShape } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
-import { attentionSimd, combineOn, simdAttention, simdBf16, simdQuantBanks, type QuantBanks, type SimdCompute } from '../row-compute.ts';
+import { attentionSimd, combineOn, simdAttention, simdQuantBanks, type QuantBanks, type SimdCompute } from '../row-compute.ts';
 import { computeQuantUnits, linearQ } from '../quant-linear.ts';
 import type { Bf16Matrix } from '../../../model/quant.ts';
 import { inArena } from '../wasm/kernel.ts';
@@ -224,7 +224,7 @@ export class CpuThreadPool implements RowCompute {
 
   linearBf16(y: Float32Array, w: Bf16Matrix, x: Float32Array, rows: number): void {
     const { rows: outDim, cols: inDim } = w;
-    if (!simdBf16(this.simd, y, w, x)) return linearQ(y, w, x, rows);
+    if (!this.simd || !inArena(this.simd.arena, y, w.data, x)) return linearQ(y, w, x, rows);
     const { yTab, xTab } = this.simd!.stage.linear(y, x, rows, outDim, inDim);
     const chunks = this.rowChunks(rows, outDim, inDim);
     if (chunks === 0) return this.simd!.kernel.linearBf16At(yTab, w.data.byteOffset, xTab, rows, inDim, 0, outDim);

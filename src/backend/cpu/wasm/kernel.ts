@@ -132,7 +132,7 @@ export function simdKernel(memory: WasmMemory, fma = simdFma()): SimdKernel {
 }
 
 /** Whether y, w and x all live in `arena` (the kernel can address them). */
-export function inArena(arena: WasmArena, y: Float32Array, w: Float32Array, x: Float32Array): boolean {
+export function inArena(arena: WasmArena, y: Float32Array, w: Float32Array | Uint16Array, x: Float32Array): boolean {
   return arena.holds(y) && arena.holds(w) && arena.holds(x);
 }
 
