@@ -8,6 +8,7 @@ import type { Alloc } from '../alloc.ts';
 import type { Bf16Matrix } from '../../../model/quant.ts';
 import type { Bf16Memory } from '../../../model/weights.ts';
 import { MAX_PAGES } from './module.ts';
+import { SIMD_WEIGHT_BYTES } from './simd-option.ts';
 import { wasmApi, type WasmMemory } from './api.ts';
 
 const PAGE = 65536;
@@ -83,24 +84,27 @@ export class WasmArena implements Alloc, Bf16Memory {
 
   /**
    * Room for n bf16 values (the loader reads bf16 matrices kept as stored straight here: model/weights.ts Bf16Memory),
-   * or undefined past three quarters of the 4 GiB the kernel addresses (the share resolveSimd lets weights fill).
+   * or undefined past the share of the 4 GiB the kernel addresses that weights may fill (SIMD_WEIGHT_BYTES, as resolveSimd).
    */
   u16(n: number): Uint16Array | undefined {
     if (!Number.isInteger(n) || n < 0) throw new ResidencyError('INTERNAL', `cpu simd: u16(${n}): expected a count >= 0`);
-    if (this.top + 2 * n > 0.75 * MAX_PAGES * PAGE) return undefined;
-    const at = this.take(2 * n);
-    const a = new Uint16Array(this.memory.buffer, at, n);
-    this.own.add(a);
-    return a;
+    if (this.top + 2 * n > SIMD_WEIGHT_BYTES) return undefined;
+    return this.view16(n);
   }
 
   /** A copy of a bf16 matrix kept as stored, its bit patterns in the arena (the kernel's linear_tab_bf16 reads them). */
   bf16(m: Bf16Matrix): Bf16Matrix {
-    const at = this.take(2 * m.data.length);
-    const data = new Uint16Array(this.memory.buffer, at, m.data.length);
+    const data = this.view16(m.data.length);
     data.set(m.data);
-    this.own.add(data);
     return { ...m, data };
+  }
+
+  /** n 16-bit values taken from the arena, known to it (holds). */
+  private view16(n: number): Uint16Array {
+    const at = this.take(2 * n); // first: taking may grow the memory (a new buffer)
+    const a = new Uint16Array(this.memory.buffer, at, n);
+    this.own.add(a);
+    return a;
   }
 
   /** Whether `a` is an array this arena handed out (the kernel may address it by byteOffset). */

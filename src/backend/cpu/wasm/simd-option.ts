@@ -7,6 +7,8 @@ import { simdAvailable } from './kernel.ts';
 
 /** Most bytes the kernel's memory can hold (32-bit addresses). */
 export const SIMD_MAX_BYTES = MAX_PAGES * 65536;
+/** The share of it a model's weights may fill (the rest: KV caches, scratch). */
+export const SIMD_WEIGHT_BYTES = 0.75 * SIMD_MAX_BYTES;
 
 /**
  * `needBytes`: what the backend would place in the wasm memory. Asked for explicitly (option or variable)
@@ -24,11 +26,11 @@ export function resolveSimd(requested: boolean | undefined, needBytes: number): 
   }
   if (asked === false) return false;
   // Leave a quarter for activations and scratch.
-  const fits = needBytes <= 0.75 * SIMD_MAX_BYTES;
+  const fits = needBytes <= SIMD_WEIGHT_BYTES;
   const runs = simdAvailable();
   if (asked === true && !runs) throw new ResidencyError('NOT_AVAILABLE', 'simd: this runtime lacks WebAssembly SIMD (set RESIDENCY_CPU_SIMD=0)');
   if (asked === true && !fits) {
-    throw new ResidencyError('NOT_AVAILABLE', `simd: the model's expert banks and linear layers need ${needBytes} bytes of wasm memory, more than the ${0.75 * SIMD_MAX_BYTES} they may fill of its 4 GiB (32-bit addresses); set RESIDENCY_CPU_SIMD=0 for the JS loops`);
+    throw new ResidencyError('NOT_AVAILABLE', `simd: the model's expert banks and linear layers need ${needBytes} bytes of wasm memory, more than the ${SIMD_WEIGHT_BYTES} they may fill of its 4 GiB (32-bit addresses); set RESIDENCY_CPU_SIMD=0 for the JS loops`);
   }
   return runs && fits;
 }
