@@ -251,8 +251,11 @@ __device__ __forceinline__ void warp_rope(float* x, int d, int pos, float theta)
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
-// Order-preserving key for argmax by 64-bit atomicMax: larger logit wins, then the lower index.
+// Order-preserving key for argmax by 64-bit atomicMax: larger logit wins, then the lower index (as the host's
+// argmax: -0 and +0 are one value, a NaN never wins: key 0, "none").
 __device__ __forceinline__ unsigned long long argmax_key(float v, int idx) {
+  if (v != v) return 0ull;
+  if (v == 0.f) v = 0.f;
   uint32_t u = __float_as_uint(v);
   u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
   return ((unsigned long long)u << 32) | (unsigned long long)(0xffffffffu - (uint32_t)idx);

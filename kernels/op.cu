@@ -110,6 +110,32 @@ extern "C" __global__ void op_group(OpRoute r, OpGroups g) { pdl_enter();
   group_picks(r, g, smi, smi + r.E, red);
 }
 
+// Each row's argmax over its V logits (StepInput.argmaxOnly), ARGMAX_BLOCKS blocks a row: block (j, i) writes
+// the best argmax_key of its slice of row i to keys[i * gridDim.x + j]; the host takes a row's best
+// (backend.ts bestArgmaxKey). No atomics, nothing to reset. Grid (blocks a row, rows), up to 1,024 threads.
+extern "C" __global__ void op_argmax_rows(const float* logits, int V, unsigned long long* keys) { pdl_enter();
+  __shared__ unsigned long long red[32];
+  const int i = blockIdx.y, per = (V + gridDim.x - 1) / gridDim.x, o0 = blockIdx.x * per, o1 = min(V, o0 + per);
+  const float* x = logits + (size_t)i * V;
+  unsigned long long key = 0ull;
+  for (int o = o0 + threadIdx.x; o < o1; o += blockDim.x) {
+    const unsigned long long k = argmax_key(x[o], o);
+    key = k > key ? k : key;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const unsigned long long other = __shfl_xor_sync(0xffffffffu, key, off);
+    key = other > key ? other : key;
+  }
+  if (lane == 0) red[warp] = key;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < nw; w++) key = red[w] > key ? red[w] : key;
+    keys[(size_t)i * gridDim.x + blockIdx.x] = key;
+  }
+}
+
 // Row i of the output: x = the residual of input row rows[i] (or i): mode 0 the embedding of its token,
 // mode 1 hidden + the previous MoE layer's picks combined in router order (fp32), mode 2 hidden as it is;
 // x goes back to hidden (modes 0, 1), and xn[i] = RMSNorm(x) * w. Grid (rows), any block size.

@@ -164,7 +164,7 @@ for (const n of [1, 4, 16]) {
   const loop = 1000;
   let t = performance.now();
   for (let s = 0; s < loop; s++) {
-    const out = layered.greedyStep(bl.seqs.map((seq, i) => ({ seq, tokens: [toks[i]!], startPos: 4 + s })), true);
+    const out = layered.forward({ chunks: bl.seqs.map((seq, i) => ({ seq, tokens: [toks[i]!], startPos: 4 + s })), count: true, argmaxOnly: true }).argmax!;
     toks = Array.from(out);
   }
   const greedyMs = (performance.now() - t) / loop;

@@ -28,7 +28,7 @@ if (values.model) {
     const be = await createCudaBackend(m, { fused, graphs: false });
     be.openSequence(0, 256);
     let tok = [7];
-    for (let s = 0; s < 30; s++) tok = Array.from(be.greedyStep([{ seq: 0, tokens: tok, startPos: s }], true));
+    for (let s = 0; s < 30; s++) tok = Array.from(be.forward({ chunks: [{ seq: 0, tokens: tok, startPos: s }], count: true, argmaxOnly: true }).argmax!);
     console.log(`profile: ${fused ? 'fused' : 'layered'} 30 steps, last token ${tok[0]}`);
     be.dispose();
   }

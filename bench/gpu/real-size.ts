@@ -45,14 +45,17 @@ const s = m.spec;
 const V = s.vocabSize;
 const prompt = Array.from({ length: 4096 }, (_, i) => (i * 7919 + 13) % V);
 
-// Decode as the engine runs it: every step's logits into one buffer (StepInput.logitsInto); `fresh`: a new
-// array a step instead (what forward() returns without it), the host cost that buffer removes.
-function decode(B: number, steps: number, on: CudaOpBackend = be, fresh = false): { tokS: number; msStep: number } {
-  const into = fresh ? undefined : new Float32Array(B * V);
+// Decode with every step's logits into one buffer (StepInput.logitsInto, what the engine passes when a request
+// samples); 'fresh': a new array a step instead (what forward() returns without it); 'argmax': each row's argmax
+// on the device and no logits copied (StepInput.argmaxOnly, the engine's greedy steps).
+type Out = 'into' | 'fresh' | 'argmax';
+function decode(B: number, steps: number, on: CudaOpBackend = be, out: Out = 'into'): { tokS: number; msStep: number } {
+  const into = out === 'into' ? new Float32Array(B * V) : undefined;
+  const argmaxOnly = out === 'argmax';
   for (let i = 0; i < B; i++) on.openSequence(i, 64 + steps + 8);
   on.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: prompt.slice(i, i + 64), startPos: 0 })), count: false });
   const step = (k: number): void => {
-    on.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: [prompt[(i + k) % V]!], startPos: 64 + k })), count: true, ...(into ? { logitsInto: into } : {}) });
+    on.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: [prompt[(i + k) % V]!], startPos: 64 + k })), count: true, argmaxOnly, ...(into ? { logitsInto: into } : {}) });
   };
   for (let k = 0; k < 4; k++) step(k);
   const t = performance.now();
@@ -76,7 +79,8 @@ function prefill(n: number): number {
 
 const steps = Number(values.steps);
 const dec = values.batches.split(',').map(Number).map((B) => ({ B, ...decode(B, steps) }));
-const freshB1 = decode(1, steps, be, true);
+const freshB1 = decode(1, steps, be, 'fresh');
+const argmaxDec = [1, 4].map((B) => ({ B, ...decode(B, steps, be, 'argmax') }));
 const pre = [512, 2048].map((n) => ({ n, tokS: prefill(n) }));
 
 // Per-kernel device time of one batch-1 decode step at position 64, and the weight bytes each role reads.
@@ -152,10 +156,11 @@ const table = [
   '| measure | ours | llama.cpp (issue 11) | ratio |', '|---|---|---|---|',
   ...dec.map((d) => `| decode batch ${d.B} (tok/s; ${d.msStep.toFixed(3)} ms/step) | ${d.tokS.toFixed(0)} | ${d.B === 1 && peer ? LLAMA.tg128 : '-'} | ${d.B === 1 && peer ? (d.tokS / LLAMA.tg128).toFixed(2) + 'x' : ''} |`),
   `| decode batch 1, a fresh logits array a step (no logitsInto; ${freshB1.msStep.toFixed(3)} ms/step) | ${freshB1.tokS.toFixed(0)} | | |`,
+  ...argmaxDec.map((d) => `| decode batch ${d.B}, the argmax on the device (argmaxOnly: the engine's greedy steps; ${d.msStep.toFixed(3)} ms/step) | ${d.tokS.toFixed(0)} | | |`),
   ...pre.map((p) => `| prefill ${p.n} tokens (tok/s) | ${p.tokS.toFixed(0)} | ${p.n === 512 && peer ? LLAMA.pp512 : '-'} | ${p.n === 512 && peer ? (p.tokS / LLAMA.pp512).toFixed(2) + 'x' : ''} |`),
   '',
   ...lines,
   ...(ab.length ? ['', '| variant (--ab) | decode b1 tok/s | b4 tok/s | b1 step graph (device us) |', '|---|---|---|---|', ...ab.map((a) => `| ${a.name} | ${a.b1.toFixed(0)} | ${a.b4.toFixed(0)} | ${a.stepUs.toFixed(1)} |`)] : []),
 ].join('\n');
 console.log(table);
-if (values.out) writeFileSync(join(values.out, 'bench-real.json'), JSON.stringify({ spec: s, loadS, bytes, rssGiB, dec, freshB1, pre, prof, stepUs, ab }, null, 1));
+if (values.out) writeFileSync(join(values.out, 'bench-real.json'), JSON.stringify({ spec: s, loadS, bytes, rssGiB, dec, freshB1, argmaxDec, pre, prof, stepUs, ab }, null, 1));

@@ -8,7 +8,7 @@
 //   - a bad step is refused before anything changes (counter, KV cache: the next good step is unaffected).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Backend } from './backend.ts';
+import { argmax, type Backend } from './backend.ts';
 import { MovesInFlight } from './moves-in-flight.ts';
 import type { BankPlacement } from './slot-tables.ts';
 import { mapFromBanks } from '../engine/residency-driver.ts';
@@ -174,6 +174,14 @@ export function runBackendConformance(name: string, make: BackendFactory, o: Con
         assert.ok(f0.logits.buffer === into.buffer && f0.logits.byteOffset === into.byteOffset && f0.logits.length === V, 'logits are a view of logitsInto');
         assert.ok(into.subarray(V).every(Number.isNaN), 'nothing past the step\'s logits is written');
         assert.deepEqual(fresh.forward({ chunks: [{ seq: 0, tokens: [1], startPos: p.length }], count: false }).logits, next);
+        // argmaxOnly (on the device for CUDA): each chunk's argmax as the host's argmax of its logits picks it,
+        // a prompt chunk and then a decode step of two rows.
+        fresh.openSequence(1, p.length + 4);
+        const a = fresh.forward({ chunks: [{ seq: 1, tokens: p, startPos: 0 }], count: false, argmaxOnly: true });
+        assert.deepEqual(Array.from(a.argmax!), [argmax(first.logits, 0, V)]);
+        const two = fresh.forward({ chunks: [{ seq: 0, tokens: [2], startPos: p.length + 1 }, { seq: 1, tokens: [1], startPos: p.length }], count: false, argmaxOnly: true });
+        assert.equal(two.argmax!.length, 2);
+        assert.equal(two.argmax![1], argmax(next, 0, V));
       } finally {
         fresh.dispose();
       }

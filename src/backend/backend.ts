@@ -27,6 +27,12 @@ export interface StepInput {
    * every step returns a new array the caller owns.
    */
   readonly logitsInto?: Float32Array;
+  /**
+   * The caller needs only each chunk's argmax (greedy decoding, nothing reading the logits): the step returns
+   * `argmax`, and its `logits` may be empty. A GPU backend then takes the argmax on the device and copies a
+   * few bytes a row instead of the vocabulary's logits (600 KB a row at 151,936), and the host scans nothing.
+   */
+  readonly argmaxOnly?: boolean;
 }
 
 export interface StepOutput {
@@ -36,6 +42,51 @@ export interface StepOutput {
   readonly routing?: Int32Array;
   /** With recordRouting: the matching normalized routing weights. */
   readonly routingWeights?: Float32Array;
+  /** With argmaxOnly: [chunks.length] each chunk's argmax (as `argmax` below picks it). */
+  readonly argmax?: Int32Array;
+}
+
+/**
+ * Index of the largest of x[off..off+n) (first on ties, as torch.argmax; a NaN never wins, as on the device:
+ * 0 when every value is NaN). The one greedy pick: the sampler's, the tests', a backend's argmaxOnly.
+ */
+export function argmax(x: Float32Array, off: number, n: number): number {
+  let best = 0;
+  let bestV = -Infinity;
+  for (let i = 0; i < n; i++) {
+    const v = x[off + i]!;
+    if (v > bestV) {
+      bestV = v;
+      best = i;
+    }
+  }
+  return best;
+}
+
+/** A step's output with `argmax` taken on the host from its logits, when the input asked for argmaxOnly. */
+export function withHostArgmax(input: StepInput, out: StepOutput, vocabSize: number): StepOutput {
+  if (input.argmaxOnly !== true) return out;
+  const a = new Int32Array(input.chunks.length);
+  for (let i = 0; i < a.length; i++) a[i] = argmax(out.logits, i * vocabSize, vocabSize);
+  return { ...out, argmax: a };
+}
+
+/**
+ * Decodes device argmax keys (kernels/common.cuh argmax_key: the logit's order-preserving bits, then
+ * 0xffffffff - index; larger wins), the best of `n` 64-bit keys from `at` (in keys' 32-bit words, little
+ * endian). A row of no key (all NaN: every key 0) gives 0, as argmax does.
+ */
+export function bestArgmaxKey(words: Uint32Array, at: number, n: number): number {
+  let hi = 0;
+  let lo = 0;
+  for (let i = 0; i < n; i++) {
+    const h = words[at + 2 * i + 1]!, l = words[at + 2 * i]!;
+    if (h > hi || (h === hi && l > lo)) {
+      hi = h;
+      lo = l;
+    }
+  }
+  return hi === 0 && lo === 0 ? 0 : 0xffffffff - lo;
 }
 
 /** One exchange of a layer's hot row and cold row: what `requestSwap` asks for and `takeLanded` reports. */

@@ -39,12 +39,14 @@ export class ModelRunner {
     }));
     const V = this.backend.spec.vocabSize;
     if (this.logits.length < chunks.length * V) this.logits = new Float32Array(chunks.length * V);
-    const out = this.backend.forward({ chunks, count, recordRouting: this.onRouting !== undefined, logitsInto: this.logits });
+    // Every sampling chunk greedy with nothing reading its logits: the backend's argmax (on the device for CUDA).
+    const argmaxOnly = step.chunks.every((c) => !c.samples || c.req.sampler.plainGreedy);
+    const out = this.backend.forward({ chunks, count, recordRouting: this.onRouting !== undefined, logitsInto: this.logits, argmaxOnly });
     if (this.onRouting && out.routing) this.onRouting(chunks, out.routing);
-    const logits = out.logits;
     const next = new Int32Array(step.chunks.length).fill(-1);
     step.chunks.forEach((c, i) => {
-      if (c.samples) next[i] = c.req.sampler.sample(logits, i * V, this.scratch);
+      if (!c.samples) return;
+      next[i] = argmaxOnly ? out.argmax![i]! : c.req.sampler.sample(out.logits, i * V, this.scratch);
     });
     return next;
   }

@@ -5,6 +5,7 @@ import { randomInt } from 'node:crypto';
 import { TokenHistory, applyPenalties, hasPenalties } from './logit-processors.ts';
 import { logprobsOf } from './logprobs.ts';
 import type { SamplingParams, TokenLogprob } from './types.ts';
+import { argmax } from '../backend/backend.ts';
 
 /** splitmix32: small, fast, and good enough to draw tokens; one per request so batching never changes a draw. */
 export function splitmix32(seed: number): () => number {
@@ -32,18 +33,7 @@ export class SamplerScratch {
 }
 
 /** Index of the largest logit, the first on ties (as torch.argmax). */
-export function greedy(logits: Float32Array, off: number, n: number): number {
-  let best = 0;
-  let bestV = logits[off]!;
-  for (let i = 1; i < n; i++) {
-    const v = logits[off + i]!;
-    if (v > bestV) {
-      bestV = v;
-      best = i;
-    }
-  }
-  return best;
-}
+export const greedy = argmax;
 
 type SamplerParams = Pick<SamplingParams, 'temperature' | 'topP' | 'seed'> &
   Partial<Pick<SamplingParams, 'topK' | 'minP' | 'presencePenalty' | 'frequencyPenalty' | 'repetitionPenalty' | 'logprobs' | 'constraint'>>;
@@ -62,6 +52,14 @@ export class Sampler {
     this.rand = params.temperature > 0 ? splitmix32(params.seed ?? randomInt(2 ** 32)) : null;
     this.history = hasPenalties(params) ? new TokenHistory(promptIds) : null;
     this.processed = this.history !== null || params.constraint !== undefined;
+  }
+
+  /**
+   * Its pick is the logits' argmax and nothing else reads them (greedy: no penalty, constraint or logprobs): a
+   * step may take the argmax on the device instead (StepInput.argmaxOnly): the same token, and no state to update.
+   */
+  get plainGreedy(): boolean {
+    return this.rand === null && !this.processed && this.params.logprobs === undefined;
   }
 
   /** The constraint (if any) is satisfied: the request ends. */

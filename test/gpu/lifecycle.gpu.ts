@@ -61,8 +61,8 @@ function failingAt(d: CudaDriver, n: number): { driver: CudaDriver; count: () =>
 function cycle(be: CudaBackend): void {
   be.openSequence(0, 64);
   be.openSequence(1, 64);
-  be.greedyStep([{ seq: 0, tokens: [1, 2, 3], startPos: 0 }, { seq: 1, tokens: [4], startPos: 0 }], true);
-  be.greedyStep([{ seq: 0, tokens: [5], startPos: 3 }, { seq: 1, tokens: [6], startPos: 1 }], true);
+  be.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }, { seq: 1, tokens: [4], startPos: 0 }], count: true, argmaxOnly: true });
+  be.forward({ chunks: [{ seq: 0, tokens: [5], startPos: 3 }, { seq: 1, tokens: [6], startPos: 1 }], count: true, argmaxOnly: true });
   be.closeSequence(1);
   be.dispose();
 }

@@ -2,7 +2,7 @@
 // model/families/: their attention variants in family-attention.ts, routers in routers.ts, dense and shared
 // MLPs in family-mlp.ts), the reference every other backend is tested against.
 import { ResidencyError } from '../../errors.ts';
-import { logitsOut, type Backend, type StepInput, type StepOutput } from '../backend.ts';
+import { logitsOut, withHostArgmax, type Backend, type StepInput, type StepOutput } from '../backend.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { MlaWeights, ModelWeights, VocabMatrix } from '../../model/weights.ts';
 import { isBf16, isQuantized, type Matrix } from '../../model/quant.ts';
@@ -326,7 +326,7 @@ export class CpuBackend implements Backend {
     if (record) this.lastRouterProbs = probs;
     logits.set(s.logits.subarray(0, chunks.length * spec.vocabSize));
     const out: StepOutput = { logits };
-    return record ? { ...out, routing, routingWeights } : out;
+    return withHostArgmax(input, record ? { ...out, routing, routingWeights } : out, spec.vocabSize);
   }
 
   /** Layer l's last residual add, x += proj, with the next layer's input_layernorm into xn (none after the last). */

@@ -176,15 +176,4 @@ export function addInPlace(y: Float32Array, yOff: number, x: Float32Array, xOff:
   for (let i = 0; i < n; i++) y[yOff + i] = y[yOff + i]! + x[xOff + i]!;
 }
 
-/** Index of the largest value (first on ties, as torch.argmax). */
-export function argmax(x: Float32Array, off: number, n: number): number {
-  let best = 0;
-  let bestV = x[off]!;
-  for (let i = 1; i < n; i++) {
-    if (x[off + i]! > bestV) {
-      bestV = x[off + i]!;
-      best = i;
-    }
-  }
-  return best;
-}
+export { argmax } from '../backend.ts';

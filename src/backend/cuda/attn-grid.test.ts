@@ -45,7 +45,7 @@ function decodeAcross(b: CudaBackend, step: (pos1: number) => void): void {
   b.openSequence(2, 300);
   b.forward({ chunks: [{ seq: 1, tokens: Array.from({ length: 250 }, (_, i) => i % 7), startPos: 0 }, { seq: 2, tokens: [1, 2, 3, 4], startPos: 0 }], count: false });
   for (let p1 = 250, p2 = 4; p1 <= 258; p1++, p2++) {
-    b.greedyStep([{ seq: 1, tokens: [1], startPos: p1 }, { seq: 2, tokens: [2], startPos: p2 }], true);
+    b.forward({ chunks: [{ seq: 1, tokens: [1], startPos: p1 }, { seq: 2, tokens: [2], startPos: p2 }], count: true, argmaxOnly: true });
     step(p1);
   }
 }
@@ -79,7 +79,7 @@ test('graph capture grids: short graphs one block per row, the long graph the bu
   b.openSequence(1, 300);
   const at = (pos: number): string[] => {
     const from = d.launches.length;
-    b.greedyStep([{ seq: 1, tokens: [1], startPos: pos }], false);
+    b.forward({ chunks: [{ seq: 1, tokens: [1], startPos: pos }], count: false, argmaxOnly: true });
     return attnGrids(d, from);
   };
   const L = spec.numLayers;

@@ -4,7 +4,7 @@
 // swap touches (slots, counter) lives in device memory, so graphs stay valid for the backend's lifetime.
 import { ResidencyError } from '../../errors.ts';
 import { checkCudaSupport } from './support.ts';
-import { logitsOut, type Backend, type SequenceChunk, type StepInput, type StepOutput } from '../backend.ts';
+import { bestArgmaxKey, logitsOut, type Backend, type SequenceChunk, type StepInput, type StepOutput } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { RawTensor } from '../../model/weights.ts';
 import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/architecture.ts';
@@ -237,39 +237,36 @@ export class CudaBackend implements Backend {
     const chunks = input.chunks;
     const T = this.validate(chunks);
     const record = input.recordRouting === true;
-    const logits = logitsOut(input, V);
+    // argmaxOnly: the LM head kernel's argmax keys (a word pair a row) come back instead of the logits.
+    const argmaxOnly = input.argmaxOnly === true;
+    const logits = argmaxOnly ? new Float32Array(0) : logitsOut(input, V);
+    const argmax = argmaxOnly ? new Int32Array(chunks.length) : undefined;
     const routing = record ? new Int32Array(T * L * K) : undefined;
     const routingWeights = record ? new Float32Array(T * L * K) : undefined;
     for (const rows of planSubsteps(chunks, this.buckets[this.buckets.length - 1]!)) {
       this.runRows(rows, input.count);
       const lastRows = rows.map((r, i) => (r.last ? i : -1)).filter((i) => i >= 0);
       const n = rows.length;
-      if (lastRows.length > 0) this.driver.dtohAsync(this.logitsHost.hostPtr, this.work.logits, 4 * n * V, this.stream);
+      if (lastRows.length > 0) {
+        if (argmax) this.driver.dtohAsync(this.amaxHost.hostPtr, this.work.amax, 8 * n, this.stream);
+        else this.driver.dtohAsync(this.logitsHost.hostPtr, this.work.logits, 4 * n * V, this.stream);
+      }
       if (record) {
         this.driver.dtohAsync(this.picksHost.hostPtr, this.work.pickExpert, 4 * n * L * K, this.stream);
         this.driver.dtohAsync(this.picksHost.hostPtr + BigInt(4 * n * L * K), this.work.pickWeight, 4 * n * L * K, this.stream);
       }
       this.driver.streamSync(this.stream, 'forward');
-      const lh = new Float32Array(this.logitsHost.host.buffer, this.logitsHost.host.byteOffset, n * V);
-      for (const i of lastRows) logits.set(lh.subarray(i * V, (i + 1) * V), rows[i]!.chunk * V);
+      if (argmax) {
+        const words = new Uint32Array(this.amaxHost.host.buffer, this.amaxHost.host.byteOffset, 2 * n);
+        for (const i of lastRows) argmax[rows[i]!.chunk] = bestArgmaxKey(words, 2 * i, 1);
+      } else {
+        const lh = new Float32Array(this.logitsHost.host.buffer, this.logitsHost.host.byteOffset, n * V);
+        for (const i of lastRows) logits.set(lh.subarray(i * V, (i + 1) * V), rows[i]!.chunk * V);
+      }
       if (routing && routingWeights) scatterRouting(this.picksHost.host, rows, L * K, routing, routingWeights);
     }
-    const out: StepOutput = { logits };
+    const out: StepOutput = argmax ? { logits, argmax } : { logits };
     return record ? { ...out, routing, routingWeights } : out;
-  }
-
-  /** A decode step that returns each chunk's greedy token from the device argmax (no logits copy). */
-  greedyStep(chunks: readonly SequenceChunk[], count: boolean): Int32Array {
-    this.validate(chunks);
-    const out = new Int32Array(chunks.length);
-    for (const rows of planSubsteps(chunks, this.buckets[this.buckets.length - 1]!)) {
-      this.runRows(rows, count);
-      this.driver.dtohAsync(this.amaxHost.hostPtr, this.work.amax, 8 * rows.length, this.stream);
-      this.driver.streamSync(this.stream, 'greedyStep');
-      const keys = new BigUint64Array(this.amaxHost.host.buffer, this.amaxHost.host.byteOffset, rows.length);
-      rows.forEach((r, i) => { if (r.last) out[r.chunk] = 0xffffffff - Number(keys[i]! & 0xffffffffn); });
-    }
-    return out;
   }
 
   readCounter(): Uint32Array {

@@ -54,7 +54,7 @@ function exercise(b: CudaBackend): void {
   b.openSequence(1, 16);
   b.openSequence(2, 16);
   b.forward({ chunks: [{ seq: 1, tokens: [1, 2, 3], startPos: 0 }, { seq: 2, tokens: [4], startPos: 0 }], count: true, recordRouting: true });
-  b.greedyStep([{ seq: 1, tokens: [5], startPos: 3 }, { seq: 2, tokens: [6], startPos: 1 }], true);
+  b.forward({ chunks: [{ seq: 1, tokens: [5], startPos: 3 }, { seq: 2, tokens: [6], startPos: 1 }], count: true, argmaxOnly: true });
   b.closeSequence(2);
   b.banks.swapRows(0, 0, 0);
   b.readCounter();
@@ -106,7 +106,7 @@ test('dispose twice releases nothing twice; use after dispose is refused', () =>
   backend.dispose();
   assert.equal(d.releases, releases);
   assert.deepEqual(releaseFailures, []);
-  assert.throws(() => backend.greedyStep([{ seq: 1, tokens: [1], startPos: 4 }], false), (e: unknown) => e instanceof ResidencyError && e.code === 'INTERNAL');
+  assert.throws(() => backend.forward({ chunks: [{ seq: 1, tokens: [1], startPos: 4 }], count: false, argmaxOnly: true }), (e: unknown) => e instanceof ResidencyError && e.code === 'INTERNAL');
 });
 
 test(`failing each of the ${ACQUISITIONS} acquisitions of a construction in turn leaves no live handle and rethrows that failure`, () => {

@@ -244,3 +244,20 @@ test('op path: dense gemvs launched with PDL issue their first weight loads earl
   assert.ok(on.get('op_gemv_b1_r1_swiglu')!.every((f) => f === 0), 'expert gate/up (grouped) waits first');
   assert.ok([...earlyOf({ earlyWeights: false }).values()].flat().every((f) => f === 0));
 });
+
+test('op path: argmaxOnly takes each chunk\'s argmax on the device (op_argmax_rows) and copies its keys, not the logits; its decode graphs are their own', () => {
+  const { d, be } = build();
+  for (let i = 0; i < 2; i++) be.openSequence(i, 64);
+  const prompt = be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: [1, 2, 3], startPos: 0 })), count: false, argmaxOnly: true });
+  assert.equal(prompt.logits.length, 0);
+  assert.deepEqual(Array.from(prompt.argmax!), [0, 0], 'the fake driver\'s keys are all zero: no key, token 0');
+  const from = d.launches.length;
+  const step = be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: [4], startPos: 3 })), count: true, argmaxOnly: true });
+  assert.equal(step.argmax!.length, 2);
+  assert.ok(be.graphKeys().includes('2/1/fused/argmax'));
+  be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: [5], startPos: 4 })), count: true });
+  assert.ok(be.graphKeys().includes('2/1/fused'), 'a logits step captures its own graph');
+  assert.ok(d.launches.slice(from).some((l) => l.name === 'op_argmax_rows'));
+  be.dispose();
+  assert.deepEqual(d.liveByKind(), {});
+});

@@ -7,7 +7,7 @@
 // activations and the KV cache are fp32 (the CPU spec's numbers within the vs-CPU bar). Memory is planned
 // from --gpu-memory-utilization and --max-model-len before anything is allocated.
 import { ResidencyError } from '../../../errors.ts';
-import { logitsOut, type Backend, type SequenceChunk, type StepInput, type StepOutput } from '../../backend.ts';
+import { bestArgmaxKey, logitsOut, type Backend, type SequenceChunk, type StepInput, type StepOutput } from '../../backend.ts';
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { TensorSource } from '../../../model/tensor-source.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
@@ -23,7 +23,7 @@ import { stepLayout, type RouteMode } from './layout.ts';
 import { hotExpertsThatFit, planMemory, type MemoryPlan } from './memory.ts';
 import { DECODE_MAX_ROWS, attendSplits, planPieces, type OpPiece } from './plan.ts';
 import { checkOpSupport } from './support.ts';
-import { MAX_OUT, memoryNeeds, workspaceLayout } from './workspace.ts';
+import { ARGMAX_BLOCKS, MAX_OUT, memoryNeeds, workspaceLayout } from './workspace.ts';
 import { checkStepChunks } from '../step-chunks.ts';
 import { OpStepKernels, type RecordedLaunch } from './step-kernels.ts';
 import { scatterRouting } from '../routing-record.ts';
@@ -224,17 +224,24 @@ export class CudaOpBackend implements Backend {
     const L = moeLayerCount(this.spec); // routing is recorded for the MoE layers
     const T = this.validate(input.chunks);
     const record = input.recordRouting === true;
-    const logits = logitsOut(input, V);
+    // argmaxOnly: each out row's argmax keys come back (op_argmax_rows), not its logits.
+    const argmax = input.argmaxOnly === true ? new Int32Array(input.chunks.length) : undefined;
+    const logits = argmax ? new Float32Array(0) : logitsOut(input, V);
     const routing = record ? new Int32Array(T * L * K) : undefined;
     const routingWeights = record ? new Float32Array(T * L * K) : undefined;
     for (const piece of planPieces(input.chunks, this.maxRows, MAX_OUT)) {
-      const { rowsRun, outRows } = this.runPiece(piece, input.count);
+      const { rowsRun, outRows } = this.runPiece(piece, input.count, argmax !== undefined);
       const n = piece.rows.length;
       const oh = this.outHost;
       this.d.streamSync(this.stream, 'forward');
-      const lh = new Float32Array(oh.host.buffer, oh.host.byteOffset, outRows * V);
       // Decode pieces compute every row's logits (out row = row); prefill pieces only their outputs, in order.
-      piece.outs.forEach((o, i) => logits.set(lh.subarray((rowsRun ? o.row : i) * V, ((rowsRun ? o.row : i) + 1) * V), o.chunk * V));
+      if (argmax) {
+        const words = new Uint32Array(oh.host.buffer, oh.host.byteOffset, 2 * outRows * ARGMAX_BLOCKS);
+        piece.outs.forEach((o, i) => { argmax[o.chunk] = bestArgmaxKey(words, 2 * ARGMAX_BLOCKS * (rowsRun ? o.row : i), ARGMAX_BLOCKS); });
+      } else {
+        const lh = new Float32Array(oh.host.buffer, oh.host.byteOffset, outRows * V);
+        piece.outs.forEach((o, i) => logits.set(lh.subarray((rowsRun ? o.row : i) * V, ((rowsRun ? o.row : i) + 1) * V), o.chunk * V));
+      }
       if (routing && routingWeights) {
         const LK = L * K;
         this.d.dtohAsync(oh.hostPtr, this.b['pickE']!, 4 * n * LK, this.stream);
@@ -243,7 +250,7 @@ export class CudaOpBackend implements Backend {
         scatterRouting(oh.host, piece.rows, LK, routing, routingWeights);
       }
     }
-    const out: StepOutput = { logits };
+    const out: StepOutput = argmax ? { logits, argmax } : { logits };
     return record ? { ...out, routing, routingWeights } : out;
   }
 
@@ -264,7 +271,7 @@ export class CudaOpBackend implements Backend {
     this.capacities.clear();
   }
 
-  /** The keys of the decode graphs captured so far (`${bucket}/${splits}/${fused|unfused attention}`). */
+  /** The keys of the decode graphs captured so far (`${bucket}/${splits}/${fused|unfused attention}[/argmax]`). */
   graphKeys(): string[] {
     return [...this.graphs.keys()];
   }
@@ -274,7 +281,7 @@ export class CudaOpBackend implements Backend {
    * row computes logits (rowsRun: out row = row); prefill pieces run their rows as they are and compute logits
    * for their outputs only. Returns the rows whose logits sit in the logits buffer.
    */
-  runPiece(piece: OpPiece, count: boolean): { rowsRun: boolean; outRows: number } {
+  runPiece(piece: OpPiece, count: boolean, argmax = false): { rowsRun: boolean; outRows: number } {
     const n = piece.rows.length;
     const decode = n <= DECODE_MAX_ROWS && n <= this.buckets[this.buckets.length - 1]!;
     const T = decode ? bucketFor(n, this.buckets) : n;
@@ -289,11 +296,11 @@ export class CudaOpBackend implements Backend {
     this.writeRows(piece, T, count, decode);
     if (decode && this.useGraphs) {
       // The graph holds the copies too: rows in, logits out (one submission a decode step).
-      this.d.graphLaunch(this.graphFor(T, S, fused), this.stream);
+      this.d.graphLaunch(this.graphFor(T, S, fused, argmax), this.stream);
     } else {
       this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, stepLayout(T).bytes, this.stream);
       this.kernels.enqueue(T, this.gemvFor(decode, T), S, outRows, fused);
-      if (piece.outs.length > 0) this.d.dtohAsync(this.outHost.hostPtr, this.b['logits']!, 4 * outRows * this.spec.vocabSize, this.stream);
+      if (piece.outs.length > 0) this.copyOut(outRows, argmax);
     }
     return { rowsRun: decode, outRows };
   }
@@ -303,16 +310,25 @@ export class CudaOpBackend implements Backend {
     return decode && (this.tcDecodeRows === 0 || T < this.tcDecodeRows);
   }
 
-  private graphFor(T: number, S: number, fused: boolean): bigint {
-    const key = `${T}/${S}/${fused ? 'fused' : 'unfused'}`;
+  /** The out rows' logits, or with `argmax` their argmax keys, into the pinned outputs. */
+  private copyOut(rows: number, argmax: boolean): void {
+    if (!argmax) {
+      this.d.dtohAsync(this.outHost.hostPtr, this.b['logits']!, 4 * rows * this.spec.vocabSize, this.stream);
+      return;
+    }
+    this.kernels.enqueueArgmax(rows);
+    this.d.dtohAsync(this.outHost.hostPtr, this.b['argmaxKeys']!, 8 * rows * ARGMAX_BLOCKS, this.stream);
+  }
+
+  private graphFor(T: number, S: number, fused: boolean, argmax: boolean): bigint {
+    const key = `${T}/${S}/${fused ? 'fused' : 'unfused'}${argmax ? '/argmax' : ''}`;
     let g = this.graphs.get(key);
     if (g === undefined) {
-      const what = `op decode graph, bucket ${T}, ${S} attention split(s), ${fused ? 'fused' : 'unfused'} attention`;
-      const V = this.spec.vocabSize;
+      const what = `op decode graph, bucket ${T}, ${S} attention split(s), ${fused ? 'fused' : 'unfused'} attention${argmax ? ', argmax out' : ''}`;
       const body = (): void => {
         this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, stepLayout(T).bytes, this.stream);
         this.kernels.enqueue(T, this.gemvFor(true, T), S, T, fused);
-        this.d.dtohAsync(this.outHost.hostPtr, this.b['logits']!, 4 * T * V, this.stream);
+        this.copyOut(T, argmax);
       };
       g = this.scope.acquire(what, () => this.d.captureGraph(this.stream, body, what), (x) => this.d.graphDestroy(x));
       this.graphs.set(key, g);

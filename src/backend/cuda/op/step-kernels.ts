@@ -13,6 +13,7 @@ import { bucketFor } from '../plan.ts';
 import { encodeAttn, encodeGemm, encodeGroups, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, maxGroupedTiles, routeScratch, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
 import { gemvRowsPerWarp } from './plan.ts';
 import type { DenseDev, LayerDev } from './resident-weights.ts';
+import { ARGMAX_BLOCKS } from './workspace.ts';
 
 /** The kernel arguments of a product's FP8 scale grid (none for bf16). */
 function gridArgs(p: ProductWeights): Pick<GemmArgs, 'sRows' | 'sCols' | 'sLd'> {
@@ -175,6 +176,11 @@ export class OpStepKernels {
     const nOutB = bucketFor(nOut, [1, 2, 4, 8, 16]);
     norm(residualMode(L), Math.max(prevMoe, 0), outRows, this.finalNorm, this.ptr('xf'), nOutB);
     this.product('lm_head', true, nOutB, 'store', { x: this.ptr('xf'), y: this.ptr('logits'), w: this.lmHead, ldx: H, ldy: V, O: V, K: H, rows: nOutB });
+  }
+
+  /** Each of the first `rows` logits rows' argmax keys into argmaxKeys (ARGMAX_BLOCKS a row; StepInput.argmaxOnly). */
+  enqueueArgmax(rows: number): void {
+    this.launch('op_argmax_rows', [ARGMAX_BLOCKS, rows, 1], 256, 0, [u64(this.ptr('logits')), i32(this.spec.vocabSize), u64(this.ptr('argmaxKeys'))]);
   }
 
   /** A layer's q | k | v attention, from xn to hidden += o_proj(attention). */

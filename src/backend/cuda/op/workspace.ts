@@ -9,6 +9,8 @@ import { DECODE_MAX_ROWS } from './plan.ts';
 
 /** Rows whose logits one piece computes at most (the LM head's gather). */
 export const MAX_OUT = 16;
+/** Blocks a row of op_argmax_rows (each writes one key; the host takes a row's best). */
+export const ARGMAX_BLOCKS = 32;
 
 /** The work buffers of a piece of T rows (name -> bytes); `maxSplits` sizes the attention partials. */
 export function workspaceLayout(s: ModelSpec, T: number, maxSplits: number): [string, number][] {
@@ -29,7 +31,7 @@ export function workspaceLayout(s: ModelSpec, T: number, maxSplits: number): [st
     ['grpN', 16], ['grpExpert', 4 * E], ['grpStart', 4 * (E + 1)], ['grpRows', 4 * T * K], ['tileN', 16], ['tileGroup', 4 * tiles], ['tileRow0', 4 * tiles],
     ['act', 4 * T * K * I], ['partial', 4 * T * K * H],
     ...(mlpI > 0 ? [['mlpAct', 4 * T * mlpI] as [string, number]] : []),
-    ['xf', 4 * MAX_OUT * H], ['logits', 4 * MAX_OUT * V],
+    ['xf', 4 * MAX_OUT * H], ['logits', 4 * MAX_OUT * V], ['argmaxKeys', 8 * MAX_OUT * ARGMAX_BLOCKS],
   ];
 }
 
