@@ -12,6 +12,7 @@ import { createCpuBackend, type CpuBackend, type CpuBackendOptions } from '../sr
 import { mapFromBanks, placeMap, ResidencyDriver } from '../src/engine/residency-driver.ts';
 import { mulberry32 } from '../src/util/rng.ts';
 import { recordRun } from '../src/backend/cpu/test-helpers.ts';
+import { argmax } from '../src/backend/backend.ts';
 
 interface Step {
   token: number;
@@ -102,8 +103,7 @@ function decodeAll(b: CpuBackend, cases: Case[], Lm: number): ParityReport {
       const ref = c.steps[s]!;
       const logits = out.logits.subarray(i * V, i * V + V);
       ref.top5_ids.forEach((id, k) => (r.maxLogitErr = Math.max(r.maxLogitErr, Math.abs(logits[id]! - ref.top5_logits[k]!))));
-      let best = 0;
-      for (let v = 1; v < V; v++) if (logits[v]! > logits[best]!) best = v;
+      const best = argmax(logits, 0, V);
       r.tokens++;
       if (best !== ref.token) r.tokenMismatches.push({ where: `case ${i} step ${s}: ours ${best} ref ${ref.token}`, margin: Math.abs(logits[best]! - logits[ref.token]!) });
     });
@@ -210,11 +210,7 @@ export async function liveResidency(dir: string, hot: number): Promise<{ applied
     let logits = b.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 })), count: false }).logits;
     for (let s = 0; s < STEPS; s++) {
       out.push(Buffer.from(logits.buffer, logits.byteOffset, logits.byteLength));
-      const next = prompts.map((_, i) => {
-        let best = 0;
-        for (let v = 1; v < spec.vocabSize; v++) if (logits[i * spec.vocabSize + v]! > logits[i * spec.vocabSize + best]!) best = v;
-        return best;
-      });
+      const next = prompts.map((_, i) => argmax(logits, i * spec.vocabSize, spec.vocabSize));
       const count = hook?.countStep(prompts.length) ?? false;
       logits = b.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: [next[i]!], startPos: p.length + s })), count }).logits;
       hook?.afterStep({ step: s, tokens: prompts.length, counted: count, durationNs: 1000 });

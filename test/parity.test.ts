@@ -6,6 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { loadModel } from '../src/model/load.ts';
 import { createCpuBackend, type CpuBackend } from '../src/backend/cpu/cpu-backend.ts';
+import { argmax } from '../src/backend/backend.ts';
 
 const FIXTURE = resolve(process.cwd(), '../shared/fixtures/tiny-moe/parity.json');
 const MODEL = resolve(process.cwd(), 'models/tiny-moe');
@@ -111,8 +112,7 @@ test('CPU backend matches the transformers float32 reference on all parity cases
         maxLogitErr = Math.max(maxLogitErr, err);
         assert.ok(err < LOGIT_TOL, `case ${i} step ${s}: logit of ${id} is ${logits[id]}, reference ${ref.top5_logits[k]}`);
       });
-      let best = 0;
-      for (let v = 1; v < V; v++) if (logits[v]! > logits[best]!) best = v;
+      const best = argmax(logits, 0, V);
       minTop2 = Math.min(minTop2, ref.top5_logits[0]! - ref.top5_logits[1]!);
       if (best !== ref.token) tokenTies.push({ where: `case ${i} step ${s}: ours ${best} ref ${ref.token}`, margin: Math.abs(logits[best]! - logits[ref.token]!) });
     });

@@ -13,11 +13,11 @@ const { values } = parseArgs({ options: { model: { type: 'string' }, steps: { ty
 if (values.model) {
   const m = await loadModelFor(values.model, 'cuda');
   const be = await createCuda(m, { path: 'op', graphs: false, maxModelLen: 512, maxNumSeqs: 1, ...(JSON.parse(values.options) as object) });
-  be.openSequence(0, 256);
+  be.openSequence(0, 512);
   const prompt = Array.from({ length: 64 }, (_, i) => (i * 7919 + 13) % m.spec.vocabSize);
   be.forward({ chunks: [{ seq: 0, tokens: prompt, startPos: 0 }], count: false });
   const steps = Number(values.steps);
-  for (let s = 0; s < steps; s++) be.forward({ chunks: [{ seq: 0, tokens: [prompt[s]!], startPos: 64 + s }], count: true });
+  for (let s = 0; s < steps; s++) be.forward({ chunks: [{ seq: 0, tokens: [prompt[s % 64]!], startPos: 64 + s }], count: true });
   console.log(`profile: ${values.model} op path, ${steps} decode steps at batch 1, options ${values.options}`);
   be.dispose();
   m.tensors.close();

@@ -34,6 +34,8 @@ test('argmax: the first of the largest; a NaN never wins; -Infinity everywhere g
   assert.equal(argmax(new Float32Array([Number.NaN, -1, Number.NaN, -0.5]), 0, 4), 3);
   assert.equal(argmax(new Float32Array([-0, 0]), 0, 2), 0);
   assert.equal(argmax(new Float32Array([-Infinity, -Infinity]), 0, 2), 0);
+  assert.equal(argmax(new Float32Array([Number.NaN, -Infinity]), 0, 2), 1);
+  assert.equal(argmax(new Float32Array([Number.NaN, Number.NaN]), 0, 2), 0);
 });
 
 test('bestArgmaxKey: the device keys give the host argmax, ties to the lower index, -0 equal to +0, whatever the blocks', () => {
@@ -42,6 +44,8 @@ test('bestArgmaxKey: the device keys give the host argmax, ties to the lower ind
     new Float32Array([-3, -1, -1, -8]),
     new Float32Array([-0, 0, -1]),
     new Float32Array([Number.NaN, -5, Number.NaN, -4]),
+    new Float32Array([Number.NaN, -Infinity, Number.NaN]),
+    new Float32Array([-Infinity, -Infinity, -Infinity]),
     Float32Array.from({ length: 1000 }, (_, i) => Math.sin(i * 12.9898) * 100),
   ];
   for (const x of rows) for (const blocks of [1, 2, 3, 32]) assert.equal(bestArgmaxKey(blockKeys(x, blocks), 0, blocks), argmax(x, 0, x.length), `${x.length} values in ${blocks} blocks`);

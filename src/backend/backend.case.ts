@@ -42,9 +42,7 @@ function decode(be: Backend, o: ConformanceOptions, between?: () => void, forced
   for (let s = 0; s < o.steps; s++) {
     run.logits.push(out.logits);
     o.prompts.forEach((_, i) => {
-      let best = 0;
-      for (let j = 1; j < V; j++) if (out.logits[i * V + j]! > out.logits[i * V + best]!) best = j;
-      run.tokens[i]!.push(forced ? forced[i]![s]! : best);
+      run.tokens[i]!.push(forced ? forced[i]![s]! : argmax(out.logits, i * V, V));
     });
     if (s === o.steps - 1) break;
     between?.();
@@ -174,14 +172,23 @@ export function runBackendConformance(name: string, make: BackendFactory, o: Con
         assert.ok(f0.logits.buffer === into.buffer && f0.logits.byteOffset === into.byteOffset && f0.logits.length === V, 'logits are a view of logitsInto');
         assert.ok(into.subarray(V).every(Number.isNaN), 'nothing past the step\'s logits is written');
         assert.deepEqual(fresh.forward({ chunks: [{ seq: 0, tokens: [1], startPos: p.length }], count: false }).logits, next);
-        // argmaxOnly (on the device for CUDA): each chunk's argmax as the host's argmax of its logits picks it,
-        // a prompt chunk and then a decode step of two rows.
+        // argmaxOnly (on the device for CUDA): each chunk's argmax as the host's argmax of its logits picks it: a
+        // prompt chunk, a decode step of two rows out of sequence order, a prompt of 20 tokens beside a decode
+        // row (a prefill piece); each step run again at the same positions for its logits.
         fresh.openSequence(1, p.length + 4);
+        fresh.openSequence(2, 24);
         const a = fresh.forward({ chunks: [{ seq: 1, tokens: p, startPos: 0 }], count: false, argmaxOnly: true });
         assert.deepEqual(Array.from(a.argmax!), [argmax(first.logits, 0, V)]);
-        const two = fresh.forward({ chunks: [{ seq: 0, tokens: [2], startPos: p.length + 1 }, { seq: 1, tokens: [1], startPos: p.length }], count: false, argmaxOnly: true });
-        assert.equal(two.argmax!.length, 2);
-        assert.equal(two.argmax![1], argmax(next, 0, V));
+        const long = Array.from({ length: 20 }, (_, i) => p[i % p.length]!);
+        for (const chunks of [
+          [{ seq: 1, tokens: [1], startPos: p.length }, { seq: 0, tokens: [2], startPos: p.length + 1 }],
+          [{ seq: 0, tokens: [3], startPos: p.length + 2 }, { seq: 2, tokens: long, startPos: 0 }],
+        ]) {
+          const picked = fresh.forward({ chunks, count: false, argmaxOnly: true }).argmax!;
+          const logits = fresh.forward({ chunks, count: false }).logits;
+          assert.deepEqual(Array.from(picked), chunks.map((_, i) => argmax(logits, i * V, V)), `argmaxOnly of ${chunks.map((c) => c.tokens.length).join(' + ')} tokens`);
+        }
+        assert.equal(argmax(fresh.forward({ chunks: [{ seq: 1, tokens: [1], startPos: p.length }], count: false }).logits, 0, V), argmax(next, 0, V));
       } finally {
         fresh.dispose();
       }

@@ -31,6 +31,7 @@ export interface StepInput {
    * The caller needs only each chunk's argmax (greedy decoding, nothing reading the logits): the step returns
    * `argmax`, and its `logits` may be empty. A GPU backend then takes the argmax on the device and copies a
    * few bytes a row instead of the vocabulary's logits (600 KB a row at 151,936), and the host scans nothing.
+   * `logitsInto` is then not used (nor checked).
    */
   readonly argmaxOnly?: boolean;
 }
@@ -52,10 +53,10 @@ export interface StepOutput {
  */
 export function argmax(x: Float32Array, off: number, n: number): number {
   let best = 0;
-  let bestV = -Infinity;
+  let bestV = Number.NaN; // until the first value that is not NaN
   for (let i = 0; i < n; i++) {
     const v = x[off + i]!;
-    if (v > bestV) {
+    if (v > bestV || (bestV !== bestV && v === v)) {
       bestV = v;
       best = i;
     }

@@ -10,6 +10,7 @@ import { loadModel } from '../model/load.ts';
 import { Counter } from '../residency/counts.ts';
 import { rowMapsEqual } from '../residency/rowmap.ts';
 import { mapFromBanks, ResidencyDriver } from './residency-driver.ts';
+import { argmax } from '../backend/backend.ts';
 
 const ROOT = process.cwd();
 const FIXTURE = join(ROOT, '../shared/fixtures/tiny-moe');
@@ -27,8 +28,7 @@ function greedy(backend: CpuBackend, steps: number): number[][] {
     let chunk = { seq, tokens: ids, startPos: 0 };
     for (let i = 0; i < steps; i++) {
       const { logits } = backend.forward({ chunks: [chunk], count: false });
-      let best = 0;
-      for (let v = 1; v < spec.vocabSize; v++) if (logits[v]! > logits[best]!) best = v;
+      const best = argmax(logits, 0, spec.vocabSize);
       out.push(best);
       chunk = { seq, tokens: [best], startPos: chunk.startPos + chunk.tokens.length };
     }
@@ -90,9 +90,7 @@ test('live: the CPU backend counts in its MoE op and the driver drains real pick
     if (counted) countedSteps++;
     const { logits } = backend.forward({ chunks: [chunk], count: counted });
     driver.afterStep({ step, tokens: chunk.tokens.length, counted, durationNs: 0 }); // drain, decide, swap
-    let best = 0;
-    for (let v = 1; v < spec.vocabSize; v++) if (logits[v]! > logits[best]!) best = v;
-    chunk = { seq: 0, tokens: [best], startPos: chunk.startPos + chunk.tokens.length };
+    chunk = { seq: 0, tokens: [argmax(logits, 0, spec.vocabSize)], startPos: chunk.startPos + chunk.tokens.length };
   }
   const picks = backend.readCounter().reduce((a, b) => a + b, 0);
   // The prompt step (48 tokens <= count_tmax) counts every prompt token; each decode step one token.

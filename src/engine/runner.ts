@@ -46,7 +46,8 @@ export class ModelRunner {
     const next = new Int32Array(step.chunks.length).fill(-1);
     step.chunks.forEach((c, i) => {
       if (!c.samples) return;
-      next[i] = argmaxOnly ? out.argmax![i]! : c.req.sampler.sample(out.logits, i * V, this.scratch);
+      // (A backend that does not take argmaxOnly returns logits: sampled from them as usual.)
+      next[i] = out.argmax?.[i] ?? c.req.sampler.sample(out.logits, i * V, this.scratch);
     });
     return next;
   }

@@ -33,6 +33,8 @@ export class FakeCudaDriver implements CudaDriver {
   /** Every acquisition and release in order ('+device logits', '-stream'), for order checks. */
   readonly log: string[] = [];
   /** Every kernel launch (eager, or recorded into a graph being captured) with its grid, in order. */
+  /** The size of every asynchronous device-to-host copy, in order. */
+  readonly dtohBytes: number[] = [];
   readonly launches: { name: string; grid: [number, number, number]; args: KernelArg[]; pdl: boolean }[] = [];
   acquisitions = 0;
   calls = 0;
@@ -101,6 +103,7 @@ export class FakeCudaDriver implements CudaDriver {
   }
   dtohAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void {
     this.tick('dtohAsync');
+    this.dtohBytes.push(bytes);
     this.use(dst, bytes);
     this.use(src, bytes);
     this.use(stream, 0);

@@ -251,10 +251,13 @@ test('op path: argmaxOnly takes each chunk\'s argmax on the device (op_argmax_ro
   const prompt = be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: [1, 2, 3], startPos: 0 })), count: false, argmaxOnly: true });
   assert.equal(prompt.logits.length, 0);
   assert.deepEqual(Array.from(prompt.argmax!), [0, 0], 'the fake driver\'s keys are all zero: no key, token 0');
-  const from = d.launches.length;
+  const from = d.launches.length, copies = d.dtohBytes.length;
   const step = be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: [4], startPos: 3 })), count: true, argmaxOnly: true });
   assert.equal(step.argmax!.length, 2);
   assert.ok(be.graphKeys().includes('2/1/fused/argmax'));
+  // The graph's copy out: 32 keys of 8 bytes for each of the bucket's 2 rows, no logits.
+  assert.deepEqual(d.dtohBytes.slice(copies), [2 * 32 * 8]);
+  assert.deepEqual(d.launches.slice(from).filter((l) => l.name === 'op_argmax_rows').map((l) => l.grid), [[32, 2, 1]]);
   be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: [5], startPos: 4 })), count: true });
   assert.ok(be.graphKeys().includes('2/1/fused'), 'a logits step captures its own graph');
   assert.ok(d.launches.slice(from).some((l) => l.name === 'op_argmax_rows'));

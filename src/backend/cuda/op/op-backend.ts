@@ -184,7 +184,7 @@ export class CudaOpBackend implements Backend {
       const stepBytes = stepLayout(T).bytes;
       this.stepDev = this.alloc(stepBytes, 'step rows');
       this.stepHost = scope.acquire('pinned step rows', () => d.allocPinned(stepBytes, 'step rows'), (h) => d.freeHost(h.hostPtr));
-      this.outHost = scope.acquire('pinned outputs', () => d.allocPinned(Math.max(4 * MAX_OUT * V, 8 * T * Lm * K), 'outputs'), (h) => d.freeHost(h.hostPtr));
+      this.outHost = scope.acquire('pinned outputs', () => d.allocPinned(Math.max(4 * MAX_OUT * V, 8 * MAX_OUT * ARGMAX_BLOCKS, 8 * T * Lm * K), 'outputs'), (h) => d.freeHost(h.hostPtr));
       // A gemv's input rows fill up to 64 KiB of shared memory (B rows x K chunk): over the 48 KiB default.
       for (const [name, fn] of fns) if (name.startsWith('op_gemv_')) d.setMaxDynamicSmem(fn, 64 * 1024, name);
       this.kernels = new OpStepKernels({
