@@ -53,10 +53,12 @@ export interface StepOutput {
  */
 export function argmax(x: Float32Array, off: number, n: number): number {
   let best = 0;
-  let bestV = Number.NaN; // until the first value that is not NaN
-  for (let i = 0; i < n; i++) {
+  while (best < n && Number.isNaN(x[off + best]!)) best++; // from the first value that is not NaN
+  if (best === n) return 0;
+  let bestV = x[off + best]!;
+  for (let i = best + 1; i < n; i++) {
     const v = x[off + i]!;
-    if (v > bestV || (bestV !== bestV && v === v)) {
+    if (v > bestV) {
       bestV = v;
       best = i;
     }
