@@ -6,6 +6,7 @@ import { TokenHistory, applyPenalties, hasPenalties } from './logit-processors.t
 import { logprobsOf } from './logprobs.ts';
 import type { SamplingParams, TokenLogprob } from './types.ts';
 import { argmax } from '../backend/backend.ts';
+import { TopScratch, topCandidates } from './top-candidates.ts';
 
 /** splitmix32: small, fast, and good enough to draw tokens; one per request so batching never changes a draw. */
 export function splitmix32(seed: number): () => number {
@@ -23,6 +24,8 @@ export function splitmix32(seed: number): () => number {
 export class SamplerScratch {
   readonly probs: Float64Array;
   readonly order: Int32Array;
+  /** The histogram that narrows top-k and top-p to the tokens that can be picked (top-candidates.ts). */
+  readonly top = new TopScratch();
   /** The row after penalties and masking (the backend's logits are never written). */
   readonly work: Float32Array;
   constructor(readonly vocabSize: number) {
@@ -109,16 +112,21 @@ export class Sampler {
     }
     const topK = this.params.topK ?? 0;
     const minP = this.params.minP ?? 0;
-    if ((topK > 0 && topK < V) || minP > 0) return this.drawTruncated(probs, V, maxP, topK, minP, topP, s.order);
+    if ((topK > 0 && topK < V) || minP > 0) return this.drawTruncated(probs, V, maxP, topK, minP, topP, s);
     if (topP >= 1) return drawInIdOrder(probs, V, this.rand!() * sum);
-    return this.drawNucleus(probs, V, sum, maxP, topP, s.order);
+    return this.drawNucleus(probs, V, sum, topP, s, maxP);
   }
 
   /** min-p, then top-k, then top-p over what is left (vLLM's order), drawn in descending probability. */
-  private drawTruncated(probs: Float64Array, V: number, maxP: number, topK: number, minP: number, topP: number, order: Int32Array): number {
+  private drawTruncated(probs: Float64Array, V: number, maxP: number, topK: number, minP: number, topP: number, s: SamplerScratch): number {
     const floor = minP * maxP;
-    let n = 0;
-    for (let i = 0; i < V; i++) if (probs[i]! > 0 && probs[i]! >= floor) order[n++] = i;
+    const order = s.order;
+    // Top-k: only the tokens of the top buckets holding k of them are sorted (their order is the full sort's prefix).
+    let n = topK > 0 ? topCandidates(probs, V, maxP, floor, topK, 0, order, s.top) : -1;
+    if (n < 0) {
+      n = 0;
+      for (let i = 0; i < V; i++) if (probs[i]! > 0 && probs[i]! >= floor) order[n++] = i;
+    }
     const cand = order.subarray(0, n);
     cand.sort((a, b) => probs[b]! - probs[a]! || a - b);
     const k = topK > 0 ? Math.min(topK, n) : n;
@@ -141,29 +149,30 @@ export class Sampler {
 
   /**
    * Top-p: the smallest set of most likely tokens whose mass reaches topP, drawn from in descending
-   * probability (ties: lower id first). Sorting only the tokens above a threshold is exact whenever
-   * those tokens already hold topP of the mass (the nucleus is then among them); else sort everything.
+   * probability (ties: lower id first). Sorting only the tokens of the top buckets that hold topP of the mass
+   * is exact (the nucleus is a prefix of them); when, summed in sorted order, they fall short, every token is sorted.
    */
-  private drawNucleus(probs: Float64Array, V: number, sum: number, maxP: number, topP: number, order: Int32Array): number {
+  private drawNucleus(probs: Float64Array, V: number, sum: number, topP: number, s: SamplerScratch, maxP: number): number {
     const target = topP * sum;
-    let n = 0;
-    let mass = 0;
-    const threshold = maxP * 1e-4;
-    for (let i = 0; i < V; i++) {
-      if (probs[i]! >= threshold) {
-        order[n++] = i;
-        mass += probs[i]!;
+    const order = s.order;
+    let n = topCandidates(probs, V, maxP, 0, 1, target, order, s.top);
+    let cand: Int32Array;
+    let keep: number;
+    let kept: number;
+    for (;;) {
+      const all = n < 0;
+      if (all) {
+        n = V;
+        for (let i = 0; i < V; i++) order[i] = i;
       }
+      cand = order.subarray(0, n);
+      cand.sort((a, b) => probs[b]! - probs[a]! || a - b);
+      keep = 0;
+      kept = 0;
+      while (keep < n && kept < target) kept += probs[cand[keep++]!]!;
+      if (all || kept >= target) break;
+      n = -1;
     }
-    if (mass < target) {
-      n = V;
-      for (let i = 0; i < V; i++) order[i] = i;
-    }
-    const cand = order.subarray(0, n);
-    cand.sort((a, b) => probs[b]! - probs[a]! || a - b);
-    let keep = 0;
-    let kept = 0;
-    while (keep < n && kept < target) kept += probs[cand[keep++]!]!;
     let u = this.rand!() * kept;
     for (let i = 0; i < keep; i++) {
       u -= probs[cand[i]!]!;
