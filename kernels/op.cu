@@ -138,8 +138,9 @@ extern "C" __global__ void op_argmax_rows(const float* logits, int V, unsigned l
 
 // Row i of the output: x = the residual of input row rows[i] (or i): mode 0 the embedding of its token,
 // mode 1 hidden + the previous MoE layer's picks combined in router order (fp32), mode 2 hidden as it is;
-// x goes back to hidden (modes 0, 1), and xn[i] = RMSNorm(x) * w. Grid (rows), up to 1,024 threads (block_sum's red[32]).
-extern "C" __global__ void __launch_bounds__(1024) op_residual_norm(int mode, float* hidden, const float* partial, const float* pick_weight, int LK,
+// x goes back to hidden (modes 0, 1), and xn[i] = RMSNorm(x) * w. Grid (rows), up to 1,024 threads (block_sum's red[32];
+// launched at 1,024, which holds while ptxas gives it <= 64 registers: 40 today).
+extern "C" __global__ void op_residual_norm(int mode, float* hidden, const float* partial, const float* pick_weight, int LK,
                                             int prev_layer, int K, const int32_t* rows, const int32_t* tokens,
                                             const bf16_t* embed, const bf16_t* w, float* xn, int H, float eps) { pdl_enter();
   extern __shared__ __align__(16) float x[]; // [H] | red[32]
