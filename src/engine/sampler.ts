@@ -6,7 +6,7 @@ import { TokenHistory, applyPenalties, hasPenalties } from './logit-processors.t
 import { logprobsOf } from './logprobs.ts';
 import type { SamplingParams, TokenLogprob } from './types.ts';
 import { argmax } from '../backend/backend.ts';
-import { TopScratch, topCandidates } from './top-candidates.ts';
+import { TopScratch, sortTop, topCandidates } from './top-candidates.ts';
 
 /** splitmix32: small, fast, and good enough to draw tokens; one per request so batching never changes a draw. */
 export function splitmix32(seed: number): () => number {
@@ -123,12 +123,13 @@ export class Sampler {
     const order = s.order;
     // Top-k: only the tokens of the top buckets holding k of them are sorted (their order is the full sort's prefix).
     let n = topK > 0 ? topCandidates(probs, V, maxP, floor, topK, 0, order, s.top) : -1;
-    if (n < 0) {
+    if (n >= 0) sortTop(order, probs, s.top);
+    else {
       n = 0;
       for (let i = 0; i < V; i++) if (probs[i]! > 0 && probs[i]! >= floor) order[n++] = i;
+      order.subarray(0, n).sort((a, b) => probs[b]! - probs[a]! || a - b);
     }
     const cand = order.subarray(0, n);
-    cand.sort((a, b) => probs[b]! - probs[a]! || a - b);
     const k = topK > 0 ? Math.min(topK, n) : n;
     let total = 0;
     for (let i = 0; i < k; i++) total += probs[cand[i]!]!;
@@ -166,7 +167,8 @@ export class Sampler {
         for (let i = 0; i < V; i++) order[i] = i;
       }
       cand = order.subarray(0, n);
-      cand.sort((a, b) => probs[b]! - probs[a]! || a - b);
+      if (all) cand.sort((a, b) => probs[b]! - probs[a]! || a - b);
+      else sortTop(order, probs, s.top);
       keep = 0;
       kept = 0;
       while (keep < n && kept < target) kept += probs[cand[keep++]!]!;

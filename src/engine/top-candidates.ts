@@ -12,6 +12,10 @@ const BUCKETS = 512;
 export class TopScratch {
   readonly counts = new Int32Array(BUCKETS);
   readonly masses = new Float64Array(BUCKETS);
+  /** The last topCandidates' buckets: each one's first position in its order, and how many buckets. */
+  readonly starts = new Int32Array(BUCKETS + 1);
+  readonly next = new Int32Array(BUCKETS);
+  buckets = 0;
 }
 
 /** Bucket of a positive double's high word `hi` below the largest one's key `top`: 0 for the largest. */
@@ -23,7 +27,7 @@ function bucketOf(hi: number, top: number): number {
 /**
  * Writes into `order` the ids of the tokens whose probability is in the top buckets, the fewest buckets whose
  * count reaches `minCount` and mass reaches `minMass` (only tokens with probs > 0 and >= floor count), in id
- * order, and returns how many; or -1 when every bucket together does not reach them (the caller sorts all).
+ * bucket order (ids ascending within one: sortTop finishes the sort), and returns how many; or -1 when every bucket together does not reach them (the caller sorts all).
  * `maxP` is the row's largest probability.
  */
 export function topCandidates(probs: Float64Array, n: number, maxP: number, floor: number, minCount: number, minMass: number, order: Int32Array, s: TopScratch): number {
@@ -51,10 +55,34 @@ export function topCandidates(probs: Float64Array, n: number, maxP: number, floo
     }
   }
   if (last < 0) return -1;
+  // Grouped by bucket (a counting sort: bucket order is descending probability), ids ascending within each.
+  const at = s.starts;
   let m = 0;
+  for (let b = 0; b <= last; b++) {
+    at[b] = m;
+    m += counts[b]!;
+  }
+  at[last + 1] = m;
+  s.buckets = last + 1;
+  const next = s.next;
+  next.set(at.subarray(0, last + 1));
   for (let i = 0; i < n; i++) {
     const p = probs[i]!;
-    if (p > 0 && p >= floor && bucketOf(hi[2 * i + 1]!, top) <= last) order[m++] = i;
+    if (!(p > 0 && p >= floor)) continue;
+    const b = bucketOf(hi[2 * i + 1]!, top);
+    if (b <= last) order[next[b]!++] = i;
   }
   return m;
+}
+
+/**
+ * Sorts topCandidates' ids (descending probability, ties lower id first), one bucket at a time: the buckets are
+ * already in that order, so the whole is the full sort's prefix.
+ */
+export function sortTop(order: Int32Array, probs: Float64Array, s: TopScratch): void {
+  const cmp = (a: number, b: number): number => probs[b]! - probs[a]! || a - b;
+  for (let b = 0; b < s.buckets; b++) {
+    const lo = s.starts[b]!, hi = s.starts[b + 1]!;
+    if (hi - lo > 1) order.subarray(lo, hi).sort(cmp);
+  }
 }
