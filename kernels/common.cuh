@@ -251,6 +251,16 @@ __device__ __forceinline__ void warp_rope(float* x, int d, int pos, float theta)
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
+// The largest of the warp's argmax keys (argmax_key), in every lane.
+__device__ __forceinline__ unsigned long long warp_max_key(unsigned long long key) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const unsigned long long other = __shfl_xor_sync(0xffffffffu, key, off);
+    key = other > key ? other : key;
+  }
+  return key;
+}
+
 // Order-preserving key for argmax by 64-bit atomicMax: larger logit wins, then the lower index (as the host's
 // argmax: -0 and +0 are one value, a NaN never wins: key 0, "none").
 __device__ __forceinline__ unsigned long long argmax_key(float v, int idx) {

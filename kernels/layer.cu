@@ -188,10 +188,6 @@ extern "C" __global__ void lm_head_argmax(const ModelDev* __restrict__ mp, const
   __syncthreads();
   unsigned long long key = 0ull;
   for (int o = threadIdx.x; o < rows; o += blockDim.x) key = keys[o] > key ? keys[o] : key;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const unsigned long long other = __shfl_xor_sync(0xffffffffu, key, off);
-    key = other > key ? other : key;
-  }
+  key = warp_max_key(key);
   if (lane == 0 && key) atomicMax(w.amax + b, key);
 }

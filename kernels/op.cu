@@ -123,11 +123,7 @@ extern "C" __global__ void op_argmax_rows(const float* logits, int V, unsigned l
     key = k > key ? k : key;
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const unsigned long long other = __shfl_xor_sync(0xffffffffu, key, off);
-    key = other > key ? other : key;
-  }
+  key = warp_max_key(key);
   if (lane == 0) red[warp] = key;
   __syncthreads();
   if (threadIdx.x == 0) {
