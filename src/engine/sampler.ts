@@ -6,7 +6,7 @@ import { TokenHistory, applyPenalties, hasPenalties } from './logit-processors.t
 import { logprobsOf } from './logprobs.ts';
 import type { SamplingParams, TokenLogprob } from './types.ts';
 import { argmax } from '../backend/backend.ts';
-import { TopScratch, sortTop, topCandidates } from './top-candidates.ts';
+import { TopScratch, byProbability, sortTop, topCandidates } from './top-candidates.ts';
 
 /** splitmix32: small, fast, and good enough to draw tokens; one per request so batching never changes a draw. */
 export function splitmix32(seed: number): () => number {
@@ -35,11 +35,12 @@ export class SamplerScratch {
   }
 }
 
-/** Index of the largest logit, the first on ties (as torch.argmax). */
-export const greedy = argmax;
 
 type SamplerParams = Pick<SamplingParams, 'temperature' | 'topP' | 'seed'> &
   Partial<Pick<SamplingParams, 'topK' | 'minP' | 'presencePenalty' | 'frequencyPenalty' | 'repetitionPenalty' | 'logprobs' | 'constraint'>>;
+
+/** Index of the largest logit, the first on ties (as torch.argmax). */
+export const greedy = argmax;
 
 export class Sampler {
   private readonly rand: (() => number) | null;
@@ -127,7 +128,7 @@ export class Sampler {
     else {
       n = 0;
       for (let i = 0; i < V; i++) if (probs[i]! > 0 && probs[i]! >= floor) order[n++] = i;
-      order.subarray(0, n).sort((a, b) => probs[b]! - probs[a]! || a - b);
+      order.subarray(0, n).sort(byProbability(probs));
     }
     const cand = order.subarray(0, n);
     const k = topK > 0 ? Math.min(topK, n) : n;
@@ -167,7 +168,7 @@ export class Sampler {
         for (let i = 0; i < V; i++) order[i] = i;
       }
       cand = order.subarray(0, n);
-      if (all) cand.sort((a, b) => probs[b]! - probs[a]! || a - b);
+      if (all) cand.sort(byProbability(probs));
       else sortTop(order, probs, s.top);
       keep = 0;
       kept = 0;

@@ -76,12 +76,17 @@ export function topCandidates(probs: Float64Array, n: number, maxP: number, floo
   return m;
 }
 
+/** The sampler's order of token ids: descending probability, ties lower id first. */
+export function byProbability(probs: Float64Array): (a: number, b: number) => number {
+  return (a, b) => probs[b]! - probs[a]! || a - b;
+}
+
 /**
  * Sorts topCandidates' ids (descending probability, ties lower id first), one bucket at a time: the buckets are
  * already in that order, so the whole is the full sort's prefix.
  */
 export function sortTop(order: Int32Array, probs: Float64Array, s: TopScratch): void {
-  const cmp = (a: number, b: number): number => probs[b]! - probs[a]! || a - b;
+  const cmp = byProbability(probs);
   for (let b = 0; b < s.buckets; b++) {
     const lo = s.starts[b]!, hi = s.starts[b + 1]!;
     if (hi - lo > 1) order.subarray(lo, hi).sort(cmp);
