@@ -19,7 +19,7 @@ import { createCpuBackend, type CpuBackend } from '../../src/backend/cpu/cpu-bac
 import { OpTimer } from '../../src/backend/cpu/op-timer.ts';
 import { createEngine } from '../../src/engine/engine.ts';
 import { runToCompletion } from '../../src/engine/complete.ts';
-import { greedy } from '../../src/engine/sampler.ts';
+import { argmax } from '../../src/backend/backend.ts';
 import { loadModelFor } from '../../src/model/load.ts';
 import { packageRoot } from '../../src/cli/generate.ts';
 import { runPeer, type PeerFigures } from './peer.ts';
@@ -124,7 +124,7 @@ function runBackend(b: CpuBackend, batch: number, steps: number, timer?: OpTimer
   if (timer) timer.on = true;
   const [, decode] = timed(() => {
     for (let i = 0; i < steps; i++) {
-      const step = Array.from({ length: batch }, (_, s) => ({ seq: s, tokens: [greedy(logits, s * V, V)], startPos: context.length + i }));
+      const step = Array.from({ length: batch }, (_, s) => ({ seq: s, tokens: [argmax(logits, s * V, V)], startPos: context.length + i }));
       ({ logits } = b.forward({ chunks: step, count: true }));
     }
   });

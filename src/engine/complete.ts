@@ -1,8 +1,7 @@
 // Small helpers for the CLI, tests and benchmarks: a synchronous greedy loop on a backend, and running a
 // set of requests through an engine to completion.
-import type { Backend } from '../backend/backend.ts';
+import { argmax, type Backend } from '../backend/backend.ts';
 import type { FinishReason, GenerationEngine, GenerationRequest } from './types.ts';
-import { greedy } from './sampler.ts';
 
 /**
  * Greedy decoding of one prompt straight on a backend, no engine: prefill in one chunk, then one token
@@ -16,7 +15,7 @@ export function generateGreedy(backend: Backend, promptIds: readonly number[], m
     const into = new Float32Array(V); // every step's logits, no allocation a token
     let { logits } = backend.forward({ chunks: [{ seq, tokens: promptIds, startPos: 0 }], count: false, logitsInto: into });
     for (let i = 0; i < maxTokens; i++) {
-      const token = greedy(logits, 0, V);
+      const token = argmax(logits, 0, V);
       out.push(token);
       if (i + 1 === maxTokens) break;
       ({ logits } = backend.forward({ chunks: [{ seq, tokens: [token], startPos: promptIds.length + i }], count: false, logitsInto: into }));

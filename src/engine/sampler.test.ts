@@ -1,13 +1,14 @@
 // The sampler: greedy is argmax, top-p draws only from the nucleus, temperature and seeds behave.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Sampler, SamplerScratch, greedy } from './sampler.ts';
+import { Sampler, SamplerScratch } from './sampler.ts';
+import { argmax } from '../backend/backend.ts';
 
 const scratch = new SamplerScratch(6);
 const logits = Float32Array.from([1, 3, 2.5, -1, 3, 0]);
 
 test('greedy picks the first largest logit and draws no random numbers', () => {
-  assert.equal(greedy(logits, 0, 6), 1);
+  assert.equal(argmax(logits, 0, 6), 1);
   assert.equal(new Sampler({ temperature: 0, topP: 0.1, seed: 3 }).sample(logits, 0, scratch), 1);
 });
 

@@ -39,9 +39,6 @@ export class SamplerScratch {
 type SamplerParams = Pick<SamplingParams, 'temperature' | 'topP' | 'seed'> &
   Partial<Pick<SamplingParams, 'topK' | 'minP' | 'presencePenalty' | 'frequencyPenalty' | 'repetitionPenalty' | 'logprobs' | 'constraint'>>;
 
-/** Index of the largest logit, the first on ties (as torch.argmax). */
-export const greedy = argmax;
-
 export class Sampler {
   private readonly rand: (() => number) | null;
   /** Seen tokens, kept only when a penalty needs them. */
@@ -83,7 +80,7 @@ export class Sampler {
       if (this.history) applyPenalties(row, this.params, this.history);
       this.params.constraint?.mask(row, 0, V);
     }
-    const token = this.rand === null ? greedy(row, at, V) : this.draw(row, at, s);
+    const token = this.rand === null ? argmax(row, at, V) : this.draw(row, at, s);
     if (this.params.constraint && row[at + token] === -Infinity) {
       throw new ResidencyError('INTERNAL', 'the structured-output constraint allows no token here (a grammar dead end)');
     }

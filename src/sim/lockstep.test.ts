@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createCpuBackend } from '../backend/cpu/cpu-backend.ts';
 import { ResidencyDriver } from '../engine/residency-driver.ts';
-import { greedy } from '../engine/sampler.ts';
+import { argmax } from '../backend/backend.ts';
 import { loadModel } from '../model/load.ts';
 import { InstantMoves, type Backend, type ExpertBanks, type RowExchange, type StepInput, type StepOutput } from '../backend/backend.ts';
 import type { ModelSpec } from '../model/spec.ts';
@@ -160,7 +160,7 @@ describe('lockstep: engine-side driver vs simulator', () => {
       const count = driver.countStep(tokens);
       const out = backend.forward({ chunks, count, recordRouting: true });
       recorder.recordStep(chunks.map((c) => ({ seq: c.seq, startPos: c.startPos, tokens: c.tokens.length })), out.routing!);
-      seqs.forEach((s, i) => { s.pos += s.next.length; s.next = [greedy(out.logits, i * spec.vocabSize, spec.vocabSize)]; });
+      seqs.forEach((s, i) => { s.pos += s.next.length; s.next = [argmax(out.logits, i * spec.vocabSize, spec.vocabSize)]; });
       driver.afterStep({ step: stepNow, tokens, counted: count, durationNs: 0 });
     }
     close();

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadModel, loadModelFor } from '../../src/model/load.ts';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
-import { argmax } from '../../src/backend/cpu/ops.ts';
+import { argmax } from '../../src/backend/backend.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { Backend } from '../../src/backend/backend.ts';
 import { modelDir, normErr } from './harness.ts';

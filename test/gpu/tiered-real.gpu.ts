@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadModelFor } from '../../src/model/load.ts';
-import { argmax } from '../../src/backend/cpu/ops.ts';
+import { argmax } from '../../src/backend/backend.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { Backend } from '../../src/backend/backend.ts';
 import { mapFromBanks } from '../../src/engine/residency-driver.ts';

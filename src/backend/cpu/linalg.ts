@@ -176,4 +176,3 @@ export function addInPlace(y: Float32Array, yOff: number, x: Float32Array, xOff:
   for (let i = 0; i < n; i++) y[yOff + i] = y[yOff + i]! + x[xOff + i]!;
 }
 
-export { argmax } from '../backend.ts';

@@ -1,7 +1,8 @@
 // Each CPU op on random inputs against a naive float64 implementation written straight from the formula.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { argmax, dot, linear, linearVec, rmsnorm } from './linalg.ts';
+import { dot, linear, linearVec, rmsnorm } from './linalg.ts';
+import { argmax } from '../backend.ts';
 import { attention, headNorm, rope, ropeTables } from './attention-ops.ts';
 import { softmax, swigluExpert, swigluExpertPair, topk } from './moe-ops.ts';
 import { mulberry32 } from './synthetic.ts';
