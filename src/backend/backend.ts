@@ -92,6 +92,50 @@ export function bestArgmaxKey(words: Uint32Array, at: number, n: number): number
   return hi === 0 && lo === 0 ? 0 : 0xffffffff - lo;
 }
 
+/**
+ * A chunk's token that is this sequence's argmax from the step just before, which the caller has not read back
+ * yet (run-ahead decoding: Backend.submit). Only as a chunk's one token, and only when that step was an
+ * argmaxOnly step holding the sequence; a GPU backend then feeds the token on the device.
+ */
+export const FED_TOKEN = -1;
+
+/** A step started by Backend.submit: `wait()` blocks until it completes and returns what forward() would have. */
+export interface PendingStep {
+  wait(): StepOutput;
+}
+
+/**
+ * FED_TOKEN for a backend that takes the argmax on the host: each sequence's argmax of the last step, put in
+ * for a fed chunk of the next one (and only the next: any step in between forgets them).
+ */
+export class HostFedTokens {
+  private last = new Map<number, number>();
+
+  /** The input with every fed token replaced; throws naming the chunk when a fed token has no argmax to come from. */
+  resolve(input: StepInput): StepInput {
+    const last = this.last;
+    this.last = new Map();
+    if (!input.chunks.some((c) => c.tokens.includes(FED_TOKEN))) return input;
+    const chunks = input.chunks.map((c) => {
+      if (!c.tokens.includes(FED_TOKEN)) return c;
+      const t = last.get(c.seq);
+      if (c.tokens.length !== 1 || t === undefined) throw fedTokenError(c);
+      return { ...c, tokens: [t] };
+    });
+    return { ...input, chunks };
+  }
+
+  /** Remembers the step's argmax per sequence (an argmaxOnly step), for the next step's fed tokens. */
+  record(input: StepInput, out: StepOutput): void {
+    if (out.argmax) input.chunks.forEach((c, i) => this.last.set(c.seq, out.argmax![i]!));
+  }
+}
+
+/** The refusal of a fed token that no argmax of the step just before can fill. */
+export function fedTokenError(c: SequenceChunk): ResidencyError {
+  return new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} has a fed token (FED_TOKEN) but ${c.tokens.length !== 1 ? `${c.tokens.length} tokens (a fed chunk has one)` : 'the step just before was not an argmaxOnly step holding it'}`);
+}
+
 /** One exchange of a layer's hot row and cold row: what `requestSwap` asks for and `takeLanded` reports. */
 export interface RowExchange {
   readonly layer: number;
@@ -144,6 +188,13 @@ export interface Backend {
   openSequence(seq: number, capacity: number): void;
   closeSequence(seq: number): void;
   forward(input: StepInput): StepOutput;
+  /**
+   * Starts a step and returns before it completes, so the caller can plan the next while this one runs
+   * (run-ahead decoding: the next step's chunks feed each sequence's argmax with FED_TOKEN). Steps run in
+   * submission order; wait() for each before the one after the next is submitted. Optional: a backend without
+   * it is driven through forward().
+   */
+  submit?(input: StepInput): PendingStep;
   /**
    * The counter table, [layers][experts] uint32, cumulative since creation (wraps at 2^32; take deltas
    * with unsigned subtraction). One increment per routed pick in steps run with `count: true`.

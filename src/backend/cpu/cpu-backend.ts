@@ -2,7 +2,7 @@
 // model/families/: their attention variants in family-attention.ts, routers in routers.ts, dense and shared
 // MLPs in family-mlp.ts), the reference every other backend is tested against.
 import { ResidencyError } from '../../errors.ts';
-import { logitsOut, withHostArgmax, type Backend, type StepInput, type StepOutput } from '../backend.ts';
+import { HostFedTokens, logitsOut, withHostArgmax, type Backend, type StepInput, type StepOutput } from '../backend.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { MlaWeights, ModelWeights, VocabMatrix } from '../../model/weights.ts';
 import { isBf16, isQuantized, type Matrix } from '../../model/quant.ts';
@@ -109,6 +109,8 @@ export class CpuBackend implements Backend {
   private readonly attnAcc: Float64Array;
   private readonly moeShape: MoeShape;
   private scratch: Scratch | null = null;
+  /** Each sequence's argmax of the last step, for the next step's FED_TOKEN chunks. */
+  private readonly fedTokens = new HostFedTokens();
   /** Threads in use (1: the serial reference). */
   readonly threads: number;
   /** Whether the linear layers run through the wasm SIMD kernel. */
@@ -232,7 +234,8 @@ export class CpuBackend implements Backend {
     this.compute.dispose();
   }
 
-  forward(input: StepInput): StepOutput {
+  forward(stepInput: StepInput): StepOutput {
+    const input = this.fedTokens.resolve(stepInput);
     const spec = this.spec;
     const { hiddenSize: H, numHeads: nH, numKvHeads: nKv, headDim: d, numLayers: L, topK: K } = spec;
     const qW = nH * d;
@@ -326,7 +329,9 @@ export class CpuBackend implements Backend {
     if (record) this.lastRouterProbs = probs;
     logits.set(s.logits.subarray(0, chunks.length * spec.vocabSize));
     const out: StepOutput = { logits };
-    return withHostArgmax(input, record ? { ...out, routing, routingWeights } : out, spec.vocabSize);
+    const result = withHostArgmax(input, record ? { ...out, routing, routingWeights } : out, spec.vocabSize);
+    this.fedTokens.record(input, result);
+    return result;
   }
 
   /** Layer l's last residual add, x += proj, with the next layer's input_layernorm into xn (none after the last). */
