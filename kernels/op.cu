@@ -132,19 +132,33 @@ extern "C" __global__ void op_argmax_rows(const float* logits, int V, unsigned l
   }
 }
 
-// Row i of the output: x = the residual of input row rows[i] (or i): mode 0 the embedding of its token,
+// Row i of the output: x = the residual of input row rows[i] (or i): mode 0 the embedding of its token (a fed
+// token, negative, the argmax the step before left in fed_keys),
 // mode 1 hidden + the previous MoE layer's picks combined in router order (fp32), mode 2 hidden as it is;
 // x goes back to hidden (modes 0, 1), and xn[i] = RMSNorm(x) * w. Grid (rows), up to 1,024 threads (block_sum's red[32];
 // launched at 1,024, which holds while ptxas gives it <= 64 registers: 40 today).
 extern "C" __global__ void op_residual_norm(int mode, float* hidden, const float* partial, const float* pick_weight, int LK,
                                             int prev_layer, int K, const int32_t* rows, const int32_t* tokens,
-                                            const bf16_t* embed, const bf16_t* w, float* xn, int H, float eps) { pdl_enter();
+                                            const unsigned long long* fed_keys, const bf16_t* embed, const bf16_t* w, float* xn, int H,
+                                            float eps) { pdl_enter();
   extern __shared__ __align__(16) float x[]; // [H] | red[32]
   float* red = x + ((H + 3) & ~3);
   const int i = blockIdx.x, r = rows ? rows[i] : i;
   float* h = hidden + (size_t)r * H;
   if (mode == 0) {
-    const bf16_t* e = embed + (size_t)tokens[r] * H;
+    __shared__ int tok;
+    if (threadIdx.x < 32) {
+      int t = tokens[r];
+      if (t < 0) {
+        // A fed token (run-ahead decoding): the argmax of row -1 - t of the step just before, from its
+        // ARGMAX_BLOCKS (32) keys still in fed_keys (op_argmax_rows; decoded as backend.ts bestArgmaxKey).
+        const unsigned long long k = warp_max_key(fed_keys[(size_t)(-1 - t) * 32 + threadIdx.x]);
+        t = k == 0ull ? 0 : (int)(0xffffffffu - (uint32_t)(k & 0xffffffffull));
+      }
+      if (threadIdx.x == 0) tok = t;
+    }
+    __syncthreads();
+    const bf16_t* e = embed + (size_t)tok * H;
     for (int c = threadIdx.x; c < H; c += blockDim.x) { x[c] = bf2f(e[c]); h[c] = x[c]; }
   } else if (mode == 1) {
     const float* wk = pick_weight + (size_t)r * LK + (size_t)prev_layer * K;

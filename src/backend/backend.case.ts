@@ -5,10 +5,12 @@
 //   - placement never changes a result: the same logits, bit for bit, at any hot count and map;
 //   - background moves land losslessly: logits unchanged while thousands of them land, and moving back to the
 //     boot map gives back its digest;
-//   - a bad step is refused before anything changes (counter, KV cache: the next good step is unaffected).
+//   - a bad step is refused before anything changes (counter, KV cache: the next good step is unaffected);
+//   - argmaxOnly picks as the host's argmax of the logits; on a backend that runs ahead (submit), a step fed the
+//     argmax of the step before on the device picks what the same step given those tokens does.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { argmax, type Backend } from './backend.ts';
+import { argmax, FED_TOKEN, type Backend } from './backend.ts';
 import { MovesInFlight } from './moves-in-flight.ts';
 import type { BankPlacement } from './slot-tables.ts';
 import { mapFromBanks } from '../engine/residency-driver.ts';
@@ -189,6 +191,16 @@ export function runBackendConformance(name: string, make: BackendFactory, o: Con
           assert.deepEqual(Array.from(picked), chunks.map((_, i) => argmax(logits, i * V, V)), `argmaxOnly of ${chunks.map((c) => c.tokens.length).join(' + ')} tokens`);
         }
         assert.equal(argmax(fresh.forward({ chunks: [{ seq: 1, tokens: [1], startPos: p.length }], count: false }).logits, 0, V), argmax(next, 0, V));
+        if (fresh.submit) {
+          // Run ahead (submit): two rows out of sequence order, then the next step submitted before the first is
+          // waited for, each row's token fed from that step's argmax: the argmax of the same step given the tokens.
+          const s0 = fresh.submit({ chunks: [{ seq: 1, tokens: [4], startPos: p.length }, { seq: 0, tokens: [5], startPos: p.length + 1 }], count: false, argmaxOnly: true });
+          const s1 = fresh.submit({ chunks: [0, 1].map((seq) => ({ seq, tokens: [FED_TOKEN], startPos: p.length + 2 - seq })), count: false, argmaxOnly: true });
+          const [t1, t0] = Array.from(s0.wait().argmax!);
+          const fed = Array.from(s1.wait().argmax!);
+          const given = fresh.forward({ chunks: [{ seq: 0, tokens: [t0!], startPos: p.length + 2 }, { seq: 1, tokens: [t1!], startPos: p.length + 1 }], count: false, argmaxOnly: true });
+          assert.deepEqual(fed, Array.from(given.argmax!), 'fed tokens: the argmax of the step given them');
+        }
       } finally {
         fresh.dispose();
       }

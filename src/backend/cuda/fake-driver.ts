@@ -39,6 +39,9 @@ export class FakeCudaDriver implements CudaDriver {
   acquisitions = 0;
   calls = 0;
   releases = 0;
+  /** What each asynchronous host-to-device copy from pinned memory carried (a snapshot at the call), in order. */
+  readonly htodCarried: { dst: bigint; bytes: Uint8Array }[] = [];
+  private readonly pinned = new Map<bigint, Uint8Array>();
   /** Every copyAsync, in order (background moves' row copies). */
   readonly copies: { dst: bigint; src: bigint; bytes: number; stream: bigint }[] = [];
   /** Whether recorded events report done (false: every copy is still running). */
@@ -77,10 +80,13 @@ export class FakeCudaDriver implements CudaDriver {
     return { host: new Uint8Array(bytes), dev, hostPtr };
   }
   freeHost(hostPtr: bigint): void {
+    this.pinned.delete(hostPtr);
     this.release(hostPtr, 'host');
   }
   allocPinned(bytes: number, what: string): { host: Uint8Array; hostPtr: bigint } {
-    return { host: new Uint8Array(bytes), hostPtr: this.acquire('host', what, bytes) };
+    const out = { host: new Uint8Array(bytes), hostPtr: this.acquire('host', what, bytes) };
+    this.pinned.set(out.hostPtr, out.host);
+    return out;
   }
   htod(dst: bigint, src: ArrayBufferView): void {
     this.tick('htod');
@@ -97,6 +103,8 @@ export class FakeCudaDriver implements CudaDriver {
   }
   htodAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void {
     this.tick('htodAsync');
+    const host = this.pinned.get(src);
+    if (host) this.htodCarried.push({ dst, bytes: host.slice(0, bytes) });
     this.use(dst, bytes);
     this.use(src, bytes);
     this.use(stream, 0);

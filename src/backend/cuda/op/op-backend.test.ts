@@ -13,6 +13,8 @@ import { FakeCudaDriver } from '../fake-driver.ts';
 import { KERNEL_GROUPS } from '../kernels.ts';
 import { CudaOpBackend, type OpBackendOptions } from './op-backend.ts';
 import { memoryNeeds } from './workspace.ts';
+import { stepLayout } from './layout.ts';
+import { FED_TOKEN } from '../../backend.ts';
 import { deviceWeightBytes } from '../device-weights.ts';
 import { DEVICE_SLACK_BYTES } from './memory.ts';
 import { DEFAULT_SPARE_ROWS } from '../banks.ts';
@@ -25,6 +27,9 @@ after(() => rmSync(kernelDir, { recursive: true, force: true }));
 const { spec } = syntheticModel({ hiddenSize: 64, headDim: 64, numHeads: 2, numKvHeads: 1, expertIntermediate: 32, numExperts: 8, topK: 2, tieWordEmbeddings: false });
 const raw = new Map<string, RawTensor>();
 for (const [name, shape] of expectedTensors(spec)) raw.set(name, { name, dtype: 'BF16', shape, bytes: new Uint8Array(2 * shape.reduce((a, b) => a * b, 1)) });
+
+/** The decode graphs captured, by shape (each is captured once for each of the two pinned io sets it runs from). */
+const graphShapes = (be: CudaOpBackend): string[] => [...new Set(be.graphKeys().map((k) => k.replace(/\/io[01]$/, '')))];
 
 function build(opts: OpBackendOptions = {}) {
   const d = new FakeCudaDriver();
@@ -45,7 +50,7 @@ test('op path on the fake driver: prefill in pieces, decode graphs by bucket, sp
   const p = be.forward({ chunks: [{ seq: 1, tokens: Array.from({ length: 40 }, (_, i) => i % 50), startPos: 0 }], count: false });
   assert.equal(p.logits.length, spec.vocabSize);
   be.forward({ chunks: [{ seq: 1, tokens: [3], startPos: 40 }, { seq: 2, tokens: [4], startPos: 0 }], count: true, recordRouting: true });
-  assert.deepEqual(be.graphKeys().sort(), ['2/2/fused', '8/2/unfused'].sort());
+  assert.deepEqual(graphShapes(be).sort(), ['2/2/fused', '8/2/unfused'].sort());
   be.closeSequence(2);
   be.openSequence(2, 64); // its slot came back
   be.dispose();
@@ -254,13 +259,64 @@ test('op path: argmaxOnly takes each chunk\'s argmax on the device (op_argmax_ro
   const from = d.launches.length, copies = d.dtohBytes.length;
   const step = be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: [4], startPos: 3 })), count: true, argmaxOnly: true });
   assert.equal(step.argmax!.length, 2);
-  assert.ok(be.graphKeys().includes('2/1/fused/argmax'));
+  assert.ok(graphShapes(be).includes('2/1/fused/argmax'));
   // The graph's copy out: 32 keys of 8 bytes for each of the bucket's 2 rows, no logits.
   assert.deepEqual(d.dtohBytes.slice(copies), [2 * 32 * 8]);
   assert.deepEqual(d.launches.slice(from).filter((l) => l.name === 'op_argmax_rows').map((l) => l.grid), [[32, 2, 1]]);
   be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: [5], startPos: 4 })), count: true });
-  assert.ok(be.graphKeys().includes('2/1/fused'), 'a logits step captures its own graph');
+  assert.ok(graphShapes(be).includes('2/1/fused'), 'a logits step captures its own graph');
   assert.ok(d.launches.slice(from).some((l) => l.name === 'op_argmax_rows'));
+  be.dispose();
+  assert.deepEqual(d.liveByKind(), {});
+});
+
+test('op path: submit returns before the step completes; a fed token is the row of its sequence in the argmax step just before (-1 - row), refused otherwise', () => {
+  const { d, be } = build({ graphs: false });
+  for (let i = 0; i < 2; i++) be.openSequence(i, 64);
+  const tokenField = (rows: number): number[] => {
+    const c = d.htodCarried[d.htodCarried.length - 1]!.bytes;
+    const o = stepLayout(rows);
+    return Array.from({ length: rows }, (_, i) => new DataView(c.buffer, c.byteOffset).getInt32(o.token + 4 * i, true));
+  };
+  // 18 rows: a prefill piece, whose keys are not kept by row: nothing to feed from (a decode piece's are: below).
+  be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: [1, 2, 3, 4, 5, 6, 7, 8, 9], startPos: 0 })), count: false, argmaxOnly: true });
+  assert.throws(() => be.submit({ chunks: [{ seq: 0, tokens: [FED_TOKEN], startPos: 9 }], count: true, argmaxOnly: true }), /seq 0 has a fed token .*not an argmaxOnly step/);
+  let waits = 0;
+  const [eventSync, streamSync] = [d.eventSync.bind(d), d.streamSync.bind(d)];
+  d.eventSync = (e) => void (waits++, eventSync(e));
+  d.streamSync = (st, what) => void (waits++, streamSync(st, what));
+  const first = be.submit({ chunks: [1, 0].map((seq) => ({ seq, tokens: [7 + seq], startPos: 9 })), count: true, argmaxOnly: true });
+  assert.deepEqual(tokenField(2), [8, 7]);
+  // The next step feeds both: seq 0 sat in row 1, seq 1 in row 0; submitted before the first is waited for.
+  const second = be.submit({ chunks: [0, 1].map((seq) => ({ seq, tokens: [FED_TOKEN], startPos: 10 })), count: true, argmaxOnly: true });
+  assert.deepEqual(tokenField(2), [-1 - 1, -1 - 0]);
+  assert.equal(waits, 0, 'neither submit waited for the device');
+  assert.equal(first.wait().argmax!.length, 2);
+  assert.equal(second.wait().argmax!.length, 2);
+  assert.equal(waits, 2, 'each wait() waits for its own event');
+  // Only from the step just before: a logits step in between forgets the rows.
+  be.forward({ chunks: [{ seq: 0, tokens: [4], startPos: 11 }], count: false });
+  assert.throws(() => be.forward({ chunks: [{ seq: 0, tokens: [FED_TOKEN], startPos: 12 }], count: false, argmaxOnly: true }), /seq 0 has a fed token/);
+  be.dispose();
+  assert.deepEqual(d.liveByKind(), {});
+});
+
+test('op path: fed tokens of a step in several pieces are read back and given as tokens (no piece feeds from keys an earlier one overwrote)', () => {
+  const { d, be } = build({ graphs: false, maxNumSeqs: 17 });
+  for (let i = 0; i < 17; i++) be.openSequence(i, 64);
+  be.forward({ chunks: Array.from({ length: 16 }, (_, seq) => ({ seq, tokens: [seq + 1], startPos: 0 })), count: false, argmaxOnly: true });
+  const from = d.htodCarried.length;
+  // 17 outputs: two pieces (16 outputs at most a piece).
+  const out = be.forward({ chunks: [...Array.from({ length: 16 }, (_, seq) => ({ seq, tokens: [FED_TOKEN], startPos: 1 })), { seq: 16, tokens: [3, 4], startPos: 0 }], count: false, argmaxOnly: true });
+  assert.equal(out.argmax!.length, 17);
+  const carried = d.htodCarried.slice(from);
+  assert.equal(carried.length, 2, 'two pieces');
+  for (const c of carried) {
+    const view = new DataView(c.bytes.buffer, c.bytes.byteOffset);
+    const rows = view.getInt32(0, true);
+    const T = [1, 2, 4, 8, 16].find((b) => b >= rows)!; // decode pieces, padded to their bucket
+    for (let i = 0; i < rows; i++) assert.ok(view.getInt32(stepLayout(T).token + 4 * i, true) >= 0, 'no fed (negative) token in a piece');
+  }
   be.dispose();
   assert.deepEqual(d.liveByKind(), {});
 });

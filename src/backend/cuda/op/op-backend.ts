@@ -7,7 +7,7 @@
 // activations and the KV cache are fp32 (the CPU spec's numbers within the vs-CPU bar). Memory is planned
 // from --gpu-memory-utilization and --max-model-len before anything is allocated.
 import { ResidencyError } from '../../../errors.ts';
-import { bestArgmaxKey, logitsOut, type Backend, type SequenceChunk, type StepInput, type StepOutput } from '../../backend.ts';
+import { bestArgmaxKey, FED_TOKEN, logitsOut, type Backend, type PendingStep, type SequenceChunk, type StepInput, type StepOutput } from '../../backend.ts';
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { TensorSource } from '../../../model/tensor-source.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
@@ -64,6 +64,14 @@ export interface OpBackendOptions {
   readonly tensorCoreDecodeRows?: number;
 }
 
+/** One of the two pinned sets a decode piece's rows go in and its argmax keys come back in, and its completion event. */
+interface DecodeIo {
+  readonly rows: { host: Uint8Array; hostPtr: bigint };
+  readonly keys: { host: Uint8Array; hostPtr: bigint };
+  readonly done: bigint;
+  readonly slot: number;
+}
+
 const FORMAT_NAMES: Record<WeightFormat, string> = { bf16: 'bf16', fp8: 'block FP8', mxfp4: 'MXFP4' };
 const gib = (b: number): string => `${(b / 2 ** 30).toFixed(1)} GiB`;
 
@@ -83,6 +91,14 @@ export class CudaOpBackend implements Backend {
   private readonly stepDev: bigint;
   private readonly stepHost: { host: Uint8Array; hostPtr: bigint };
   private readonly outHost: { host: Uint8Array; hostPtr: bigint };
+  /**
+   * Decode pieces' pinned rows and argmax keys, two sets used in turn (with an event each), so a piece can be
+   * written and launched while the one before still runs (submit: run-ahead decoding).
+   */
+  private readonly decodeIo: DecodeIo[];
+  private ioNext = 0;
+  /** Each sequence's row in the step just before when that was one argmax decode piece, and that piece's io set: where FED_TOKEN comes from. */
+  private fedFrom: { rows: Map<number, number>; io: DecodeIo } | null = null;
   private readonly maxRows: number;
   private readonly maxSplits: number;
   private readonly kvPool: bigint;
@@ -185,6 +201,12 @@ export class CudaOpBackend implements Backend {
       this.stepDev = this.alloc(stepBytes, 'step rows');
       this.stepHost = scope.acquire('pinned step rows', () => d.allocPinned(stepBytes, 'step rows'), (h) => d.freeHost(h.hostPtr));
       this.outHost = scope.acquire('pinned outputs', () => d.allocPinned(Math.max(4 * MAX_OUT * V, 8 * MAX_OUT * ARGMAX_BLOCKS, 8 * T * Lm * K), 'outputs'), (h) => d.freeHost(h.hostPtr));
+      this.decodeIo = [0, 1].map((i) => ({
+        rows: scope.acquire(`pinned decode rows ${i}`, () => d.allocPinned(stepLayout(DECODE_MAX_ROWS).bytes, 'decode rows'), (h) => d.freeHost(h.hostPtr)),
+        keys: scope.acquire(`pinned argmax keys ${i}`, () => d.allocPinned(8 * MAX_OUT * ARGMAX_BLOCKS, 'argmax keys'), (h) => d.freeHost(h.hostPtr)),
+        done: scope.acquire(`decode event ${i}`, () => d.eventCreate(), (e) => d.eventDestroy(e)),
+        slot: i,
+      }));
       // A gemv's input rows fill up to 64 KiB of shared memory (B rows x K chunk): over the 48 KiB default.
       for (const [name, fn] of fns) if (name.startsWith('op_gemv_')) d.setMaxDynamicSmem(fn, 64 * 1024, name);
       this.kernels = new OpStepKernels({
@@ -220,24 +242,68 @@ export class CudaOpBackend implements Backend {
   }
 
   forward(input: StepInput): StepOutput {
+    return this.run(input).wait();
+  }
+
+  /**
+   * forward() that returns before the step completes when it is one decode piece asking for the argmax only
+   * (run-ahead decoding: the engine submits the next step, its tokens fed on the device, while this one runs);
+   * any other step runs to completion here.
+   */
+  submit(input: StepInput): PendingStep {
+    return this.run(input);
+  }
+
+  private run(input: StepInput): PendingStep {
     const { vocabSize: V, topK: K } = this.spec;
     const L = moeLayerCount(this.spec); // routing is recorded for the MoE layers
-    const T = this.validate(input.chunks);
+    // Fed tokens come from the step just before (if it was one argmax decode piece); this step forgets them.
+    const fed = this.fedFrom;
+    this.fedFrom = null;
+    const T = this.validate(input.chunks, fed?.rows ?? null);
+    let fedFrom = fed?.rows ?? null;
+    let pieces = planPieces(input.chunks, this.maxRows, MAX_OUT);
+    if (fed && pieces.length > 1 && input.chunks.some((c) => c.tokens[0] === FED_TOKEN)) {
+      // Several pieces: an earlier one's argmax would overwrite the keys a later one feeds from, so the fed tokens
+      // are read back here (the step before has to complete first) and given as tokens.
+      this.d.eventSync(fed.io.done);
+      const words = new Uint32Array(fed.io.keys.host.buffer, fed.io.keys.host.byteOffset, fed.io.keys.host.byteLength / 4);
+      const chunks = input.chunks.map((c) => (c.tokens[0] === FED_TOKEN ? { ...c, tokens: [bestArgmaxKey(words, 2 * ARGMAX_BLOCKS * fed.rows.get(c.seq)!, ARGMAX_BLOCKS)] } : c));
+      pieces = planPieces(chunks, this.maxRows, MAX_OUT);
+      fedFrom = null;
+    }
     const record = input.recordRouting === true;
     // argmaxOnly: each out row's argmax keys come back (op_argmax_rows), not its logits.
     const argmax = input.argmaxOnly === true ? new Int32Array(input.chunks.length) : undefined;
     const logits = argmax ? new Float32Array(0) : logitsOut(input, V);
     const routing = record ? new Int32Array(T * L * K) : undefined;
     const routingWeights = record ? new Float32Array(T * L * K) : undefined;
-    for (const piece of planPieces(input.chunks, this.maxRows, MAX_OUT)) {
-      const { rowsRun, outRows } = this.runPiece(piece, input.count, argmax !== undefined);
+    const keysOf = (piece: OpPiece, outRows: number, rowsRun: boolean, host: Uint8Array): void => {
+      const words = new Uint32Array(host.buffer, host.byteOffset, 2 * outRows * ARGMAX_BLOCKS);
+      piece.outs.forEach((o, i) => { argmax![o.chunk] = bestArgmaxKey(words, 2 * ARGMAX_BLOCKS * (rowsRun ? o.row : i), ARGMAX_BLOCKS); });
+    };
+    const only = pieces.length === 1 ? pieces[0]! : undefined;
+    if (argmax && only && !record && this.isDecode(only)) {
+      // One argmax decode piece: its sequences' rows (a sequence's last: its output's) are where the next step's fed tokens come from.
+      const { outRows, io } = this.runPiece(only, input.count, true, fedFrom);
+      this.fedFrom = { rows: new Map(only.rows.map((r, i) => [r.seq, i])), io: io! };
+      this.d.eventRecord(io!.done, this.stream);
+      const finish = (): StepOutput => {
+        if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend: a submitted step waited for after dispose()');
+        this.d.eventSync(io!.done);
+        keysOf(only, outRows, true, io!.keys.host);
+        return { logits, argmax };
+      };
+      return { wait: finish };
+    }
+    for (const piece of pieces) {
+      const { rowsRun, outRows, io } = this.runPiece(piece, input.count, argmax !== undefined, fedFrom);
       const n = piece.rows.length;
       const oh = this.outHost;
       this.d.streamSync(this.stream, 'forward');
       // Decode pieces compute every row's logits (out row = row); prefill pieces only their outputs, in order.
       if (argmax) {
-        const words = new Uint32Array(oh.host.buffer, oh.host.byteOffset, 2 * outRows * ARGMAX_BLOCKS);
-        piece.outs.forEach((o, i) => { argmax[o.chunk] = bestArgmaxKey(words, 2 * ARGMAX_BLOCKS * (rowsRun ? o.row : i), ARGMAX_BLOCKS); });
+        keysOf(piece, outRows, rowsRun, io ? io.keys.host : oh.host);
       } else {
         const lh = new Float32Array(oh.host.buffer, oh.host.byteOffset, outRows * V);
         piece.outs.forEach((o, i) => logits.set(lh.subarray((rowsRun ? o.row : i) * V, ((rowsRun ? o.row : i) + 1) * V), o.chunk * V));
@@ -251,7 +317,8 @@ export class CudaOpBackend implements Backend {
       }
     }
     const out: StepOutput = argmax ? { logits, argmax } : { logits };
-    return record ? { ...out, routing, routingWeights } : out;
+    const result = record ? { ...out, routing, routingWeights } : out;
+    return { wait: () => result };
   }
 
   readCounter(): Uint32Array {
@@ -271,7 +338,7 @@ export class CudaOpBackend implements Backend {
     this.capacities.clear();
   }
 
-  /** The keys of the decode graphs captured so far (`${bucket}/${splits}/${fused|unfused attention}[/argmax]`). */
+  /** The keys of the decode graphs captured so far (`${bucket}/${splits}/${fused|unfused attention}[/argmax]/io${0|1}`: one a pinned io set). */
   graphKeys(): string[] {
     return [...this.graphs.keys()];
   }
@@ -281,9 +348,9 @@ export class CudaOpBackend implements Backend {
    * row computes logits (rowsRun: out row = row); prefill pieces run their rows as they are and compute logits
    * for their outputs only. Returns the rows whose logits sit in the logits buffer.
    */
-  runPiece(piece: OpPiece, count: boolean, argmax = false): { rowsRun: boolean; outRows: number } {
+  runPiece(piece: OpPiece, count: boolean, argmax = false, fedFrom: ReadonlyMap<number, number> | null = null): { rowsRun: boolean; outRows: number; io?: DecodeIo } {
     const n = piece.rows.length;
-    const decode = n <= DECODE_MAX_ROWS && n <= this.buckets[this.buckets.length - 1]!;
+    const decode = this.isDecode(piece);
     const T = decode ? bucketFor(n, this.buckets) : n;
     const maxPos = Math.max(...piece.rows.map((r) => r.pos));
     // Latent attention (op_mla.cuh) runs a row's positions in one block per 8 heads: no splits.
@@ -293,16 +360,26 @@ export class CudaOpBackend implements Backend {
     const fused = decode && new Set(piece.rows.map((r) => r.seq)).size === n;
     const outs = decode ? T : piece.outs.length;
     const outRows = decode ? T : Math.max(1, outs);
-    this.writeRows(piece, T, count, decode);
+    // Decode pieces take the two pinned row and key sets in turn (the one before may still be running).
+    const io = decode ? this.decodeIo[this.ioNext] : undefined;
+    if (io) this.ioNext ^= 1;
+    const rowsHost = io ? io.rows : this.stepHost;
+    this.writeRows(rowsHost.host, piece, T, count, decode, fedFrom);
     if (decode && this.useGraphs) {
       // The graph holds the copies too: rows in, logits out (one submission a decode step).
-      this.d.graphLaunch(this.graphFor(T, S, fused, argmax), this.stream);
+      this.d.graphLaunch(this.graphFor(T, S, fused, argmax, io!), this.stream);
     } else {
-      this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, stepLayout(T).bytes, this.stream);
+      this.d.htodAsync(this.stepDev, rowsHost.hostPtr, stepLayout(T).bytes, this.stream);
       this.kernels.enqueue(T, this.gemvFor(decode, T), S, outRows, fused);
-      if (piece.outs.length > 0) this.copyOut(outRows, argmax);
+      if (piece.outs.length > 0) this.copyOut(outRows, argmax, io);
     }
-    return { rowsRun: decode, outRows };
+    return io ? { rowsRun: decode, outRows, io } : { rowsRun: decode, outRows };
+  }
+
+  /** A piece run as decode (padded to a bucket, gemv products, a graph) rather than as a prefill chunk. */
+  private isDecode(piece: OpPiece): boolean {
+    const n = piece.rows.length;
+    return n <= DECODE_MAX_ROWS && n <= this.buckets[this.buckets.length - 1]!;
   }
 
   /** Whether a piece of T rows takes the gemv products (decode pieces below tensorCoreDecodeRows) or the tensor-core tiles. */
@@ -310,25 +387,25 @@ export class CudaOpBackend implements Backend {
     return decode && (this.tcDecodeRows === 0 || T < this.tcDecodeRows);
   }
 
-  /** The out rows' logits, or with `argmax` their argmax keys, into the pinned outputs. */
-  private copyOut(rows: number, argmax: boolean): void {
+  /** The out rows' logits, or with `argmax` their argmax keys, into the pinned outputs (a decode piece's keys into its io set). */
+  private copyOut(rows: number, argmax: boolean, io?: DecodeIo): void {
     if (!argmax) {
       this.d.dtohAsync(this.outHost.hostPtr, this.b['logits']!, 4 * rows * this.spec.vocabSize, this.stream);
       return;
     }
     this.kernels.enqueueArgmax(rows);
-    this.d.dtohAsync(this.outHost.hostPtr, this.b['argmaxKeys']!, 8 * rows * ARGMAX_BLOCKS, this.stream);
+    this.d.dtohAsync((io ? io.keys : this.outHost).hostPtr, this.b['argmaxKeys']!, 8 * rows * ARGMAX_BLOCKS, this.stream);
   }
 
-  private graphFor(T: number, S: number, fused: boolean, argmax: boolean): bigint {
-    const key = `${T}/${S}/${fused ? 'fused' : 'unfused'}${argmax ? '/argmax' : ''}`;
+  private graphFor(T: number, S: number, fused: boolean, argmax: boolean, io: DecodeIo): bigint {
+    const key = `${T}/${S}/${fused ? 'fused' : 'unfused'}${argmax ? '/argmax' : ''}/io${io.slot}`;
     let g = this.graphs.get(key);
     if (g === undefined) {
-      const what = `op decode graph, bucket ${T}, ${S} attention split(s), ${fused ? 'fused' : 'unfused'} attention${argmax ? ', argmax out' : ''}`;
+      const what = `op decode graph, bucket ${T}, ${S} attention split(s), ${fused ? 'fused' : 'unfused'} attention${argmax ? ', argmax out' : ''}, io set ${io.slot}`;
       const body = (): void => {
-        this.d.htodAsync(this.stepDev, this.stepHost.hostPtr, stepLayout(T).bytes, this.stream);
+        this.d.htodAsync(this.stepDev, io.rows.hostPtr, stepLayout(T).bytes, this.stream);
         this.kernels.enqueue(T, this.gemvFor(true, T), S, T, fused);
-        this.copyOut(T, argmax);
+        this.copyOut(T, argmax, io);
       };
       g = this.scope.acquire(what, () => this.d.captureGraph(this.stream, body, what), (x) => this.d.graphDestroy(x));
       this.graphs.set(key, g);
@@ -336,16 +413,20 @@ export class CudaOpBackend implements Backend {
     return g;
   }
 
-  /** Step rows into pinned memory (the caller copies the stepLayout(T) bytes a piece of T rows uses). */
-  private writeRows(piece: OpPiece, T: number, count: boolean, decode: boolean): void {
-    const h = Buffer.from(this.stepHost.host.buffer, this.stepHost.host.byteOffset, this.stepHost.host.byteLength);
+  /**
+   * Step rows into pinned memory (the caller copies the stepLayout(T) bytes a piece of T rows uses). A fed
+   * token (FED_TOKEN) is written as -1 - its sequence's row in the step just before: layer 0's residual+norm
+   * takes that row's argmax keys, still on the device, for the token.
+   */
+  private writeRows(host: Uint8Array, piece: OpPiece, T: number, count: boolean, decode: boolean, fedFrom: ReadonlyMap<number, number> | null): void {
+    const h = Buffer.from(host.buffer, host.byteOffset, host.byteLength);
     const o = stepLayout(T);
     h.writeInt32LE(piece.rows.length, 0);
     h.writeInt32LE(count ? 1 : 0, 4);
     for (let i = 0; i < T; i++) {
       const r = piece.rows[i];
       const slot = r ? this.seqs.get(r.seq)! : -1;
-      h.writeInt32LE(r ? r.token : 0, o.token + 4 * i);
+      h.writeInt32LE(!r ? 0 : r.token === FED_TOKEN ? -1 - fedFrom!.get(r.seq)! : r.token, o.token + 4 * i);
       h.writeInt32LE(r ? r.pos : 0, o.pos + 4 * i);
       h.writeInt32LE(r ? this.memory.maxModelLen : 1, o.cap + 4 * i);
       h.writeBigUInt64LE(r ? this.kvPool + BigInt(slot * this.kvSlotBytes) : this.b['kvScratch']!, o.kv + 8 * i);
@@ -371,6 +452,7 @@ export class CudaOpBackend implements Backend {
     const d = this.d;
     const [e0, e1] = [d.eventCreate(), d.eventCreate()];
     try {
+      this.fedFrom = null;
       this.runPiece(piece, false);
       this.kernels.recording = null;
       d.streamSync(this.stream, 'profilePiece');
@@ -398,9 +480,9 @@ export class CudaOpBackend implements Backend {
     }
   }
 
-  private validate(chunks: readonly SequenceChunk[]): number {
+  private validate(chunks: readonly SequenceChunk[], fedFrom: ReadonlyMap<number, number> | null): number {
     if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend used after dispose()');
-    return checkStepChunks(chunks, (seq) => this.capacities.get(seq), this.spec.vocabSize, (cap) => `its capacity of ${cap} positions`);
+    return checkStepChunks(chunks, (seq) => this.capacities.get(seq), this.spec.vocabSize, (cap) => `its capacity of ${cap} positions`, fedFrom);
   }
 
   private alloc(bytes: number, what: string): bigint {

@@ -111,7 +111,7 @@ export class OpStepKernels {
       // 149 / 91 / 66 us at 256 / 512 / 1,024 threads, the step graph 1,371 / 1,270 / 1,225 us).
       this.launch('op_residual_norm', [grid, 1, 1], 1024, 4 * (((H + 3) & ~3) + 32),
         [i32(mode), u64(this.ptr('hidden')), u64(this.ptr('partial')), u64(this.ptr('pickW')), i32(LK), i32(prev), i32(K), u64(rowsPtr),
-          u64(at(o.token)), u64(this.embed), u64(w), u64(out), i32(H), f32(s.rmsNormEps)]);
+          u64(at(o.token)), u64(this.ptr('argmaxKeys')), u64(this.embed), u64(w), u64(out), i32(H), f32(s.rmsNormEps)]);
     };
     // A SwiGLU MLP outside the banks (a dense layer's, a shared expert): gate | up from xn, down added to hidden.
     const mlp = (m: NonNullable<LayerDev['mlp']>, role: string): void => {
