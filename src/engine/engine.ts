@@ -1,7 +1,7 @@
 // The step loop: schedule -> execute -> update, then the residency hook between steps. Runs
 // asynchronously, yielding to the event loop after every step so a server stays responsive.
 import { ResidencyError } from '../errors.ts';
-import type { Backend } from '../backend/backend.ts';
+import type { Backend, PendingStep } from '../backend/backend.ts';
 import type { ResidencyHook, StepReport } from './residency-hook.ts';
 import type { FinishReason, GenerationEngine, GenerationEvent, GenerationRequest, RequestHandle } from './types.ts';
 import { RequestState } from './request.ts';
@@ -22,6 +22,21 @@ export interface EngineOptions {
   readonly onRouting?: RoutingListener;
   /** Told when a step fails outside the model (e.g. the hook threw); default: a line on stderr. */
   readonly onError?: (err: Error) => void;
+  /**
+   * Greedy decode runs ahead on a backend that can (Backend.submit; default on): while a decode step runs, the
+   * next one is submitted with each sequence's token fed from that step's argmax on the device, so the host's
+   * work between steps (sampling, events, the residency hook) overlaps the device's. The same tokens; a request
+   * that ends costs one step computed and dropped.
+   */
+  readonly runAhead?: boolean;
+}
+
+/** A step submitted and not yet finished (run-ahead decoding). */
+interface InFlight {
+  readonly step: ScheduledStep;
+  readonly counted: boolean;
+  readonly pending: PendingStep;
+  readonly t0: bigint;
 }
 
 const nextTick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
@@ -32,6 +47,10 @@ export class Engine implements GenerationEngine {
   private stepIndex = 0;
   private loop: Promise<void> | null = null;
   private closing = false;
+  /** The step running ahead, finished by the next step() (after the event loop has had its turn). */
+  private inFlight: InFlight | null = null;
+  /** When the last step finished: a step's duration runs from its submission or this, whichever is later. */
+  private lastDone = 0n;
 
   constructor(
     readonly backend: Backend,
@@ -106,7 +125,7 @@ export class Engine implements GenerationEngine {
     this.loop = (async () => {
       try {
         await nextTick(); // never step inside submit(): the caller gets its handle before any event
-        while (!this.scheduler.idle) {
+        while (!this.scheduler.idle || this.inFlight) {
           try {
             this.step();
           } catch (err) {
@@ -122,6 +141,7 @@ export class Engine implements GenerationEngine {
 
   /** One engine step. */
   private step(): void {
+    if (this.inFlight) return this.finishInFlight();
     let step = this.scheduler.schedule();
     for (const req of step.cancelled) this.finish(req, 'cancelled', req.cancelReason);
     for (const req of step.admitted) {
@@ -133,14 +153,97 @@ export class Engine implements GenerationEngine {
     }
     if (step.admitted.some((r) => r.finished)) step = withoutFinished(step);
     if (step.chunks.length === 0) return;
-    const counted = this.options.hook ? this.options.hook.countStep(step.tokens) : step.tokens <= DEFAULT_COUNT_TMAX;
+    const counted = this.counts(step);
     const t0 = process.hrtime.bigint();
+    if (this.runsAhead(step)) {
+      const pending = this.submitStep(step, counted, false);
+      if (pending) this.inFlight = { step, counted, pending, t0 };
+      return;
+    }
     const next = this.execute(step, counted);
-    const durationNs = Number(process.hrtime.bigint() - t0);
     if (next) this.update(step, next);
+    this.report(step, counted, t0);
+  }
+
+  private counts(step: ScheduledStep): boolean {
+    return this.options.hook ? this.options.hook.countStep(step.tokens) : step.tokens <= DEFAULT_COUNT_TMAX;
+  }
+
+  private report(step: ScheduledStep, counted: boolean, t0: bigint): void {
+    const now = process.hrtime.bigint();
+    const durationNs = Number(now - (t0 > this.lastDone ? t0 : this.lastDone));
+    this.lastDone = now;
     const report: StepReport = { step: this.stepIndex++, tokens: step.tokens, counted, durationNs };
     this.options.hook?.afterStep(report); // the residency seam: drain, decide, apply swaps between steps
     this.options.onStep?.(report);
+  }
+
+  /** A step that may run ahead: greedy decode (one token a chunk, every chunk sampling, argmax only) on a backend that submits. */
+  private runsAhead(step: ScheduledStep): boolean {
+    if (this.options.runAhead === false || !this.backend.submit || this.options.onRouting) return false;
+    return step.chunks.every((c) => c.count === 1 && c.samples && c.req.sampler.plainGreedy);
+  }
+
+  /**
+   * Finishes the step in flight. First, when every running request goes on decoding greedily, the step after it
+   * is submitted (its tokens fed on the device), so it runs while this one's tokens are handled.
+   */
+  private finishInFlight(): void {
+    const cur = this.inFlight!;
+    this.inFlight = null;
+    const ahead = this.continuation(cur.step);
+    let next: InFlight | null = null;
+    if (ahead) {
+      const counted = this.counts(ahead);
+      const t0 = process.hrtime.bigint();
+      const pending = this.submitStep(ahead, counted, true);
+      if (pending) next = { step: ahead, counted, pending, t0 };
+    }
+    let tokens: Int32Array | null = null;
+    try {
+      tokens = this.runner.finish(cur.step, cur.pending);
+    } catch (err) {
+      for (const c of cur.step.chunks) this.finish(c.req, 'error', (err as Error).message);
+    }
+    if (tokens) this.update(cur.step, tokens);
+    this.report(cur.step, cur.counted, cur.t0);
+    if (next && next.step.chunks.every((c) => c.req.finished)) {
+      // Every request it ran ahead for has ended: drop it now, before anyone told of their ends (their done
+      // events' continuations run after this step) can let the backend go while it still runs.
+      try {
+        next.pending.wait();
+      } catch {
+        // its requests have ended already
+      }
+      this.report(next.step, next.counted, next.t0);
+      next = null;
+    }
+    this.inFlight = next;
+  }
+
+  /**
+   * The next decode step of the requests of `step`, when it can be planned before `step`'s tokens are known:
+   * nobody waiting to join (they join through the scheduler), every running request in it, each decoding one
+   * token greedily and with room in its KV cache for the one after. Else null.
+   */
+  private continuation(step: ScheduledStep): ScheduledStep | null {
+    if (this.scheduler.waiting.length > 0 || this.scheduler.running.length !== step.chunks.length) return null;
+    for (const c of step.chunks) {
+      const r = c.req;
+      if (r.finished || r.cancelled || c.count !== 1 || !c.samples || !r.sampler.plainGreedy || c.startPos + 2 > r.capacity) return null;
+    }
+    const chunks = step.chunks.map((c) => ({ req: c.req, count: 1, startPos: c.startPos + 1, samples: true }));
+    return { chunks, admitted: [], cancelled: [], tokens: chunks.length };
+  }
+
+  /** Submits a step to run ahead; a backend refusing it ends its requests, as a failed step does. */
+  private submitStep(step: ScheduledStep, counted: boolean, fed: boolean): PendingStep | null {
+    try {
+      return this.runner.submit(step, counted, fed);
+    } catch (err) {
+      for (const c of step.chunks) this.finish(c.req, 'error', (err as Error).message);
+      return null;
+    }
   }
 
   /**
@@ -149,6 +252,7 @@ export class Engine implements GenerationEngine {
    */
   private failAll(err: Error): void {
     (this.options.onError ?? ((e: Error) => console.error(`engine: ${e.message}`)))(err);
+    this.inFlight = null; // its requests end here; a later step's wait covers its device work
     for (const req of [...this.scheduler.running, ...this.scheduler.waiting.splice(0)]) this.finish(req, 'error', err.message);
   }
 
@@ -166,6 +270,8 @@ export class Engine implements GenerationEngine {
   private update(step: ScheduledStep, next: Int32Array): void {
     step.chunks.forEach((c, i) => {
       const req = c.req;
+      // Ended, or cancelled, while a step ran ahead of it: that step's token is dropped (a cancelled request ends at the next schedule).
+      if (req.finished || req.cancelled) return;
       req.computed += c.count;
       const token = next[i]!;
       if (token < 0) return;

@@ -7,7 +7,10 @@ export interface StepReport {
   readonly tokens: number;
   /** Whether the step's picks were counted. */
   readonly counted: boolean;
-  /** Wall time of the step in nanoseconds. */
+  /**
+   * Wall time of the step in nanoseconds: from its start, or from the end of the step before when it was
+   * submitted earlier and ran ahead (EngineOptions.runAhead), so steps that overlap are not counted twice.
+   */
   readonly durationNs: number;
 }
 

@@ -1,6 +1,6 @@
 // Turns a scheduled step into a backend StepInput, runs it, and samples the next token of each sequence
 // whose chunk reached its last known token.
-import type { Backend, SequenceChunk } from '../backend/backend.ts';
+import { FED_TOKEN, type Backend, type PendingStep, type SequenceChunk, type StepOutput } from '../backend/backend.ts';
 
 /** Receives each step's routing: the step's chunks and [tokens][layers][topK] expert ids in chunk order. */
 export type RoutingListener = (chunks: readonly SequenceChunk[], routing: Int32Array) => void;
@@ -32,17 +32,45 @@ export class ModelRunner {
 
   /** Runs the step; returns per chunk the sampled token, or -1 for a prefill chunk that samples nothing. */
   execute(step: ScheduledStep, count: boolean): Int32Array {
-    const chunks: SequenceChunk[] = step.chunks.map((c) => ({
-      seq: c.req.seq,
-      tokens: c.req.tokens.slice(c.startPos, c.startPos + c.count),
-      startPos: c.startPos,
-    }));
-    const V = this.backend.spec.vocabSize;
-    if (this.logits.length < chunks.length * V) this.logits = new Float32Array(chunks.length * V);
+    const chunks = this.chunksOf(step, false);
     // Every sampling chunk greedy with nothing reading its logits: the backend's argmax (on the device for CUDA).
     const argmaxOnly = step.chunks.every((c) => !c.samples || c.req.sampler.plainGreedy);
-    const out = this.backend.forward({ chunks, count, recordRouting: this.onRouting !== undefined, logitsInto: this.logits, argmaxOnly });
+    const out = this.backend.forward({ chunks, count, recordRouting: this.onRouting !== undefined, logitsInto: this.logitsFor(chunks.length), argmaxOnly });
     if (this.onRouting && out.routing) this.onRouting(chunks, out.routing);
+    return this.tokensOf(step, out);
+  }
+
+  /**
+   * Starts a greedy decode step on a backend that runs ahead (Backend.submit) and returns before it completes;
+   * `fed`: each chunk's token is the argmax of its sequence's step just before, still on the device
+   * (FED_TOKEN). finish() gives what execute() would have.
+   */
+  submit(step: ScheduledStep, count: boolean, fed: boolean): PendingStep {
+    const chunks = this.chunksOf(step, fed);
+    return this.backend.submit!({ chunks, count, argmaxOnly: true });
+  }
+
+  /** The tokens of a submitted step, once it has completed. */
+  finish(step: ScheduledStep, pending: PendingStep): Int32Array {
+    return this.tokensOf(step, pending.wait());
+  }
+
+  private chunksOf(step: ScheduledStep, fed: boolean): SequenceChunk[] {
+    return step.chunks.map((c) => ({
+      seq: c.req.seq,
+      tokens: fed ? [FED_TOKEN] : c.req.tokens.slice(c.startPos, c.startPos + c.count),
+      startPos: c.startPos,
+    }));
+  }
+
+  private logitsFor(chunks: number): Float32Array {
+    const V = this.backend.spec.vocabSize;
+    if (this.logits.length < chunks * V) this.logits = new Float32Array(chunks * V);
+    return this.logits;
+  }
+
+  private tokensOf(step: ScheduledStep, out: StepOutput): Int32Array {
+    const V = this.backend.spec.vocabSize;
     const next = new Int32Array(step.chunks.length).fill(-1);
     step.chunks.forEach((c, i) => {
       if (!c.samples) return;
