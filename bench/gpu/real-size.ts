@@ -13,6 +13,9 @@ import { loadModelFor } from '../../src/model/load.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
 import { planPieces } from '../../src/backend/cuda/op/plan.ts';
+import { FED_TOKEN } from '../../src/backend/backend.ts';
+import { createEngine } from '../../src/engine/engine.ts';
+import { runToCompletion } from '../../src/engine/complete.ts';
 import { attentionProducts, mlaProducts, productBytes } from '../../src/backend/cuda/device-weights.ts';
 
 const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' }, layers: { type: 'string', default: '16' }, 'tc-rows': { type: 'string' }, batches: { type: 'string', default: '1,4,16' }, ab: { type: 'boolean', default: false } } });
@@ -77,10 +80,52 @@ function prefill(n: number): number {
   return n / sec;
 }
 
+// Run ahead (Backend.submit, what the engine does for greedy decode): step k + 1 is submitted, each row's token fed
+// from step k's argmax on the device, before step k is waited for, so the host's work between steps overlaps the device's.
+function decodeAhead(B: number, steps: number, on: CudaOpBackend = be): { tokS: number; msStep: number } {
+  for (let i = 0; i < B; i++) on.openSequence(i, 64 + steps + 8);
+  on.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: prompt.slice(i, i + 64), startPos: 0 })), count: false });
+  const submit = (k: number) => on.submit({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: [k === 0 ? prompt[i]! : FED_TOKEN], startPos: 64 + k })), count: true, argmaxOnly: true });
+  let pending = submit(0);
+  let t = 0;
+  for (let k = 1; k <= steps + 4; k++) {
+    if (k === 4) t = performance.now();
+    const next = submit(k);
+    pending.wait();
+    pending = next;
+  }
+  pending.wait();
+  const ms = (performance.now() - t) / (steps + 1);
+  for (let i = 0; i < B; i++) on.closeSequence(i);
+  return { tokS: (1000 * B) / ms, msStep: ms };
+}
+
+// The product's path: B greedy requests through the engine (schedule, sample, events, the loop's turn between
+// steps), run ahead or step by step: the median wall time between the ends of consecutive decode steps.
+async function engineDecode(B: number, steps: number, runAhead: boolean): Promise<{ tokS: number; msStep: number }> {
+  const ends: number[] = [];
+  const engine = createEngine(be, { runAhead, scheduler: { maxRunning: B }, onStep: (r) => { if (r.tokens === B) ends.push(performance.now()); } });
+  await runToCompletion(engine, Array.from({ length: B }, (_, i) => ({ id: `b${i}`, promptIds: prompt.slice(i, i + 64), sampling: { temperature: 0, topP: 1, maxTokens: steps + 8, ignoreEos: true } })));
+  await engine.close();
+  const gaps = ends.slice(5, -1).map((t, i) => t - ends[4 + i]!).sort((a, b) => a - b);
+  const mid = gaps[Math.floor(gaps.length / 2)]!;
+  return { tokS: (1000 * B) / mid, msStep: mid };
+}
+
 const steps = Number(values.steps);
 const dec = values.batches.split(',').map(Number).map((B) => ({ B, ...decode(B, steps) }));
 const freshB1 = decode(1, steps, be, 'fresh');
-const argmaxDec = [1, 4].map((B) => ({ B, ...decode(B, steps, be, 'argmax') }));
+// Step by step and run ahead alternated, twice each (a row measured first on a fresh machine reads slower).
+const argmaxDec: { B: number; tokS: number; msStep: number }[] = [];
+const aheadDec: { B: number; tokS: number; msStep: number }[] = [];
+for (const B of [1, 4]) {
+  for (let r = 0; r < 2; r++) {
+    argmaxDec.push({ B, ...decode(B, steps, be, 'argmax') });
+    aheadDec.push({ B, ...decodeAhead(B, steps) });
+  }
+}
+const engineDec: { B: number; runAhead: boolean; tokS: number; msStep: number }[] = [];
+for (const B of [1, 4]) for (const runAhead of [false, true, false, true]) engineDec.push({ B, runAhead, ...(await engineDecode(B, steps, runAhead)) });
 const pre = [512, 2048].map((n) => ({ n, tokS: prefill(n) }));
 
 // Per-kernel device time of one batch-1 decode step at position 64, and the weight bytes each role reads.
@@ -156,11 +201,13 @@ const table = [
   '| measure | ours | llama.cpp (issue 11) | ratio |', '|---|---|---|---|',
   ...dec.map((d) => `| decode batch ${d.B} (tok/s; ${d.msStep.toFixed(3)} ms/step) | ${d.tokS.toFixed(0)} | ${d.B === 1 && peer ? LLAMA.tg128 : '-'} | ${d.B === 1 && peer ? (d.tokS / LLAMA.tg128).toFixed(2) + 'x' : ''} |`),
   `| decode batch 1, a fresh logits array a step (no logitsInto; ${freshB1.msStep.toFixed(3)} ms/step) | ${freshB1.tokS.toFixed(0)} | | |`,
-  ...argmaxDec.map((d) => `| decode batch ${d.B}, the argmax on the device (argmaxOnly: the engine's greedy steps; ${d.msStep.toFixed(3)} ms/step) | ${d.tokS.toFixed(0)} | | |`),
+  ...argmaxDec.map((d) => `| decode batch ${d.B}, the argmax on the device (argmaxOnly; ${d.msStep.toFixed(3)} ms/step) | ${d.tokS.toFixed(0)} | | |`),
+  ...aheadDec.map((d) => `| decode batch ${d.B}, run ahead (submit: tokens fed on the device, the engine's greedy decode; ${d.msStep.toFixed(3)} ms/step) | ${d.tokS.toFixed(0)} | ${d.B === 1 && peer ? LLAMA.tg128 : '-'} | ${d.B === 1 && peer ? (d.tokS / LLAMA.tg128).toFixed(2) + 'x' : ''} |`),
+  ...engineDec.map((d) => `| decode batch ${d.B} through the engine, ${d.runAhead ? 'run ahead (default)' : 'step by step'} (median step ${d.msStep.toFixed(3)} ms) | ${d.tokS.toFixed(0)} | | |`),
   ...pre.map((p) => `| prefill ${p.n} tokens (tok/s) | ${p.tokS.toFixed(0)} | ${p.n === 512 && peer ? LLAMA.pp512 : '-'} | ${p.n === 512 && peer ? (p.tokS / LLAMA.pp512).toFixed(2) + 'x' : ''} |`),
   '',
   ...lines,
   ...(ab.length ? ['', '| variant (--ab) | decode b1 tok/s | b4 tok/s | b1 step graph (device us) |', '|---|---|---|---|', ...ab.map((a) => `| ${a.name} | ${a.b1.toFixed(0)} | ${a.b4.toFixed(0)} | ${a.stepUs.toFixed(1)} |`)] : []),
 ].join('\n');
 console.log(table);
-if (values.out) writeFileSync(join(values.out, 'bench-real.json'), JSON.stringify({ spec: s, loadS, bytes, rssGiB, dec, freshB1, argmaxDec, pre, prof, stepUs, ab }, null, 1));
+if (values.out) writeFileSync(join(values.out, 'bench-real.json'), JSON.stringify({ spec: s, loadS, bytes, rssGiB, dec, freshB1, argmaxDec, aheadDec, engineDec, pre, prof, stepUs, ab }, null, 1));

@@ -9,7 +9,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadModel, loadModelFor } from '../../src/model/load.ts';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
-import { argmax } from '../../src/backend/backend.ts';
+import { argmax, FED_TOKEN } from '../../src/backend/backend.ts';
+import { createEngine } from '../../src/engine/engine.ts';
+import { runToCompletion } from '../../src/engine/complete.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { Backend } from '../../src/backend/backend.ts';
 import { modelDir, normErr } from './harness.ts';
@@ -132,6 +134,34 @@ test('real shapes: early weight loads (PDL) change no bit', { skip }, async () =
   const values = base.reduce((a, seq) => a + seq.reduce((b, lg) => b + lg.length, 0), 0);
   console.log(`# real size (early loads): of ${values} logits, ${late} differ with the weight loads after the wait`);
   assert.equal(late, 0, 'early weight loads change no logit');
+});
+
+test('real shapes: run-ahead decoding (each token fed from the step before on the device) gives step-by-step greedy\'s tokens', { skip }, async () => {
+  const refs = (JSON.parse(readFileSync(join(dir!, 'refs.json'), 'utf8')) as { cases: RefCase[] }).cases.slice(0, 4);
+  const m = await loadModelFor(dir!, 'cuda');
+  const tokens = async (runAhead: boolean, reqs: number): Promise<{ out: number[][]; fed: number }> => {
+    const be = await createCuda(m, { maxModelLen: 512, maxNumSeqs: refs.length });
+    let fed = 0;
+    if (be.submit) {
+      const submit = be.submit.bind(be);
+      be.submit = (input) => (input.chunks.some((c) => c.tokens[0] === FED_TOKEN) && fed++, submit(input));
+    }
+    try {
+      // Different lengths, so requests leave the batch (and the step run past each end is dropped) at different steps.
+      const done = await runToCompletion(createEngine(be, { runAhead }), refs.slice(0, reqs).map((c, i) => ({ id: `r${i}`, promptIds: c.prompt_ids, sampling: { temperature: 0, topP: 1, maxTokens: 20 + 3 * i, ignoreEos: true } })));
+      return { out: refs.slice(0, reqs).map((_, i) => done.get(`r${i}`)!.tokens), fed };
+    } finally {
+      be.dispose();
+    }
+  };
+  for (const reqs of [1, 4]) {
+    const plain = await tokens(false, reqs);
+    const ahead = await tokens(true, reqs);
+    console.log(`# real size (run-ahead): ${reqs} request(s), ${ahead.fed} steps fed on the device, tokens ${JSON.stringify(ahead.out) === JSON.stringify(plain.out) ? 'equal' : 'DIFFER'}`);
+    assert.equal(plain.fed, 0);
+    assert.ok(ahead.fed >= 15, `fed steps: ${ahead.fed}`);
+    assert.deepEqual(ahead.out, plain.out);
+  }
 });
 
 /** A copy of checkpoint `src` whose tensor `name` starts with a NaN (0xFFFF bf16) in its shard. */
