@@ -11,9 +11,9 @@
 
 // One matrix product of the step: y[out row][o] = epi(x[in row] . w[o]) for every row of every group.
 // Dense (grp_n == null): one group, rows 0..rows-1, weights `w` [O][K], in row = out row = r.
-// Grouped (the experts): group g = the picks of expert grp_expert[g]; its rows are pick indices
+// Grouped (the experts): group g = the picks of one expert; its rows are pick indices
 // p = grp_rows[grp_start[g] + i]; in row = p / x_div (the token for gate/up, the pick for down), out row = p;
-// weights: the bank row of the expert (slot table -> hot or cold bank) + w_off bytes.
+// weights: the bank row grp_slot[g] of the expert (the routing resolves it: hot or cold bank) + w_off bytes.
 // Block FP8 weights (the kernels' WF_FP8 variants) carry a scale grid: weight row r, value k has the scale
 // scales[(r / s_rows) * s_ld + k / s_cols] (the checkpoint's [128, 128] blocks; matrices stacked in one
 // product, gate | up or q | k | v, share one grid of s_rows-row scale rows: fp8-grid.ts).
@@ -29,10 +29,10 @@ struct GemmProblem {
   const float* res;     // EPI_ADD: y = res + acc (may alias y); else null
   const void* w;        // dense weights [O][K] (null when grouped)
   const int32_t* grp_n; // device: number of groups (null = dense)
-  const int32_t* grp_expert;
+  const int32_t* grp_slot;  // [groups] group -> bank slot of its expert
   const int32_t* grp_start; // [groups + 1]
   const int32_t* grp_rows;  // [picks]
-  const int32_t* slots;     // [E] expert -> bank slot
+  const void* reserved;     // 8 bytes free (layout.ts writes 0)
   const uint8_t* hot;
   const uint8_t* cold;
   const int32_t* tile_n;     // TC grouped: number of 64-row tiles (device)
@@ -85,11 +85,15 @@ __device__ __forceinline__ void pdl_enter() {
 // Rows of one tensor-core tile (the routing builds the grouped tiles of this size).
 #define TC_TILE_ROWS 64
 
-// The bank row of group g's expert (slot table -> hot or cold bank); null when dense.
-__device__ __forceinline__ const uint8_t* group_row(const GemmProblem& p, int g) {
-  if (!p.grp_n) return nullptr;
-  const int slot = p.slots[p.grp_expert[g]];
-  return slot < p.hot_rows ? p.hot + (size_t)slot * p.row_bytes : p.cold + (size_t)(slot - p.hot_rows) * p.row_bytes;
+// Group g of a product: its rows (count and first) and its expert's bank row (hot or cold; null when dense). The
+// count, the group's range and its slot are loaded together, one round trip after the routing's kernel (a g past
+// the count reads a stale entry of arrays sized for every expert, and is dropped).
+struct GroupRef { int n, start; const uint8_t* row; };
+__device__ __forceinline__ GroupRef group_of(const GemmProblem& p, int g) {
+  if (!p.grp_n) return {p.rows, 0, nullptr};
+  const int count = *p.grp_n, s0 = p.grp_start[g], s1 = p.grp_start[g + 1], slot = p.grp_slot[g];
+  if (g >= count) return {0, 0, nullptr};
+  return {s1 - s0, s0, slot < p.hot_rows ? p.hot + (size_t)slot * p.row_bytes : p.cold + (size_t)(slot - p.hot_rows) * p.row_bytes};
 }
 
 // The weights of group g (grouped) or the dense matrix, as bytes.
@@ -182,13 +186,7 @@ __device__ __forceinline__ void fp8x8_to_float(uint2 v, float* f) {
   }
 }
 
-// Rows of group g: count and the i-th row's (in row, out row).
-__device__ __forceinline__ int group_rows(const GemmProblem& p, int g, int* start) {
-  if (!p.grp_n) { *start = 0; return p.rows; }
-  *start = p.grp_start[g];
-  return p.grp_start[g + 1] - *start;
-}
-
+// The i-th row of a group (from its first, `start`): (in row, out row).
 __device__ __forceinline__ void row_of(const GemmProblem& p, int start, int i, int* in_row, int* out_row) {
   if (!p.grp_n) { *in_row = i; *out_row = i; return; }
   const int pk = p.grp_rows[start + i];

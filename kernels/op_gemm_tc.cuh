@@ -79,11 +79,11 @@ __device__ __forceinline__ void gemm_tc_body(const GemmProblem& p) {
   } else {
     r0 = blockIdx.y * TC_BM;
   }
-  int start;
-  const int n = group_rows(p, g, &start);
+  const GroupRef grp = group_of(p, g);
+  const int n = grp.n, start = grp.start;
   if (r0 >= n) return;
   const int mrows = min(TC_BM, n - r0);
-  const uint8_t* brow = group_row(p, g);
+  const uint8_t* brow = grp.row;
   const uint8_t* W = group_weights(p, brow);
   // Bytes of k values of a weight row.
   auto bytes_of = [](size_t k) -> size_t { return WF == WF_MXFP4 ? k / 2 : (WF == WF_FP8 ? k : 2 * k); };

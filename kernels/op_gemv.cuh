@@ -60,10 +60,8 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   // Dense weights are issued before the wait for the kernel before (p.early); anything else waits first.
   const bool early = p.early && !p.grp_n;
   if (!early) pdl_enter();
-  const int g = blockIdx.y;
-  if (p.grp_n && g >= *p.grp_n) return;
-  int start;
-  const int n = group_rows(p, g, &start);
+  const GroupRef grp = group_of(p, blockIdx.y);
+  const int n = grp.n, start = grp.start;
   if (n <= 0) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int K = p.K;
@@ -72,7 +70,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   // Rows of weights this warp reads: STORE/ADD: features o0 + r; SWIGLU: gate rows j0 + r and up rows O + j0 + r.
   constexpr int NW = EPI == EPI_SWIGLU ? 2 * R : R;
   const int f0 = (blockIdx.x * GEMV_WARPS + warp) * R;
-  const uint8_t* brow = group_row(p, g);
+  const uint8_t* brow = grp.row;
   const uint8_t* W = group_weights(p, brow);
   const uint8_t* S = WF != WF_BF16 ? reinterpret_cast<const uint8_t*>(group_scales(p, brow)) : nullptr;
   const bf16_t* bias = group_bias(p, brow);

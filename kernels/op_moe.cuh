@@ -1,6 +1,6 @@
 // Routing of the op path: each row's router logits -> top-k and weights (warp_route, the row path's own code:
 // same choices, same counting), then the step's picks grouped by expert, so each expert's weights are read
-// once per step however many rows picked it: groups (expert, its picks) in expert order, and for the tensor-
+// once per step however many rows picked it: groups (an expert's bank slot, its picks) in expert order, and for the tensor-
 // core path 64-row tiles of each group. Within a group the order of the picks is free (atomics): every row of
 // a product is computed on its own, so it changes no result.
 #pragma once
@@ -9,7 +9,7 @@
 
 struct OpGroups {
   int32_t* n;          // [1] groups
-  int32_t* expert;     // [E] group -> expert
+  int32_t* slot;       // [E] group -> bank slot of its expert (the products' grp_slot)
   int32_t* start;      // [E + 1] group -> first pick in rows
   int32_t* rows;       // [T * K] pick indices (t * K + k), by group
   int32_t* tile_n;     // [1]
@@ -108,7 +108,8 @@ __device__ __forceinline__ void group_picks_small(const OpRoute& r, OpGroups gr,
   for (int e = e0; e < min(E, e0 + per); e++) {
     const int c = cnt[e];
     cur[e] = (int)(pre & 0xffffffffull);
-    if (c > 0) { gr.expert[pre >> 32] = e; gr.start[pre >> 32] = (int)(pre & 0xffffffffull); }
+    if (c > 0) gr.start[pre >> 32] = (int)(pre & 0xffffffffull);
+    cnt[e] = (int)(pre >> 32); // from here: the expert's group
     pre += (unsigned long long)c | ((c > 0 ? 1ull : 0ull) << 32);
   }
   if (i == 0) {
@@ -116,7 +117,10 @@ __device__ __forceinline__ void group_picks_small(const OpRoute& r, OpGroups gr,
     gr.start[total >> 32] = (int)(total & 0xffffffffull);
   }
   __syncthreads();
-  if (i < P) gr.rows[atomicAdd(&cur[se[i]], 1)] = i;
+  if (i < P) {
+    gr.rows[atomicAdd(&cur[se[i]], 1)] = i;
+    gr.slot[cnt[se[i]]] = r.pick_slot[i]; // the pick's slot (route_row's), the same for every pick of the group
+  }
 }
 
 // The groups of this layer's picks of the valid rows; one block. `cnt` and `cur` are E ints of shared memory.
@@ -143,8 +147,8 @@ __device__ __forceinline__ void group_picks(const OpRoute& r, OpGroups gr, int* 
     const int c = cnt[e];
     const int s = (int)(pre & M), gi = (int)((pre >> 21) & M), ti = (int)(pre >> 42);
     cur[e] = s;
+    cnt[e] = gi; // from here: the expert's group
     if (c > 0) {
-      gr.expert[gi] = e;
       gr.start[gi] = s;
       const int nt = (c + TC_TILE_ROWS - 1) / TC_TILE_ROWS;
       for (int q = 0; q < nt; q++) { gr.tile_group[ti + q] = gi; gr.tile_row0[ti + q] = q * TC_TILE_ROWS; }
@@ -162,5 +166,6 @@ __device__ __forceinline__ void group_picks(const OpRoute& r, OpGroups gr, int* 
     const int t = i / K, k = i - t * K;
     const int e = r.pick_expert[(size_t)t * r.LK + (size_t)r.layer * K + k];
     gr.rows[atomicAdd(&cur[e], 1)] = i;
+    gr.slot[cnt[e]] = r.pick_slot[i]; // route_row's slot of the pick ([T][K]: i = t * K + k)
   }
 }

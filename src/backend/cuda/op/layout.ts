@@ -4,8 +4,9 @@
 /** One product of a step (GemmProblem). Grouped when `grpN` is set (the experts), else dense over `rows`. */
 export interface GemmArgs {
   x: bigint; y: bigint; res?: bigint; w?: bigint;
-  grpN?: bigint; grpExpert?: bigint; grpStart?: bigint; grpRows?: bigint;
-  slots?: bigint; hot?: bigint; cold?: bigint;
+  /** Grouped: the number of groups, each group's bank slot (the routing resolves it), rows and pick indices. */
+  grpN?: bigint; grpSlot?: bigint; grpStart?: bigint; grpRows?: bigint;
+  hot?: bigint; cold?: bigint;
   tileN?: bigint; tileGroup?: bigint; tileRow0?: bigint;
   /** Bytes of a bank row, and byte offsets in it of this product's values (and its FP8 scale grid). */
   rowBytes?: number; wOff?: number; sOff?: number;
@@ -26,7 +27,7 @@ export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8 + 2 * 8 + 4
 
 export function encodeGemm(a: GemmArgs): Uint8Array {
   const b = Buffer.alloc(GEMM_PROBLEM_BYTES);
-  const ptrs = [a.x, a.y, a.res, a.w, a.grpN, a.grpExpert, a.grpStart, a.grpRows, a.slots, a.hot, a.cold, a.tileN, a.tileGroup, a.tileRow0];
+  const ptrs = [a.x, a.y, a.res, a.w, a.grpN, a.grpSlot, a.grpStart, a.grpRows, 0n, a.hot, a.cold, a.tileN, a.tileGroup, a.tileRow0];
   ptrs.forEach((p, i) => b.writeBigUInt64LE(p ?? 0n, 8 * i));
   b.writeBigInt64LE(BigInt(a.rowBytes ?? 0), 112);
   b.writeBigInt64LE(BigInt(a.wOff ?? 0), 120);
@@ -130,11 +131,12 @@ export function encodeMla(a: MlaArgs): Uint8Array {
   return b;
 }
 
-export interface GroupArrays { n: bigint; expert: bigint; start: bigint; rows: bigint; tileN: bigint; tileGroup: bigint; tileRow0: bigint }
+/** A layer's groups of picks (op_moe.cuh OpGroups): each group's bank slot, its range in `rows`, the tensor-core tiles. */
+export interface GroupArrays { n: bigint; slot: bigint; start: bigint; rows: bigint; tileN: bigint; tileGroup: bigint; tileRow0: bigint }
 
 export function encodeGroups(g: GroupArrays): Uint8Array {
   const b = Buffer.alloc(7 * 8);
-  [g.n, g.expert, g.start, g.rows, g.tileN, g.tileGroup, g.tileRow0].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
+  [g.n, g.slot, g.start, g.rows, g.tileN, g.tileGroup, g.tileRow0].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
   return b;
 }
 

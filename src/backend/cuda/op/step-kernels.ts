@@ -148,7 +148,7 @@ export class OpStepKernels {
         slots: banks.slotTableDev + BigInt(4 * m * E), counter: this.counterDev + BigInt(4 * m * E), header, T, E, K, LK, layer: m, mode: this.routeMode,
         ...(r?.kind === 'sigmoid_group' ? { group: { choiceBias: ly.choiceBias, nGroup: r.nGroup, topkGroup: r.topkGroup, scaling: r.scalingFactor, renorm: s.normTopkProb } } : {}),
       });
-      const groups = encodeGroups({ n: this.ptr('grpN'), expert: this.ptr('grpExpert'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
+      const groups = encodeGroups({ n: this.ptr('grpN'), slot: this.ptr('grpSlot'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
       const scratch = routeScratch(this.routeMode, E);
       if (gemv) {
         const warps = Math.max(4, T);
@@ -160,8 +160,7 @@ export class OpStepKernels {
       // The shared expert (DeepSeek) beside the routed ones, on the same normalized rows.
       if (ly.mlp) mlp(ly.mlp, 'shared');
       const grouped = {
-        grpN: this.ptr('grpN'), grpExpert: this.ptr('grpExpert'), grpStart: this.ptr('grpStart'), grpRows: this.ptr('grpRows'),
-        slots: banks.slotTableDev + BigInt(4 * m * E), hot: banks.hotDev[m]!, cold: banks.coldDev[m]!, hotRows: banks.hotRowsAllocated,
+        grpN: this.ptr('grpN'), grpSlot: this.ptr('grpSlot'), grpStart: this.ptr('grpStart'), grpRows: this.ptr('grpRows'), hot: banks.hotDev[m]!, cold: banks.coldDev[m]!, hotRows: banks.hotRowsAllocated,
         tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0'), rowBytes: banks.rowBytes,
       };
       const row = this.rowLayout;

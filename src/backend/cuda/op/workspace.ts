@@ -28,7 +28,7 @@ export function workspaceLayout(s: ModelSpec, T: number, maxSplits: number): [st
   return [
     ['hidden', 4 * T * H], ['xn', 4 * T * H], ...attention, ['rlog', 4 * T * E],
     ['pickE', 4 * T * LK], ['pickW', 4 * T * LK], ['pickSlot', 4 * T * K],
-    ['grpN', 16], ['grpExpert', 4 * E], ['grpStart', 4 * (E + 1)], ['grpRows', 4 * T * K], ['tileN', 16], ['tileGroup', 4 * tiles], ['tileRow0', 4 * tiles],
+    ['grpN', 16], ['grpSlot', 4 * E], ['grpStart', 4 * (E + 1)], ['grpRows', 4 * T * K], ['tileN', 16], ['tileGroup', 4 * tiles], ['tileRow0', 4 * tiles],
     ['act', 4 * T * K * I], ['partial', 4 * T * K * H],
     ...(mlpI > 0 ? [['mlpAct', 4 * T * mlpI] as [string, number]] : []),
     ['xf', 4 * MAX_OUT * H], ['logits', 4 * MAX_OUT * V], ['argmaxKeys', 8 * MAX_OUT * ARGMAX_BLOCKS],
