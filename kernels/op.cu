@@ -84,7 +84,7 @@ extern "C" __global__ void __launch_bounds__(32 * MLA_WARPS) op_mla_attend(const
 }
 
 // Decode steps (T <= 16 rows): route every row (a warp each) and group the picks, in one block and its
-// shared memory. blockDim.x >= T * K.
+// shared memory (up to 32 picks, warp 0 alone groups them). blockDim.x >= T * K.
 extern "C" __global__ void op_route_group(OpRoute r, OpGroups g) { pdl_enter();
   extern __shared__ __align__(16) float sm[]; // [warps][route_scratch] logits | se[T*K] | sw[T*K] | cnt[E] | cur[E]
   __shared__ unsigned long long red[33];
@@ -94,7 +94,9 @@ extern "C" __global__ void op_route_group(OpRoute r, OpGroups g) { pdl_enter();
   int* cnt = reinterpret_cast<int*>(sw + r.T * r.K);
   for (int t = warp; t < r.T; t += nw) route_row(r, t, sm + warp * rs, se, sw);
   __syncthreads();
-  group_picks_small(r, g, se, cnt, cnt + r.E, red);
+  const int P = r.header[0] * r.K;
+  if (P > 32) group_picks_small(r, g, se, cnt, cnt + r.E, red);
+  else if (warp == 0) group_picks_warp(r, g, se, P);
 }
 
 // Prefill steps: route (a warp per row, grid over rows: op_route_rows), then op_group in one block.
