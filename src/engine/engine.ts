@@ -156,7 +156,7 @@ export class Engine implements GenerationEngine {
     const counted = this.counts(step);
     const t0 = process.hrtime.bigint();
     if (this.runsAhead(step)) {
-      const pending = this.submitStep(step, counted, false);
+      const pending = this.submitStep(step, counted);
       if (pending) this.inFlight = { step, counted, pending, t0 };
       return;
     }
@@ -196,8 +196,11 @@ export class Engine implements GenerationEngine {
     if (ahead) {
       const counted = this.counts(ahead);
       const t0 = process.hrtime.bigint();
-      const pending = this.submitStep(ahead, counted, true);
-      if (pending) next = { step: ahead, counted, pending, t0 };
+      try {
+        next = { step: ahead, counted, pending: this.runner.submit(ahead, counted, true), t0 };
+      } catch {
+        // Not run ahead after all: the step after this one is planned by the scheduler, as any other.
+      }
     }
     let tokens: Int32Array | null = null;
     try {
@@ -236,10 +239,10 @@ export class Engine implements GenerationEngine {
     return { chunks, admitted: [], cancelled: [], tokens: chunks.length };
   }
 
-  /** Submits a step to run ahead; a backend refusing it ends its requests, as a failed step does. */
-  private submitStep(step: ScheduledStep, counted: boolean, fed: boolean): PendingStep | null {
+  /** Submits a step to run ahead (its tokens given); a backend refusing it ends its requests, as a failed step does. */
+  private submitStep(step: ScheduledStep, counted: boolean): PendingStep | null {
     try {
-      return this.runner.submit(step, counted, fed);
+      return this.runner.submit(step, counted, false);
     } catch (err) {
       for (const c of step.chunks) this.finish(c.req, 'error', (err as Error).message);
       return null;

@@ -142,3 +142,20 @@ test('a fed token with no argmax from the step just before is refused, naming th
   be.forward({ chunks: [{ seq: 0, tokens: [3, 4], startPos: 0 }], count: false, argmaxOnly: true });
   assert.throws(() => be.forward({ chunks: [{ seq: 0, tokens: [FED_TOKEN, 5], startPos: 2 }], count: false }), /2 tokens \(a fed chunk has one\)/);
 });
+
+test('run-ahead: a backend refusing the step run ahead leaves the requests running step by step, with their own tokens', async () => {
+  const l = lazy();
+  const submit = l.backend.submit!.bind(l.backend);
+  let refused = 0;
+  l.backend.submit = (input) => {
+    if (input.chunks.some((c) => c.tokens[0] === FED_TOKEN)) {
+      refused++;
+      throw new Error('no fed tokens here');
+    }
+    return submit(input);
+  };
+  const out = await runToCompletion(createEngine(l.backend), [{ id: 'a', promptIds: [3, 4], sampling: greedy(8) }, { id: 'b', promptIds: [9], sampling: greedy(5) }]);
+  assert.ok(refused > 0);
+  assert.deepEqual(out.get('a'), { tokens: alone([3, 4], 8), reason: 'length', timeToFirstToken: out.get('a')!.timeToFirstToken, error: undefined });
+  assert.deepEqual(out.get('b')!.tokens, alone([9], 5));
+});
