@@ -116,19 +116,23 @@ export class HostFedTokens {
     const last = this.last;
     this.last = new Map();
     if (!input.chunks.some((c) => c.tokens.includes(FED_TOKEN))) return input;
-    const chunks = input.chunks.map((c) => {
-      if (!c.tokens.includes(FED_TOKEN)) return c;
-      const t = last.get(c.seq);
-      if (c.tokens.length !== 1 || t === undefined) throw fedTokenError(c);
-      return { ...c, tokens: [t] };
-    });
-    return { ...input, chunks };
+    return { ...input, chunks: withFedTokens(input.chunks, (seq) => last.get(seq)) };
   }
 
   /** Remembers the step's argmax per sequence (an argmaxOnly step), for the next step's fed tokens. */
   record(input: StepInput, out: StepOutput): void {
     if (out.argmax) input.chunks.forEach((c, i) => this.last.set(c.seq, out.argmax![i]!));
   }
+}
+
+/** The chunks with each fed token replaced by `tokenOf` its sequence; throws naming the chunk when it has none. */
+export function withFedTokens(chunks: readonly SequenceChunk[], tokenOf: (seq: number) => number | undefined): SequenceChunk[] {
+  return chunks.map((c) => {
+    if (!c.tokens.includes(FED_TOKEN)) return c;
+    const t = c.tokens.length === 1 ? tokenOf(c.seq) : undefined;
+    if (t === undefined) throw fedTokenError(c);
+    return { ...c, tokens: [t] };
+  });
 }
 
 /** The refusal of a fed token that no argmax of the step just before can fill. */

@@ -225,15 +225,16 @@ export class Engine implements GenerationEngine {
   }
 
   /**
-   * The next decode step of the requests of `step`, when it can be planned before `step`'s tokens are known:
-   * nobody waiting to join (they join through the scheduler), every running request in it, each decoding one
-   * token greedily and with room in its KV cache for the one after. Else null.
+   * The next decode step of the requests of `step` (a step running ahead: each chunk decodes one token greedily),
+   * when it can be planned before `step`'s tokens are known: nobody waiting to join (they join through the
+   * scheduler), every running request in it, none ended or cancelled, each with room in its KV cache for the
+   * token after. Else null.
    */
   private continuation(step: ScheduledStep): ScheduledStep | null {
     if (this.scheduler.waiting.length > 0 || this.scheduler.running.length !== step.chunks.length) return null;
     for (const c of step.chunks) {
       const r = c.req;
-      if (r.finished || r.cancelled || c.count !== 1 || !c.samples || !r.sampler.plainGreedy || c.startPos + 2 > r.capacity) return null;
+      if (r.finished || r.cancelled || c.startPos + 2 > r.capacity) return null;
     }
     const chunks = step.chunks.map((c) => ({ req: c.req, count: 1, startPos: c.startPos + 1, samples: true }));
     return { chunks, admitted: [], cancelled: [], tokens: chunks.length };

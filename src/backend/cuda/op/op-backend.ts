@@ -7,7 +7,7 @@
 // activations and the KV cache are fp32 (the CPU spec's numbers within the vs-CPU bar). Memory is planned
 // from --gpu-memory-utilization and --max-model-len before anything is allocated.
 import { ResidencyError } from '../../../errors.ts';
-import { bestArgmaxKey, FED_TOKEN, logitsOut, type Backend, type PendingStep, type SequenceChunk, type StepInput, type StepOutput } from '../../backend.ts';
+import { bestArgmaxKey, FED_TOKEN, logitsOut, withFedTokens, type Backend, type PendingStep, type SequenceChunk, type StepInput, type StepOutput } from '../../backend.ts';
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { TensorSource } from '../../../model/tensor-source.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
@@ -268,8 +268,7 @@ export class CudaOpBackend implements Backend {
       // are read back here (the step before has to complete first) and given as tokens.
       this.d.eventSync(fed.io.done);
       const words = new Uint32Array(fed.io.keys.host.buffer, fed.io.keys.host.byteOffset, fed.io.keys.host.byteLength / 4);
-      const chunks = input.chunks.map((c) => (c.tokens[0] === FED_TOKEN ? { ...c, tokens: [bestArgmaxKey(words, 2 * ARGMAX_BLOCKS * fed.rows.get(c.seq)!, ARGMAX_BLOCKS)] } : c));
-      pieces = planPieces(chunks, this.maxRows, MAX_OUT);
+      pieces = planPieces(withFedTokens(input.chunks, (seq) => bestArgmaxKey(words, 2 * ARGMAX_BLOCKS * fed.rows.get(seq)!, ARGMAX_BLOCKS)), this.maxRows, MAX_OUT);
       fedFrom = null;
     }
     const record = input.recordRouting === true;
