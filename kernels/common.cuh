@@ -270,3 +270,8 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int idx) {
   u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
   return ((unsigned long long)u << 32) | (unsigned long long)(0xffffffffu - (uint32_t)idx);
 }
+
+// The index an argmax_key holds (0 for key 0, "none": as the host's argmax of an all-NaN row; backend.ts bestArgmaxKey).
+__device__ __forceinline__ int argmax_key_index(unsigned long long key) {
+  return key == 0ull ? 0 : (int)(0xffffffffu - (uint32_t)(key & 0xffffffffull));
+}

@@ -154,8 +154,7 @@ extern "C" __global__ void op_residual_norm(int mode, float* hidden, const float
       if (t < 0) {
         // A fed token (run-ahead decoding): the argmax of row -1 - t of the step just before, from its
         // ARGMAX_BLOCKS (32) keys still in fed_keys (op_argmax_rows; decoded as backend.ts bestArgmaxKey).
-        const unsigned long long k = warp_max_key(fed_keys[(size_t)(-1 - t) * 32 + threadIdx.x]);
-        t = k == 0ull ? 0 : (int)(0xffffffffu - (uint32_t)(k & 0xffffffffull));
+        t = argmax_key_index(warp_max_key(fed_keys[(size_t)(-1 - t) * 32 + threadIdx.x]));
       }
       if (threadIdx.x == 0) tok = t;
     }
