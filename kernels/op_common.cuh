@@ -56,8 +56,9 @@ struct GemmProblem {
   long long b_off;
   float limit, alpha;
   int32_t gu_interleave, pad4;
-  // Dense gemv only: the first weight loads are issued before waiting for the kernel before (PDL), so they
-  // stream while it finishes; weights never depend on an earlier kernel.
+  // Gemv: the first weight loads are issued before waiting for the kernel before (PDL), so they stream while it
+  // finishes. Dense weights never depend on an earlier kernel; a grouped product's do on its groups, so the host
+  // sets it only where those were written before the kernel just before (gemv_body).
   int32_t early, pad5;
 };
 

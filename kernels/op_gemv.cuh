@@ -57,8 +57,10 @@ __device__ __forceinline__ float dot_load(const uint4 u, const float* __restrict
 template <int B, int R, int EPI, int WF = WF_BF16>
 __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   extern __shared__ __align__(16) float xs[]; // [B][KC]
-  // Dense weights are issued before the wait for the kernel before (p.early); anything else waits first.
-  const bool early = p.early && !p.grp_n;
+  // With p.early the first weight loads are issued before the wait for the kernel before: dense weights, or a
+  // grouped product whose groups an earlier kernel than that one wrote (the expert down product: the routing ran
+  // before gate/up), so its group table and bank rows are read early too. Anything else waits first.
+  const bool early = p.early != 0;
   if (!early) pdl_enter();
   const GroupRef grp = group_of(p, blockIdx.y);
   const int n = grp.n, start = grp.start;

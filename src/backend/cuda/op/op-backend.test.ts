@@ -226,7 +226,7 @@ test('op path, olmoe (fake driver): q and k normed over the whole projections in
   assert.deepEqual(d.liveByKind(), {});
 });
 
-test('op path: dense gemvs launched with PDL issue their first weight loads early (GemmProblem.early); grouped ones and earlyWeights: false do not', () => {
+test('op path: dense gemvs and the expert down gemv launched with PDL issue their first weight loads early (GemmProblem.early); gate/up (its groups from the kernel just before) and earlyWeights: false do not', () => {
   const earlyOf = (opts: OpBackendOptions): Map<string, number[]> => {
     const { d, be } = build({ graphs: false, ...opts });
     be.openSequence(0, 64);
@@ -236,8 +236,10 @@ test('op path: dense gemvs launched with PDL issue their first weight loads earl
     const out = new Map<string, number[]>();
     for (const l of d.launches.slice(from)) {
       if (!l.name.startsWith('op_gemv_')) continue;
-      const bytes = (l.args[0] as { bytes: Uint8Array }).bytes;
-      out.set(l.name, [...(out.get(l.name) ?? []), Buffer.from(bytes).readInt32LE(248)]);
+      const bytes = Buffer.from((l.args[0] as { bytes: Uint8Array }).bytes);
+      // Grouped (grp_n set, GemmProblem byte 32) stores are the expert down products.
+      const name = l.name.endsWith('_store') && bytes.readBigUInt64LE(32) !== 0n ? 'down' : l.name;
+      out.set(name, [...(out.get(name) ?? []), bytes.readInt32LE(248)]);
     }
     be.dispose();
     return out;
@@ -246,7 +248,8 @@ test('op path: dense gemvs launched with PDL issue their first weight loads earl
   // Per layer: q | k | v and the router (dense, early), gate/up and down (grouped); then the lm head (dense).
   const flags = [...on.values()].flat();
   assert.ok(flags.includes(1) && flags.includes(0));
-  assert.ok(on.get('op_gemv_b1_r1_swiglu')!.every((f) => f === 0), 'expert gate/up (grouped) waits first');
+  assert.ok(on.get('op_gemv_b1_r1_swiglu')!.every((f) => f === 0), 'expert gate/up (grouped, its groups from the kernel just before) waits first');
+  assert.ok(on.get('down')!.length > 0 && on.get('down')!.every((f) => f === 1), 'expert down (its groups from before gate/up) loads early');
   assert.ok([...earlyOf({ earlyWeights: false }).values()].flat().every((f) => f === 0));
 });
 

@@ -49,7 +49,7 @@ export interface OpBackendOptions {
   readonly maxSplits?: number;
   /** Programmatic dependent launch between the op kernels (default on; off for A/B timing). */
   readonly pdl?: boolean;
-  /** With PDL, dense gemvs issue their first weight loads before waiting for the kernel before (default on; off for A/B). */
+  /** With PDL, dense gemvs and the expert down gemv issue their first weight loads before waiting for the kernel before (default on; off for A/B). */
   readonly earlyWeights?: boolean;
   /** Spare hot rows per layer that background moves land in (see banks.ts). */
   readonly spareRows?: number;

@@ -169,7 +169,8 @@ export class OpStepKernels {
         ...grouped, x: this.ptr('xn'), y: this.ptr('act'), ldx: H, ldy: I, O: I, K: H, xDiv: K, wOff: row.gateUpAt, sOff: row.gateUpGridAt, ...gridArgs(row.gateUp),
         bOff: row.gateUpBiasAt, guInterleave: row.interleaved, ...act,
       }, row.format);
-      this.product('experts_down', gemv, T, 'store', { ...grouped, x: this.ptr('act'), y: this.ptr('partial'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down), bOff: row.downBiasAt }, row.format);
+      // The down product's groups were written by the routing, before gate/up: its weights may load early.
+      this.product('experts_down', gemv, T, 'store', { ...grouped, x: this.ptr('act'), y: this.ptr('partial'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down), bOff: row.downBiasAt }, row.format, true);
       prevMoe = m;
     }
     const nOutB = bucketFor(nOut, [1, 2, 4, 8, 16]);
@@ -243,8 +244,12 @@ export class OpStepKernels {
     this.product(role, gemv, T, epi, { ...a, w: w.w, scales: w.grid, ...gridArgs(w.p) }, w.p.format);
   }
 
-  /** One product: gemv (B = T rows a group) or the tensor-core tiles (prefill, large decode buckets), for weights stored as `format`. */
-  private product(role: string, gemv: boolean, T: number, epi: 'store' | 'add' | 'swiglu', a: GemmArgs, format: WeightFormat = 'bf16'): void {
+  /**
+   * One product: gemv (B = T rows a group) or the tensor-core tiles (prefill, large decode buckets), for weights stored
+   * as `format`. `groupsSettled`: a grouped product whose groups were written before the kernel just before it (so with
+   * PDL its group table and first weights load before the wait, as a dense product's weights do).
+   */
+  private product(role: string, gemv: boolean, T: number, epi: 'store' | 'add' | 'swiglu', a: GemmArgs, format: WeightFormat = 'bf16', groupsSettled = false): void {
     const wf = INFIX[format];
     this.role = role;
     const grouped = a.grpN !== undefined;
@@ -253,7 +258,7 @@ export class OpStepKernels {
       const groups = grouped ? Math.min(T * K, E) : 1;
       const feats = a.O;
       const R = gemvRowsPerWarp(feats, groups, this.d.smCount);
-      if (!grouped && this.earlyWeights) a = { ...a, early: true };
+      if ((!grouped || groupsSettled) && this.earlyWeights) a = { ...a, early: true };
       const name = `op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const;
       this.launch(name, [Math.ceil(feats / (GEMV_WARPS * R)), groups, 1], GEMV_WARPS * 32, gemvSmemBytes(T, a.K), [{ bytes: encodeGemm(a) }]);
     } else {
