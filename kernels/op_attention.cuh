@@ -168,17 +168,31 @@ __device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows row
 #pragma unroll
     for (int d = 0; d < D; d++) sm_acc[warp][g][lane * D + d] = acc[g][d];
   __syncthreads();
-  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-    const int g = i / HD, d = i - g * HD;
+  // The warps' merge: each head's max over the warps, each warp's factor and the head's sum, once a head (G x NW
+  // exponentials, not G x HD x NW: the block is issue-bound at batch 1), then every dim sums its warps' values.
+  __shared__ float sm_f[NW][G], sm_M[G], sm_L[G];
+  if (threadIdx.x < G) {
+    const int g = threadIdx.x;
     float M = -INFINITY;
     for (int w = 0; w < nw; w++) M = fmaxf(M, sm_m[w][g]);
-    float L = 0.f, A = 0.f;
+    float L = 0.f;
     if (M > -INFINITY) {
       for (int w = 0; w < nw; w++) {
         const float f = expf(sm_m[w][g] - M); // an empty warp: exp(-inf) = 0
+        sm_f[w][g] = f;
         L += sm_l[w][g] * f;
-        A += sm_acc[w][g][d] * f;
       }
+    }
+    sm_M[g] = M;
+    sm_L[g] = L;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int g = i / HD, d = i - g * HD;
+    const float M = sm_M[g];
+    float L = sm_L[g], A = 0.f;
+    if (M > -INFINITY) {
+      for (int w = 0; w < nw; w++) A += sm_acc[w][g][d] * sm_f[w][g];
     }
     const int head = kh * G + g;
     if (S == 1) {
