@@ -85,18 +85,25 @@ extern "C" __global__ void __launch_bounds__(32 * MLA_WARPS) op_mla_attend(const
 
 // Decode steps (T <= 16 rows): route every row (a warp each) and group the picks, in one block and its
 // shared memory (up to 32 picks, warp 0 alone groups them). blockDim.x >= T * K.
-extern "C" __global__ void op_route_group(OpRoute r, OpGroups g) { pdl_enter();
-  extern __shared__ __align__(16) float sm[]; // [warps][route_scratch] logits | se[T*K] | sw[T*K] | cnt[E] | cur[E]
+// The slot table is copied to shared memory before the wait for the kernel before (only the host writes it, between
+// steps), so a pick's slot is no global round trip after its top-k.
+extern "C" __global__ void op_route_group(OpRoute r, OpGroups g) {
+  extern __shared__ __align__(16) float sm[]; // [warps][route_scratch] logits | se | sw | ss [T*K] | slots | cnt | cur [E]
   __shared__ unsigned long long red[33];
-  const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, rs = route_scratch(r);
+  const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, rs = route_scratch(r), TK = r.T * r.K;
   int32_t* se = reinterpret_cast<int32_t*>(sm + nw * rs);
-  float* sw = reinterpret_cast<float*>(se + r.T * r.K);
-  int* cnt = reinterpret_cast<int*>(sw + r.T * r.K);
-  for (int t = warp; t < r.T; t += nw) route_row(r, t, sm + warp * rs, se, sw);
+  float* sw = reinterpret_cast<float*>(se + TK);
+  int32_t* ss = reinterpret_cast<int32_t*>(sw + TK);
+  int32_t* slots = ss + TK;
+  int* cnt = slots + r.E;
+  for (int e = threadIdx.x; e < r.E; e += blockDim.x) slots[e] = r.slots[e];
+  pdl_enter();
+  __syncthreads();
+  for (int t = warp; t < r.T; t += nw) route_row(r, t, sm + warp * rs, se, sw, ss, slots);
   __syncthreads();
   const int P = r.header[0] * r.K;
-  if (P > 32) group_picks_small(r, g, se, cnt, cnt + r.E, red);
-  else if (warp == 0) group_picks_warp(r, g, se, P);
+  if (P > 32) group_picks_small(r, g, se, ss, cnt, cnt + r.E, red);
+  else if (warp == 0) group_picks_warp(r, g, se, ss, P);
 }
 
 // Prefill steps: route (a warp per row, grid over rows: op_route_rows), then op_group in one block.

@@ -39,27 +39,31 @@ static_assert(sizeof(OpRoute) == 104 && offsetof(OpRoute, T) == 56 && offsetof(O
 // Shared floats a row's route takes (the logits; with the group choice, its scratch too).
 __device__ __forceinline__ int route_scratch(const OpRoute& r) { return r.mode == ROUTE_SIGMOID_GROUP ? 2 * r.E : r.E; }
 
-__device__ __forceinline__ void route_pick(const OpRoute& r, float* lg, int32_t* e, float* w, int32_t* slot, uint32_t* counter) {
-  if (r.mode == ROUTE_SIGMOID_GROUP) warp_route_group(lg, lg + r.E, r.E, r.K, r.choice_bias, r.n_group, r.topk_group, r.scaling, r.renorm != 0, r.slots, e, w, slot, counter);
-  else warp_route(lg, r.E, r.K, r.mode, r.slots, e, w, slot, counter);
+// `slots`: the slot table (r.slots, or a copy of it in shared memory).
+__device__ __forceinline__ void route_pick(const OpRoute& r, const int32_t* slots, float* lg, int32_t* e, float* w, int32_t* slot, uint32_t* counter) {
+  if (r.mode == ROUTE_SIGMOID_GROUP) warp_route_group(lg, lg + r.E, r.E, r.K, r.choice_bias, r.n_group, r.topk_group, r.scaling, r.renorm != 0, slots, e, w, slot, counter);
+  else warp_route(lg, r.E, r.K, r.mode, slots, e, w, slot, counter);
 }
 
-// Row t's route (one warp); `lg` is route_scratch(r) floats of shared scratch for it. With `se`/`sw` (shared, [T*K]) the
-// picks are also kept there for a grouping in the same block.
-__device__ __forceinline__ void route_row(const OpRoute& r, int t, float* lg, int32_t* se = nullptr, float* sw = nullptr) {
+// Row t's route (one warp); `lg` is route_scratch(r) floats of shared scratch for it. With `se`/`sw`/`ss` (shared,
+// [T*K]) the picks (experts, weights, slots) are also kept there for a grouping in the same block, and `slots` is the
+// slot table as that block loaded it into shared memory.
+__device__ __forceinline__ void route_row(const OpRoute& r, int t, float* lg, int32_t* se = nullptr, float* sw = nullptr, int32_t* ss = nullptr,
+                                          const int32_t* slots = nullptr) {
   const int lane = threadIdx.x & 31;
   for (int e = lane; e < r.E; e += 32) lg[e] = r.logits[(size_t)t * r.E + e];
   __syncwarp();
   const size_t pk = (size_t)t * r.LK + (size_t)r.layer * r.K;
   const bool counted = r.header[1] != 0 && t < r.header[0];
   if (!se) {
-    route_pick(r, lg, r.pick_expert + pk, r.pick_weight + pk, r.pick_slot + (size_t)t * r.K, counted ? r.counter : nullptr);
+    route_pick(r, r.slots, lg, r.pick_expert + pk, r.pick_weight + pk, r.pick_slot + (size_t)t * r.K, counted ? r.counter : nullptr);
     return;
   }
   int32_t* e = se + t * r.K;
   float* w = sw + t * r.K;
-  route_pick(r, lg, e, w, r.pick_slot + (size_t)t * r.K, counted ? r.counter : nullptr);
-  if (lane < r.K) { r.pick_expert[pk + lane] = e[lane]; r.pick_weight[pk + lane] = w[lane]; }
+  int32_t* sl = ss + t * r.K;
+  route_pick(r, slots, lg, e, w, sl, counted ? r.counter : nullptr);
+  if (lane < r.K) { r.pick_expert[pk + lane] = e[lane]; r.pick_weight[pk + lane] = w[lane]; r.pick_slot[(size_t)t * r.K + lane] = sl[lane]; }
 }
 
 // Block-wide exclusive scan of one 64-bit value per thread (blockDim.x % 32 == 0); `red` >= 33 words.
@@ -93,7 +97,7 @@ __device__ __forceinline__ unsigned long long block_scan_u64(unsigned long long 
 // The groups of a decode step's picks (P = valid rows x K <= blockDim.x), in shared memory: se holds the
 // picks (route_row's); cnt, cur are E ints; red is the scan's scratch. Counts, one scan over the experts
 // (start and rank of each), then every pick takes its slot: the same groups as group_picks.
-__device__ __forceinline__ void group_picks_small(const OpRoute& r, OpGroups gr, const int32_t* se, int* cnt, int* cur,
+__device__ __forceinline__ void group_picks_small(const OpRoute& r, OpGroups gr, const int32_t* se, const int32_t* ss, int* cnt, int* cur,
                                                   unsigned long long* red) {
   const int P = r.header[0] * r.K, E = r.E, i = threadIdx.x;
   for (int e = i; e < E; e += blockDim.x) cnt[e] = 0;
@@ -119,7 +123,7 @@ __device__ __forceinline__ void group_picks_small(const OpRoute& r, OpGroups gr,
   __syncthreads();
   if (i < P) {
     gr.rows[atomicAdd(&cur[se[i]], 1)] = i;
-    gr.slot[cnt[se[i]]] = r.pick_slot[i]; // the pick's slot (route_row's), the same for every pick of the group
+    gr.slot[cnt[se[i]]] = ss[i]; // the pick's slot (route_row's), the same for every pick of the group
   }
 }
 
@@ -127,7 +131,7 @@ __device__ __forceinline__ void group_picks_small(const OpRoute& r, OpGroups gr,
 // barrier: lane i holds pick i (route_row's, in se); its rank by (expert, pick index) places it in rows, and the first
 // pick of each expert writes its group's start and slot (the pick's, from route_row). The same groups as
 // group_picks_small, each group's picks in pick order.
-__device__ __forceinline__ void group_picks_warp(const OpRoute& r, OpGroups gr, const int32_t* se, int P) {
+__device__ __forceinline__ void group_picks_warp(const OpRoute& r, OpGroups gr, const int32_t* se, const int32_t* ss, int P) {
   const int lane = threadIdx.x & 31;
   const int e = lane < P ? se[lane] : 0x7fffffff;
   int below = 0, same_before = 0; // picks of smaller experts; picks of my expert before me
@@ -147,7 +151,7 @@ __device__ __forceinline__ void group_picks_warp(const OpRoute& r, OpGroups gr, 
     gr.rows[below + same_before] = lane;
     if (first) {
       gr.start[groups_below] = below;
-      gr.slot[groups_below] = r.pick_slot[lane];
+      gr.slot[groups_below] = ss[lane];
     }
   }
   if (lane == 0) {

@@ -152,7 +152,7 @@ export class OpStepKernels {
       const scratch = routeScratch(this.routeMode, E);
       if (gemv) {
         const warps = Math.max(4, T);
-        this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * scratch + 2 * T * K + 2 * E), [{ bytes: route }, { bytes: groups }]);
+        this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * scratch + 3 * T * K + 3 * E), [{ bytes: route }, { bytes: groups }]);
       } else {
         this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, 4 * 8 * scratch, [{ bytes: route }]);
         this.launch('op_group', [1, 1, 1], 1024, 4 * 2 * E, [{ bytes: route }, { bytes: groups }]);
