@@ -2,7 +2,7 @@
 // a twin of kernels/common.cuh argmax_key: the same token whichever block holds the best key.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { argmax, bestArgmaxKey, withHostArgmax } from './backend.ts';
+import { argmax, argmaxOfRow, bestArgmaxKey, withHostArgmax } from './backend.ts';
 
 /** kernels/common.cuh argmax_key, as the device computes it: [lo, hi] words of the 64-bit key. */
 function key(v: number, idx: number): [number, number] {
@@ -50,6 +50,16 @@ test('bestArgmaxKey: the device keys give the host argmax, ties to the lower ind
   ];
   for (const x of rows) for (const blocks of [1, 2, 3, 32]) assert.equal(bestArgmaxKey(blockKeys(x, blocks), 0, blocks), argmax(x, 0, x.length), `${x.length} values in ${blocks} blocks`);
   assert.equal(bestArgmaxKey(new Uint32Array(8), 0, 4), 0, 'no key (every value NaN): token 0');
+});
+
+test('argmaxOfRow: each row\'s argmax from keys laid out `blocks` a row in host bytes (at an offset, as pinned buffers are)', () => {
+  const rows = [new Float32Array([1, 9, 3, 9]), new Float32Array([-4, -2, -3, -8]), new Float32Array([Number.NaN, 5, 6, 0])];
+  for (const blocks of [1, 2, 32]) {
+    const words = new Uint32Array(2 + 2 * blocks * rows.length);
+    rows.forEach((x, r) => words.set(blockKeys(x, blocks), 2 + 2 * blocks * r));
+    const bytes = new Uint8Array(words.buffer, 8); // the keys start 8 bytes into their buffer
+    rows.forEach((x, r) => assert.equal(argmaxOfRow(bytes, r, blocks), argmax(x, 0, x.length), `row ${r}, ${blocks} blocks`));
+  }
 });
 
 test('withHostArgmax: each chunk\'s argmax when asked, nothing otherwise', () => {

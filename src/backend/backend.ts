@@ -92,6 +92,11 @@ export function bestArgmaxKey(words: Uint32Array, at: number, n: number): number
   return hi === 0 && lo === 0 ? 0 : 0xffffffff - lo;
 }
 
+/** Row `row`'s argmax from device keys copied to host bytes, `blocks` 64-bit keys a row (bestArgmaxKey). */
+export function argmaxOfRow(keys: Uint8Array, row: number, blocks: number): number {
+  return bestArgmaxKey(new Uint32Array(keys.buffer, keys.byteOffset, keys.byteLength >> 2), 2 * blocks * row, blocks);
+}
+
 /**
  * A chunk's token that is this sequence's argmax from the step just before, which the caller has not read back
  * yet (run-ahead decoding: Backend.submit). Only as a chunk's one token, and only when that step was an

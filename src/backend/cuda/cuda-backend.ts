@@ -4,7 +4,7 @@
 // swap touches (slots, counter) lives in device memory, so graphs stay valid for the backend's lifetime.
 import { ResidencyError } from '../../errors.ts';
 import { checkCudaSupport } from './support.ts';
-import { bestArgmaxKey, logitsOut, type Backend, type SequenceChunk, type StepInput, type StepOutput } from '../backend.ts';
+import { argmaxOfRow, logitsOut, type Backend, type SequenceChunk, type StepInput, type StepOutput } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { RawTensor } from '../../model/weights.ts';
 import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/architecture.ts';
@@ -257,8 +257,7 @@ export class CudaBackend implements Backend {
       }
       this.driver.streamSync(this.stream, 'forward');
       if (argmax) {
-        const words = new Uint32Array(this.amaxHost.host.buffer, this.amaxHost.host.byteOffset, 2 * n);
-        for (const i of lastRows) argmax[rows[i]!.chunk] = bestArgmaxKey(words, 2 * i, 1);
+        for (const i of lastRows) argmax[rows[i]!.chunk] = argmaxOfRow(this.amaxHost.host, i, 1);
       } else {
         const lh = new Float32Array(this.logitsHost.host.buffer, this.logitsHost.host.byteOffset, n * V);
         for (const i of lastRows) logits.set(lh.subarray(i * V, (i + 1) * V), rows[i]!.chunk * V);

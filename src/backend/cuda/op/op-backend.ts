@@ -7,7 +7,7 @@
 // activations and the KV cache are fp32 (the CPU spec's numbers within the vs-CPU bar). Memory is planned
 // from --gpu-memory-utilization and --max-model-len before anything is allocated.
 import { ResidencyError } from '../../../errors.ts';
-import { bestArgmaxKey, FED_TOKEN, logitsOut, withFedTokens, type Backend, type PendingStep, type SequenceChunk, type StepInput, type StepOutput } from '../../backend.ts';
+import { argmaxOfRow, FED_TOKEN, logitsOut, withFedTokens, type Backend, type PendingStep, type SequenceChunk, type StepInput, type StepOutput } from '../../backend.ts';
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { TensorSource } from '../../../model/tensor-source.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
@@ -267,8 +267,7 @@ export class CudaOpBackend implements Backend {
       // Several pieces: an earlier one's argmax would overwrite the keys a later one feeds from, so the fed tokens
       // are read back here (the step before has to complete first) and given as tokens.
       this.d.eventSync(fed.io.done);
-      const words = new Uint32Array(fed.io.keys.host.buffer, fed.io.keys.host.byteOffset, fed.io.keys.host.byteLength / 4);
-      pieces = planPieces(withFedTokens(input.chunks, (seq) => bestArgmaxKey(words, 2 * ARGMAX_BLOCKS * fed.rows.get(seq)!, ARGMAX_BLOCKS)), this.maxRows, MAX_OUT);
+      pieces = planPieces(withFedTokens(input.chunks, (seq) => argmaxOfRow(fed.io.keys.host, fed.rows.get(seq)!, ARGMAX_BLOCKS)), this.maxRows, MAX_OUT);
       fedFrom = null;
     }
     const record = input.recordRouting === true;
@@ -277,20 +276,19 @@ export class CudaOpBackend implements Backend {
     const logits = argmax ? new Float32Array(0) : logitsOut(input, V);
     const routing = record ? new Int32Array(T * L * K) : undefined;
     const routingWeights = record ? new Float32Array(T * L * K) : undefined;
-    const keysOf = (piece: OpPiece, outRows: number, rowsRun: boolean, host: Uint8Array): void => {
-      const words = new Uint32Array(host.buffer, host.byteOffset, 2 * outRows * ARGMAX_BLOCKS);
-      piece.outs.forEach((o, i) => { argmax![o.chunk] = bestArgmaxKey(words, 2 * ARGMAX_BLOCKS * (rowsRun ? o.row : i), ARGMAX_BLOCKS); });
+    const keysOf = (piece: OpPiece, rowsRun: boolean, host: Uint8Array): void => {
+      piece.outs.forEach((o, i) => { argmax![o.chunk] = argmaxOfRow(host, rowsRun ? o.row : i, ARGMAX_BLOCKS); });
     };
     const only = pieces.length === 1 ? pieces[0]! : undefined;
     if (argmax && only && !record && this.isDecode(only)) {
       // One argmax decode piece: its sequences' rows (a sequence's last: its output's) are where the next step's fed tokens come from.
-      const { outRows, io } = this.runPiece(only, input.count, true, fedFrom);
+      const { io } = this.runPiece(only, input.count, true, fedFrom);
       this.fedFrom = { rows: new Map(only.rows.map((r, i) => [r.seq, i])), io: io! };
       this.d.eventRecord(io!.done, this.stream);
       const finish = (): StepOutput => {
         if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend: a submitted step waited for after dispose()');
         this.d.eventSync(io!.done);
-        keysOf(only, outRows, true, io!.keys.host);
+        keysOf(only, true, io!.keys.host);
         return { logits, argmax };
       };
       return { wait: finish };
@@ -302,7 +300,7 @@ export class CudaOpBackend implements Backend {
       this.d.streamSync(this.stream, 'forward');
       // Decode pieces compute every row's logits (out row = row); prefill pieces only their outputs, in order.
       if (argmax) {
-        keysOf(piece, outRows, rowsRun, io ? io.keys.host : oh.host);
+        keysOf(piece, rowsRun, io ? io.keys.host : oh.host);
       } else {
         const lh = new Float32Array(oh.host.buffer, oh.host.byteOffset, outRows * V);
         piece.outs.forEach((o, i) => logits.set(lh.subarray((rowsRun ? o.row : i) * V, ((rowsRun ? o.row : i) + 1) * V), o.chunk * V));
