@@ -59,11 +59,14 @@ struct GemmProblem {
   // Gemv: the first weight loads are issued before waiting for the kernel before (PDL), so they stream while it
   // finishes. Dense weights never depend on an earlier kernel; a grouped product's do on its groups, so the host
   // sets it only where those were written before the kernel just before (gemv_body).
-  int32_t early, pad5;
+  int32_t early;
+  // L2_* bits: how the weights stream through L2 (l2_policy).
+  int32_t l2;
 };
 
 // layout.ts writes these bytes (GEMM_PROBLEM_BYTES and each field's offset): keep the two in step.
-static_assert(sizeof(GemmProblem) == 256 && offsetof(GemmProblem, early) == 248, "GemmProblem: layout.ts GEMM_PROBLEM_BYTES, encodeGemm (early loads)");
+static_assert(sizeof(GemmProblem) == 256 && offsetof(GemmProblem, early) == 248 && offsetof(GemmProblem, l2) == 252,
+              "GemmProblem: layout.ts GEMM_PROBLEM_BYTES, encodeGemm (early loads, L2)");
 static_assert(offsetof(GemmProblem, row_bytes) == 112 && offsetof(GemmProblem, ldx) == 128 && offsetof(GemmProblem, norm_w) == 160, "GemmProblem: layout.ts encodeGemm");
 static_assert(offsetof(GemmProblem, scales) == 184 && offsetof(GemmProblem, s_rows) == 200, "GemmProblem: layout.ts encodeGemm (scales)");
 static_assert(offsetof(GemmProblem, bias) == 216 && offsetof(GemmProblem, b_off) == 224 && offsetof(GemmProblem, limit) == 232 &&
@@ -81,6 +84,27 @@ enum { WF_BF16 = 0, WF_FP8 = 1, WF_MXFP4 = 2 };
 __device__ __forceinline__ void pdl_enter() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// How a decode product's weights go through L2 (GemmProblem.l2): L2_EVICT_FIRST: its loads are marked evict-first
+// (each weight byte is read once a step), so what the small kernels read and write (activations, the KV cache, the
+// routing's arrays) outlives the weight stream instead of coming back from DRAM each layer.
+enum { L2_EVICT_FIRST = 1 };
+
+// A cache policy for l2-marked loads: evict-first when asked, else normal.
+__device__ __forceinline__ uint64_t l2_policy(bool evict_first) {
+  uint64_t pol;
+  if (evict_first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  else asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+
+// 16 bytes of weights through the read-only path, not kept in L1, under an L2 policy (l2_policy).
+__device__ __forceinline__ uint4 ld_weights(const void* p, uint64_t pol) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+  return v;
 }
 
 // Rows of one tensor-core tile (the routing builds the grouped tiles of this size).

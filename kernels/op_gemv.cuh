@@ -65,6 +65,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   const GroupRef grp = group_of(p, blockIdx.y);
   const int n = grp.n, start = grp.start;
   if (n <= 0) return;
+  const uint64_t pol = l2_policy(p.l2 & L2_EVICT_FIRST);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int K = p.K;
   constexpr int VPL = WF == WF_MXFP4 ? 32 : (WF == WF_FP8 ? 16 : 8); // values a 16-byte load
@@ -116,7 +117,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
       for (int r = 0; r < NW; r++) {
         const int c = c0 + 32 * j;
-        dst[j][r] = (live[r] && c < chunks) ? __ldg(reinterpret_cast<const uint4*>(wrow[r] + bytes_of(k0)) + c) : make_uint4(0, 0, 0, 0);
+        dst[j][r] = (live[r] && c < chunks) ? ld_weights(reinterpret_cast<const uint4*>(wrow[r] + bytes_of(k0)) + c, pol) : make_uint4(0, 0, 0, 0);
       }
   };
   for (int k0 = 0; k0 < K; k0 += KC) {

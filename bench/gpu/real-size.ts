@@ -4,14 +4,15 @@
 // each kernel's time and share of HBM bandwidth in a batch-1 decode step; llama.cpp's figures beside them.
 //   node dist/bench-real.mjs [--model /tmp/q30] [--layers 16] [--out DIR] [--tc-rows N] [--batches 1,4,16] [--ab]
 //   (no --model: makes the checkpoint; --tc-rows: decode buckets of >= N rows take the tensor-core products,
-//   0 never; default the backend's; --ab: early weight loads and PDL switched off one at a time)
-import { existsSync, writeFileSync } from 'node:fs';
+//   0 never; default the backend's; --ab: early weight loads, PDL and evict-first loads switched off one at a time, and
+//   the kernels of each dist/kernels-NAME folder beside dist/kernels)
+import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadModelFor } from '../../src/model/load.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
-import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
+import type { CudaOpBackend, OpBackendOptions } from '../../src/backend/cuda/op/op-backend.ts';
 import { planPieces } from '../../src/backend/cuda/op/plan.ts';
 import { FED_TOKEN } from '../../src/backend/backend.ts';
 import { createEngine } from '../../src/engine/engine.ts';
@@ -163,8 +164,12 @@ be.dispose();
 
 // --ab: the step's launch options one at a time, each on a fresh backend (same loaded model), the default first and
 // last so drift shows: batch-1 / batch-4 decode and the batch-1 step graph's device time.
-const variants: [string, Partial<Record<'earlyWeights' | 'pdl', boolean>>][] = [
-  ['default', {}], ['early weight loads off', { earlyWeights: false }], ['PDL off', { pdl: false }], ['default (again)', {}],
+type Variant = Partial<Pick<OpBackendOptions, 'earlyWeights' | 'pdl' | 'evictFirst' | 'kernelDir'>>;
+const variants: [string, Variant][] = [
+  ['default', {}], ['early weight loads off', { earlyWeights: false }], ['PDL off', { pdl: false }], ['evict-first weight loads off', { evictFirst: false }],
+  // Kernels built another way beside dist/kernels (dist/kernels-NAME/op.fatbin and load.fatbin), for A/B.
+  ...(existsSync('dist') ? readdirSync('dist') : []).filter((d) => d.startsWith('kernels-') && existsSync(join('dist', d, 'op.fatbin'))).map((d): [string, Variant] => [`kernels of dist/${d}`, { kernelDir: join('dist', d) }]),
+  ['default (again)', {}],
 ];
 const ab: { name: string; b1: number; b4: number; stepUs: number }[] = [];
 if (values.ab) {

@@ -14,6 +14,7 @@ import { createEngine } from '../../src/engine/engine.ts';
 import { runToCompletion } from '../../src/engine/complete.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { Backend } from '../../src/backend/backend.ts';
+import type { OpBackendOptions } from '../../src/backend/cuda/op/op-backend.ts';
 import { modelDir, normErr } from './harness.ts';
 import { report } from './model.gpu.ts';
 
@@ -107,7 +108,7 @@ test('real shapes: greedy tokens equal the transformers float32 references (near
   assert.ok(vsCpu < 1e-3, `CUDA vs CPU normalized logit error ${vsCpu}`);
 });
 
-test('real shapes: early weight loads (PDL) change no bit', { skip }, async () => {
+test('real shapes: early weight loads (PDL) and evict-first weight loads change no bit', { skip }, async () => {
   const refs = (JSON.parse(readFileSync(join(dir!, 'refs.json'), 'utf8')) as { cases: RefCase[] }).cases.slice(0, 4);
   const steps = Math.min(refs[0]!.tokens.length, 12);
   // A long prompt too (the references' prompts joined, >= 160 tokens): decode attention split over 8 blocks at batch 1.
@@ -115,7 +116,7 @@ test('real shapes: early weight loads (PDL) change no bit', { skip }, async () =
   while (long.prompt_ids.length < 160) long.prompt_ids.push(...refs.flatMap((c) => c.prompt_ids));
   const m = await loadModelFor(dir!, 'cuda');
   // Batch 4 (the bucket of 4 rows) and batch 1, each as the decode graphs replay them.
-  const logits = async (o: { earlyWeights?: boolean }): Promise<Float32Array[][]> => {
+  const logits = async (o: Pick<OpBackendOptions, 'earlyWeights' | 'evictFirst'>): Promise<Float32Array[][]> => {
     const be = await createCuda(m, { maxModelLen: 512, maxNumSeqs: refs.length, ...o });
     try {
       const forced = (c: number, st: number): number => refs[c % refs.length]!.tokens[st]!;
@@ -132,8 +133,10 @@ test('real shapes: early weight loads (PDL) change no bit', { skip }, async () =
   };
   const late = diff(await logits({ earlyWeights: false }));
   const values = base.reduce((a, seq) => a + seq.reduce((b, lg) => b + lg.length, 0), 0);
-  console.log(`# real size (early loads): of ${values} logits, ${late} differ with the weight loads after the wait`);
+  const plain = diff(await logits({ evictFirst: false }));
+  console.log(`# real size (early loads): of ${values} logits, ${late} differ with the weight loads after the wait, ${plain} without evict-first`);
   assert.equal(late, 0, 'early weight loads change no logit');
+  assert.equal(plain, 0, 'evict-first weight loads change no logit');
 });
 
 test('real shapes: run-ahead decoding (each token fed from the step before on the device) gives step-by-step greedy\'s tokens', { skip }, async () => {

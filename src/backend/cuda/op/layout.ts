@@ -21,6 +21,8 @@ export interface GemmArgs {
   limit?: number; alpha?: number; guInterleave?: boolean;
   /** Dense gemv: issue the first weight loads before waiting for the kernel before (PDL). */
   early?: boolean;
+  /** Gemv: op_common.cuh's L2_* bits (evict-first weight loads). */
+  l2?: number;
 }
 
 export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8 + 2 * 8 + 4 * 4 + 2 * 8 + 4 * 4 + 2 * 4;
@@ -44,6 +46,7 @@ export function encodeGemm(a: GemmArgs): Uint8Array {
   b.writeFloatLE(a.alpha ?? 0, 236);
   b.writeInt32LE(a.guInterleave ? 1 : 0, 240);
   b.writeInt32LE(a.early ? 1 : 0, 248);
+  b.writeInt32LE(a.l2 ?? 0, 252);
   return b;
 }
 

@@ -226,8 +226,8 @@ test('op path, olmoe (fake driver): q and k normed over the whole projections in
   assert.deepEqual(d.liveByKind(), {});
 });
 
-test('op path: dense gemvs and the expert down gemv launched with PDL issue their first weight loads early (GemmProblem.early); gate/up (its groups from the kernel just before) and earlyWeights: false do not', () => {
-  const earlyOf = (opts: OpBackendOptions): Map<string, number[]> => {
+test('op path: dense gemvs and the expert down gemv launched with PDL issue their first weight loads early (GemmProblem.early); gate/up (its groups from the kernel just before) and earlyWeights: false do not; every gemv\'s loads are evict-first (GemmProblem.l2) unless evictFirst: false', () => {
+  const earlyOf = (opts: OpBackendOptions, at = 248): Map<string, number[]> => {
     const { d, be } = build({ graphs: false, ...opts });
     be.openSequence(0, 64);
     be.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
@@ -239,7 +239,7 @@ test('op path: dense gemvs and the expert down gemv launched with PDL issue thei
       const bytes = Buffer.from((l.args[0] as { bytes: Uint8Array }).bytes);
       // Grouped (grp_n set, GemmProblem byte 32) stores are the expert down products.
       const name = l.name.endsWith('_store') && bytes.readBigUInt64LE(32) !== 0n ? 'down' : l.name;
-      out.set(name, [...(out.get(name) ?? []), bytes.readInt32LE(248)]);
+      out.set(name, [...(out.get(name) ?? []), bytes.readInt32LE(at)]);
     }
     be.dispose();
     return out;
@@ -251,6 +251,9 @@ test('op path: dense gemvs and the expert down gemv launched with PDL issue thei
   assert.ok(on.get('op_gemv_b1_r1_swiglu')!.every((f) => f === 0), 'expert gate/up (grouped, its groups from the kernel just before) waits first');
   assert.ok(on.get('down')!.length > 0 && on.get('down')!.every((f) => f === 1), 'expert down (its groups from before gate/up) loads early');
   assert.ok([...earlyOf({ earlyWeights: false }).values()].flat().every((f) => f === 0));
+  // Every decode gemv's weight loads are evict-first (GemmProblem.l2, byte 252: L2_EVICT_FIRST) unless switched off.
+  assert.ok([...earlyOf({}, 252).values()].flat().every((f) => f === 1));
+  assert.ok([...earlyOf({ evictFirst: false }, 252).values()].flat().every((f) => f === 0));
 });
 
 test('op path: argmaxOnly takes each chunk\'s argmax on the device (op_argmax_rows) and copies its keys, not the logits; its decode graphs are their own', () => {

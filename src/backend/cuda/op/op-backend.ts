@@ -51,6 +51,8 @@ export interface OpBackendOptions {
   readonly pdl?: boolean;
   /** With PDL, dense gemvs and the expert down gemv issue their first weight loads before waiting for the kernel before (default on; off for A/B). */
   readonly earlyWeights?: boolean;
+  /** Decode products' weight loads marked evict-first in L2, read once a step (default on; off for A/B). */
+  readonly evictFirst?: boolean;
   /** Spare hot rows per layer that background moves land in (see banks.ts). */
   readonly spareRows?: number;
   /** Row copies queued at once for moves (see banks.ts). */
@@ -212,7 +214,7 @@ export class CudaOpBackend implements Backend {
       this.kernels = new OpStepKernels({
         d, spec: s, stream: this.stream, fns, layers: w.layers, embed: w.embed, lmHead: w.lmHead, finalNorm: w.finalNorm, invFreq: w.invFreq,
         ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,
-        routeMode, QKV: this.QKV, pdl: opts.pdl ?? true, earlyWeights: opts.earlyWeights ?? true,
+        routeMode, QKV: this.QKV, pdl: opts.pdl ?? true, earlyWeights: opts.earlyWeights ?? true, evictFirst: opts.evictFirst ?? true,
       });
       uploader.finish(); // every weight landed and is finite, before the first step
     } catch (e) {

@@ -21,6 +21,8 @@ function gridArgs(p: ProductWeights): Pick<GemmArgs, 'sRows' | 'sCols' | 'sLd'> 
 }
 
 const GEMV_WARPS = 8;
+/** op_common.cuh's GemmProblem.l2 bit. */
+const L2_EVICT_FIRST = 1;
 const INFIX: Record<WeightFormat, WeightInfix> = { bf16: '', fp8: 'fp8_', mxfp4: 'mxfp4_' };
 const TC_THREADS = 128;
 /** Kernel arguments by value. */
@@ -53,6 +55,11 @@ export interface StepDevice {
   /** Programmatic dependent launch between the kernels; with it, dense gemvs' first weight loads before the wait. */
   readonly pdl: boolean;
   readonly earlyWeights: boolean;
+  /**
+   * Decode products' weight loads marked evict-first in L2 (each byte is read once a step), so what the small kernels
+   * read and write (activations, the KV cache) outlives the weight stream.
+   */
+  readonly evictFirst: boolean;
 }
 
 /** A launch as recorded for profiling: its kernel, the role it plays in the step, and how to replay it. */
@@ -83,11 +90,12 @@ export class OpStepKernels {
   private readonly QKV: number;
   private readonly pdl: boolean;
   private readonly earlyWeights: boolean;
+  private readonly evictFirst: boolean;
 
   constructor(dev: StepDevice) {
     ({ d: this.d, spec: this.spec, stream: this.stream, fns: this.fns, layers: this.layers, embed: this.embed, lmHead: this.lmHead, finalNorm: this.finalNorm,
       invFreq: this.invFreq, ropeScale: this.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks,
-      rowLayout: this.rowLayout, routeMode: this.routeMode, QKV: this.QKV, pdl: this.pdl, earlyWeights: this.earlyWeights } = dev);
+      rowLayout: this.rowLayout, routeMode: this.routeMode, QKV: this.QKV, pdl: this.pdl, earlyWeights: this.earlyWeights, evictFirst: this.evictFirst } = dev);
   }
 
   private ptr(name: string): bigint {
@@ -259,6 +267,7 @@ export class OpStepKernels {
       const feats = a.O;
       const R = gemvRowsPerWarp(feats, groups, this.d.smCount);
       if ((!grouped || groupsSettled) && this.earlyWeights) a = { ...a, early: true };
+      if (this.evictFirst) a = { ...a, l2: L2_EVICT_FIRST };
       const name = `op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const;
       this.launch(name, [Math.ceil(feats / (GEMV_WARPS * R)), groups, 1], GEMV_WARPS * 32, gemvSmemBytes(T, a.K), [{ bytes: encodeGemm(a) }]);
     } else {
