@@ -13,7 +13,7 @@
 // Products: op_gemv_[fp8_|mxfp4_]b<B>_r<R>_<epilogue> and op_gemm_tc_[fp8_|mxfp4_]<epilogue>, bf16, block-FP8
 // or MXFP4 weights.
 #define GEMV_ENTRY(B, R, EPI, NAME, WF, WN) \
-  extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32) op_gemv_##WN##b##B##_r##R##_##NAME(GemmProblem p) { gemv_body<B, R, EPI, WF>(p); }
+  extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32, GEMV_MIN_BLOCKS(B, WF)) op_gemv_##WN##b##B##_r##R##_##NAME(GemmProblem p) { gemv_body<B, R, EPI, WF>(p); }
 #define GEMV_ENTRIES_WF(B, WF, WN) \
   GEMV_ENTRY(B, 1, EPI_STORE, store, WF, WN) GEMV_ENTRY(B, 2, EPI_STORE, store, WF, WN) GEMV_ENTRY(B, 1, EPI_ADD, add, WF, WN) \
   GEMV_ENTRY(B, 2, EPI_ADD, add, WF, WN) GEMV_ENTRY(B, 1, EPI_SWIGLU, swiglu, WF, WN) GEMV_ENTRY(B, 2, EPI_SWIGLU, swiglu, WF, WN)

@@ -9,6 +9,16 @@
 
 #define GEMV_WARPS 8
 
+// Blocks a SM a gemv entry is compiled for (its launch bounds: op.cu), and the 16-byte loads a lane keeps in flight
+// (gemv_body's LOADS). bf16 at batch 1: 4 loads a lane at 4 blocks a SM (<= 64 registers) streams better than 8 at 2
+// (more warps to hide each round trip, the expert products in one wave); batch 4: 3 blocks a SM. H200, Qwen3-30B-A3B
+// x 16, the batch-1 step graph 1,101-1,105 -> 1,014 us; bench/gpu/NOTES.md, "Occupancy over loads in flight".
+#define GEMV_MIN_BLOCKS(B, WF) ((WF) != WF_BF16 ? 1 : (B) == 1 ? 4 : (B) == 4 ? 3 : 1)
+template <int B, int WF>
+__host__ __device__ constexpr int gemv_loads() {
+  return (B == 1 && WF == WF_BF16 ? 4 : (B <= 2 ? 8 : (B <= 4 ? 4 : 2))) / (WF == WF_MXFP4 && B <= 4 ? 2 : 1);
+}
+
 // RMSNorm of the n staged rows (K == KS: whole rows in shared memory), in place, as block_rmsnorm computes
 // it; block (0, 0) also writes them out. Ends with a barrier.
 template <int B>
@@ -108,7 +118,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   // U passes of 16 bytes per weight row a group, double-buffered: the next group's loads are in flight while
   // this one's products run, and a chunk's first group is issued before its inputs are staged.
   // MXFP4 carries 4x bf16's values a load: half the loads in flight keep the registers (and occupancy) up.
-  constexpr int LOADS = (B <= 2 ? 8 : (B <= 4 ? 4 : 2)) / (WF == WF_MXFP4 && B <= 4 ? 2 : 1);
+  constexpr int LOADS = gemv_loads<B, WF>();
   constexpr int U = LOADS / NW > 0 ? LOADS / NW : 1;
   uint4 u[U][NW];
   auto load = [&](uint4 (&dst)[U][NW], int k0, int c0, int chunks) {

@@ -67,7 +67,11 @@ export function attendSplits(rows: number, maxPos: number, maxSplits: number, kv
   return s;
 }
 
-/** Output features per warp of a gemv launch: 2 when that still gives every SM two blocks, else 1. */
+/**
+ * Output features per warp of a gemv launch: 2 when that still gives every SM two blocks, else 1. (With the batch-1
+ * kernels at 4 blocks a SM, aiming the rule at 4 measured slower, 1,014 -> 1,041 us a step, and at 3 or 4 for the
+ * dense products alone neutral; bench/gpu/NOTES.md.)
+ */
 export function gemvRowsPerWarp(O: number, groups: number, smCount: number): 1 | 2 {
   return Math.ceil(O / 16) * groups >= 2 * smCount ? 2 : 1;
 }
