@@ -25,6 +25,7 @@ export interface FakeFailures {
 }
 
 const SPACING = 1n << 32n; // handles far apart, so an offset pointer always falls inside its own block
+const DEFAULT_DYNAMIC_SMEM = 48 * 1024;
 
 export class FakeCudaDriver implements CudaDriver {
   readonly deviceName = 'fake device';
@@ -49,6 +50,9 @@ export class FakeCudaDriver implements CudaDriver {
   /** The error the last injected failure threw (the constructor must rethrow this very object). */
   injected: ResidencyError | null = null;
   private next = SPACING;
+  private readonly fnIndex = new Map<string, number>();
+  /** Dynamic shared memory a function may launch with (setMaxDynamicSmem), by handle. */
+  private readonly maxSmem = new Map<bigint, number>();
 
   constructor(public fail: FakeFailures = {}) {}
 
@@ -133,10 +137,13 @@ export class FakeCudaDriver implements CudaDriver {
   unloadModule(module: bigint): void {
     this.release(module, 'module');
   }
-  getFunction(module: bigint, _name: string): bigint {
+  getFunction(module: bigint, name: string): bigint {
     this.tick('getFunction');
     this.use(module, 0);
-    return module + 16n;
+    // A handle of its own for each name (inside the module's block), so attributes are kept per function.
+    let i = this.fnIndex.get(name);
+    if (i === undefined) this.fnIndex.set(name, (i = this.fnIndex.size));
+    return module + 16n * BigInt(i + 1);
   }
   getGlobal(module: bigint, name: string): { ptr: bigint; bytes: number } {
     this.tick('getGlobal');
@@ -144,12 +151,16 @@ export class FakeCudaDriver implements CudaDriver {
     // The sizes kernels/common.cuh gives c_model and c_layers.
     return name === 'c_model' ? { ptr: module + 4096n, bytes: MODEL_DEV_BYTES } : { ptr: module + 8192n, bytes: 64 * 1024 };
   }
-  setMaxDynamicSmem(fn: bigint, _bytes: number, _name: string): void {
+  setMaxDynamicSmem(fn: bigint, bytes: number, _name: string): void {
     this.tick('setMaxDynamicSmem');
     this.use(fn, 0);
+    this.maxSmem.set(fn, bytes);
   }
-  launch(fn: bigint, name: string, grid: [number, number, number], _block: number, _smem: number, stream: bigint, args: KernelArg[], pdl?: boolean): void {
+  launch(fn: bigint, name: string, grid: [number, number, number], _block: number, smem: number, stream: bigint, args: KernelArg[], pdl?: boolean): void {
     this.tick('launch');
+    // Like cuLaunchKernel: dynamic shared memory past 48 KiB needs the function's attribute raised first.
+    const limit = this.maxSmem.get(fn) ?? DEFAULT_DYNAMIC_SMEM;
+    if (smem > limit) throw new ResidencyError('CUDA_ERROR', `CUDA_ERROR_INVALID_VALUE in cuLaunchKernel(${name} smem ${smem} > ${limit} B: cuFuncSetAttribute not raised)`);
     this.launches.push({ name, grid: [...grid], args, pdl: pdl === true });
     this.use(fn, 0);
     this.use(stream, 0);

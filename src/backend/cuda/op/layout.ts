@@ -116,6 +116,24 @@ export function routeScratch(mode: RouteMode, E: number): number {
   return mode === 'sigmoid_group' ? 2 * E : E;
 }
 
+/** Dynamic shared memory of op_route_group over T decode rows (a warp a row, at least 4): each warp's route scratch, the picks' expert, weight and slot, and the slot table, counts and cursors [E]. */
+export function routeGroupSmemBytes(T: number, K: number, E: number, mode: RouteMode): number {
+  return 4 * (Math.max(4, T) * routeScratch(mode, E) + 3 * T * K + 3 * E);
+}
+
+/** Dynamic shared memory of op_route_rows (8 warps, a row each: their route scratch) and of op_group (counts and cursors [E]). */
+export function routeRowsSmemBytes(mode: RouteMode, E: number): number {
+  return 4 * 8 * routeScratch(mode, E);
+}
+export function groupSmemBytes(E: number): number {
+  return 4 * 2 * E;
+}
+
+/** Dynamic shared memory of op_residual_norm: a row of H floats (16-byte aligned), then the block sum's 32. */
+export function residualNormSmemBytes(H: number): number {
+  return 4 * (((H + 3) & ~3) + 32);
+}
+
 /** MlaParams (op_mla.cuh): a layer's multi-head latent attention (DeepSeek-V3). */
 export interface MlaArgs {
   qANorm: bigint; kvANorm: bigint;

@@ -326,3 +326,16 @@ test('op path: fed tokens of a step in several pieces are read back and given as
   be.dispose();
   assert.deepEqual(d.liveByKind(), {});
 });
+
+test('op path: a decode bucket whose routing needs over 48 KiB of shared memory (704 experts, 16 rows on the gemv) launches: the function\'s limit is raised first', () => {
+  const { spec: wide } = syntheticModel({ hiddenSize: 64, headDim: 64, numHeads: 2, numKvHeads: 1, expertIntermediate: 32, numExperts: 704, topK: 2, tieWordEmbeddings: false });
+  const wideRaw = new Map<string, RawTensor>();
+  for (const [name, shape] of expectedTensors(wide)) wideRaw.set(name, { name, dtype: 'BF16', shape, bytes: new Uint8Array(2 * shape.reduce((a, b) => a * b, 1)) });
+  const d = new FakeCudaDriver();
+  const be = new CudaOpBackend(d, wide, mapTensorSource(wideRaw), { kernelDir, maxModelLen: 16, maxNumSeqs: 16, maxPieceRows: 32, tensorCoreDecodeRows: 0 });
+  for (let i = 0; i < 16; i++) be.openSequence(i, 16);
+  be.forward({ chunks: Array.from({ length: 16 }, (_, i) => ({ seq: i, tokens: [i + 1], startPos: 0 })), count: true });
+  assert.ok(d.launches.some((l) => l.name === 'op_route_group'));
+  be.dispose();
+  assert.deepEqual(d.liveByKind(), {});
+});

@@ -10,7 +10,7 @@ import type { ExpertRowLayout, ProductWeights, WeightFormat } from '../device-we
 import type { CudaDriver, KernelArg } from '../driver.ts';
 import type { AttendHeadDim, KernelName, WeightInfix } from '../kernels.ts';
 import { bucketFor } from '../plan.ts';
-import { encodeAttn, encodeGemm, encodeGroups, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, maxGroupedTiles, routeScratch, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
+import { encodeAttn, encodeGemm, encodeGroups, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, groupSmemBytes, maxGroupedTiles, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
 import { gemvRowsPerWarp } from './plan.ts';
 import type { DenseDev, LayerDev } from './resident-weights.ts';
 import { ARGMAX_BLOCKS } from './workspace.ts';
@@ -117,7 +117,7 @@ export class OpStepKernels {
       // 1,024 threads: a row is one block, and each thread's columns (their K partials' loads, then the store) run
       // one after another; 2 columns a thread at hidden 2048 (H200, Qwen3-30B-A3B x 16, batch 1: 17 launches
       // 149 / 91 / 66 us at 256 / 512 / 1,024 threads, the step graph 1,371 / 1,270 / 1,225 us).
-      this.launch('op_residual_norm', [grid, 1, 1], 1024, 4 * (((H + 3) & ~3) + 32),
+      this.launch('op_residual_norm', [grid, 1, 1], 1024, residualNormSmemBytes(H),
         [i32(mode), u64(this.ptr('hidden')), u64(this.ptr('partial')), u64(this.ptr('pickW')), i32(LK), i32(prev), i32(K), u64(rowsPtr),
           u64(at(o.token)), u64(this.ptr('argmaxKeys')), u64(this.embed), u64(w), u64(out), i32(H), f32(s.rmsNormEps)]);
     };
@@ -157,13 +157,11 @@ export class OpStepKernels {
         ...(r?.kind === 'sigmoid_group' ? { group: { choiceBias: ly.choiceBias, nGroup: r.nGroup, topkGroup: r.topkGroup, scaling: r.scalingFactor, renorm: s.normTopkProb } } : {}),
       });
       const groups = encodeGroups({ n: this.ptr('grpN'), slot: this.ptr('grpSlot'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
-      const scratch = routeScratch(this.routeMode, E);
       if (gemv) {
-        const warps = Math.max(4, T);
-        this.launch('op_route_group', [1, 1, 1], 32 * warps, 4 * (warps * scratch + 3 * T * K + 3 * E), [{ bytes: route }, { bytes: groups }]);
+        this.launch('op_route_group', [1, 1, 1], 32 * Math.max(4, T), routeGroupSmemBytes(T, K, E, this.routeMode), [{ bytes: route }, { bytes: groups }]);
       } else {
-        this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, 4 * 8 * scratch, [{ bytes: route }]);
-        this.launch('op_group', [1, 1, 1], 1024, 4 * 2 * E, [{ bytes: route }, { bytes: groups }]);
+        this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, routeRowsSmemBytes(this.routeMode, E), [{ bytes: route }]);
+        this.launch('op_group', [1, 1, 1], 1024, groupSmemBytes(E), [{ bytes: route }, { bytes: groups }]);
       }
       // The shared expert (DeepSeek) beside the routed ones, on the same normalized rows.
       if (ly.mlp) mlp(ly.mlp, 'shared');
