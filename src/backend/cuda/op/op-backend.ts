@@ -15,17 +15,17 @@ import { CudaExpertBanks, DEFAULT_SPARE_ROWS } from '../banks.ts';
 import { deviceWeightBytes, expertRowLayout, type ExpertRowLayout, type WeightFormat } from '../device-weights.ts';
 import { uploadResidentWeights } from './resident-weights.ts';
 import type { CudaDriver } from '../driver.ts';
-import { OP_PATH_GROUPS, loadKernelModules, type KernelName } from '../kernels.ts';
+import { OP_PATH_GROUPS, loadKernelModules } from '../kernels.ts';
 import { ResourceScope, type ReleaseFailureSink } from '../resource-scope.ts';
 import { TensorUploader, type UploadProgress } from '../uploader.ts';
 import { bucketFor, DEFAULT_BUCKETS } from '../plan.ts';
-import { groupSmemBytes, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type RouteMode } from './layout.ts';
+import { stepLayout, type RouteMode } from './layout.ts';
 import { hotExpertsThatFit, planMemory, type MemoryPlan } from './memory.ts';
 import { DECODE_MAX_ROWS, attendSplits, planPieces, type OpPiece } from './plan.ts';
 import { checkOpSupport } from './support.ts';
 import { ARGMAX_BLOCKS, MAX_OUT, memoryNeeds, workspaceLayout } from './workspace.ts';
 import { checkStepChunks } from '../step-chunks.ts';
-import { OpStepKernels, type RecordedLaunch } from './step-kernels.ts';
+import { OpStepKernels, raiseSharedMemoryLimits, type RecordedLaunch } from './step-kernels.ts';
 import { scatterRouting } from '../routing-record.ts';
 
 export interface OpBackendOptions {
@@ -209,14 +209,7 @@ export class CudaOpBackend implements Backend {
         done: scope.acquire(`decode event ${i}`, () => d.eventCreate(), (e) => d.eventDestroy(e)),
         slot: i,
       }));
-      // A gemv's input rows fill up to 64 KiB of shared memory (B rows x K chunk): over the 48 KiB default. The
-      // routing's scratch grows with the experts (op_route_group at 16 rows: 54 KiB at 384 experts with group choice).
-      for (const [name, fn] of fns) if (name.startsWith('op_gemv_')) d.setMaxDynamicSmem(fn, 64 * 1024, name);
-      const sized: [KernelName, number][] = [
-        ['op_route_group', routeGroupSmemBytes(DECODE_MAX_ROWS, K, E, routeMode)], ['op_route_rows', routeRowsSmemBytes(routeMode, E)],
-        ['op_group', groupSmemBytes(E)], ['op_residual_norm', residualNormSmemBytes(H)],
-      ];
-      for (const [name, bytes] of sized) if (bytes > 48 * 1024) d.setMaxDynamicSmem(fns.get(name)!, bytes, name);
+      raiseSharedMemoryLimits(d, fns, s, routeMode);
       this.kernels = new OpStepKernels({
         d, spec: s, stream: this.stream, fns, layers: w.layers, embed: w.embed, lmHead: w.lmHead, finalNorm: w.finalNorm, invFreq: w.invFreq,
         ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,

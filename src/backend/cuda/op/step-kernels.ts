@@ -11,7 +11,7 @@ import type { CudaDriver, KernelArg } from '../driver.ts';
 import type { AttendHeadDim, KernelName, WeightInfix } from '../kernels.ts';
 import { bucketFor } from '../plan.ts';
 import { encodeAttn, encodeGemm, encodeGroups, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, groupSmemBytes, maxGroupedTiles, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
-import { gemvRowsPerWarp } from './plan.ts';
+import { DECODE_MAX_ROWS, gemvRowsPerWarp } from './plan.ts';
 import type { DenseDev, LayerDev } from './resident-weights.ts';
 import { ARGMAX_BLOCKS } from './workspace.ts';
 
@@ -60,6 +60,21 @@ export interface StepDevice {
    * read and write (activations, the KV cache) outlives the weight stream.
    */
   readonly evictFirst: boolean;
+}
+
+/**
+ * Raises the dynamic shared memory limit (48 KiB by default) of the kernels whose launches below may need more: a
+ * gemv's input rows (up to 64 KiB: B rows x K chunk), and the routing and residual+norm scratch, which grows with the
+ * experts and the hidden size (op_route_group at 16 rows: 54 KiB at 384 experts with group choice).
+ */
+export function raiseSharedMemoryLimits(d: CudaDriver, fns: ReadonlyMap<KernelName, bigint>, spec: ModelSpec, mode: RouteMode): void {
+  const { numExperts: E, topK: K, hiddenSize: H } = spec;
+  for (const [name, fn] of fns) if (name.startsWith('op_gemv_')) d.setMaxDynamicSmem(fn, 64 * 1024, name);
+  const sized: [KernelName, number][] = [
+    ['op_route_group', routeGroupSmemBytes(DECODE_MAX_ROWS, K, E, mode)], ['op_route_rows', routeRowsSmemBytes(mode, E)],
+    ['op_group', groupSmemBytes(E)], ['op_residual_norm', residualNormSmemBytes(H)],
+  ];
+  for (const [name, bytes] of sized) if (bytes > 48 * 1024) d.setMaxDynamicSmem(fns.get(name)!, bytes, name);
 }
 
 /** A launch as recorded for profiling: its kernel, the role it plays in the step, and how to replay it. */
