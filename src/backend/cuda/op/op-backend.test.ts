@@ -227,7 +227,8 @@ test('op path, olmoe (fake driver): q and k normed over the whole projections in
 });
 
 test('op path: dense gemvs and the expert down gemv launched with PDL issue their first weight loads early (GemmProblem.early); gate/up (its groups from the kernel just before) and earlyWeights: false do not; every gemv\'s loads are evict-first (GemmProblem.l2) unless evictFirst: false', () => {
-  const earlyOf = (opts: OpBackendOptions, at = 248): Map<string, number[]> => {
+  // Each decode gemv's GemmProblem int32 at byte `at` (248: early, 252: l2), by kernel ('down': the expert down product).
+  const gemvFieldOf = (opts: OpBackendOptions, at = 248): Map<string, number[]> => {
     const { d, be } = build({ graphs: false, ...opts });
     be.openSequence(0, 64);
     be.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
@@ -244,16 +245,16 @@ test('op path: dense gemvs and the expert down gemv launched with PDL issue thei
     be.dispose();
     return out;
   };
-  const on = earlyOf({});
+  const on = gemvFieldOf({});
   // Per layer: q | k | v and the router (dense, early), gate/up and down (grouped); then the lm head (dense).
   const flags = [...on.values()].flat();
   assert.ok(flags.includes(1) && flags.includes(0));
   assert.ok(on.get('op_gemv_b1_r1_swiglu')!.every((f) => f === 0), 'expert gate/up (grouped, its groups from the kernel just before) waits first');
   assert.ok(on.get('down')!.length > 0 && on.get('down')!.every((f) => f === 1), 'expert down (its groups from before gate/up) loads early');
-  assert.ok([...earlyOf({ earlyWeights: false }).values()].flat().every((f) => f === 0));
+  assert.ok([...gemvFieldOf({ earlyWeights: false }).values()].flat().every((f) => f === 0));
   // Every decode gemv's weight loads are evict-first (GemmProblem.l2, byte 252: L2_EVICT_FIRST) unless switched off.
-  assert.ok([...earlyOf({}, 252).values()].flat().every((f) => f === 1));
-  assert.ok([...earlyOf({ evictFirst: false }, 252).values()].flat().every((f) => f === 0));
+  assert.ok([...gemvFieldOf({}, 252).values()].flat().every((f) => f === 1));
+  assert.ok([...gemvFieldOf({ evictFirst: false }, 252).values()].flat().every((f) => f === 0));
 });
 
 test('op path: argmaxOnly takes each chunk\'s argmax on the device (op_argmax_rows) and copies its keys, not the logits; its decode graphs are their own', () => {
