@@ -36,7 +36,7 @@ export class FakeCudaDriver implements CudaDriver {
   /** Every kernel launch (eager, or recorded into a graph being captured) with its grid, in order. */
   /** The size of every asynchronous device-to-host copy, in order. */
   readonly dtohBytes: number[] = [];
-  readonly launches: { name: string; grid: [number, number, number]; args: KernelArg[]; pdl: boolean }[] = [];
+  readonly launches: { name: string; grid: [number, number, number]; block: number; args: KernelArg[]; pdl: boolean }[] = [];
   acquisitions = 0;
   calls = 0;
   releases = 0;
@@ -156,12 +156,12 @@ export class FakeCudaDriver implements CudaDriver {
     this.use(fn, 0);
     this.maxSmem.set(fn, bytes);
   }
-  launch(fn: bigint, name: string, grid: [number, number, number], _block: number, smem: number, stream: bigint, args: KernelArg[], pdl?: boolean): void {
+  launch(fn: bigint, name: string, grid: [number, number, number], block: number, smem: number, stream: bigint, args: KernelArg[], pdl?: boolean): void {
     this.tick('launch');
     // Like cuLaunchKernel: dynamic shared memory past 48 KiB needs the function's attribute raised first.
     const limit = this.maxSmem.get(fn) ?? DEFAULT_DYNAMIC_SMEM;
     if (smem > limit) throw new ResidencyError('CUDA_ERROR', `CUDA_ERROR_INVALID_VALUE in cuLaunchKernel(${name} smem ${smem} > ${limit} B: cuFuncSetAttribute not raised)`);
-    this.launches.push({ name, grid: [...grid], args, pdl: pdl === true });
+    this.launches.push({ name, grid: [...grid], block, args, pdl: pdl === true });
     this.use(fn, 0);
     this.use(stream, 0);
   }
