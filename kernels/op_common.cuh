@@ -32,7 +32,7 @@ struct GemmProblem {
   const int32_t* grp_slot;  // [groups] group -> bank slot of its expert
   const int32_t* grp_start; // [groups + 1]
   const int32_t* grp_rows;  // [picks]
-  const void* reserved;     // 8 bytes free (layout.ts writes 0)
+  const float* pick_w;      // EPI_COMBINE: the row's pick weights in router order [rows]; else null
   const uint8_t* hot;
   const uint8_t* cold;
   const int32_t* tile_n;     // TC grouped: number of 64-row tiles (device)
@@ -72,7 +72,11 @@ static_assert(offsetof(GemmProblem, scales) == 184 && offsetof(GemmProblem, s_ro
 static_assert(offsetof(GemmProblem, bias) == 216 && offsetof(GemmProblem, b_off) == 224 && offsetof(GemmProblem, limit) == 232 &&
               offsetof(GemmProblem, gu_interleave) == 240, "GemmProblem: layout.ts encodeGemm (biases, clamped SwiGLU)");
 
-enum { EPI_STORE = 0, EPI_ADD = 1, EPI_SWIGLU = 2 };
+// EPI_COMBINE: the expert down product of a batch-1 step adds its picks to the residual itself: warp w of a block
+// is pick w (rows = the picks, at most GEMV_WARPS; grp_slot = the routing's pick_slot), and the block's R features
+// of every pick are combined in router order, y = res + (0 + w_0 s_0 + w_1 s_1 + ...), as op_residual_norm's mode 1
+// combines the picks' partial rows (the same sums, so the same bits).
+enum { EPI_STORE = 0, EPI_ADD = 1, EPI_SWIGLU = 2, EPI_COMBINE = 3 };
 // How the weights are stored: bf16 values, or float8_e4m3fn bytes with block scales.
 enum { WF_BF16 = 0, WF_FP8 = 1, WF_MXFP4 = 2 };
 
@@ -114,11 +118,15 @@ __device__ __forceinline__ uint4 ld_weights(const void* p, uint64_t pol) {
 // count, the group's range and its slot are loaded together, one round trip after the routing's kernel (a g past
 // the count reads a stale entry of arrays sized for every expert, and is dropped).
 struct GroupRef { int n, start; const uint8_t* row; };
+// The bank row of a slot: hot rows first, then the cold bank's.
+__device__ __forceinline__ const uint8_t* bank_row(const GemmProblem& p, int slot) {
+  return slot < p.hot_rows ? p.hot + (size_t)slot * p.row_bytes : p.cold + (size_t)(slot - p.hot_rows) * p.row_bytes;
+}
 __device__ __forceinline__ GroupRef group_of(const GemmProblem& p, int g) {
   if (!p.grp_n) return {p.rows, 0, nullptr};
   const int count = *p.grp_n, s0 = p.grp_start[g], s1 = p.grp_start[g + 1], slot = p.grp_slot[g];
   if (g >= count) return {0, 0, nullptr};
-  return {s1 - s0, s0, slot < p.hot_rows ? p.hot + (size_t)slot * p.row_bytes : p.cold + (size_t)(slot - p.hot_rows) * p.row_bytes};
+  return {s1 - s0, s0, bank_row(p, slot)};
 }
 
 // The weights of group g (grouped) or the dense matrix, as bytes.

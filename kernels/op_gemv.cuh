@@ -20,7 +20,7 @@ __host__ __device__ constexpr int gemv_loads() {
 }
 
 // RMSNorm of the n staged rows (K == KS: whole rows in shared memory), in place, as block_rmsnorm computes
-// it; block (0, 0) also writes them out. Ends with a barrier.
+// it; block (0, 0) also writes them out (unless norm_out is null). Ends with a barrier.
 template <int B>
 __device__ __forceinline__ void norm_staged(const GemmProblem& p, float* xs, int K, int n, const int* in_rows) {
   __shared__ float red[GEMV_WARPS][B];
@@ -33,7 +33,7 @@ __device__ __forceinline__ void norm_staged(const GemmProblem& p, float* xs, int
     if (lane == 0) red[warp][b] = ss;
   }
   __syncthreads();
-  const bool out = blockIdx.x == 0 && blockIdx.y == 0;
+  const bool out = p.norm_out && blockIdx.x == 0 && blockIdx.y == 0;
 #pragma unroll
   for (int b = 0; b < B; b++) {
     if (b >= n) continue;
@@ -64,25 +64,30 @@ __device__ __forceinline__ float dot_load(const uint4 u, const float* __restrict
   return a;
 }
 
+// Input values a warp of an EPI_COMBINE block stages at a time (its pick's row of the K chunk; 8 picks: 64 KiB).
+#define COMBINE_KC 2048
+
 template <int B, int R, int EPI, int WF = WF_BF16>
 __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
-  extern __shared__ __align__(16) float xs[]; // [B][KC]
+  extern __shared__ __align__(16) float xs[]; // [B][KC]; EPI_COMBINE: [picks][COMBINE_KC], a warp's own row
+  constexpr bool COMB = EPI == EPI_COMBINE;
+  static_assert(!COMB || B == 1, "EPI_COMBINE: batch 1");
   // With p.early the first weight loads are issued before the wait for the kernel before: dense weights, or a
   // grouped product whose groups an earlier kernel than that one wrote (the expert down product: the routing ran
   // before gate/up), so its group table and bank rows are read early too. Anything else waits first.
   const bool early = p.early != 0;
   if (!early) pdl_enter();
-  const GroupRef grp = group_of(p, blockIdx.y);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const GroupRef grp = COMB ? GroupRef{1, warp, bank_row(p, p.grp_slot[warp])} : group_of(p, blockIdx.y);
   const int n = grp.n, start = grp.start;
   if (n <= 0) return;
   const uint64_t pol = l2_policy(p.l2 & L2_EVICT_FIRST);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int K = p.K;
   constexpr int VPL = WF == WF_MXFP4 ? 32 : (WF == WF_FP8 ? 16 : 8); // values a 16-byte load
   auto bytes_of = [](int k) -> size_t { return (size_t)k * 16 / VPL; }; // bytes of k values
   // Rows of weights this warp reads: STORE/ADD: features o0 + r; SWIGLU: gate rows j0 + r and up rows O + j0 + r.
   constexpr int NW = EPI == EPI_SWIGLU ? 2 * R : R;
-  const int f0 = (blockIdx.x * GEMV_WARPS + warp) * R;
+  const int f0 = (COMB ? blockIdx.x : blockIdx.x * GEMV_WARPS + warp) * R;
   const uint8_t* brow = grp.row;
   const uint8_t* W = group_weights(p, brow);
   const uint8_t* S = WF != WF_BF16 ? reinterpret_cast<const uint8_t*>(group_scales(p, brow)) : nullptr;
@@ -104,7 +109,8 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
   for (int b = 0; b < B; b++) {
     int ir = 0, orow = 0;
-    if (b < n) row_of(p, start, b, &ir, &orow);
+    if (COMB) ir = start; // the pick's activation row (batch 1: pick index = row)
+    else if (b < n) row_of(p, start, b, &ir, &orow);
     in_rows[b] = ir;
   }
   float acc[NW][B];
@@ -113,8 +119,9 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
     for (int b = 0; b < B; b++) acc[r][b] = 0.f;
   // K chunk held in shared memory: B * KS floats <= 64 KiB, KC a multiple of 256.
-  constexpr int KC = (16384 / B) < 256 ? 256 : (16384 / B);
+  constexpr int KC = COMB ? COMBINE_KC : (16384 / B) < 256 ? 256 : (16384 / B);
   const int KS = min(KC, K); // row stride in shared memory (K % 8 == 0)
+  float* const xw = COMB ? xs + warp * KS : xs; // the rows this warp reads
   // U passes of 16 bytes per weight row a group, double-buffered: the next group's loads are in flight while
   // this one's products run, and a chunk's first group is issued before its inputs are staged.
   // MXFP4 carries 4x bf16's values a load: half the loads in flight keep the registers (and occupancy) up.
@@ -136,15 +143,20 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
     __syncthreads();
     load(u, k0, lane, chunks);
     if (early && k0 == 0) pdl_enter();
+    if (COMB) {
+      const float4* src = reinterpret_cast<const float4*>(p.x + (size_t)in_rows[0] * p.ldx + k0);
+      for (int c = lane; c < (kc >> 2); c += 32) reinterpret_cast<float4*>(xw)[c] = src[c];
+    } else {
 #pragma unroll
-    for (int b = 0; b < B; b++) {
-      if (b < n) {
-        const float4* src = reinterpret_cast<const float4*>(p.x + (size_t)in_rows[b] * p.ldx + k0);
-        for (int c = threadIdx.x; c < (kc >> 2); c += blockDim.x) reinterpret_cast<float4*>(xs + b * KS)[c] = src[c];
+      for (int b = 0; b < B; b++) {
+        if (b < n) {
+          const float4* src = reinterpret_cast<const float4*>(p.x + (size_t)in_rows[b] * p.ldx + k0);
+          for (int c = threadIdx.x; c < (kc >> 2); c += blockDim.x) reinterpret_cast<float4*>(xs + b * KS)[c] = src[c];
+        }
       }
     }
     __syncthreads();
-    if (p.norm_w) norm_staged<B>(p, xs, KS, n, in_rows);
+    if (!COMB && p.norm_w) norm_staged<B>(p, xs, KS, n, in_rows);
     for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
       uint4 nx[U][NW];
       load(nx, k0, c0 + 32 * U, chunks);
@@ -165,8 +177,8 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
             for (int b = 0; b < B; b++) {
               if (b < n) {
-                const float4 x0 = *reinterpret_cast<const float4*>(xs + b * KS + VPL * c + 8 * i);
-                const float4 x1 = *reinterpret_cast<const float4*>(xs + b * KS + VPL * c + 8 * i + 4);
+                const float4 x0 = *reinterpret_cast<const float4*>(xw + b * KS + VPL * c + 8 * i);
+                const float4 x1 = *reinterpret_cast<const float4*>(xw + b * KS + VPL * c + 8 * i + 4);
 #pragma unroll
                 for (int r = 0; r < NW; r++) {
                   acc[r][b] += w[r][0] * x0.x + w[r][1] * x0.y + w[r][2] * x0.z + w[r][3] * x0.w +
@@ -188,8 +200,8 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
             for (int b = 0; b < B; b++) {
               if (b < n) {
-                if (WF == WF_BF16) acc[r][b] += dot_load<WF>(u[j][r], xs + b * KS + VPL * c, w);
-                else acc[r][b] += sc * dot_load<WF>(u[j][r], xs + b * KS + VPL * c, w);
+                if (WF == WF_BF16) acc[r][b] += dot_load<WF>(u[j][r], xw + b * KS + VPL * c, w);
+                else acc[r][b] += sc * dot_load<WF>(u[j][r], xw + b * KS + VPL * c, w);
               }
             }
           }
@@ -205,25 +217,43 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   for (int r = 0; r < NW; r++)
 #pragma unroll
     for (int b = 0; b < B; b++) acc[r][b] = warp_sum(acc[r][b]);
-  // Lane b writes row b's outputs (every lane holds every sum after the butterfly).
+  if constexpr (COMB) {
+    // Each pick's sums (its bias added, as epi_store adds it to a partial row), then the block's R features combined
+    // in router order onto the residual.
+    __shared__ float part[GEMV_WARPS][R];
+    if (lane == 0) {
 #pragma unroll
-  for (int b = 0; b < B; b++) {
-    if (b < n && lane == b) {
-      int ir, orow;
-      row_of(p, start, b, &ir, &orow);
+      for (int r = 0; r < R; r++) part[warp][r] = bias && f0 + r < p.O ? acc[r][0] + bf2f(bias[f0 + r]) : acc[r][0];
+    }
+    __syncthreads();
+    if (threadIdx.x < R && f0 + (int)threadIdx.x < p.O) {
+      const int f = f0 + threadIdx.x;
+      float s = 0.f;
+      for (int k = 0; k < p.rows; k++) s += p.pick_w[k] * part[k][threadIdx.x];
+      p.y[f] = p.res[f] + s;
+    }
+  } else {
+    // Lane b writes row b's outputs (every lane holds every sum after the butterfly).
 #pragma unroll
-      for (int r = 0; r < R; r++) {
-        const int f = f0 + r;
-        if (f >= p.O) continue;
-        if (EPI == EPI_SWIGLU) {
-          const float gb = bias ? bf2f(bias[wrs[r]]) : 0.f, ub = bias ? bf2f(bias[wrs[R + r]]) : 0.f;
-          p.y[(size_t)orow * p.ldy + f] = swiglu_act(p, acc[r][b] + gb, acc[R + r][b] + ub);
-        } else {
-          epi_store(p, EPI, orow, f, acc[r][b], bias);
+    for (int b = 0; b < B; b++) {
+      if (b < n && lane == b) {
+        int ir, orow;
+        row_of(p, start, b, &ir, &orow);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          const int f = f0 + r;
+          if (f >= p.O) continue;
+          if (EPI == EPI_SWIGLU) {
+            const float gb = bias ? bf2f(bias[wrs[r]]) : 0.f, ub = bias ? bf2f(bias[wrs[R + r]]) : 0.f;
+            p.y[(size_t)orow * p.ldy + f] = swiglu_act(p, acc[r][b] + gb, acc[R + r][b] + ub);
+          } else {
+            epi_store(p, EPI, orow, f, acc[r][b], bias);
+          }
         }
       }
     }
   }
 }
 
-// Shared memory of a launch: 4 * B * min(max(16384 / B, 256), K) bytes (gemvSmemBytes in op/layout.ts).
+// Shared memory of a launch: 4 * B * min(max(16384 / B, 256), K) bytes; EPI_COMBINE 4 * picks * min(COMBINE_KC, K)
+// (gemvSmemBytes in op/layout.ts).

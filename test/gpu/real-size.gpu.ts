@@ -108,7 +108,7 @@ test('real shapes: greedy tokens equal the transformers float32 references (near
   assert.ok(vsCpu < 1e-3, `CUDA vs CPU normalized logit error ${vsCpu}`);
 });
 
-test('real shapes: early weight loads (PDL) and evict-first weight loads change no bit', { skip }, async () => {
+test('real shapes: early weight loads (PDL) and evict-first weight loads change no bit; the fused residual (batch 1) moves the input norm only', { skip }, async () => {
   const refs = (JSON.parse(readFileSync(join(dir!, 'refs.json'), 'utf8')) as { cases: RefCase[] }).cases.slice(0, 4);
   const steps = Math.min(refs[0]!.tokens.length, 12);
   // A long prompt too (the references' prompts joined, >= 160 tokens): decode attention split over 8 blocks at batch 1.
@@ -116,7 +116,7 @@ test('real shapes: early weight loads (PDL) and evict-first weight loads change 
   while (long.prompt_ids.length < 160) long.prompt_ids.push(...refs.flatMap((c) => c.prompt_ids));
   const m = await loadModelFor(dir!, 'cuda');
   // Batch 4 (the bucket of 4 rows) and batch 1, each as the decode graphs replay them.
-  const logits = async (o: Pick<OpBackendOptions, 'earlyWeights' | 'evictFirst'>): Promise<Float32Array[][]> => {
+  const logits = async (o: Pick<OpBackendOptions, 'earlyWeights' | 'evictFirst' | 'fuseResidual'>): Promise<Float32Array[][]> => {
     const be = await createCuda(m, { maxModelLen: 512, maxNumSeqs: refs.length, ...o });
     try {
       const forced = (c: number, st: number): number => refs[c % refs.length]!.tokens[st]!;
@@ -135,6 +135,20 @@ test('real shapes: early weight loads (PDL) and evict-first weight loads change 
   const values = base.reduce((a, seq) => a + seq.reduce((b, lg) => b + lg.length, 0), 0);
   const plain = diff(await logits({ evictFirst: false }));
   console.log(`# real size (early loads): of ${values} logits, ${late} differ with the weight loads after the wait, ${plain} without evict-first`);
+  // Without the fused residual: batch 4 (sequences 0-3) runs the same launches, so the same bits; batch 1 (4, 5) adds
+  // the picks in the same order but normalizes each layer's input in the q|k|v gemv (norm_staged's sum order).
+  const unfused = await logits({ fuseResidual: false });
+  let batch4Diff = 0, batch1Err = 0, batch1Tok = 0;
+  base.forEach((seq, i) => seq.forEach((lg, st) => {
+    const o = unfused[i]![st]!;
+    if (i < refs.length) { for (let j = 0; j < lg.length; j++) if (lg[j] !== o[j]) batch4Diff++; } else {
+      batch1Err = Math.max(batch1Err, normErr(lg, o));
+      if (argmax(lg, 0, lg.length) !== argmax(o, 0, o.length)) batch1Tok++;
+    }
+  }));
+  console.log(`# real size (fused residual): batch 4 ${batch4Diff} logits differ; batch 1 normalized error ${batch1Err.toExponential(2)}, ${batch1Tok} argmax diffs`);
+  assert.equal(batch4Diff, 0, 'batch 4 is not fused');
+  assert.ok(batch1Err < 1e-5 && batch1Tok === 0, `fused residual vs the residual+norm launches: ${batch1Err}, ${batch1Tok} argmax diffs`);
   assert.equal(late, 0, 'early weight loads change no logit');
   assert.equal(plain, 0, 'evict-first weight loads change no logit');
 });

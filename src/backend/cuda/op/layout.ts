@@ -6,6 +6,8 @@ export interface GemmArgs {
   x: bigint; y: bigint; res?: bigint; w?: bigint;
   /** Grouped: the number of groups, each group's bank slot (the routing resolves it), rows and pick indices. */
   grpN?: bigint; grpSlot?: bigint; grpStart?: bigint; grpRows?: bigint;
+  /** The combining down product (epilogue 'combine'): the row's pick weights in router order; grpSlot is then each pick's slot. */
+  pickW?: bigint;
   hot?: bigint; cold?: bigint;
   tileN?: bigint; tileGroup?: bigint; tileRow0?: bigint;
   /** Bytes of a bank row, and byte offsets in it of this product's values (and its FP8 scale grid). */
@@ -29,7 +31,7 @@ export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8 + 2 * 8 + 4
 
 export function encodeGemm(a: GemmArgs): Uint8Array {
   const b = Buffer.alloc(GEMM_PROBLEM_BYTES);
-  const ptrs = [a.x, a.y, a.res, a.w, a.grpN, a.grpSlot, a.grpStart, a.grpRows, 0n, a.hot, a.cold, a.tileN, a.tileGroup, a.tileRow0];
+  const ptrs = [a.x, a.y, a.res, a.w, a.grpN, a.grpSlot, a.grpStart, a.grpRows, a.pickW, a.hot, a.cold, a.tileN, a.tileGroup, a.tileRow0];
   ptrs.forEach((p, i) => b.writeBigUInt64LE(p ?? 0n, 8 * i));
   b.writeBigInt64LE(BigInt(a.rowBytes ?? 0), 112);
   b.writeBigInt64LE(BigInt(a.wOff ?? 0), 120);
@@ -169,6 +171,14 @@ export function gemvStagesWhole(B: number, K: number): boolean {
 /** Dynamic shared memory of a gemv launch with B rows a group (op_gemv.cuh: B * min(max(16384 / B, 256), K) floats). */
 export function gemvSmemBytes(B: number, K: number): number {
   return 4 * B * Math.min(Math.max(Math.floor(16384 / B), 256), K);
+}
+
+/** Input values a warp of the combining down product stages at a time (op_gemv.cuh COMBINE_KC). */
+export const COMBINE_KC = 2048;
+
+/** Dynamic shared memory of the combining down product over `picks` picks (a warp each): its K chunk of each pick's row. */
+export function combineSmemBytes(picks: number, K: number): number {
+  return 4 * picks * Math.min(COMBINE_KC, K);
 }
 
 /** Tensor-core tiles of a grouped product over `picks` picks of at most `E` experts (64-row tiles). */

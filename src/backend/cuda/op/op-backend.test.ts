@@ -238,8 +238,8 @@ test('op path: dense gemvs and the expert down gemv launched with PDL issue thei
     for (const l of d.launches.slice(from)) {
       if (!l.name.startsWith('op_gemv_')) continue;
       const bytes = Buffer.from((l.args[0] as { bytes: Uint8Array }).bytes);
-      // Grouped (grp_n set, GemmProblem byte 32) stores are the expert down products.
-      const name = l.name.endsWith('_store') && bytes.readBigUInt64LE(32) !== 0n ? 'down' : l.name;
+      // The expert down products: grouped (grp_n set, GemmProblem byte 32) stores, or batch 1's combining product.
+      const name = l.name.endsWith('_combine') || (l.name.endsWith('_store') && bytes.readBigUInt64LE(32) !== 0n) ? 'down' : l.name;
       out.set(name, [...(out.get(name) ?? []), bytes.readInt32LE(at)]);
     }
     be.dispose();
@@ -255,6 +255,50 @@ test('op path: dense gemvs and the expert down gemv launched with PDL issue thei
   // Every decode gemv's weight loads are evict-first (GemmProblem.l2, byte 252: L2_EVICT_FIRST) unless switched off.
   assert.ok([...gemvFieldOf({}, 252).values()].flat().every((f) => f === 1));
   assert.ok([...gemvFieldOf({ evictFirst: false }, 252).values()].flat().every((f) => f === 0));
+});
+
+test('op path: at batch 1 the expert down product adds its picks to hidden (op_gemv_b1_r*_combine: a warp a pick, this layer\'s pick weights and slots) and the next input norm runs in the q|k|v gemv: residual+norm only for layer 0 and the final norm; batch 2 and fuseResidual: false keep one a layer', () => {
+  const L = spec.numLayers, K = spec.topK, H = spec.hiddenSize;
+  const decode = (opts: OpBackendOptions, rows: number) => {
+    const { d, be } = build({ graphs: false, ...opts });
+    for (let i = 0; i < rows; i++) be.openSequence(i, 64);
+    be.forward({ chunks: Array.from({ length: rows }, (_, seq) => ({ seq, tokens: [1, 2], startPos: 0 })), count: false });
+    const from = d.launches.length;
+    be.forward({ chunks: Array.from({ length: rows }, (_, seq) => ({ seq, tokens: [3], startPos: 2 })), count: true });
+    const launches = d.launches.slice(from);
+    be.dispose();
+    const gemm = (l: (typeof launches)[number]): Buffer => Buffer.from((l.args[0] as { bytes: Uint8Array }).bytes);
+    return { launches, gemm, count: (re: RegExp): number => launches.filter((l) => re.test(l.name)).length };
+  };
+  const fused = decode({}, 1);
+  assert.equal(fused.count(/^op_residual_norm$/), 2, 'layer 0 (the embedding) and the final norm');
+  const combines = fused.launches.filter((l) => /^op_gemv_b1_r[12]_combine$/.test(l.name));
+  assert.equal(combines.length, L);
+  const pickW = combines.map((l) => fused.gemm(l).readBigUInt64LE(64));
+  combines.forEach((l, m) => {
+    const g = fused.gemm(l);
+    const R = Number(l.name.match(/_r(\d)_/)![1]);
+    assert.equal(l.block, 32 * K, 'a warp a pick');
+    assert.deepEqual(l.grid, [Math.ceil(H / R), 1, 1]);
+    assert.equal(g.readInt32LE(128 + 16), K, 'rows: the picks');
+    assert.equal(g.readBigUInt64LE(8), g.readBigUInt64LE(16), 'y is the residual it adds to');
+    assert.equal(pickW[m]! - pickW[0]!, BigInt(4 * m * K), 'this MoE layer\'s pick weights');
+    assert.equal(g.readBigUInt64LE(40), fused.gemm(combines[0]!).readBigUInt64LE(40), 'every layer reads the routing\'s pick slots');
+  });
+  // q|k|v of layers 1.. stage hidden and normalize it (norm_w, byte 160), writing no xn (norm_out, byte 168).
+  const qkvs = fused.launches.filter((l) => /^op_gemv_b1_r[12]_store$/.test(l.name) && fused.gemm(l).readInt32LE(136) === 2 * 64 + 2 * 64 && fused.gemm(l).readBigUInt64LE(32) === 0n);
+  assert.equal(qkvs.length, L);
+  assert.equal(fused.gemm(qkvs[0]!).readBigUInt64LE(160), 0n, 'layer 0: after the embedding\'s launch');
+  for (const q of qkvs.slice(1)) {
+    assert.notEqual(fused.gemm(q).readBigUInt64LE(160), 0n);
+    assert.equal(fused.gemm(q).readBigUInt64LE(168), 0n);
+    assert.equal(fused.gemm(q).readBigUInt64LE(0), combines[0] && fused.gemm(combines[0]).readBigUInt64LE(16), 'x is hidden');
+  }
+  for (const [opts, rows] of [[{ fuseResidual: false }, 1], [{}, 2]] as const) {
+    const plain = decode(opts, rows);
+    assert.equal(plain.count(/^op_residual_norm$/), L + 1);
+    assert.equal(plain.count(/_combine$/), 0);
+  }
 });
 
 test('op path: argmaxOnly takes each chunk\'s argmax on the device (op_argmax_rows) and copies its keys, not the logits; its decode graphs are their own', () => {

@@ -53,6 +53,11 @@ export interface OpBackendOptions {
   readonly earlyWeights?: boolean;
   /** Decode products' weight loads marked evict-first in L2, read once a step (default on; off for A/B). */
   readonly evictFirst?: boolean;
+  /**
+   * Batch-1 decode: the expert down product adds its picks to the residual (same bits as the residual+norm kernel) and
+   * the next layer's input norm runs inside its q | k | v product, one launch a layer fewer (default on; off for A/B).
+   */
+  readonly fuseResidual?: boolean;
   /** Spare hot rows per layer that background moves land in (see banks.ts). */
   readonly spareRows?: number;
   /** Row copies queued at once for moves (see banks.ts). */
@@ -214,6 +219,7 @@ export class CudaOpBackend implements Backend {
         d, spec: s, stream: this.stream, fns, layers: w.layers, embed: w.embed, lmHead: w.lmHead, finalNorm: w.finalNorm, invFreq: w.invFreq,
         ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,
         routeMode, QKV: this.QKV, pdl: opts.pdl ?? true, earlyWeights: opts.earlyWeights ?? true, evictFirst: opts.evictFirst ?? true,
+        fuseResidual: opts.fuseResidual ?? true,
       });
       uploader.finish(); // every weight landed and is finite, before the first step
     } catch (e) {

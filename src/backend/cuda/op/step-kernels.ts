@@ -2,7 +2,8 @@
 // inside a decode graph's capture): per layer the residual and input norm, q | k | v (or latent attention), the
 // attention and its merge, o_proj, the router (after the post-attention norm), route and group, the experts'
 // gate/up and down (or a dense layer's MLP, a shared expert beside them); then the final norm of the rows whose
-// logits are wanted and the LM head. Products are gemv (decode, <= 16 rows a group) or tensor-core tiles.
+// logits are wanted and the LM head. Products are gemv (decode, <= 16 rows a group) or tensor-core tiles. At batch 1
+// the down product adds the picks to the residual and the next input norm runs in the q | k | v gemv (fuseResidual).
 import { ResidencyError } from '../../../errors.ts';
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { CudaExpertBanks } from '../banks.ts';
@@ -10,7 +11,7 @@ import type { ExpertRowLayout, ProductWeights, WeightFormat } from '../device-we
 import type { CudaDriver, KernelArg } from '../driver.ts';
 import type { AttendHeadDim, KernelName, WeightInfix } from '../kernels.ts';
 import { bucketFor } from '../plan.ts';
-import { encodeAttn, encodeGemm, encodeGroups, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, groupSmemBytes, maxGroupedTiles, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
+import { combineSmemBytes, encodeAttn, encodeGemm, encodeGroups, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, groupSmemBytes, maxGroupedTiles, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
 import { DECODE_MAX_ROWS, gemvRowsPerWarp } from './plan.ts';
 import type { DenseDev, LayerDev } from './resident-weights.ts';
 import { ARGMAX_BLOCKS } from './workspace.ts';
@@ -60,6 +61,11 @@ export interface StepDevice {
    * read and write (activations, the KV cache) outlives the weight stream.
    */
   readonly evictFirst: boolean;
+  /**
+   * Batch-1 decode: the expert down product adds its picks to the residual itself (router order, the same bits as the
+   * residual+norm kernel) and the next layer's input norm runs inside its q | k | v product, one launch a layer fewer.
+   */
+  readonly fuseResidual: boolean;
 }
 
 /**
@@ -106,11 +112,13 @@ export class OpStepKernels {
   private readonly pdl: boolean;
   private readonly earlyWeights: boolean;
   private readonly evictFirst: boolean;
+  private readonly fuseResidual: boolean;
 
   constructor(dev: StepDevice) {
     ({ d: this.d, spec: this.spec, stream: this.stream, fns: this.fns, layers: this.layers, embed: this.embed, lmHead: this.lmHead, finalNorm: this.finalNorm,
       invFreq: this.invFreq, ropeScale: this.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks,
-      rowLayout: this.rowLayout, routeMode: this.routeMode, QKV: this.QKV, pdl: this.pdl, earlyWeights: this.earlyWeights, evictFirst: this.evictFirst } = dev);
+      rowLayout: this.rowLayout, routeMode: this.routeMode, QKV: this.QKV, pdl: this.pdl, earlyWeights: this.earlyWeights, evictFirst: this.evictFirst,
+      fuseResidual: this.fuseResidual } = dev);
   }
 
   private ptr(name: string): bigint {
@@ -143,14 +151,18 @@ export class OpStepKernels {
     };
     const banks = this.banks;
     // The residual a layer's first norm adds: the embedding (layer 0), the previous MoE layer's picks (mode 1,
-    // that layer's index among the MoE layers), or nothing more (mode 2: a dense layer added its MLP already).
+    // that layer's index among the MoE layers), or nothing more (mode 2: a dense layer added its MLP already, or
+    // the MoE layer's down product its picks).
     let prevMoe = -1;
     const residualMode = (l: number): number => (l === 0 ? 0 : prevMoe >= 0 ? 1 : 2);
+    const combine = this.fuseResidual && gemv && T === 1 && K <= GEMV_WARPS;
     for (let l = 0; l < L; l++) {
       const ly = this.layers[l]!;
-      norm(residualMode(l), Math.max(prevMoe, 0), 0n, ly.inNorm, this.ptr('xn'), T);
+      // With nothing to add, the input norm runs inside the q | k | v gemv (each block normalizes the rows it staged).
+      const normInQkv = this.fuseResidual && gemv && !ly.mla && residualMode(l) === 2 && gemvStagesWhole(T, H);
+      if (!normInQkv) norm(residualMode(l), Math.max(prevMoe, 0), 0n, ly.inNorm, this.ptr('xn'), T);
       if (ly.mla) this.enqueueLatentAttention(ly, l, gemv, T, rows);
-      else this.enqueueAttention(ly, l, gemv, T, S, rows, fusedAttention);
+      else this.enqueueAttention(ly, l, gemv, T, S, rows, fusedAttention, normInQkv);
       const m = ly.moe;
       if (m < 0) {
         norm(2, 0, 0n, ly.postNorm, this.ptr('xn'), T);
@@ -191,8 +203,16 @@ export class OpStepKernels {
         bOff: row.gateUpBiasAt, guInterleave: row.interleaved, ...act,
       }, row.format);
       // The down product's groups were written by the routing, before gate/up: its weights may load early.
-      this.product('experts_down', gemv, T, 'store', { ...grouped, x: this.ptr('act'), y: this.ptr('partial'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down), bOff: row.downBiasAt }, row.format, true);
-      prevMoe = m;
+      const down = { ...grouped, x: this.ptr('act'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down), bOff: row.downBiasAt };
+      if (combine) {
+        // Each pick's bank row from the routing's pick slots; the picks combined onto hidden in the epilogue.
+        const pickW = this.ptr('pickW') + BigInt(4 * m * K);
+        this.product('experts_down', gemv, T, 'combine', { ...down, grpSlot: this.ptr('pickSlot'), pickW, y: this.ptr('hidden'), res: this.ptr('hidden'), rows: K }, row.format, true);
+        prevMoe = -1;
+      } else {
+        this.product('experts_down', gemv, T, 'store', { ...down, y: this.ptr('partial') }, row.format, true);
+        prevMoe = m;
+      }
     }
     const nOutB = bucketFor(nOut, [1, 2, 4, 8, 16]);
     norm(residualMode(L), Math.max(prevMoe, 0), outRows, this.finalNorm, this.ptr('xf'), nOutB);
@@ -205,12 +225,13 @@ export class OpStepKernels {
   }
 
   /** A layer's q | k | v attention, from xn to hidden += o_proj(attention). */
-  private enqueueAttention(ly: LayerDev, l: number, gemv: boolean, T: number, S: number, rows: Uint8Array, fusedAttention: boolean): void {
+  private enqueueAttention(ly: LayerDev, l: number, gemv: boolean, T: number, S: number, rows: Uint8Array, fusedAttention: boolean, normInQkv: boolean): void {
     const s = this.spec;
     const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd } = s;
     const QD = nh * hd;
     const qkv = ly.qkv!;
-    this.product('qkv', gemv, T, 'store', { x: this.ptr('xn'), y: this.ptr('qkv'), w: qkv.w, scales: qkv.grid, ...gridArgs(qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T, bias: ly.qkvBias }, qkv.p.format);
+    const input = normInQkv ? { x: this.ptr('hidden'), normW: ly.inNorm, eps: s.rmsNormEps } : { x: this.ptr('xn') };
+    this.product('qkv', gemv, T, 'store', { ...input, y: this.ptr('qkv'), w: qkv.w, scales: qkv.grid, ...gridArgs(qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T, bias: ly.qkvBias }, qkv.p.format);
     const whole = s.qkNorm === 'whole';
     if (whole) {
       this.launch('op_qk_norm_whole', [T, 2, 1], 256, 0, [u64(this.ptr('qkv')), i32(this.QKV), u64(ly.qNorm), u64(ly.kNorm), i32(QD), i32(nkv * hd), f32(s.rmsNormEps)]);
@@ -270,12 +291,18 @@ export class OpStepKernels {
    * as `format`. `groupsSettled`: a grouped product whose groups were written before the kernel just before it (so with
    * PDL its group table and first weights load before the wait, as a dense product's weights do).
    */
-  private product(role: string, gemv: boolean, T: number, epi: 'store' | 'add' | 'swiglu', a: GemmArgs, format: WeightFormat = 'bf16', groupsSettled = false): void {
+  private product(role: string, gemv: boolean, T: number, epi: 'store' | 'add' | 'swiglu' | 'combine', a: GemmArgs, format: WeightFormat = 'bf16', groupsSettled = false): void {
     const wf = INFIX[format];
     this.role = role;
     const grouped = a.grpN !== undefined;
     const { numExperts: E, topK: K } = this.spec;
-    if (gemv) {
+    if (epi === 'combine') {
+      // A warp a pick (K of them), R features of every pick a block.
+      const R = gemvRowsPerWarp(a.O, K, this.d.smCount);
+      if (this.earlyWeights && groupsSettled) a = { ...a, early: true };
+      if (this.evictFirst) a = { ...a, l2: L2_EVICT_FIRST };
+      this.launch(`op_gemv_${wf}b1_r${R}_combine`, [Math.ceil(a.O / R), 1, 1], 32 * K, combineSmemBytes(K, a.K), [{ bytes: encodeGemm(a) }]);
+    } else if (gemv) {
       const groups = grouped ? Math.min(T * K, E) : 1;
       const feats = a.O;
       const R = gemvRowsPerWarp(feats, groups, this.d.smCount);
