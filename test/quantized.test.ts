@@ -197,7 +197,8 @@ describe('gpt-oss-tiny-mxfp4', { skip: !existsSync(MXFP4) && 'no fixture' }, () 
       slice('gate_up_proj_bias', row.gateUpBiasAt, 4 * I);
       slice('down_proj_bias', row.downBiasAt, 2 * H);
       const names = stepKernels(be, d);
-      for (const k of [/^op_gemm_tc_mxfp4_swiglu$/, /^op_gemm_tc_mxfp4_store$/, /^op_gemv_mxfp4_b1_r\d_swiglu$/, /^op_gemv_mxfp4_b1_r\d_store$/, /^op_attend_hd32_g2$/, /^op_attend_decode_hd32_g2$/, /^op_gemm_tc_add$/]) {
+      // Batch 1 decode: gate/up as a grouped gemv, down as the product that adds its picks to the residual (fuseResidual).
+      for (const k of [/^op_gemm_tc_mxfp4_swiglu$/, /^op_gemm_tc_mxfp4_store$/, /^op_gemv_mxfp4_b1_r\d_swiglu$/, /^op_gemv_mxfp4_b1_r\d_combine$/, /^op_attend_hd32_g2$/, /^op_attend_decode_hd32_g2$/, /^op_gemm_tc_add$/]) {
         assert.ok([...names].some((n) => k.test(n)), `${k} launched (${[...names].join(', ')})`);
       }
       assert.ok(![...names].some((k) => /fp8/.test(k)), 'no FP8 kernels');
