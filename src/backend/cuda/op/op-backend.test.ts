@@ -11,6 +11,7 @@ import { mapTensorSource } from '../../../model/tensor-source.ts';
 import { syntheticModel } from '../../cpu/synthetic.ts';
 import { FakeCudaDriver } from '../fake-driver.ts';
 import { KERNEL_GROUPS } from '../kernels.ts';
+import { planPieces } from './plan.ts';
 import { CudaOpBackend, type OpBackendOptions } from './op-backend.ts';
 import { memoryNeeds } from './workspace.ts';
 import { stepLayout } from './layout.ts';
@@ -299,6 +300,20 @@ test('op path: at batch 1 the expert down product adds its picks to hidden (op_g
     assert.equal(plain.count(/^op_residual_norm$/), L + 1);
     assert.equal(plain.count(/_combine$/), 0);
   }
+});
+
+test('op path: profilePiece times each launch and the kernels as one graph, and a decode piece\'s graph as an argmax step submits it (rows in, argmax, keys out); a prefill piece has no such graph', () => {
+  const { d, be } = build();
+  be.openSequence(0, 64);
+  be.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
+  const decode = be.profilePiece(planPieces([{ seq: 0, tokens: [4], startPos: 3 }], 32, 16)[0]!, 2);
+  assert.ok(decode.launches.some((l) => l.role === 'experts_down') && decode.launches.every((l) => Number.isFinite(l.us)));
+  assert.ok(Number.isFinite(decode.stepUs) && decode.submittedUs !== undefined && Number.isFinite(decode.submittedUs));
+  assert.ok(be.graphKeys().some((k) => k.includes('/argmax/')), 'the argmax decode graph a step submits');
+  const prefill = be.profilePiece(planPieces([{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 4 }], 32, 16)[0]!, 2);
+  assert.equal(prefill.submittedUs, undefined);
+  be.dispose();
+  assert.deepEqual(d.liveByKind(), {});
 });
 
 test('op path: argmaxOnly takes each chunk\'s argmax on the device (op_argmax_rows) and copies its keys, not the logits; its decode graphs are their own', () => {

@@ -353,15 +353,8 @@ export class CudaOpBackend implements Backend {
    * for their outputs only. Returns the rows whose logits sit in the logits buffer.
    */
   runPiece(piece: OpPiece, count: boolean, argmax = false, fedFrom: ReadonlyMap<number, number> | null = null): { rowsRun: boolean; outRows: number; io?: DecodeIo } {
-    const n = piece.rows.length;
     const decode = this.isDecode(piece);
-    const T = decode ? bucketFor(n, this.buckets) : n;
-    const maxPos = Math.max(...piece.rows.map((r) => r.pos));
-    // Latent attention (op_mla.cuh) runs a row's positions in one block per 8 heads: no splits.
-    const S = this.spec.mla ? 1 : attendSplits(T, maxPos, this.maxSplits, this.spec.numKvHeads);
-    // The fused decode attention writes a row's k/v in the same launch that reads the cache: right only when
-    // no row reads another's position, i.e. every row is a different sequence (not a short prefill chunk).
-    const fused = decode && new Set(piece.rows.map((r) => r.seq)).size === n;
+    const { T, S, fused } = this.shapeOf(piece);
     const outs = decode ? T : piece.outs.length;
     const outRows = decode ? T : Math.max(1, outs);
     // Decode pieces take the two pinned row and key sets in turn (the one before may still be running).
@@ -378,6 +371,20 @@ export class CudaOpBackend implements Backend {
       if (piece.outs.length > 0) this.copyOut(outRows, argmax, io);
     }
     return io ? { rowsRun: decode, outRows, io } : { rowsRun: decode, outRows };
+  }
+
+  /** A piece's rows as run (decode pieces padded to a bucket), its attention splits, and whether its attention is the fused decode kind. */
+  private shapeOf(piece: OpPiece): { T: number; S: number; fused: boolean } {
+    const n = piece.rows.length;
+    const decode = this.isDecode(piece);
+    const T = decode ? bucketFor(n, this.buckets) : n;
+    const maxPos = Math.max(...piece.rows.map((r) => r.pos));
+    // Latent attention (op_mla.cuh) runs a row's positions in one block per 8 heads: no splits.
+    const S = this.spec.mla ? 1 : attendSplits(T, maxPos, this.maxSplits, this.spec.numKvHeads);
+    // The fused decode attention writes a row's k/v in the same launch that reads the cache: right only when
+    // no row reads another's position, i.e. every row is a different sequence (not a short prefill chunk).
+    const fused = decode && new Set(piece.rows.map((r) => r.seq)).size === n;
+    return { T, S, fused };
   }
 
   /** A piece run as decode (padded to a bucket, gemv products, a graph) rather than as a prefill chunk. */
@@ -445,10 +452,12 @@ export class CudaOpBackend implements Backend {
   /**
    * Device time of each launch of one piece (the benchmark's per-kernel table): the piece runs once eagerly,
    * recording its launches; then each launch is replayed `repeats` times inside a captured graph (so host
-   * launch latency stays out), timed with events. Also the device time of the whole piece's decode graph.
+   * launch latency stays out), timed with events. Also the device time of the whole piece's kernels as one graph
+   * (stepUs) and, for a decode piece, of its decode graph as an argmax step submits it, back to back (submittedUs:
+   * the rows copied in, the kernels, the argmax and its keys copied out).
    * Leaves the work buffers (and the KV cache at these positions) overwritten: use last.
    */
-  profilePiece(piece: OpPiece, repeats = 20): { launches: { name: string; role: string; us: number }[]; stepUs: number } {
+  profilePiece(piece: OpPiece, repeats = 20): { launches: { name: string; role: string; us: number }[]; stepUs: number; submittedUs?: number } {
     const graphs = this.useGraphs;
     const rec: RecordedLaunch[] = [];
     this.useGraphs = false;
@@ -475,7 +484,18 @@ export class CudaOpBackend implements Backend {
       };
       const launches = rec.map((r) => ({ name: r.name, role: r.role, us: time(() => { for (let i = 0; i < repeats; i++) r.run(); }, 3) / repeats }));
       const stepUs = time(() => { for (const r of rec) r.run(); }, 10);
-      return { launches, stepUs };
+      if (!this.isDecode(piece) || !graphs) return { launches, stepUs };
+      const { T, S, fused } = this.shapeOf(piece);
+      const io = this.decodeIo[0]!;
+      this.writeRows(io.rows.host, piece, T, false, true, null);
+      const g = this.graphFor(T, S, fused, true, io);
+      d.graphLaunch(g, this.stream);
+      d.eventRecord(e0, this.stream);
+      for (let i = 0; i < 10; i++) d.graphLaunch(g, this.stream);
+      d.eventRecord(e1, this.stream);
+      const submittedUs = (1000 * d.eventElapsed(e0, e1)) / 10;
+      d.streamSync(this.stream, 'profile decode graph');
+      return { launches, stepUs, submittedUs };
     } finally {
       this.kernels.recording = null;
       this.useGraphs = graphs;
