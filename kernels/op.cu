@@ -24,7 +24,8 @@ GEMV_ENTRIES(4)
 GEMV_ENTRIES(8)
 GEMV_ENTRIES(16)
 // The batch-1 expert down product that adds its picks to the residual (EPI_COMBINE): op_gemv_[fp8_|mxfp4_]b1_r<R>_combine.
-#define GEMV_COMBINE_ENTRIES(WF, WN) GEMV_ENTRY(1, 1, EPI_COMBINE, combine, WF, WN) GEMV_ENTRY(1, 2, EPI_COMBINE, combine, WF, WN)
+#define GEMV_COMBINE_ENTRIES(WF, WN) \
+  GEMV_ENTRY(1, 1, EPI_COMBINE, combine, WF, WN) GEMV_ENTRY(1, 2, EPI_COMBINE, combine, WF, WN) GEMV_ENTRY(1, 4, EPI_COMBINE, combine, WF, WN)
 GEMV_COMBINE_ENTRIES(WF_BF16, ) GEMV_COMBINE_ENTRIES(WF_FP8, fp8_) GEMV_COMBINE_ENTRIES(WF_MXFP4, mxfp4_)
 
 #define TC_ENTRY(EPI, NAME, WF, WN) \

@@ -58,6 +58,8 @@ export interface OpBackendOptions {
    * the next layer's input norm runs inside its q | k | v product, one launch a layer fewer (default on; off for A/B).
    */
   readonly fuseResidual?: boolean;
+  /** The combining down product's features a warp (default: the fewest that keep it to one wave; for A/B). */
+  readonly combineRows?: 1 | 2 | 4;
   /** Spare hot rows per layer that background moves land in (see banks.ts). */
   readonly spareRows?: number;
   /** Row copies queued at once for moves (see banks.ts). */
@@ -219,7 +221,7 @@ export class CudaOpBackend implements Backend {
         d, spec: s, stream: this.stream, fns, layers: w.layers, embed: w.embed, lmHead: w.lmHead, finalNorm: w.finalNorm, invFreq: w.invFreq,
         ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,
         routeMode, QKV: this.QKV, pdl: opts.pdl ?? true, earlyWeights: opts.earlyWeights ?? true, evictFirst: opts.evictFirst ?? true,
-        fuseResidual: opts.fuseResidual ?? true,
+        fuseResidual: opts.fuseResidual ?? true, ...(opts.combineRows ? { combineRows: opts.combineRows } : {}),
       });
       uploader.finish(); // every weight landed and is finite, before the first step
     } catch (e) {

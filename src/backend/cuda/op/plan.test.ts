@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { attendSplits, gemvRowsPerWarp, planPieces } from './plan.ts';
+import { attendSplits, combineRowsPerWarp, gemvRowsPerWarp, planPieces } from './plan.ts';
 import { planMemory } from './memory.ts';
 import { GEMM_PROBLEM_BYTES, encodeGemm, gemvSmemBytes, gemvStagesWhole, maxGroupedTiles, stepLayout } from './layout.ts';
 
@@ -34,12 +34,18 @@ describe('op path planning', () => {
     assert.equal(gemvRowsPerWarp(2048, 1, 132), 1);
     for (const B of [1, 2, 4, 8, 16]) for (const K of [768, 2048, 4096, 7168]) assert.ok(gemvSmemBytes(B, K) <= 64 * 1024);
     assert.equal(maxGroupedTiles(2048 * 8, 128), 256 + 128);
+    // The combining down product: the fewest features a warp that keep its blocks to one wave of 4 a SM.
+    assert.equal(combineRowsPerWarp(2048, 132), 4); // 512 blocks, not 1,024 (two waves)
+    assert.equal(combineRowsPerWarp(512, 132), 1);
+    assert.equal(combineRowsPerWarp(1024, 132), 2);
+    assert.equal(combineRowsPerWarp(7168, 132), 4); // past one wave even at 4: the most there is
   });
   it('layouts: GemmProblem fields at the C offsets (op_common.cuh), step rows 8-aligned and compact', () => {
-    const b = Buffer.from(encodeGemm({ x: 1n, y: 2n, tileRow0: 14n, rowBytes: 99, wOff: 7, ldx: 3, ldy: 4, O: 5, K: 6, rows: 8, xDiv: 9, hotRows: 10, normW: 11n, normOut: 12n, eps: 0.5, scales: 13n, sOff: 15, sRows: 128, sCols: 64, sLd: 16, bias: 17n, bOff: 18, limit: 7, alpha: 1.5, guInterleave: true, early: true, l2: 1 }));
+    const b = Buffer.from(encodeGemm({ x: 1n, y: 2n, pickW: 21n, tileRow0: 14n, rowBytes: 99, wOff: 7, ldx: 3, ldy: 4, O: 5, K: 6, rows: 8, xDiv: 9, hotRows: 10, normW: 11n, normOut: 12n, eps: 0.5, scales: 13n, sOff: 15, sRows: 128, sCols: 64, sLd: 16, bias: 17n, bOff: 18, limit: 7, alpha: 1.5, guInterleave: true, early: true, l2: 1 }));
     assert.equal(b.byteLength, GEMM_PROBLEM_BYTES);
     assert.equal(b.byteLength, 256);
     assert.equal(b.readBigUInt64LE(8 * 13), 14n);
+    assert.equal(b.readBigUInt64LE(64), 21n); // pick_w
     assert.equal(b.readBigInt64LE(112), 99n);
     assert.equal(b.readBigInt64LE(120), 7n);
     assert.deepEqual([0, 1, 2, 3, 4, 5, 6].map((i) => b.readInt32LE(128 + 4 * i)), [3, 4, 5, 6, 8, 9, 10]);

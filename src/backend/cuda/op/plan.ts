@@ -75,3 +75,12 @@ export function attendSplits(rows: number, maxPos: number, maxSplits: number, kv
 export function gemvRowsPerWarp(O: number, groups: number, smCount: number): 1 | 2 {
   return Math.ceil(O / 16) * groups >= 2 * smCount ? 2 : 1;
 }
+
+/**
+ * Output features per warp of the combining down product (a block: R features of every pick): the fewest of 1, 2, 4
+ * that keep its blocks within one wave at `blocksPerSm` blocks a SM, so no second partial wave trails.
+ */
+export function combineRowsPerWarp(O: number, smCount: number, blocksPerSm = 4): 1 | 2 | 4 {
+  for (const R of [1, 2] as const) if (Math.ceil(O / R) <= blocksPerSm * smCount) return R;
+  return 4;
+}

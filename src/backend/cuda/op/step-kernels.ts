@@ -12,7 +12,7 @@ import type { CudaDriver, KernelArg } from '../driver.ts';
 import type { AttendHeadDim, KernelName, WeightInfix } from '../kernels.ts';
 import { bucketFor } from '../plan.ts';
 import { combineSmemBytes, encodeAttn, encodeGemm, encodeGroups, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, groupSmemBytes, maxGroupedTiles, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
-import { DECODE_MAX_ROWS, gemvRowsPerWarp } from './plan.ts';
+import { combineRowsPerWarp, DECODE_MAX_ROWS, gemvRowsPerWarp } from './plan.ts';
 import type { DenseDev, LayerDev } from './resident-weights.ts';
 import { ARGMAX_BLOCKS } from './workspace.ts';
 
@@ -66,6 +66,8 @@ export interface StepDevice {
    * residual+norm kernel) and the next layer's input norm runs inside its q | k | v product, one launch a layer fewer.
    */
   readonly fuseResidual: boolean;
+  /** The combining down product's features a warp (default: combineRowsPerWarp). */
+  readonly combineRows?: 1 | 2 | 4;
 }
 
 /**
@@ -113,12 +115,13 @@ export class OpStepKernels {
   private readonly earlyWeights: boolean;
   private readonly evictFirst: boolean;
   private readonly fuseResidual: boolean;
+  private readonly combineRows?: 1 | 2 | 4;
 
   constructor(dev: StepDevice) {
     ({ d: this.d, spec: this.spec, stream: this.stream, fns: this.fns, layers: this.layers, embed: this.embed, lmHead: this.lmHead, finalNorm: this.finalNorm,
       invFreq: this.invFreq, ropeScale: this.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks,
       rowLayout: this.rowLayout, routeMode: this.routeMode, QKV: this.QKV, pdl: this.pdl, earlyWeights: this.earlyWeights, evictFirst: this.evictFirst,
-      fuseResidual: this.fuseResidual } = dev);
+      fuseResidual: this.fuseResidual, combineRows: this.combineRows } = dev);
   }
 
   private ptr(name: string): bigint {
@@ -298,7 +301,7 @@ export class OpStepKernels {
     const { numExperts: E, topK: K } = this.spec;
     if (epi === 'combine') {
       // A warp a pick (K of them), R features of every pick a block.
-      const R = gemvRowsPerWarp(a.O, K, this.d.smCount);
+      const R = this.combineRows ?? combineRowsPerWarp(a.O, this.d.smCount);
       if (this.earlyWeights && groupsSettled) a = { ...a, early: true };
       if (this.evictFirst) a = { ...a, l2: L2_EVICT_FIRST };
       this.launch(`op_gemv_${wf}b1_r${R}_combine`, [Math.ceil(a.O / R), 1, 1], 32 * K, combineSmemBytes(K, a.K), [{ bytes: encodeGemm(a) }]);
