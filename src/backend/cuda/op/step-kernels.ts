@@ -300,8 +300,9 @@ export class OpStepKernels {
     const grouped = a.grpN !== undefined;
     const { numExperts: E, topK: K } = this.spec;
     if (epi === 'combine') {
-      // A warp a pick (K of them), R features of every pick a block.
-      const R = this.combineRows ?? combineRowsPerWarp(a.O, this.d.smCount);
+      // A warp a pick (K of them), R features of every pick a block: one wave of blocks for bf16 rows (measured on the
+      // H200); FP8 and MXFP4 rows keep the gemv's rule (4 a warp has not run on the device for them).
+      const R = this.combineRows ?? (format === 'bf16' ? combineRowsPerWarp(a.O, this.d.smCount) : gemvRowsPerWarp(a.O, K, this.d.smCount));
       if (this.earlyWeights && groupsSettled) a = { ...a, early: true };
       if (this.evictFirst) a = { ...a, l2: L2_EVICT_FIRST };
       this.launch(`op_gemv_${wf}b1_r${R}_combine`, [Math.ceil(a.O / R), 1, 1], 32 * K, combineSmemBytes(K, a.K), [{ bytes: encodeGemm(a) }]);
