@@ -164,10 +164,11 @@ be.dispose();
 
 // --ab: the step's launch options one at a time, each on a fresh backend (same loaded model), the default first and
 // last so drift shows: batch-1 / batch-4 decode and the batch-1 step graph's device time.
-type Variant = Partial<Pick<OpBackendOptions, 'earlyWeights' | 'pdl' | 'evictFirst' | 'fuseResidual' | 'combineRows' | 'kernelDir'>>;
+type Variant = Partial<Pick<OpBackendOptions, 'earlyWeights' | 'pdl' | 'evictFirst' | 'fuseResidual' | 'combineRows' | 'oneWaveGateUp' | 'kernelDir'>>;
 const variants: [string, Variant][] = [
   ['default', {}], ['early weight loads off', { earlyWeights: false }], ['PDL off', { pdl: false }], ['evict-first weight loads off', { evictFirst: false }],
   ['fused residual off', { fuseResidual: false }], ['combining down product at 2 features a warp', { combineRows: 2 }],
+  ['gate/up in one wave (even feature split)', { oneWaveGateUp: true }],
   // Kernels built another way beside dist/kernels (dist/kernels-NAME/op.fatbin and load.fatbin), for A/B.
   ...(existsSync('dist') ? readdirSync('dist') : []).filter((d) => d.startsWith('kernels-') && existsSync(join('dist', d, 'op.fatbin'))).map((d): [string, Variant] => [`kernels of dist/${d}`, { kernelDir: join('dist', d) }]),
   ['default (again)', {}],

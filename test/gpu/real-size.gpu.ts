@@ -116,7 +116,7 @@ test('real shapes: early weight loads (PDL) and evict-first weight loads change 
   while (long.prompt_ids.length < 160) long.prompt_ids.push(...refs.flatMap((c) => c.prompt_ids));
   const m = await loadModelFor(dir!, 'cuda');
   // Batch 4 (the bucket of 4 rows) and batch 1, each as the decode graphs replay them.
-  const logits = async (o: Pick<OpBackendOptions, 'earlyWeights' | 'evictFirst' | 'fuseResidual'>): Promise<Float32Array[][]> => {
+  const logits = async (o: Pick<OpBackendOptions, 'earlyWeights' | 'evictFirst' | 'fuseResidual' | 'oneWaveGateUp'>): Promise<Float32Array[][]> => {
     const be = await createCuda(m, { maxModelLen: 512, maxNumSeqs: refs.length, ...o });
     try {
       const forced = (c: number, st: number): number => refs[c % refs.length]!.tokens[st]!;
@@ -149,6 +149,9 @@ test('real shapes: early weight loads (PDL) and evict-first weight loads change 
   console.log(`# real size (fused residual): batch 4 ${batch4Diff} logits differ; batch 1 normalized error ${batch1Err.toExponential(2)}, ${batch1Tok} argmax diffs`);
   assert.equal(batch4Diff, 0, 'batch 4 is not fused');
   assert.ok(batch1Err < 1e-5 && batch1Tok === 0, `fused residual vs the residual+norm launches: ${batch1Err}, ${batch1Tok} argmax diffs`);
+  const oneWave = diff(await logits({ oneWaveGateUp: true }));
+  console.log(`# real size (gate/up in one wave): ${oneWave} logits differ`);
+  assert.equal(oneWave, 0, 'the even feature split changes no logit (each feature the same sums, another warp)');
   assert.equal(late, 0, 'early weight loads change no logit');
   assert.equal(plain, 0, 'evict-first weight loads change no logit');
 });

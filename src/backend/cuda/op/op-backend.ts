@@ -60,6 +60,11 @@ export interface OpBackendOptions {
   readonly fuseResidual?: boolean;
   /** The combining down product's features a warp (default: the fewest that keep it to one wave; for A/B). */
   readonly combineRows?: 1 | 2 | 4;
+  /**
+   * Batch 1, bf16 experts: the gate/up gemv's features split evenly over one wave of blocks (528 on the H200 for
+   * Qwen3-30B-A3B, not 384). Default off: built, not yet measured on the device.
+   */
+  readonly oneWaveGateUp?: boolean;
   /** Spare hot rows per layer that background moves land in (see banks.ts). */
   readonly spareRows?: number;
   /** Row copies queued at once for moves (see banks.ts). */
@@ -221,7 +226,7 @@ export class CudaOpBackend implements Backend {
         d, spec: s, stream: this.stream, fns, layers: w.layers, embed: w.embed, lmHead: w.lmHead, finalNorm: w.finalNorm, invFreq: w.invFreq,
         ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,
         routeMode, QKV: this.QKV, pdl: opts.pdl ?? true, earlyWeights: opts.earlyWeights ?? true, evictFirst: opts.evictFirst ?? true,
-        fuseResidual: opts.fuseResidual ?? true, ...(opts.combineRows ? { combineRows: opts.combineRows } : {}),
+        fuseResidual: opts.fuseResidual ?? true, ...(opts.combineRows ? { combineRows: opts.combineRows } : {}), oneWaveGateUp: opts.oneWaveGateUp ?? false,
       });
       uploader.finish(); // every weight landed and is finite, before the first step
     } catch (e) {

@@ -84,3 +84,13 @@ export function combineRowsPerWarp(O: number, smCount: number, blocksPerSm = 4):
   for (const R of [1, 2] as const) if (Math.ceil(O / R) <= blocksPerSm * smCount) return R;
   return 4;
 }
+
+/**
+ * Blocks along the features of a gemv whose O features are split evenly over the grid's warps (GemmProblem.even_split):
+ * as many as fill one wave of `blocksPerSm` a SM over `groups` groups, but at least enough that no warp takes more than
+ * R features and at most one a feature for every warp.
+ */
+export function oneWaveFeatureBlocks(O: number, groups: number, R: number, smCount: number, blocksPerSm = 4): number {
+  const fewest = Math.ceil(O / (8 * R)), most = Math.ceil(O / 8);
+  return Math.min(most, Math.max(fewest, Math.floor((blocksPerSm * smCount) / groups)));
+}

@@ -12,7 +12,7 @@ import type { CudaDriver, KernelArg } from '../driver.ts';
 import type { AttendHeadDim, KernelName, WeightInfix } from '../kernels.ts';
 import { bucketFor } from '../plan.ts';
 import { combineSmemBytes, encodeAttn, encodeGemm, encodeGroups, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, groupSmemBytes, maxGroupedTiles, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
-import { combineRowsPerWarp, DECODE_MAX_ROWS, gemvRowsPerWarp } from './plan.ts';
+import { combineRowsPerWarp, DECODE_MAX_ROWS, gemvRowsPerWarp, oneWaveFeatureBlocks } from './plan.ts';
 import type { DenseDev, LayerDev } from './resident-weights.ts';
 import { ARGMAX_BLOCKS } from './workspace.ts';
 
@@ -68,6 +68,8 @@ export interface StepDevice {
   readonly fuseResidual: boolean;
   /** The combining down product's features a warp (default: combineRowsPerWarp). */
   readonly combineRows?: 1 | 2 | 4;
+  /** Batch 1, bf16: the expert gate/up gemv's features split evenly over one wave of blocks (oneWaveFeatureBlocks). */
+  readonly oneWaveGateUp: boolean;
 }
 
 /**
@@ -116,12 +118,13 @@ export class OpStepKernels {
   private readonly evictFirst: boolean;
   private readonly fuseResidual: boolean;
   private readonly combineRows?: 1 | 2 | 4;
+  private readonly oneWaveGateUp: boolean;
 
   constructor(dev: StepDevice) {
     ({ d: this.d, spec: this.spec, stream: this.stream, fns: this.fns, layers: this.layers, embed: this.embed, lmHead: this.lmHead, finalNorm: this.finalNorm,
       invFreq: this.invFreq, ropeScale: this.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks,
       rowLayout: this.rowLayout, routeMode: this.routeMode, QKV: this.QKV, pdl: this.pdl, earlyWeights: this.earlyWeights, evictFirst: this.evictFirst,
-      fuseResidual: this.fuseResidual, combineRows: this.combineRows } = dev);
+      fuseResidual: this.fuseResidual, combineRows: this.combineRows, oneWaveGateUp: this.oneWaveGateUp } = dev);
   }
 
   private ptr(name: string): bigint {
@@ -313,7 +316,11 @@ export class OpStepKernels {
       if ((!grouped || groupsSettled) && this.earlyWeights) a = { ...a, early: true };
       if (this.evictFirst) a = { ...a, l2: L2_EVICT_FIRST };
       const name = `op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const;
-      this.launch(name, [Math.ceil(feats / (GEMV_WARPS * R)), groups, 1], GEMV_WARPS * 32, gemvSmemBytes(T, a.K), [{ bytes: encodeGemm(a) }]);
+      // The expert gate/up at batch 1 may fill one wave exactly, its features split evenly over the warps.
+      const oneWave = this.oneWaveGateUp && grouped && epi === 'swiglu' && T === 1 && format === 'bf16';
+      if (oneWave) a = { ...a, evenSplit: true };
+      const gx = oneWave ? oneWaveFeatureBlocks(feats, groups, R, this.d.smCount) : Math.ceil(feats / (GEMV_WARPS * R));
+      this.launch(name, [gx, groups, 1], GEMV_WARPS * 32, gemvSmemBytes(T, a.K), [{ bytes: encodeGemm(a) }]);
     } else {
       const tiles = grouped ? maxGroupedTiles(T * K, E) : Math.ceil(T / 64);
       const gx = epi === 'swiglu' ? Math.ceil(a.O / 32) : Math.ceil(a.O / 64);
