@@ -40,10 +40,7 @@ struct GemmProblem {
   const int32_t* tile_row0;  // [tiles] first row (within the group) of each tile
   long long row_bytes;       // bytes of one bank row
   long long w_off;           // byte offset of this product's matrix inside a bank row
-  int32_t ldx, ldy, O, K, rows, x_div, hot_rows;
-  // Gemv: 0, warp w of block x takes R features from (8x + w) R; 1, the O features are split evenly over the grid's
-  // warps (at most R each: the host sizes the grid), so a grid of any width covers them (gemv_features).
-  int32_t even_split;
+  int32_t ldx, ldy, O, K, rows, x_div, hot_rows, pad;
   // Dense gemv only, K staged whole: the input rows are RMSNorm'ed (times norm_w) in shared memory first,
   // and block (0, 0) writes the normalized rows to norm_out (the post-attention norm fused into the router).
   const bf16_t* norm_w;
@@ -70,8 +67,7 @@ struct GemmProblem {
 // layout.ts writes these bytes (GEMM_PROBLEM_BYTES and each field's offset): keep the two in step.
 static_assert(sizeof(GemmProblem) == 256 && offsetof(GemmProblem, early) == 248 && offsetof(GemmProblem, l2) == 252,
               "GemmProblem: layout.ts GEMM_PROBLEM_BYTES, encodeGemm (early loads, L2)");
-static_assert(offsetof(GemmProblem, row_bytes) == 112 && offsetof(GemmProblem, ldx) == 128 && offsetof(GemmProblem, even_split) == 156 &&
-              offsetof(GemmProblem, norm_w) == 160, "GemmProblem: layout.ts encodeGemm");
+static_assert(offsetof(GemmProblem, row_bytes) == 112 && offsetof(GemmProblem, ldx) == 128 && offsetof(GemmProblem, norm_w) == 160, "GemmProblem: layout.ts encodeGemm");
 static_assert(offsetof(GemmProblem, scales) == 184 && offsetof(GemmProblem, s_rows) == 200, "GemmProblem: layout.ts encodeGemm (scales)");
 static_assert(offsetof(GemmProblem, bias) == 216 && offsetof(GemmProblem, b_off) == 224 && offsetof(GemmProblem, limit) == 232 &&
               offsetof(GemmProblem, gu_interleave) == 240, "GemmProblem: layout.ts encodeGemm (biases, clamped SwiGLU)");

@@ -64,24 +64,18 @@ __device__ __forceinline__ float dot_load(const uint4 u, const float* __restrict
   return a;
 }
 
-// The features [f0, f1) this warp computes (f1 - f0 <= R): EPI_COMBINE, R of every pick a block; p.even_split, the O
-// features split evenly over the grid's warps (a grid sized to one wave whatever O is); else R from (8x + w) R.
-template <int R, bool COMB>
-__device__ __forceinline__ void gemv_features(const GemmProblem& p, int warp, int* f0, int* f1) {
-  if (!COMB && p.even_split) {
-    const long long n = (long long)gridDim.x * GEMV_WARPS, w = (long long)blockIdx.x * GEMV_WARPS + warp;
-    *f0 = (int)(w * p.O / n);
-    *f1 = (int)((w + 1) * p.O / n);
-    return;
-  }
-  *f0 = (COMB ? blockIdx.x : blockIdx.x * GEMV_WARPS + warp) * R;
-  *f1 = min(p.O, *f0 + R);
+// EVEN (the _even entries): the O features split evenly over the grid's warps, this warp's from even_feature(p, warp, 0)
+// to even_feature(p, warp, 1) (at most R: the host sizes the grid), so a grid of any width covers them; else R
+// features from (8x + w) R (EPI_COMBINE: R of every pick a block), those below O.
+__device__ __forceinline__ int even_feature(const GemmProblem& p, int warp, int end) {
+  const long long n = (long long)gridDim.x * GEMV_WARPS, w = (long long)blockIdx.x * GEMV_WARPS + warp + end;
+  return (int)(w * p.O / n);
 }
 
 // Input values a warp of an EPI_COMBINE block stages at a time (its pick's row of the K chunk; 8 picks: 64 KiB).
 #define COMBINE_KC 2048
 
-template <int B, int R, int EPI, int WF = WF_BF16>
+template <int B, int R, int EPI, int WF = WF_BF16, bool EVEN = false>
 __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   extern __shared__ __align__(16) float xs[]; // [B][KC]; EPI_COMBINE: [picks][COMBINE_KC], a warp's own row
   constexpr bool COMB = EPI == EPI_COMBINE;
@@ -101,8 +95,8 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   auto bytes_of = [](int k) -> size_t { return (size_t)k * 16 / VPL; }; // bytes of k values
   // Rows of weights this warp reads: STORE/ADD: features o0 + r; SWIGLU: gate rows j0 + r and up rows O + j0 + r.
   constexpr int NW = EPI == EPI_SWIGLU ? 2 * R : R;
-  int f0, f1;
-  gemv_features<R, COMB>(p, warp, &f0, &f1);
+  const int f0 = EVEN ? even_feature(p, warp, 0) : (COMB ? blockIdx.x : blockIdx.x * GEMV_WARPS + warp) * R;
+  const int f1 = EVEN ? even_feature(p, warp, 1) : 0; // EVEN: the end of this warp's features
   const uint8_t* brow = grp.row;
   const uint8_t* W = group_weights(p, brow);
   const uint8_t* S = WF != WF_BF16 ? reinterpret_cast<const uint8_t*>(group_scales(p, brow)) : nullptr;
@@ -114,7 +108,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
   for (int r = 0; r < NW; r++) {
     const int f = f0 + (EPI == EPI_SWIGLU ? (r % R) : r);
-    live[r] = f < f1;
+    live[r] = EVEN ? f < f1 : f < p.O;
     const int wr = live[r] ? (EPI == EPI_SWIGLU ? (r < R ? gate_row(p, f) : up_row(p, f)) : f) : 0;
     wrs[r] = wr;
     wrow[r] = W + (size_t)wr * bytes_of(K);
@@ -238,10 +232,10 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
     __shared__ float part[GEMV_WARPS][R];
     if (lane == 0) {
 #pragma unroll
-      for (int r = 0; r < R; r++) part[warp][r] = bias && f0 + r < f1 ? acc[r][0] + bf2f(bias[f0 + r]) : acc[r][0];
+      for (int r = 0; r < R; r++) part[warp][r] = bias && f0 + r < p.O ? acc[r][0] + bf2f(bias[f0 + r]) : acc[r][0];
     }
     __syncthreads();
-    if (threadIdx.x < R && f0 + (int)threadIdx.x < f1) {
+    if (threadIdx.x < R && f0 + (int)threadIdx.x < p.O) {
       const int f = f0 + threadIdx.x;
       float s = 0.f;
       for (int k = 0; k < p.rows; k++) s += p.pick_w[k] * part[k][threadIdx.x];
@@ -257,7 +251,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
           const int f = f0 + r;
-          if (f >= f1) continue;
+          if (EVEN ? f >= f1 : f >= p.O) continue;
           if (EPI == EPI_SWIGLU) {
             const float gb = bias ? bf2f(bias[wrs[r]]) : 0.f, ub = bias ? bf2f(bias[wrs[R + r]]) : 0.f;
             p.y[(size_t)orow * p.ldy + f] = swiglu_act(p, acc[r][b] + gb, acc[R + r][b] + ub);

@@ -25,8 +25,6 @@ export interface GemmArgs {
   early?: boolean;
   /** Gemv: op_common.cuh's L2_* bits (evict-first weight loads). */
   l2?: number;
-  /** Gemv: the O features split evenly over the grid's warps (at most R each), not R from each warp's index. */
-  evenSplit?: boolean;
 }
 
 export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8 + 2 * 8 + 4 * 4 + 2 * 8 + 4 * 4 + 2 * 4;
@@ -37,7 +35,7 @@ export function encodeGemm(a: GemmArgs): Uint8Array {
   ptrs.forEach((p, i) => b.writeBigUInt64LE(p ?? 0n, 8 * i));
   b.writeBigInt64LE(BigInt(a.rowBytes ?? 0), 112);
   b.writeBigInt64LE(BigInt(a.wOff ?? 0), 120);
-  [a.ldx, a.ldy, a.O, a.K, a.rows ?? 0, a.xDiv ?? 1, a.hotRows ?? 0, a.evenSplit ? 1 : 0].forEach((v, i) => b.writeInt32LE(v, 128 + 4 * i));
+  [a.ldx, a.ldy, a.O, a.K, a.rows ?? 0, a.xDiv ?? 1, a.hotRows ?? 0, 0].forEach((v, i) => b.writeInt32LE(v, 128 + 4 * i));
   b.writeBigUInt64LE(a.normW ?? 0n, 160);
   b.writeBigUInt64LE(a.normOut ?? 0n, 168);
   b.writeFloatLE(a.eps ?? 0, 176);

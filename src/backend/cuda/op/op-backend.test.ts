@@ -316,14 +316,14 @@ test('op path: profilePiece times each launch and the kernels as one graph, and 
   assert.deepEqual(d.liveByKind(), {});
 });
 
-test('op path: with oneWaveGateUp the batch-1 expert gate/up gemv splits its features evenly (GemmProblem.even_split) over one wave of blocks; off (the default), R a warp from its index', () => {
+test('op path: with oneWaveGateUp the batch-1 expert gate/up gemv splits its features evenly (op_gemv_b1_r*_swiglu_even) over one wave of blocks; off (the default), R a warp from its index', () => {
   const gateUp = (opts: OpBackendOptions) => {
     const { d, be } = build({ graphs: false, ...opts });
     be.openSequence(0, 64);
     be.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
     const from = d.launches.length;
     be.forward({ chunks: [{ seq: 0, tokens: [3], startPos: 3 }], count: true });
-    const launches = d.launches.slice(from).filter((l) => /^op_gemv_b1_r[12]_swiglu$/.test(l.name));
+    const launches = d.launches.slice(from).filter((l) => /^op_gemv_b1_r[12]_swiglu/.test(l.name));
     be.dispose();
     return { launches, sm: d.smCount };
   };
@@ -332,11 +332,12 @@ test('op path: with oneWaveGateUp the batch-1 expert gate/up gemv splits its fea
   for (const l of on.launches) {
     const R = Number(l.name.match(/_r(\d)_/)![1]);
     const groups = Math.min(spec.topK, spec.numExperts);
+    assert.ok(l.name.endsWith('_swiglu_even'), l.name);
     assert.deepEqual(l.grid, [oneWaveFeatureBlocks(spec.expertIntermediate, groups, R, on.sm), groups, 1]);
-    assert.equal(Buffer.from((l.args[0] as { bytes: Uint8Array }).bytes).readInt32LE(156), 1);
   }
   const off = gateUp({});
-  for (const l of off.launches) assert.equal(Buffer.from((l.args[0] as { bytes: Uint8Array }).bytes).readInt32LE(156), 0);
+  assert.equal(off.launches.length, spec.numLayers);
+  for (const l of off.launches) assert.ok(l.name.endsWith('_swiglu'), l.name);
 });
 
 test('op path: argmaxOnly takes each chunk\'s argmax on the device (op_argmax_rows) and copies its keys, not the logits; its decode graphs are their own', () => {

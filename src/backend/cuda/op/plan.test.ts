@@ -45,14 +45,14 @@ describe('op path planning', () => {
     assert.equal(oneWaveFeatureBlocks(32, 2, 1, 132), 4); // no more blocks than a feature a warp
   });
   it('layouts: GemmProblem fields at the C offsets (op_common.cuh), step rows 8-aligned and compact', () => {
-    const b = Buffer.from(encodeGemm({ x: 1n, y: 2n, pickW: 21n, evenSplit: true, tileRow0: 14n, rowBytes: 99, wOff: 7, ldx: 3, ldy: 4, O: 5, K: 6, rows: 8, xDiv: 9, hotRows: 10, normW: 11n, normOut: 12n, eps: 0.5, scales: 13n, sOff: 15, sRows: 128, sCols: 64, sLd: 16, bias: 17n, bOff: 18, limit: 7, alpha: 1.5, guInterleave: true, early: true, l2: 1 }));
+    const b = Buffer.from(encodeGemm({ x: 1n, y: 2n, pickW: 21n, tileRow0: 14n, rowBytes: 99, wOff: 7, ldx: 3, ldy: 4, O: 5, K: 6, rows: 8, xDiv: 9, hotRows: 10, normW: 11n, normOut: 12n, eps: 0.5, scales: 13n, sOff: 15, sRows: 128, sCols: 64, sLd: 16, bias: 17n, bOff: 18, limit: 7, alpha: 1.5, guInterleave: true, early: true, l2: 1 }));
     assert.equal(b.byteLength, GEMM_PROBLEM_BYTES);
     assert.equal(b.byteLength, 256);
     assert.equal(b.readBigUInt64LE(8 * 13), 14n);
     assert.equal(b.readBigUInt64LE(64), 21n); // pick_w
     assert.equal(b.readBigInt64LE(112), 99n);
     assert.equal(b.readBigInt64LE(120), 7n);
-    assert.deepEqual([0, 1, 2, 3, 4, 5, 6, 7].map((i) => b.readInt32LE(128 + 4 * i)), [3, 4, 5, 6, 8, 9, 10, 1]); // ..., even_split
+    assert.deepEqual([0, 1, 2, 3, 4, 5, 6].map((i) => b.readInt32LE(128 + 4 * i)), [3, 4, 5, 6, 8, 9, 10]);
     assert.equal(b.readBigUInt64LE(160), 11n);
     assert.equal(b.readBigUInt64LE(168), 12n);
     assert.equal(b.readFloatLE(176), 0.5);

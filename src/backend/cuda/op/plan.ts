@@ -86,7 +86,7 @@ export function combineRowsPerWarp(O: number, smCount: number, blocksPerSm = 4):
 }
 
 /**
- * Blocks along the features of a gemv whose O features are split evenly over the grid's warps (GemmProblem.even_split):
+ * Blocks along the features of a gemv whose O features are split evenly over the grid's warps (the _even entries):
  * as many as fill one wave of `blocksPerSm` a SM over `groups` groups, but at least enough that no warp takes more than
  * R features and at most one a feature for every warp.
  */

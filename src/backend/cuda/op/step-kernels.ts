@@ -315,10 +315,9 @@ export class OpStepKernels {
       const R = gemvRowsPerWarp(feats, groups, this.d.smCount);
       if ((!grouped || groupsSettled) && this.earlyWeights) a = { ...a, early: true };
       if (this.evictFirst) a = { ...a, l2: L2_EVICT_FIRST };
-      const name = `op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const;
-      // The expert gate/up at batch 1 may fill one wave exactly, its features split evenly over the warps.
+      // The expert gate/up at batch 1 may fill one wave exactly, its features split evenly over the warps (_even).
       const oneWave = this.oneWaveGateUp && grouped && epi === 'swiglu' && T === 1 && format === 'bf16';
-      if (oneWave) a = { ...a, evenSplit: true };
+      const name = oneWave ? (`op_gemv_b1_r${R}_swiglu_even` as const) : (`op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const);
       const gx = oneWave ? oneWaveFeatureBlocks(feats, groups, R, this.d.smCount) : Math.ceil(feats / (GEMV_WARPS * R));
       this.launch(name, [gx, groups, 1], GEMV_WARPS * 32, gemvSmemBytes(T, a.K), [{ bytes: encodeGemm(a) }]);
     } else {
