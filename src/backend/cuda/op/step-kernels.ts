@@ -230,7 +230,7 @@ export class OpStepKernels {
     this.launch('op_argmax_rows', [ARGMAX_BLOCKS, rows, 1], 256, 0, [u64(this.ptr('logits')), i32(this.spec.vocabSize), u64(this.ptr('argmaxKeys'))]);
   }
 
-  /** A layer's q | k | v attention, from xn to hidden += o_proj(attention). */
+  /** A layer's q | k | v attention, from xn (or hidden, normalized inside the q | k | v gemv: normInQkv) to hidden += o_proj(attention). */
   private enqueueAttention(ly: LayerDev, l: number, gemv: boolean, T: number, S: number, rows: Uint8Array, fusedAttention: boolean, normInQkv: boolean): void {
     const s = this.spec;
     const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd } = s;
