@@ -56,15 +56,23 @@ type Out = 'into' | 'fresh' | 'argmax';
 function decode(B: number, steps: number, on: CudaOpBackend = be, out: Out = 'into'): { tokS: number; msStep: number } {
   const into = out === 'into' ? new Float32Array(B * V) : undefined;
   const argmaxOnly = out === 'argmax';
+  return afterPrompts(on, B, steps, () => {
+    const step = (k: number): void => {
+      on.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: [prompt[(i + k) % V]!], startPos: 64 + k })), count: true, argmaxOnly, ...(into ? { logitsInto: into } : {}) });
+    };
+    for (let k = 0; k < 4; k++) step(k);
+    const t = performance.now();
+    for (let k = 4; k < steps + 4; k++) step(k);
+    return (performance.now() - t) / steps;
+  });
+}
+
+// B sequences of a 64-token prompt each (room for `steps` more and some), `run` timing their decode (ms a step),
+// then closed: decode() and decodeAhead()'s common frame.
+function afterPrompts(on: CudaOpBackend, B: number, steps: number, run: () => number): { tokS: number; msStep: number } {
   for (let i = 0; i < B; i++) on.openSequence(i, 64 + steps + 8);
   on.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: prompt.slice(i, i + 64), startPos: 0 })), count: false });
-  const step = (k: number): void => {
-    on.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: [prompt[(i + k) % V]!], startPos: 64 + k })), count: true, argmaxOnly, ...(into ? { logitsInto: into } : {}) });
-  };
-  for (let k = 0; k < 4; k++) step(k);
-  const t = performance.now();
-  for (let k = 4; k < steps + 4; k++) step(k);
-  const ms = (performance.now() - t) / steps;
+  const ms = run();
   for (let i = 0; i < B; i++) on.closeSequence(i);
   return { tokS: (1000 * B) / ms, msStep: ms };
 }
@@ -84,21 +92,19 @@ function prefill(n: number): number {
 // Run ahead (Backend.submit, what the engine does for greedy decode): step k + 1 is submitted, each row's token fed
 // from step k's argmax on the device, before step k is waited for, so the host's work between steps overlaps the device's.
 function decodeAhead(B: number, steps: number, on: CudaOpBackend = be): { tokS: number; msStep: number } {
-  for (let i = 0; i < B; i++) on.openSequence(i, 64 + steps + 8);
-  on.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: prompt.slice(i, i + 64), startPos: 0 })), count: false });
-  const submit = (k: number) => on.submit({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: [k === 0 ? prompt[i]! : FED_TOKEN], startPos: 64 + k })), count: true, argmaxOnly: true });
-  let pending = submit(0);
-  let t = 0;
-  for (let k = 1; k <= steps + 4; k++) {
-    if (k === 4) t = performance.now();
-    const next = submit(k);
+  return afterPrompts(on, B, steps, () => {
+    const submit = (k: number) => on.submit({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: [k === 0 ? prompt[i]! : FED_TOKEN], startPos: 64 + k })), count: true, argmaxOnly: true });
+    let pending = submit(0);
+    let t = 0;
+    for (let k = 1; k <= steps + 4; k++) {
+      if (k === 4) t = performance.now();
+      const next = submit(k);
+      pending.wait();
+      pending = next;
+    }
     pending.wait();
-    pending = next;
-  }
-  pending.wait();
-  const ms = (performance.now() - t) / (steps + 1);
-  for (let i = 0; i < B; i++) on.closeSequence(i);
-  return { tokS: (1000 * B) / ms, msStep: ms };
+    return (performance.now() - t) / (steps + 1);
+  });
 }
 
 // The product's path: B greedy requests through the engine (schedule, sample, events, the loop's turn between
