@@ -476,8 +476,8 @@ export class CudaOpBackend implements Backend {
       this.runPiece(piece, false);
       this.kernels.recording = null;
       d.streamSync(this.stream, 'profilePiece');
-      const time = (body: () => void, times: number): number => {
-        const g = d.captureGraph(this.stream, body, 'profile graph');
+      // A graph launched once to warm, then `times` times back to back between two events: us a launch.
+      const timeGraph = (g: bigint, times: number): number => {
         try {
           d.graphLaunch(g, this.stream);
           d.eventRecord(e0, this.stream);
@@ -486,6 +486,13 @@ export class CudaOpBackend implements Backend {
           return (1000 * d.eventElapsed(e0, e1)) / times;
         } finally {
           d.streamSync(this.stream, 'profile graph');
+        }
+      };
+      const time = (body: () => void, times: number): number => {
+        const g = d.captureGraph(this.stream, body, 'profile graph');
+        try {
+          return timeGraph(g, times);
+        } finally {
           d.graphDestroy(g);
         }
       };
@@ -495,14 +502,7 @@ export class CudaOpBackend implements Backend {
       const { T, S, fused } = this.shapeOf(piece);
       const io = this.decodeIo[0]!;
       this.writeRows(io.rows.host, piece, T, false, true, null);
-      const g = this.graphFor(T, S, fused, true, io);
-      d.graphLaunch(g, this.stream);
-      d.eventRecord(e0, this.stream);
-      for (let i = 0; i < 10; i++) d.graphLaunch(g, this.stream);
-      d.eventRecord(e1, this.stream);
-      const submittedUs = (1000 * d.eventElapsed(e0, e1)) / 10;
-      d.streamSync(this.stream, 'profile decode graph');
-      return { launches, stepUs, submittedUs };
+      return { launches, stepUs, submittedUs: timeGraph(this.graphFor(T, S, fused, true, io), 10) };
     } finally {
       this.kernels.recording = null;
       this.useGraphs = graphs;
