@@ -302,19 +302,20 @@ export class OpStepKernels {
     this.role = role;
     const grouped = a.grpN !== undefined;
     const { numExperts: E, topK: K } = this.spec;
+    if (gemv) {
+      // How a gemv's weights load: before the PDL wait where nothing before it decides them; evict-first in L2.
+      if ((!grouped || groupsSettled) && this.earlyWeights) a = { ...a, early: true };
+      if (this.evictFirst) a = { ...a, l2: L2_EVICT_FIRST };
+    }
     if (epi === 'combine') {
       // A warp a pick (K of them), R features of every pick a block: one wave of blocks for bf16 rows (measured on the
       // H200); FP8 and MXFP4 rows keep the gemv's rule (4 a warp has not run on the device for them).
       const R = this.combineRows ?? (format === 'bf16' ? combineRowsPerWarp(a.O, this.d.smCount) : gemvRowsPerWarp(a.O, K, this.d.smCount));
-      if (this.earlyWeights && groupsSettled) a = { ...a, early: true };
-      if (this.evictFirst) a = { ...a, l2: L2_EVICT_FIRST };
       this.launch(`op_gemv_${wf}b1_r${R}_combine`, [Math.ceil(a.O / R), 1, 1], 32 * K, combineSmemBytes(K, a.K), [{ bytes: encodeGemm(a) }]);
     } else if (gemv) {
       const groups = grouped ? Math.min(T * K, E) : 1;
       const feats = a.O;
       const R = gemvRowsPerWarp(feats, groups, this.d.smCount);
-      if ((!grouped || groupsSettled) && this.earlyWeights) a = { ...a, early: true };
-      if (this.evictFirst) a = { ...a, l2: L2_EVICT_FIRST };
       // The expert gate/up at batch 1 may fill one wave exactly, its features split evenly over the warps (_even).
       const oneWave = this.oneWaveGateUp && grouped && epi === 'swiglu' && T === 1 && format === 'bf16';
       const name = oneWave ? (`op_gemv_b1_r${R}_swiglu_even` as const) : (`op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const);
