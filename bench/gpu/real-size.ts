@@ -138,7 +138,7 @@ const pre = [512, 2048].map((n) => ({ n, tokS: prefill(n) }));
 // Per-kernel device time of one batch-1 decode step at position 64, and the weight bytes each role reads.
 be.openSequence(0, 128);
 be.forward({ chunks: [{ seq: 0, tokens: prompt.slice(0, 64), startPos: 0 }], count: false });
-const { launches: prof, stepUs, submittedUs } = be.profilePiece(planPieces([{ seq: 0, tokens: [prompt[64]!], startPos: 64 }], 2048, 16)[0]!);
+const { launches: prof, stepUs, marginalUs, submittedUs } = be.profilePiece(planPieces([{ seq: 0, tokens: [prompt[64]!], startPos: 64 }], 2048, 16)[0]!);
 be.closeSequence(0);
 const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, expertIntermediate: I, numLayers: L } = s;
 // Weight bytes one launch of each role reads, as stored: bf16 2 bytes a value, block FP8 1 (plus its scale grids, ~0.1%).
@@ -170,11 +170,12 @@ be.dispose();
 
 // --ab: the step's launch options one at a time, each on a fresh backend (same loaded model), the default first and
 // last so drift shows: batch-1 / batch-4 decode and the batch-1 step graph's device time.
-type Variant = Partial<Pick<OpBackendOptions, 'earlyWeights' | 'pdl' | 'evictFirst' | 'fuseResidual' | 'combineRows' | 'oneWaveGateUp' | 'kernelDir'>>;
+type Variant = Partial<Pick<OpBackendOptions, 'earlyWeights' | 'pdl' | 'evictFirst' | 'fuseResidual' | 'combineRows' | 'oneWaveGateUp' | 'oneWaveDense' | 'attendMinBlocks' | 'kernelDir'>>;
 const variants: [string, Variant][] = [
   ['default', {}], ['early weight loads off', { earlyWeights: false }], ['PDL off', { pdl: false }], ['evict-first weight loads off', { evictFirst: false }],
   ['fused residual off', { fuseResidual: false }], ['combining down product at 2 features a warp', { combineRows: 2 }],
-  ['gate/up in one wave (even feature split)', { oneWaveGateUp: true }],
+  ['gate/up in one wave (even feature split)', { oneWaveGateUp: true }], ['q|k|v at 2 features a warp (not one wave)', { oneWaveDense: false }],
+  ['attention unsplit below 256 positions (no merge)', { attendMinBlocks: 0 }],
   // Kernels built another way beside dist/kernels (dist/kernels-NAME/op.fatbin and load.fatbin), for A/B.
   ...(existsSync('dist') ? readdirSync('dist') : []).filter((d) => d.startsWith('kernels-') && existsSync(join('dist', d, 'op.fatbin'))).map((d): [string, Variant] => [`kernels of dist/${d}`, { kernelDir: join('dist', d) }]),
   ['default (again)', {}],
@@ -194,15 +195,17 @@ if (values.ab) {
 }
 
 const lines: string[] = [];
-lines.push(`| kernel (batch-1 decode step, pos 64; device time in a graph) | launches | us / step | weight bytes / step | GB/s | share of ${HBM / 1e12} TB/s |`, '|---|---|---|---|---|---|');
+// "in the graph": the step's graph less the graph without the role's launches (profilePiece's marginalUs).
+lines.push(`| kernel (batch-1 decode step, pos 64; device time in a graph) | launches | us / step | in the graph (us) | weight bytes / step | GB/s | share of ${HBM / 1e12} TB/s |`, '|---|---|---|---|---|---|---|');
 for (const [role, r] of [...roles].sort((a, b) => b[1].us - a[1].us)) {
   const b = (perRole[role] ?? 0) * r.n;
   const gbs = b / (r.us / 1e6) / 1e9;
-  lines.push(`| ${role} | ${r.n} | ${r.us.toFixed(1)} | ${b ? (b / 1e6).toFixed(1) + ' MB' : '-'} | ${b ? gbs.toFixed(0) : '-'} | ${b ? ((100 * gbs * 1e9) / HBM).toFixed(0) + '%' : '-'} |`);
+  lines.push(`| ${role} | ${r.n} | ${r.us.toFixed(1)} | ${(marginalUs[role] ?? NaN).toFixed(1)} | ${b ? (b / 1e6).toFixed(1) + ' MB' : '-'} | ${b ? gbs.toFixed(0) : '-'} | ${b ? ((100 * gbs * 1e9) / HBM).toFixed(0) + '%' : '-'} |`);
 }
-lines.push(`| all kernels, each alone (sum) | ${prof.length} | ${deviceUs.toFixed(1)} | | | |`);
-lines.push(`| the step's graph (device time) | ${prof.length} | ${stepUs.toFixed(1)} | ${(perRoleTotal() / 1e6).toFixed(0)} MB | ${(perRoleTotal() / (stepUs / 1e6) / 1e9).toFixed(0)} | ${((100 * perRoleTotal() / (stepUs / 1e6)) / HBM).toFixed(0)}% |`);
-if (submittedUs !== undefined) lines.push(`| the decode graph as an argmax step submits it (rows in, the kernels, the argmax, its keys out; back to back) | | ${submittedUs.toFixed(1)} | | | |`);
+const marginalSum = Object.values(marginalUs).reduce((a, b) => a + b, 0);
+lines.push(`| all kernels, each alone (sum) | ${prof.length} | ${deviceUs.toFixed(1)} | ${marginalSum.toFixed(1)} | | | |`);
+lines.push(`| the step's graph (device time) | ${prof.length} | ${stepUs.toFixed(1)} | | ${(perRoleTotal() / 1e6).toFixed(0)} MB | ${(perRoleTotal() / (stepUs / 1e6) / 1e9).toFixed(0)} | ${((100 * perRoleTotal() / (stepUs / 1e6)) / HBM).toFixed(0)}% |`);
+if (submittedUs !== undefined) lines.push(`| the decode graph as an argmax step submits it (rows in, the kernels, the argmax, its keys out; back to back) | | ${submittedUs.toFixed(1)} | | | | |`);
 function perRoleTotal(): number {
   return prof.reduce((a, p) => a + (perRole[p.role] ?? 0), 0);
 }
@@ -224,4 +227,4 @@ const table = [
   ...(ab.length ? ['', '| variant (--ab) | decode b1 tok/s | b4 tok/s | b1 step graph (device us) |', '|---|---|---|---|', ...ab.map((a) => `| ${a.name} | ${a.b1.toFixed(0)} | ${a.b4.toFixed(0)} | ${a.stepUs.toFixed(1)} |`)] : []),
 ].join('\n');
 console.log(table);
-if (values.out) writeFileSync(join(values.out, 'bench-real.json'), JSON.stringify({ spec: s, loadS, bytes, rssGiB, dec, freshB1, argmaxDec, aheadDec, engineDec, pre, prof, stepUs, submittedUs, ab }, null, 1));
+if (values.out) writeFileSync(join(values.out, 'bench-real.json'), JSON.stringify({ spec: s, loadS, bytes, rssGiB, dec, freshB1, argmaxDec, aheadDec, engineDec, pre, prof, stepUs, marginalUs, submittedUs, ab }, null, 1));

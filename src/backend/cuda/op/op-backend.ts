@@ -21,7 +21,7 @@ import { TensorUploader, type UploadProgress } from '../uploader.ts';
 import { bucketFor, DEFAULT_BUCKETS } from '../plan.ts';
 import { stepLayout, type RouteMode } from './layout.ts';
 import { hotExpertsThatFit, planMemory, type MemoryPlan } from './memory.ts';
-import { DECODE_MAX_ROWS, attendSplits, planPieces, type OpPiece } from './plan.ts';
+import { ATTEND_MIN_BLOCKS, DECODE_MAX_ROWS, attendSplits, planPieces, type OpPiece } from './plan.ts';
 import { checkOpSupport } from './support.ts';
 import { ARGMAX_BLOCKS, MAX_OUT, memoryNeeds, workspaceLayout } from './workspace.ts';
 import { checkStepChunks } from '../step-chunks.ts';
@@ -62,9 +62,20 @@ export interface OpBackendOptions {
   readonly combineRows?: 1 | 2 | 4;
   /**
    * Batch 1, bf16 experts: the gate/up gemv's features split evenly over one wave of blocks (528 on the H200 for
-   * Qwen3-30B-A3B, not 384). Default off: built, not yet measured on the device.
+   * Qwen3-30B-A3B, not 384). Default off: measured slower (H200, the batch-1 step graph 982 -> 991 us); for A/B.
    */
   readonly oneWaveGateUp?: boolean;
+  /**
+   * Batch 1, bf16: q | k | v split evenly over one wave of blocks (528 on the H200 for Qwen3-30B-A3B, not 320). Default
+   * on: the batch-1 step graph 982 -> 963 us (H200, bench/gpu/results/real-size-2026-12-02l.md); off for A/B.
+   */
+  readonly oneWaveDense?: boolean;
+  /**
+   * Decode attention: a piece's positions are split until it has this many blocks (rows x kv heads x splits), each
+   * split keeping ATTEND_MIN_CHUNK positions (default ATTEND_MIN_BLOCKS; 0: split only past ATTEND_CHUNK positions,
+   * so short rows need no merge). For A/B.
+   */
+  readonly attendMinBlocks?: number;
   /** Spare hot rows per layer that background moves land in (see banks.ts). */
   readonly spareRows?: number;
   /** Row copies queued at once for moves (see banks.ts). */
@@ -115,6 +126,7 @@ export class CudaOpBackend implements Backend {
   private fedFrom: { rows: Map<number, number>; io: DecodeIo } | null = null;
   private readonly maxRows: number;
   private readonly maxSplits: number;
+  private readonly attendMinBlocks: number;
   private readonly kvPool: bigint;
   private readonly kvSlotBytes: number;
   private readonly freeSlots: number[];
@@ -148,6 +160,7 @@ export class CudaOpBackend implements Backend {
       throw new ResidencyError('BAD_ARGUMENT', `maxPieceRows ${this.maxRows}: expected an even integer >= ${DECODE_MAX_ROWS}`);
     }
     this.maxSplits = opts.maxSplits ?? 32;
+    this.attendMinBlocks = opts.attendMinBlocks ?? ATTEND_MIN_BLOCKS;
     const maxModelLen = opts.maxModelLen ?? s.maxPositions;
     const maxNumSeqs = opts.maxNumSeqs ?? 8;
     if (!Number.isInteger(maxModelLen) || maxModelLen < 1 || maxModelLen > s.maxPositions) {
@@ -227,6 +240,7 @@ export class CudaOpBackend implements Backend {
         ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,
         routeMode, QKV: this.QKV, pdl: opts.pdl ?? true, earlyWeights: opts.earlyWeights ?? true, evictFirst: opts.evictFirst ?? true,
         fuseResidual: opts.fuseResidual ?? true, ...(opts.combineRows ? { combineRows: opts.combineRows } : {}), oneWaveGateUp: opts.oneWaveGateUp ?? false,
+        oneWaveDense: opts.oneWaveDense ?? true,
       });
       uploader.finish(); // every weight landed and is finite, before the first step
     } catch (e) {
@@ -387,7 +401,7 @@ export class CudaOpBackend implements Backend {
     const T = decode ? bucketFor(n, this.buckets) : n;
     const maxPos = Math.max(...piece.rows.map((r) => r.pos));
     // Latent attention (op_mla.cuh) runs a row's positions in one block per 8 heads: no splits.
-    const S = this.spec.mla ? 1 : attendSplits(T, maxPos, this.maxSplits, this.spec.numKvHeads);
+    const S = this.spec.mla ? 1 : attendSplits(T, maxPos, this.maxSplits, this.spec.numKvHeads, this.attendMinBlocks);
     // The fused decode attention writes a row's k/v in the same launch that reads the cache: right only when
     // no row reads another's position, i.e. every row is a different sequence (not a short prefill chunk).
     const fused = decode && new Set(piece.rows.map((r) => r.seq)).size === n;
@@ -464,7 +478,7 @@ export class CudaOpBackend implements Backend {
    * the rows copied in, the kernels, the argmax and its keys copied out).
    * Leaves the work buffers (and the KV cache at these positions) overwritten: use last.
    */
-  profilePiece(piece: OpPiece, repeats = 20): { launches: { name: string; role: string; us: number }[]; stepUs: number; submittedUs?: number } {
+  profilePiece(piece: OpPiece, repeats = 20): { launches: { name: string; role: string; us: number }[]; stepUs: number; marginalUs: Record<string, number>; submittedUs?: number } {
     const graphs = this.useGraphs;
     const rec: RecordedLaunch[] = [];
     this.useGraphs = false;
@@ -498,11 +512,14 @@ export class CudaOpBackend implements Backend {
       };
       const launches = rec.map((r) => ({ name: r.name, role: r.role, us: time(() => { for (let i = 0; i < repeats; i++) r.run(); }, 3) / repeats }));
       const stepUs = time(() => { for (const r of rec) r.run(); }, 10);
-      if (!this.isDecode(piece) || !graphs) return { launches, stepUs };
+      // What each role adds to the graph: the step's graph less the same graph without that role's launches (the kernels
+      // after read what the step before left, so they do the same work; only the time means anything).
+      const marginalUs = Object.fromEntries([...new Set(rec.map((r) => r.role))].map((role) => [role, stepUs - time(() => { for (const r of rec) if (r.role !== role) r.run(); }, 10)]));
+      if (!this.isDecode(piece) || !graphs) return { launches, stepUs, marginalUs };
       const { T, S, fused } = this.shapeOf(piece);
       const io = this.decodeIo[0]!;
       this.writeRows(io.rows.host, piece, T, false, true, null);
-      return { launches, stepUs, submittedUs: timeGraph(this.graphFor(T, S, fused, true, io), 10) };
+      return { launches, stepUs, marginalUs, submittedUs: timeGraph(this.graphFor(T, S, fused, true, io), 10) };
     } finally {
       this.kernels.recording = null;
       this.useGraphs = graphs;

@@ -28,6 +28,9 @@ describe('op path planning', () => {
     assert.equal(attendSplits(16, 100000, 32), 32);
     assert.equal(attendSplits(17, 4000, 32), 1);
     assert.equal(attendSplits(1, 10, 32), 1); // too few positions to split
+    assert.equal(attendSplits(1, 64, 32, 4, 0), 1); // minBlocks 0: split only past ATTEND_CHUNK positions
+    assert.equal(attendSplits(1, 300, 32, 4, 0), 2);
+    assert.equal(attendSplits(1, 64, 32, 4, 8), 2);
   });
   it('gemv shapes: two features a warp only when the grid stays two blocks an SM; shared memory within 64 KiB', () => {
     assert.equal(gemvRowsPerWarp(5120, 1, 132), 2);

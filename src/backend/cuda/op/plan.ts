@@ -54,16 +54,16 @@ export const ATTEND_MIN_CHUNK = 16;
 /**
  * Splits of the positions for a piece, a power of two up to maxSplits (so a few graphs cover every context):
  * decode pieces split until no block reads more than ATTEND_CHUNK positions, and further while the piece has
- * fewer than ATTEND_MIN_BLOCKS blocks and a split keeps ATTEND_MIN_CHUNK positions (batch 1 has only as many
+ * fewer than `minBlocks` (ATTEND_MIN_BLOCKS) blocks and a split keeps ATTEND_MIN_CHUNK positions (batch 1 has only as many
  * rows x kv heads as there are kv heads: one block per SM would leave the chip idle); prefill pieces have rows
  * enough.
  */
-export function attendSplits(rows: number, maxPos: number, maxSplits: number, kvHeads = 1): number {
+export function attendSplits(rows: number, maxPos: number, maxSplits: number, kvHeads = 1, minBlocks = ATTEND_MIN_BLOCKS): number {
   if (rows > DECODE_MAX_ROWS) return 1;
   const n = maxPos + 1;
   let s = 1;
   while (s < maxSplits && n / s > ATTEND_CHUNK) s *= 2;
-  while (s < maxSplits && rows * kvHeads * s < ATTEND_MIN_BLOCKS && n / (2 * s) >= ATTEND_MIN_CHUNK) s *= 2;
+  while (s < maxSplits && rows * kvHeads * s < minBlocks && n / (2 * s) >= ATTEND_MIN_CHUNK) s *= 2;
   return s;
 }
 
