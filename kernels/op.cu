@@ -130,9 +130,10 @@ extern "C" __global__ void op_group(OpRoute r, OpGroups g) { pdl_enter();
 }
 
 // Each row's argmax over its V logits (StepInput.argmaxOnly), ARGMAX_BLOCKS blocks a row: block (j, i) writes
-// the best argmax_key of its slice of row i to keys[i * gridDim.x + j]; the host takes a row's best
-// (backend.ts bestArgmaxKey). No atomics, nothing to reset. Grid (blocks a row, rows), up to 1,024 threads.
-extern "C" __global__ void op_argmax_rows(const float* logits, int V, unsigned long long* keys) { pdl_enter();
+// the best argmax_key of its slice of row i to keys[i * gridDim.x + j] (and to mapped host memory, keys_host, when
+// given: no copy back after it); the host takes a row's best (backend.ts bestArgmaxKey). No atomics, nothing to
+// reset. Grid (blocks a row, rows), up to 1,024 threads.
+extern "C" __global__ void op_argmax_rows(const float* logits, int V, unsigned long long* keys, unsigned long long* keys_host) { pdl_enter();
   __shared__ unsigned long long red[32];
   const int i = blockIdx.y, per = (V + gridDim.x - 1) / gridDim.x, o0 = blockIdx.x * per, o1 = min(V, o0 + per);
   const float* x = logits + (size_t)i * V;
@@ -148,6 +149,7 @@ extern "C" __global__ void op_argmax_rows(const float* logits, int V, unsigned l
   if (threadIdx.x == 0) {
     for (int w = 1; w < nw; w++) key = red[w] > key ? red[w] : key;
     keys[(size_t)i * gridDim.x + blockIdx.x] = key;
+    if (keys_host) keys_host[(size_t)i * gridDim.x + blockIdx.x] = key;
   }
 }
 

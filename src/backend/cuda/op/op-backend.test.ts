@@ -365,7 +365,7 @@ test('op path: with oneWaveDense (the default) the batch-1 q | k | v gemv splits
   assert.equal(batch1Gemvs({ oneWaveDense: false }).launches.filter((l) => l.name.endsWith('_even')).length, 0);
 });
 
-test('op path: argmaxOnly takes each chunk\'s argmax on the device (op_argmax_rows) and copies its keys, not the logits; its decode graphs are their own', () => {
+test('op path: argmaxOnly takes each chunk\'s argmax on the device (op_argmax_rows), its keys written to mapped host memory by the kernel (decode) or copied (prefill), not the logits; its decode graphs are their own', () => {
   const { d, be } = build();
   for (let i = 0; i < 2; i++) be.openSequence(i, 64);
   const prompt = be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: [1, 2, 3], startPos: 0 })), count: false, argmaxOnly: true });
@@ -375,9 +375,11 @@ test('op path: argmaxOnly takes each chunk\'s argmax on the device (op_argmax_ro
   const step = be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: [4], startPos: 3 })), count: true, argmaxOnly: true });
   assert.equal(step.argmax!.length, 2);
   assert.ok(graphShapes(be).includes('2/1/fused/argmax'));
-  // The graph's copy out: 32 keys of 8 bytes for each of the bucket's 2 rows, no logits.
-  assert.deepEqual(d.dtohBytes.slice(copies), [2 * 32 * 8]);
-  assert.deepEqual(d.launches.slice(from).filter((l) => l.name === 'op_argmax_rows').map((l) => l.grid), [[32, 2, 1]]);
+  // No copy out: op_argmax_rows writes the bucket's 2 rows of 32 keys into the io set's mapped keys itself; no logits.
+  assert.deepEqual(d.dtohBytes.slice(copies), []);
+  const argmaxLaunches = d.launches.slice(from).filter((l) => l.name === 'op_argmax_rows');
+  assert.deepEqual(argmaxLaunches.map((l) => l.grid), [[32, 2, 1]]);
+  assert.ok(argmaxLaunches.every((l) => (l.args[3] as { u64: bigint }).u64 !== 0n), 'a host address for the keys');
   be.forward({ chunks: [0, 1].map((seq) => ({ seq, tokens: [5], startPos: 4 })), count: true });
   assert.ok(graphShapes(be).includes('2/1/fused'), 'a logits step captures its own graph');
   assert.ok(d.launches.slice(from).some((l) => l.name === 'op_argmax_rows'));

@@ -92,7 +92,8 @@ export interface OpBackendOptions {
 /** One of the two pinned sets a decode piece's rows go in and its argmax keys come back in, and its completion event. */
 interface DecodeIo {
   readonly rows: { host: Uint8Array; hostPtr: bigint };
-  readonly keys: { host: Uint8Array; hostPtr: bigint };
+  /** Mapped: op_argmax_rows writes a decode step's keys here itself (dev: the device's address of it), no copy back. */
+  readonly keys: { host: Uint8Array; hostPtr: bigint; dev: bigint };
   readonly done: bigint;
   readonly slot: number;
 }
@@ -230,7 +231,7 @@ export class CudaOpBackend implements Backend {
       this.outHost = scope.acquire('pinned outputs', () => d.allocPinned(Math.max(4 * MAX_OUT * V, 8 * MAX_OUT * ARGMAX_BLOCKS, 8 * T * Lm * K), 'outputs'), (h) => d.freeHost(h.hostPtr));
       this.decodeIo = [0, 1].map((i) => ({
         rows: scope.acquire(`pinned decode rows ${i}`, () => d.allocPinned(stepLayout(DECODE_MAX_ROWS).bytes, 'decode rows'), (h) => d.freeHost(h.hostPtr)),
-        keys: scope.acquire(`pinned argmax keys ${i}`, () => d.allocPinned(8 * MAX_OUT * ARGMAX_BLOCKS, 'argmax keys'), (h) => d.freeHost(h.hostPtr)),
+        keys: scope.acquire(`mapped argmax keys ${i}`, () => d.allocMappedHost(8 * MAX_OUT * ARGMAX_BLOCKS, 'argmax keys'), (h) => d.freeHost(h.hostPtr)),
         done: scope.acquire(`decode event ${i}`, () => d.eventCreate(), (e) => d.eventDestroy(e)),
         slot: i,
       }));
@@ -425,8 +426,9 @@ export class CudaOpBackend implements Backend {
       this.d.dtohAsync(this.outHost.hostPtr, this.b['logits']!, 4 * rows * this.spec.vocabSize, this.stream);
       return;
     }
-    this.kernels.enqueueArgmax(rows);
-    this.d.dtohAsync((io ? io.keys : this.outHost).hostPtr, this.b['argmaxKeys']!, 8 * rows * ARGMAX_BLOCKS, this.stream);
+    // A decode piece's keys go straight to its mapped io set; a prefill piece's are copied into the pinned outputs.
+    this.kernels.enqueueArgmax(rows, io ? io.keys.dev : 0n);
+    if (!io) this.d.dtohAsync(this.outHost.hostPtr, this.b['argmaxKeys']!, 8 * rows * ARGMAX_BLOCKS, this.stream);
   }
 
   private graphFor(T: number, S: number, fused: boolean, argmax: boolean, io: DecodeIo): bigint {

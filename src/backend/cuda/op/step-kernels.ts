@@ -16,6 +16,9 @@ import { combineRowsPerWarp, DECODE_MAX_ROWS, gemvRowsPerWarp, oneWaveFeatureBlo
 import type { DenseDev, LayerDev } from './resident-weights.ts';
 import { ARGMAX_BLOCKS } from './workspace.ts';
 
+/** Threads a block of op_argmax_rows: a row's 152K logits in ~5 loads a thread over its ARGMAX_BLOCKS blocks. */
+const ARGMAX_THREADS = 1024;
+
 /** The kernel arguments of a product's FP8 scale grid (none for bf16). */
 function gridArgs(p: ProductWeights): Pick<GemmArgs, 'sRows' | 'sCols' | 'sLd'> {
   return p.grid ? { sRows: p.grid.sRows, sCols: p.grid.sCols, sLd: p.grid.sLd } : {};
@@ -229,9 +232,12 @@ export class OpStepKernels {
     this.product('lm_head', true, nOutB, 'store', { x: this.ptr('xf'), y: this.ptr('logits'), w: this.lmHead, ldx: H, ldy: V, O: V, K: H, rows: nOutB });
   }
 
-  /** Each of the first `rows` logits rows' argmax keys into argmaxKeys (ARGMAX_BLOCKS a row; StepInput.argmaxOnly). */
-  enqueueArgmax(rows: number): void {
-    this.launch('op_argmax_rows', [ARGMAX_BLOCKS, rows, 1], 256, 0, [u64(this.ptr('logits')), i32(this.spec.vocabSize), u64(this.ptr('argmaxKeys'))]);
+  /**
+   * Each of the first `rows` logits rows' argmax keys into argmaxKeys (ARGMAX_BLOCKS a row; StepInput.argmaxOnly), and
+   * into mapped host memory at `hostKeys` (its device address) when given.
+   */
+  enqueueArgmax(rows: number, hostKeys = 0n): void {
+    this.launch('op_argmax_rows', [ARGMAX_BLOCKS, rows, 1], ARGMAX_THREADS, 0, [u64(this.ptr('logits')), i32(this.spec.vocabSize), u64(this.ptr('argmaxKeys')), u64(hostKeys)]);
   }
 
   /** A layer's q | k | v attention, from xn (or hidden, normalized inside the q | k | v gemv: normInQkv) to hidden += o_proj(attention). */
