@@ -170,11 +170,11 @@ be.dispose();
 
 // --ab: the step's launch options one at a time, each on a fresh backend (same loaded model), the default first and
 // last so drift shows: batch-1 / batch-4 decode and the batch-1 step graph's device time.
-type Variant = Partial<Pick<OpBackendOptions, 'earlyWeights' | 'pdl' | 'evictFirst' | 'fuseResidual' | 'combineRows' | 'oneWaveGateUp' | 'oneWaveDense' | 'attendMinBlocks' | 'kernelDir'>>;
+type Variant = Partial<Pick<OpBackendOptions, 'earlyWeights' | 'pdl' | 'evictFirst' | 'fuseResidual' | 'combineRows' | 'oneWaveDense' | 'attendMinBlocks' | 'kernelDir'>>;
 const variants: [string, Variant][] = [
   ['default', {}], ['early weight loads off', { earlyWeights: false }], ['PDL off', { pdl: false }], ['evict-first weight loads off', { evictFirst: false }],
   ['fused residual off', { fuseResidual: false }], ['combining down product at 2 features a warp', { combineRows: 2 }],
-  ['gate/up in one wave (even feature split)', { oneWaveGateUp: true }], ['q|k|v at 2 features a warp (not one wave)', { oneWaveDense: false }],
+  ['q|k|v at 2 features a warp (not one wave)', { oneWaveDense: false }],
   ['attention unsplit below 256 positions (no merge)', { attendMinBlocks: 0 }],
   // Kernels built another way beside dist/kernels (dist/kernels-NAME/op.fatbin and load.fatbin), for A/B.
   ...(existsSync('dist') ? readdirSync('dist') : []).filter((d) => d.startsWith('kernels-') && existsSync(join('dist', d, 'op.fatbin'))).map((d): [string, Variant] => [`kernels of dist/${d}`, { kernelDir: join('dist', d) }]),

@@ -15,8 +15,8 @@ export type WeightInfix = '' | 'fp8_' | 'mxfp4_';
 export type GemvName = `op_gemv_${WeightInfix}b${(typeof GEMV_ROWS)[number]}_r${1 | 2}_${GemvEpilogue}`;
 /** The batch-1 expert down product that adds its picks to the residual itself (op_gemv.cuh EPI_COMBINE). */
 export type GemvCombineName = `op_gemv_${WeightInfix}b1_r${1 | 2 | 4}_combine`;
-/** Batch-1 bf16 products with their features split evenly over the grid: the expert gate/up, q | k | v (kernels/op.cu GEMV_EVEN_ENTRY). */
-export type GemvEvenName = `op_gemv_b1_r${1 | 2}_${'swiglu' | 'store'}_even`;
+/** The batch-1 bf16 q | k | v product with its features split evenly over the grid (kernels/op.cu GEMV_EVEN_ENTRY). */
+export type GemvEvenName = `op_gemv_b1_r${1 | 2}_store_even`;
 export type GemmTcName = `op_gemm_tc_${WeightInfix}${GemvEpilogue}`;
 export type AttendHeadDim = 32 | 64 | 128;
 export type AttendName = `op_attend${'' | '_decode'}_hd${AttendHeadDim}_g${1 | 2 | 4 | 8 | 16}`;
@@ -24,7 +24,7 @@ const EPILOGUES = ['store', 'add', 'swiglu'] as const;
 const INFIXES = ['', 'fp8_', 'mxfp4_'] as const;
 const GEMV_NAMES = INFIXES.flatMap((w) => GEMV_ROWS.flatMap((b) => ([1, 2] as const).flatMap((r) => EPILOGUES.map((e): GemvName => `op_gemv_${w}b${b}_r${r}_${e}`))));
 const GEMV_COMBINE_NAMES = INFIXES.flatMap((w) => ([1, 2, 4] as const).map((r): GemvCombineName => `op_gemv_${w}b1_r${r}_combine`));
-const GEMV_EVEN_NAMES = (['swiglu', 'store'] as const).flatMap((e) => ([1, 2] as const).map((r): GemvEvenName => `op_gemv_b1_r${r}_${e}_even`));
+const GEMV_EVEN_NAMES = ([1, 2] as const).map((r): GemvEvenName => `op_gemv_b1_r${r}_store_even`);
 const GEMM_TC_NAMES = INFIXES.flatMap((w) => EPILOGUES.map((e): GemmTcName => `op_gemm_tc_${w}${e}`));
 const ATTEND_NAMES = (['', '_decode'] as const).flatMap((v) => ([32, 64, 128] as const).flatMap((hd) => ([1, 2, 4, 8, 16] as const).map((g): AttendName => `op_attend${v}_hd${hd}_g${g}`)));
 const OP_KERNELS = [

@@ -61,11 +61,6 @@ export interface OpBackendOptions {
   /** The combining down product's features a warp (default: the fewest that keep it to one wave; for A/B). */
   readonly combineRows?: 1 | 2 | 4;
   /**
-   * Batch 1, bf16 experts: the gate/up gemv's features split evenly over one wave of blocks (528 on the H200 for
-   * Qwen3-30B-A3B, not 384). Default off: measured slower (H200, the batch-1 step graph 982 -> 991 us); for A/B.
-   */
-  readonly oneWaveGateUp?: boolean;
-  /**
    * Batch 1, bf16: q | k | v split evenly over one wave of blocks (528 on the H200 for Qwen3-30B-A3B, not 320). Default
    * on: the batch-1 step graph 982 -> 963 us (H200, bench/gpu/results/real-size-2026-12-02l.md); off for A/B.
    */
@@ -240,7 +235,7 @@ export class CudaOpBackend implements Backend {
         d, spec: s, stream: this.stream, fns, layers: w.layers, embed: w.embed, lmHead: w.lmHead, finalNorm: w.finalNorm, invFreq: w.invFreq,
         ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,
         routeMode, QKV: this.QKV, pdl: opts.pdl ?? true, earlyWeights: opts.earlyWeights ?? true, evictFirst: opts.evictFirst ?? true,
-        fuseResidual: opts.fuseResidual ?? true, ...(opts.combineRows ? { combineRows: opts.combineRows } : {}), oneWaveGateUp: opts.oneWaveGateUp ?? false,
+        fuseResidual: opts.fuseResidual ?? true, ...(opts.combineRows ? { combineRows: opts.combineRows } : {}),
         oneWaveDense: opts.oneWaveDense ?? true,
       });
       uploader.finish(); // every weight landed and is finite, before the first step

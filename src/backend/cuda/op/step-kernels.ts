@@ -71,8 +71,6 @@ export interface StepDevice {
   readonly fuseResidual: boolean;
   /** The combining down product's features a warp (default: combineRowsPerWarp). */
   readonly combineRows?: 1 | 2 | 4;
-  /** Batch 1, bf16: the expert gate/up gemv's features split evenly over one wave of blocks (oneWaveFeatureBlocks). */
-  readonly oneWaveGateUp: boolean;
   /** Batch 1, bf16: a dense product that stores (q | k | v) split evenly over one wave of blocks, where that is more blocks. */
   readonly oneWaveDense: boolean;
 }
@@ -123,15 +121,13 @@ export class OpStepKernels {
   private readonly evictFirst: boolean;
   private readonly fuseResidual: boolean;
   private readonly combineRows?: 1 | 2 | 4;
-  private readonly oneWaveGateUp: boolean;
   private readonly oneWaveDense: boolean;
 
   constructor(dev: StepDevice) {
     ({ d: this.d, spec: this.spec, stream: this.stream, fns: this.fns, layers: this.layers, embed: this.embed, lmHead: this.lmHead, finalNorm: this.finalNorm,
       invFreq: this.invFreq, ropeScale: this.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks,
       rowLayout: this.rowLayout, routeMode: this.routeMode, QKV: this.QKV, pdl: this.pdl, earlyWeights: this.earlyWeights, evictFirst: this.evictFirst,
-      fuseResidual: this.fuseResidual, combineRows: this.combineRows, oneWaveGateUp: this.oneWaveGateUp,
-      oneWaveDense: this.oneWaveDense } = dev);
+      fuseResidual: this.fuseResidual, combineRows: this.combineRows, oneWaveDense: this.oneWaveDense } = dev);
   }
 
   private ptr(name: string): bigint {
@@ -326,12 +322,11 @@ export class OpStepKernels {
       const groups = grouped ? Math.min(T * K, E) : 1;
       const feats = a.O;
       const R = gemvRowsPerWarp(feats, groups, this.d.smCount);
-      // At batch 1 the expert gate/up and q | k | v may fill one wave exactly, their features split evenly over the warps
-      // (_even), where that is more blocks than R features a warp gives.
-      const even = T === 1 && format === 'bf16' && ((this.oneWaveGateUp && grouped && epi === 'swiglu') || (this.oneWaveDense && !grouped && epi === 'store'));
-      const gxEven = even ? oneWaveFeatureBlocks(feats, groups, R, this.d.smCount) : 0;
-      const oneWave = (epi === 'swiglu' || epi === 'store') && gxEven > Math.ceil(feats / (GEMV_WARPS * R));
-      const name = oneWave ? (`op_gemv_b1_r${R}_${epi}_even` as const) : (`op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const);
+      // At batch 1 a dense product that stores (q | k | v) may fill one wave exactly, its features split evenly over the
+      // warps (_even), where that is more blocks than R features a warp gives.
+      const gxEven = this.oneWaveDense && T === 1 && format === 'bf16' && !grouped && epi === 'store' ? oneWaveFeatureBlocks(feats, groups, R, this.d.smCount) : 0;
+      const oneWave = gxEven > Math.ceil(feats / (GEMV_WARPS * R));
+      const name = oneWave ? (`op_gemv_b1_r${R}_store_even` as const) : (`op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const);
       const gx = oneWave ? gxEven : Math.ceil(feats / (GEMV_WARPS * R));
       this.launch(name, [gx, groups, 1], GEMV_WARPS * 32, gemvSmemBytes(T, a.K), [{ bytes: encodeGemm(a) }]);
     } else {
