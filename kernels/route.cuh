@@ -77,9 +77,8 @@ __device__ __forceinline__ void warp_topk(float* v, int E, int K, int32_t* out_e
   }
 }
 
-// `logits` (E values, shared memory; the softmax modes overwrite them with probabilities, and the top-k takes
-// its picks out) -> out_e/out_w/out_slot [K] (shared or global). Ties in probability go to the lower expert id
-// (torch.topk).
+// `logits` (E values, shared memory; the softmax modes overwrite them with probabilities) -> out_e/out_w/out_slot
+// [K] (shared or global). Ties in probability go to the lower expert id (torch.topk).
 __device__ __forceinline__ void warp_route(float* logits, int E, int K, int mode, const int32_t* __restrict__ slots,
                                            int32_t* out_e, float* out_w, int32_t* out_slot, uint32_t* counter_row) {
   const int lane = threadIdx.x & 31;

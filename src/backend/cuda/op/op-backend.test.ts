@@ -308,6 +308,10 @@ test('op path: profilePiece times each launch and the kernels as one graph, and 
   be.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
   const decode = be.profilePiece(planPieces([{ seq: 0, tokens: [4], startPos: 3 }], 32, 16)[0]!, 2);
   assert.ok(decode.launches.some((l) => l.role === 'experts_down') && decode.launches.every((l) => Number.isFinite(l.us)));
+  // Each role's cost in the graph (the step graph less the graph without it): one entry a role, a number (the fake
+  // driver's clock makes it no particular value; on a device it is a difference of two timings, so noise can be < 0).
+  assert.deepEqual(Object.keys(decode.marginalUs).sort(), [...new Set(decode.launches.map((l) => l.role))].sort());
+  assert.ok(Object.values(decode.marginalUs).every(Number.isFinite));
   assert.ok(Number.isFinite(decode.stepUs) && decode.submittedUs !== undefined && Number.isFinite(decode.submittedUs));
   assert.ok(be.graphKeys().some((k) => k.includes('/argmax/')), 'the argmax decode graph a step submits');
   const prefill = be.profilePiece(planPieces([{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 4 }], 32, 16)[0]!, 2);
