@@ -10,12 +10,17 @@ import { FP4_VALUES, FP8_E4M3_VALUES, type Bf16Matrix, type Fp8Matrix, type Mxfp
 
 /**
  * The FP8 tables of a few (matrix, block row) pairs, so an expert's gate, up and down rows, read in turn,
- * keep theirs: each is rebuilt only when a sweep of rows crosses into the next block row.
+ * keep theirs: each is rebuilt only when a sweep of rows crosses into the next block row. A table is a function
+ * of its block row's scales alone, and those are checked on every hit: a bank row's matrix is a view that
+ * outlives its expert (swapRows writes another expert's bytes and scales into it, the same object), so the
+ * object and block row alone would hand a worker the tables of the expert that was there before.
  */
 const SLOTS = 4;
 const luts: Float32Array[] = Array.from({ length: SLOTS }, () => new Float32Array(0));
 const lutOf: (Fp8Matrix | null)[] = new Array<Fp8Matrix | null>(SLOTS).fill(null);
 const lutRow = new Int32Array(SLOTS).fill(-1);
+/** The scales each table was built from. */
+const lutScales: Float32Array[] = Array.from({ length: SLOTS }, () => new Float32Array(0));
 let nextSlot = 0;
 const fp4Lut = new Float64Array(16);
 
@@ -24,16 +29,25 @@ export function fusedFp8(m: Fp8Matrix): boolean {
   return m.block[1] % 4 === 0;
 }
 
+/** Whether the table in slot k was built from the scales m holds now at block row br (nb blocks). */
+function sameScales(k: number, m: Fp8Matrix, br: number, nb: number): boolean {
+  const had = lutScales[k]!;
+  for (let j = 0; j < nb; j++) if (!Object.is(had[j], m.scales[br * nb + j])) return false;
+  return true;
+}
+
 function tablesFor(m: Fp8Matrix, r: number): Float32Array {
   const br = Math.floor(r / m.block[0]);
+  const nb = Math.ceil(m.cols / m.block[1]);
   let k = lutOf.indexOf(m);
-  if (k >= 0 && lutRow[k] === br) return luts[k]!;
+  if (k >= 0 && lutRow[k] === br && sameScales(k, m, br, nb)) return luts[k]!;
   if (k < 0) {
     k = nextSlot;
     nextSlot = (nextSlot + 1) % SLOTS;
   }
-  const nb = Math.ceil(m.cols / m.block[1]);
   if (luts[k]!.length < 256 * nb) luts[k] = new Float32Array(256 * nb);
+  if (lutScales[k]!.length < nb) lutScales[k] = new Float32Array(nb);
+  lutScales[k]!.set(m.scales.subarray(br * nb, br * nb + nb));
   const lut = luts[k]!;
   for (let j = 0; j < nb; j++) {
     const s = m.scales[br * nb + j]!;

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { dequantize, isQuantized, type Fp8Matrix, type Matrix, type Mxfp4Matrix, type QuantMatrix } from '../../model/quant.ts';
 import { linear } from './linalg.ts';
 import { clampedSwigluExpert, swigluExpert, swigluExpertPair } from './moe-ops.ts';
-import { computeQuantUnits, linearQ, quantExpert } from './quant-linear.ts';
+import { computeQuantUnits, linearQ, quantExpert, type QuantExpert } from './quant-linear.ts';
 import { CpuExpertBanks } from './banks.ts';
 import { sharedAlloc } from './alloc.ts';
 import { CpuThreadPool } from './parallel/pool.ts';
@@ -194,6 +194,34 @@ describe('a block-FP8 model on the CPU backend', () => {
     } finally {
       pool.dispose();
     }
+  });
+
+  it('a swapped row is computed from the expert now in it: FP8 tables cached for the row\'s view are not reused after swapRows writes another expert\'s scales into it', async () => {
+    // Blocks 8 wide (a multiple of 4: the dot reads each block through its cached table, quant-dot.ts dotFp8) and 16
+    // tall, so each expert matrix is one block row and a sweep of its rows ends on the block row the next one starts on.
+    const wide = syntheticConfig({ ...config, quantization_config: { quant_method: 'fp8', weight_block_size: [16, 8] } });
+    const { spec, weights } = await withTempDir(async (dir) => {
+      await writeSyntheticCheckpoint(dir, { config: wide, shards: 1 });
+      return loadModel(dir, { raw: false });
+    });
+    const b = createCpuBackend(spec, weights, { threads: 1, placement: { hotPerLayer: 4 } });
+    const { hiddenSize: H, expertIntermediate: I } = spec;
+    const x = vec(H);
+    const act = new Float32Array(2 * I);
+    const of = (e: QuantExpert): Buffer => {
+      const o = new Float32Array(H);
+      quantExpert(o, 0, -1, e, x, 0, -1, H, I, act);
+      return bytesOf(o);
+    };
+    const layer = 1, cold = 1, piece = 2 * layer + 1; // the rows of (layer, cold bank): quantRows[2 layer + 1]
+    const view = b.banks.quantRows[piece]![cold]!;
+    assert.ok((view.down as Fp8Matrix).block[1] % 4 === 0);
+    of(view); // the view's tables, from the expert in the row now
+    b.banks.swapRows(layer, 3, cold); // another expert's bytes and scales, into the same view object
+    assert.equal(b.banks.quantRows[piece]![cold], view);
+    const e = b.banks.expertAt(layer, 'cold', cold);
+    assert.deepEqual(of(view), of(weights.layers[layer]!.experts[e]! as QuantExpert), 'the expert swapped in, as computed from its own matrices');
+    b.dispose();
   });
 
   it('banks hold the stored bytes: a swap moves data and scales losslessly, and the digest covers the scales', async () => {
