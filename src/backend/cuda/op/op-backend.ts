@@ -471,8 +471,9 @@ export class CudaOpBackend implements Backend {
    * Device time of each launch of one piece (the benchmark's per-kernel table): the piece runs once eagerly,
    * recording its launches; then each launch is replayed `repeats` times inside a captured graph (so host
    * launch latency stays out), timed with events. Also the device time of the whole piece's kernels as one graph
-   * (stepUs) and, for a decode piece, of its decode graph as an argmax step submits it, back to back (submittedUs:
-   * the rows copied in, the kernels, the argmax and its keys copied out).
+   * (stepUs), what each role adds to it (marginalUs: that graph less the graph without the role's launches) and, for a
+   * decode piece, of its decode graph as an argmax step submits it, back to back (submittedUs: the rows copied in, the
+   * kernels, the argmax writing its keys into the mapped io set).
    * Leaves the work buffers (and the KV cache at these positions) overwritten: use last.
    */
   profilePiece(piece: OpPiece, repeats = 20): { launches: { name: string; role: string; us: number }[]; stepUs: number; marginalUs: Record<string, number>; submittedUs?: number } {

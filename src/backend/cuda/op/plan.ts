@@ -76,11 +76,14 @@ export function gemvRowsPerWarp(O: number, groups: number, smCount: number): 1 |
   return Math.ceil(O / 16) * groups >= 2 * smCount ? 2 : 1;
 }
 
+/** Blocks a SM the batch-1 bf16 gemv entries are compiled for (GEMV_MIN_BLOCKS in op_gemv.cuh): one wave is this x SMs. */
+export const GEMV_B1_BLOCKS_PER_SM = 4;
+
 /**
  * Output features per warp of the combining down product (a block: R features of every pick): the fewest of 1, 2, 4
  * that keep its blocks within one wave at `blocksPerSm` blocks a SM, so no second partial wave trails.
  */
-export function combineRowsPerWarp(O: number, smCount: number, blocksPerSm = 4): 1 | 2 | 4 {
+export function combineRowsPerWarp(O: number, smCount: number, blocksPerSm = GEMV_B1_BLOCKS_PER_SM): 1 | 2 | 4 {
   for (const R of [1, 2] as const) if (Math.ceil(O / R) <= blocksPerSm * smCount) return R;
   return 4;
 }
@@ -90,7 +93,7 @@ export function combineRowsPerWarp(O: number, smCount: number, blocksPerSm = 4):
  * as many as fill one wave of `blocksPerSm` a SM over `groups` groups, but at least enough that no warp takes more than
  * R features and at most one a feature for every warp.
  */
-export function oneWaveFeatureBlocks(O: number, groups: number, R: number, smCount: number, blocksPerSm = 4): number {
+export function oneWaveFeatureBlocks(O: number, groups: number, R: number, smCount: number, blocksPerSm = GEMV_B1_BLOCKS_PER_SM): number {
   const fewest = Math.ceil(O / (8 * R)), most = Math.ceil(O / 8);
   return Math.min(most, Math.max(fewest, Math.floor((blocksPerSm * smCount) / groups)));
 }

@@ -324,10 +324,11 @@ export class OpStepKernels {
       const R = gemvRowsPerWarp(feats, groups, this.d.smCount);
       // At batch 1 a dense product that stores (q | k | v) may fill one wave exactly, its features split evenly over the
       // warps (_even), where that is more blocks than R features a warp gives.
+      const gxPlain = Math.ceil(feats / (GEMV_WARPS * R));
       const gxEven = this.oneWaveDense && T === 1 && format === 'bf16' && !grouped && epi === 'store' ? oneWaveFeatureBlocks(feats, groups, R, this.d.smCount) : 0;
-      const oneWave = gxEven > Math.ceil(feats / (GEMV_WARPS * R));
+      const oneWave = gxEven > gxPlain;
       const name = oneWave ? (`op_gemv_b1_r${R}_store_even` as const) : (`op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const);
-      const gx = oneWave ? gxEven : Math.ceil(feats / (GEMV_WARPS * R));
+      const gx = oneWave ? gxEven : gxPlain;
       this.launch(name, [gx, groups, 1], GEMV_WARPS * 32, gemvSmemBytes(T, a.K), [{ bytes: encodeGemm(a) }]);
     } else {
       const tiles = grouped ? maxGroupedTiles(T * K, E) : Math.ceil(T / 64);
