@@ -3,6 +3,7 @@
 // checkpoint); every sum is fp32.
 #pragma once
 #include <stdint.h>
+#include "exact_math.cuh"
 
 typedef uint16_t bf16_t;
 
@@ -147,6 +148,21 @@ __device__ __forceinline__ float thread_dot_bf16(const bf16_t* __restrict__ w, c
   return a0 + a1;
 }
 
+// acc plus the dot of 8 bf16 values (a 16-byte load) with x[0..7], one fused multiply-add a value in order: the op
+// path gemv's bf16 sum (op_gemv.cuh), which native/host_experts.c computes to the same bits.
+__device__ __forceinline__ float fma8_bf16(const uint4 u, const float* __restrict__ x, float acc) {
+  const float4 x0 = *reinterpret_cast<const float4*>(x);
+  const float4 x1 = *reinterpret_cast<const float4*>(x + 4);
+  acc = __fmaf_rn(__uint_as_float(u.x << 16), x0.x, acc);
+  acc = __fmaf_rn(__uint_as_float(u.x & 0xffff0000u), x0.y, acc);
+  acc = __fmaf_rn(__uint_as_float(u.y << 16), x0.z, acc);
+  acc = __fmaf_rn(__uint_as_float(u.y & 0xffff0000u), x0.w, acc);
+  acc = __fmaf_rn(__uint_as_float(u.z << 16), x1.x, acc);
+  acc = __fmaf_rn(__uint_as_float(u.z & 0xffff0000u), x1.y, acc);
+  acc = __fmaf_rn(__uint_as_float(u.w << 16), x1.z, acc);
+  return __fmaf_rn(__uint_as_float(u.w & 0xffff0000u), x1.w, acc);
+}
+
 __device__ __forceinline__ float dot8_bf16(const uint4 u, const float* __restrict__ x) {
   const float4 x0 = *reinterpret_cast<const float4*>(x);
   const float4 x1 = *reinterpret_cast<const float4*>(x + 4);
@@ -249,7 +265,8 @@ __device__ __forceinline__ void warp_rope(float* x, int d, int pos, float theta)
   __syncwarp();
 }
 
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+// exact_math.cuh's: the host expert lane computes the same bits (native/host_experts.c).
+__device__ __forceinline__ float silu(float x) { return exact_silu(x); }
 
 // The largest of the warp's argmax keys (argmax_key), in every lane.
 __device__ __forceinline__ unsigned long long warp_max_key(unsigned long long key) {

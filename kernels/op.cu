@@ -152,11 +152,32 @@ extern "C" __global__ void op_argmax_rows(const float* logits, int V, unsigned l
   }
 }
 
+// RMSNorm of x [n] in place, the sum of squares in the order a gemv's staged norm takes it (norm_staged, GEMV_WARPS
+// warps): thread t of the first GEMV_WARPS x 32 adds the values t, t + 256, ... (a fused multiply-add each), each warp
+// its 32 by the butterfly, then the warps' sums in turn; the others add nothing. So a batch-1 step's input norm has
+// the same bits here as inside the q | k | v gemv (fuseResidual), and the host expert lane's steps, which combine
+// here, equal those that do not. red: GEMV_WARPS floats. Ends with a barrier.
+__device__ __forceinline__ void norm_in_gemv_order(float* x, const bf16_t* __restrict__ w, int n, float eps, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float ss = 0.f;
+  if (warp < GEMV_WARPS) {
+    for (int k = threadIdx.x; k < n; k += GEMV_WARPS * 32) ss = __fmaf_rn(x[k], x[k], ss);
+    ss = warp_sum(ss);
+    if (lane == 0) red[warp] = ss;
+  }
+  __syncthreads();
+  ss = 0.f;
+  for (int v = 0; v < GEMV_WARPS; v++) ss += red[v];
+  const float inv = 1.0f / sqrtf(ss / (float)n + eps);
+  for (int k = threadIdx.x; k < n; k += blockDim.x) x[k] = bf2f(w[k]) * (x[k] * inv);
+  __syncthreads();
+}
+
 // Row i of the output: x = the residual of input row rows[i] (or i): mode 0 the embedding of its token (a fed
 // token, negative, the argmax the step before left in fed_keys),
 // mode 1 hidden + the previous MoE layer's picks combined in router order (fp32), mode 2 hidden as it is;
-// x goes back to hidden (modes 0, 1), and xn[i] = RMSNorm(x) * w. Grid (rows), up to 1,024 threads (block_sum's red[32];
-// launched at 1,024, which holds while ptxas gives it <= 64 registers: 40 today).
+// x goes back to hidden (modes 0, 1), and xn[i] = RMSNorm(x) * w (norm_in_gemv_order). Grid (rows), up to 1,024 threads
+// (launched at 1,024, which holds while ptxas gives it <= 64 registers: 40 today).
 extern "C" __global__ void op_residual_norm(int mode, float* hidden, const float* partial, const float* pick_weight, int LK,
                                             int prev_layer, int K, const int32_t* rows, const int32_t* tokens,
                                             const unsigned long long* fed_keys, const bf16_t* embed, const bf16_t* w, float* xn, int H,
@@ -191,6 +212,6 @@ extern "C" __global__ void op_residual_norm(int mode, float* hidden, const float
     for (int c = threadIdx.x; c < H; c += blockDim.x) x[c] = h[c];
   }
   __syncthreads();
-  block_rmsnorm(x, w, x, H, eps, red);
+  norm_in_gemv_order(x, w, H, eps, red);
   for (int c = threadIdx.x; c < H; c += blockDim.x) xn[(size_t)i * H + c] = x[c];
 }

@@ -157,7 +157,7 @@ __device__ __forceinline__ float swiglu_act(const GemmProblem& p, float g, float
     u = fminf(fmaxf(u, -p.limit), p.limit);
     return (u + 1.f) * (g * (1.0f / (1.0f + expf(-(g * p.alpha)))));
   }
-  return silu(g) * u;
+  return exact_swiglu(g, u);
 }
 
 // An E8M0 scale byte as a float: 2^(s - 127) (s = 0 gives 2^-127, a subnormal; 255, NaN, is refused at load).

@@ -3,7 +3,9 @@
 // features (SWIGLU: R (gate, up) pairs) for all of the group's rows. A lane reads 16 bytes of a weight row
 // per pass (bf16: 8 values, block FP8: 16, MXFP4: 32 and one scale; a warp: 512 consecutive bytes), several passes in flight; the
 // group's input rows sit in shared memory (K in chunks that fit), read as float4. Sums are fp32 in a fixed
-// order (lane partials, then a butterfly): the same bits whatever the placement of the rows in the banks.
+// order (lane partials, then a butterfly): the same bits whatever the placement of the rows in the banks. bf16:
+// lane l takes the chunks of 8 values c = l, l + 32, ... in turn, one fused multiply-add a value (fma8_bf16), the
+// order the host expert lane keeps (native/host_experts.c), so a cold expert it computes has these bits too.
 #pragma once
 #include "op_common.cuh"
 
@@ -19,8 +21,9 @@ __host__ __device__ constexpr int gemv_loads() {
   return (B == 1 && WF == WF_BF16 ? 4 : (B <= 2 ? 8 : (B <= 4 ? 4 : 2))) / (WF == WF_MXFP4 && B <= 4 ? 2 : 1);
 }
 
-// RMSNorm of the n staged rows (K == KS: whole rows in shared memory), in place, as block_rmsnorm computes
-// it; block (0, 0) also writes them out (unless norm_out is null). Ends with a barrier.
+// RMSNorm of the n staged rows (K == KS: whole rows in shared memory), in place, in the order op_residual_norm's
+// norm_in_gemv_order keeps (so a batch-1 step's input norm has the same bits fused into q | k | v or not); block (0, 0)
+// also writes them out (unless norm_out is null). Ends with a barrier.
 template <int B>
 __device__ __forceinline__ void norm_staged(const GemmProblem& p, float* xs, int K, int n, const int* in_rows) {
   __shared__ float red[GEMV_WARPS][B];
@@ -28,7 +31,7 @@ __device__ __forceinline__ void norm_staged(const GemmProblem& p, float* xs, int
 #pragma unroll
   for (int b = 0; b < B; b++) {
     float ss = 0.f;
-    if (b < n) for (int k = threadIdx.x; k < K; k += blockDim.x) ss += xs[b * K + k] * xs[b * K + k];
+    if (b < n) for (int k = threadIdx.x; k < K; k += blockDim.x) ss = __fmaf_rn(xs[b * K + k], xs[b * K + k], ss);
     ss = warp_sum(ss);
     if (lane == 0) red[warp][b] = ss;
   }
@@ -49,12 +52,10 @@ __device__ __forceinline__ void norm_staged(const GemmProblem& p, float* xs, int
   __syncthreads();
 }
 
-// A lane's dot of one 16-byte weight load with the staged inputs at x: bf16, 8 values; FP8, 16 values
-// widened (exact) into w, the caller scaling the sum by their block's scale (the spec scales each value
-// first, float32(e4m3 x scale): the same products, rounded once less). MXFP4 has its own loop in gemv_body.
-template <int WF>
-__device__ __forceinline__ float dot_load(const uint4 u, const float* __restrict__ x, const float* w) {
-  if (WF == WF_BF16) return dot8_bf16(u, x);
+// A lane's dot of one 16-byte FP8 weight load, its 16 values widened (exact) into w, with the staged inputs at x: the
+// caller scaling the sum by their block's scale (the spec scales each value first, float32(e4m3 x scale): the same
+// products, rounded once less). bf16 loads go through fma8_bf16; MXFP4 has its own loop in gemv_body.
+__device__ __forceinline__ float dot_load_fp8(const float* __restrict__ x, const float* w) {
   float a = 0.f;
 #pragma unroll
   for (int q = 0; q < 4; q++) {
@@ -209,8 +210,8 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
             for (int b = 0; b < B; b++) {
               if (b < n) {
-                if (WF == WF_BF16) acc[r][b] += dot_load<WF>(u[j][r], xw + b * KS + VPL * c, w);
-                else acc[r][b] += sc * dot_load<WF>(u[j][r], xw + b * KS + VPL * c, w);
+                if (WF == WF_BF16) acc[r][b] = fma8_bf16(u[j][r], xw + b * KS + VPL * c, acc[r][b]);
+                else acc[r][b] += sc * dot_load_fp8(xw + b * KS + VPL * c, w);
               }
             }
           }
