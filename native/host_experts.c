@@ -1,0 +1,331 @@
+// The host's expert lane: threads of the host CPU compute some of a decode step's cold experts from the cold bank's
+// pinned memory (read from DRAM at the host's speed, not over the bus), while the GPU computes the rest. The GPU
+// posts a request in a mailbox of mapped memory (the experts' input row, the picks' cold slots, a sequence number);
+// the threads compute each pick's SwiGLU expert and post its output row back; the GPU's combine waits for it
+// (kernels/op_host.cuh). Every product sums in the GPU gemv's order (op_gemv.cuh, bf16 at batch 1: lane l of a
+// warp takes the 8-value chunks c = l, l + 32, ... in turn, one fused multiply-add a value; then the warp's
+// butterfly) and the activation is exact_math.cuh's, so a pick's output has the bits the GPU would give it.
+// Built by scripts/build-kernels.mjs (cc -O3 -ffp-contract=off); driven by src/backend/cuda/host-experts.ts.
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#include "../kernels/exact_math.cuh"
+
+// The mailbox (mirrored by kernels/op_host.cuh and host-experts.ts): a request line, an answer line, then the
+// input row x [H] floats at HE_X and the outputs y [HE_MAX_PICKS][H] after it.
+#define HE_MAX_PICKS 8
+#define HE_X 256
+typedef struct {
+  _Atomic uint32_t req_seq; // written last by the GPU
+  int32_t layer;            // among the MoE layers
+  int32_t n;                // picks of this request (1..HE_MAX_PICKS)
+  int32_t pad0;
+  int32_t slot[HE_MAX_PICKS]; // each pick's physical slot (a cold row: >= hot_rows)
+  uint8_t pad1[80];
+  _Atomic uint32_t done_seq; // written by the host when y holds the request's outputs
+  _Atomic int32_t refused;   // requests the host refused (a slot or layer out of range): y zero
+  uint32_t gpu_timeouts;     // written by the GPU: waits that gave up
+  uint8_t pad2[116];
+} HeMailbox;
+_Static_assert(sizeof(HeMailbox) == HE_X && offsetof(HeMailbox, slot) == 16 && offsetof(HeMailbox, done_seq) == 128 && offsetof(HeMailbox, gpu_timeouts) == 136,
+               "mailbox header: op_host.cuh, host-experts.ts MAILBOX");
+static inline size_t he_y_offset(int H) { return HE_X + (((size_t)4 * H + 63) & ~(size_t)63); }
+
+static inline float bf16_at(const uint16_t* w, size_t i) { return EXACT_BITS_TO_FLOAT((uint32_t)w[i] << 16); }
+
+// The reference order, any K % 8 == 0: 32 lane sums, then the butterfly (lane l adds lane l ^ o, o = 16 .. 1).
+static float dot_ref(const uint16_t* w, const float* x, int K) {
+  float acc[32] = {0};
+  for (int c = 0; c < K / 8; c++)
+    for (int e = 0; e < 8; e++) acc[c & 31] = EXACT_FMA(bf16_at(w, (size_t)c * 8 + e), x[c * 8 + e], acc[c & 31]);
+  for (int o = 16; o > 0; o >>= 1) {
+    float t[32];
+    for (int l = 0; l < 32; l++) t[l] = EXACT_ADD(acc[l], acc[l ^ o]);
+    memcpy(acc, t, sizeof t);
+  }
+  return acc[0];
+}
+
+// x laid out for the vector order: value (g * 32 + l) * 8 + e at (g * 8 + e) * 32 + l (K % 256 == 0).
+static inline size_t lane_major(size_t j) { return ((j >> 8) * 8 + (j & 7)) * 32 + ((j >> 3) & 31); }
+
+#if defined(__x86_64__)
+#define HE_TARGET __attribute__((target("avx512f,fma")))
+// The same sums with 16 lanes a register: a group of 256 values (32 lanes x 8) is 512 bytes; each half (16 lanes)
+// is 16 dwords of bf16 pairs a lane, transposed by two rounds of two-register permutes into 4 vectors of one
+// pair each (lane-major), widened by a shift (the even value) and a mask (the odd), fused in value order.
+HE_TARGET static float dot_avx512(const uint16_t* w, const float* xt, int K) {
+  // Round 1: of lanes 0-3 (a) and 4-7 (b), pairs 0-1 of lanes 0-7, then pairs 2-3; round 2: pairs m of 16 lanes.
+  const __m512i r1lo = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+  const __m512i r1hi = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+  const __m512i r2lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+  const __m512i r2hi = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  const __m512i himask = _mm512_set1_epi32((int)0xffff0000u);
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int g = 0; g < K / 256; g++) {
+    for (int h = 0; h < 2; h++) {
+      const __m512i* p = (const __m512i*)(w + (size_t)g * 256 + h * 128);
+      const __m512i a = _mm512_loadu_si512(p), b = _mm512_loadu_si512(p + 1), c = _mm512_loadu_si512(p + 2), d = _mm512_loadu_si512(p + 3);
+      const __m512i ab01 = _mm512_permutex2var_epi32(a, r1lo, b), ab23 = _mm512_permutex2var_epi32(a, r1hi, b);
+      const __m512i cd01 = _mm512_permutex2var_epi32(c, r1lo, d), cd23 = _mm512_permutex2var_epi32(c, r1hi, d);
+      const __m512i v[4] = {_mm512_permutex2var_epi32(ab01, r2lo, cd01), _mm512_permutex2var_epi32(ab01, r2hi, cd01),
+                            _mm512_permutex2var_epi32(ab23, r2lo, cd23), _mm512_permutex2var_epi32(ab23, r2hi, cd23)};
+      const float* xg = xt + (size_t)g * 256 + h * 16;
+      __m512 s = acc[h];
+      for (int m = 0; m < 4; m++) {
+        s = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v[m], 16)), _mm512_loadu_ps(xg + (2 * m) * 32), s);
+        s = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v[m], himask)), _mm512_loadu_ps(xg + (2 * m + 1) * 32), s);
+      }
+      acc[h] = s;
+    }
+  }
+  // The butterfly: o = 16 adds the halves; 8, 4: 256- and 128-bit blocks; 2, 1: within 128 bits.
+  __m512 s = _mm512_add_ps(acc[0], acc[1]);
+  s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0x4e));
+  s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0xb1));
+  s = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4e));
+  s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));
+  return _mm512_cvtss_f32(s);
+}
+HE_TARGET static float swiglu_avx512(float g, float u) { return exact_swiglu(EXACT_ADD(g, 0.0f), EXACT_ADD(u, 0.0f)); }
+static int simd_supported(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
+#else
+static float dot_avx512(const uint16_t* w, const float* xt, int K) { (void)w; (void)xt; (void)K; return 0.f; }
+static float swiglu_avx512(float g, float u) { (void)g; (void)u; return 0.f; }
+static int simd_supported(void) { return 0; }
+#endif
+
+// The bias-free expert's gate | up sums plus zero, as op_gemv.cuh's SwiGLU epilogue adds a missing bias.
+static float swiglu_ref(float g, float u) { return exact_swiglu(EXACT_ADD(g, 0.0f), EXACT_ADD(u, 0.0f)); }
+
+// One expert row's pieces: gate [I][H], up [I][H], down [H][I] bf16 at these byte offsets of the row.
+typedef struct { int64_t gate, up, down; } RowLayout;
+
+static inline const uint16_t* matrix(const uint8_t* row, int64_t off) { return (const uint16_t*)(row + off); }
+
+// Unit j of the expert: h[j] (lane-major when simd).
+static inline void gate_up_unit(const uint8_t* row, RowLayout rl, int H, int j, const float* x, float* h, int simd) {
+  const uint16_t* gw = matrix(row, rl.gate) + (size_t)j * H;
+  const uint16_t* uw = matrix(row, rl.up) + (size_t)j * H;
+  if (simd) h[lane_major(j)] = swiglu_avx512(dot_avx512(gw, x, H), dot_avx512(uw, x, H));
+  else h[j] = swiglu_ref(dot_ref(gw, x, H), dot_ref(uw, x, H));
+}
+static inline float down_feature(const uint8_t* row, RowLayout rl, int I, int f, const float* h, int simd) {
+  const uint16_t* dw = matrix(row, rl.down) + (size_t)f * I;
+  return simd ? dot_avx512(dw, h, I) : dot_ref(dw, h, I);
+}
+
+int he_simd_available(void) { return simd_supported(); }
+
+// One expert on the calling thread (the tests' entry): h [I] (plain order) and y [H]. simd: 1 takes the vector
+// path (K % 256 == 0 and the CPU has it, else returns -1); 0 the reference loop.
+int he_expert(const uint8_t* row, int64_t gate_off, int64_t up_off, int64_t down_off, int H, int I, const float* x, float* h, float* y, int simd) {
+  if (H % 8 || I % 8 || H <= 0 || I <= 0) return -2;
+  if (simd && (!simd_supported() || H % 256 || I % 256)) return -1;
+  const RowLayout rl = {gate_off, up_off, down_off};
+  float* xt = malloc(sizeof(float) * H);
+  float* ht = malloc(sizeof(float) * I);
+  if (!xt || !ht) { free(xt); free(ht); return -3; }
+  if (simd) for (int k = 0; k < H; k++) xt[lane_major(k)] = x[k];
+  for (int j = 0; j < I; j++) gate_up_unit(row, rl, H, j, simd ? xt : x, ht, simd);
+  for (int j = 0; j < I; j++) h[j] = simd ? ht[lane_major(j)] : ht[j];
+  for (int f = 0; f < H; f++) y[f] = down_feature(row, rl, I, f, ht, simd);
+  free(xt);
+  free(ht);
+  return 0;
+}
+
+// ---- The lane: threads answering the mailbox ----
+
+typedef struct Lane Lane;
+typedef struct { Lane* lane; int index; int cpu; } Worker;
+struct Lane {
+  int threads, H, I, layers, hot_rows, cold_rows, simd;
+  int64_t row_bytes;
+  RowLayout rl;
+  uint64_t* cold; // [layers] host addresses
+  HeMailbox* mb;
+  float* y;     // the mailbox's outputs
+  float* xt;    // the request's x (lane-major when simd)
+  float* ht;    // [HE_MAX_PICKS][I] the picks' units
+  _Atomic int stop;
+  _Atomic uint32_t bar_count, bar_gen;
+  _Atomic uint64_t requests, busy_ns;
+  pthread_t* th;
+  Worker* workers;
+  int started;
+};
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+static inline void relax(void) {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+static void barrier(Lane* L) {
+  const uint32_t gen = atomic_load_explicit(&L->bar_gen, memory_order_acquire);
+  if (atomic_fetch_add_explicit(&L->bar_count, 1, memory_order_acq_rel) == (uint32_t)L->threads - 1) {
+    atomic_store_explicit(&L->bar_count, 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&L->bar_gen, 1, memory_order_release);
+  } else {
+    while (atomic_load_explicit(&L->bar_gen, memory_order_acquire) == gen) relax();
+  }
+}
+
+// Spins while requests come (a decode step posts one a MoE layer); after 2 ms without one, polls every 50 us.
+static int wait_request(Lane* L, uint32_t seen, uint32_t* seq) {
+  uint64_t idle_since = 0;
+  for (unsigned spins = 0;; spins++) {
+    const uint32_t q = atomic_load_explicit(&L->mb->req_seq, memory_order_acquire);
+    if (q != seen) { *seq = q; return 1; }
+    if (atomic_load_explicit(&L->stop, memory_order_relaxed)) return 0;
+    if ((spins & 1023) == 0) {
+      const uint64_t t = now_ns();
+      if (!idle_since) idle_since = t;
+      else if (t - idle_since > 2000000ull) {
+        struct timespec d = {0, 50000};
+        nanosleep(&d, NULL);
+        continue;
+      }
+    }
+    relax();
+  }
+}
+
+// [begin, end) of n units for thread t of T: contiguous, so each thread streams whole rows.
+static inline void share(int n, int t, int T, int* b, int* e) {
+  *b = (int)((int64_t)n * t / T);
+  *e = (int)((int64_t)n * (t + 1) / T);
+}
+
+static void answer(Lane* L, int t, uint32_t seq) {
+  HeMailbox* mb = L->mb;
+  const int layer = mb->layer, n = mb->n;
+  int ok = layer >= 0 && layer < L->layers && n >= 1 && n <= HE_MAX_PICKS;
+  int slots[HE_MAX_PICKS];
+  for (int p = 0; ok && p < n; p++) {
+    slots[p] = mb->slot[p];
+    ok = slots[p] >= L->hot_rows && slots[p] < L->hot_rows + L->cold_rows;
+  }
+  const int H = L->H, I = L->I, T = L->threads;
+  int b, e;
+  if (!ok) {
+    // Every thread reads the same request, so all agree; the outputs go to zero and the GPU goes on.
+    if (t == 0) {
+      memset(L->y, 0, sizeof(float) * HE_MAX_PICKS * H);
+      atomic_fetch_add_explicit(&mb->refused, 1, memory_order_relaxed);
+    }
+    barrier(L);
+    return;
+  }
+  const float* x = (const float*)((const uint8_t*)mb + HE_X);
+  share(H, t, T, &b, &e);
+  for (int k = b; k < e; k++) L->xt[L->simd ? lane_major(k) : (size_t)k] = x[k];
+  barrier(L);
+  const uint8_t* rows[HE_MAX_PICKS];
+  for (int p = 0; p < n; p++) rows[p] = (const uint8_t*)(uintptr_t)L->cold[layer] + (size_t)(slots[p] - L->hot_rows) * L->row_bytes;
+  share(n * I, t, T, &b, &e);
+  for (int u = b; u < e; u++) gate_up_unit(rows[u / I], L->rl, H, u % I, L->xt, L->ht + (size_t)(u / I) * I, L->simd);
+  barrier(L);
+  share(n * H, t, T, &b, &e);
+  for (int u = b; u < e; u++) L->y[u] = down_feature(rows[u / H], L->rl, I, u % H, L->ht + (size_t)(u / H) * I, L->simd);
+  barrier(L);
+  (void)seq;
+}
+
+static void* worker_main(void* arg) {
+  Worker* w = (Worker*)arg;
+  Lane* L = w->lane;
+  if (w->cpu >= 0) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(w->cpu, &s);
+    pthread_setaffinity_np(pthread_self(), sizeof s, &s);
+  }
+  uint32_t seen = atomic_load_explicit(&L->mb->done_seq, memory_order_acquire), seq;
+  while (wait_request(L, seen, &seq)) {
+    seen = seq;
+    const uint64_t t0 = w->index == 0 ? now_ns() : 0;
+    answer(L, w->index, seq);
+    if (w->index == 0) {
+      atomic_store_explicit(&L->mb->done_seq, seq, memory_order_release);
+      atomic_fetch_add_explicit(&L->requests, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&L->busy_ns, now_ns() - t0, memory_order_relaxed);
+    }
+  }
+  return NULL;
+}
+
+void he_stop(void* handle);
+
+// Starts `threads` threads answering the mailbox at `mailbox` (mapped pinned memory, zeroed, HE_X + y bytes).
+// cold: [layers] host addresses of each MoE layer's cold bank, cold_rows rows of row_bytes; physical slot s >=
+// hot_rows is cold row s - hot_rows. pin: pin thread i to the i-th last CPU this process may run on. simd: 1 takes
+// the vector path where it applies (H and I multiples of 256, the CPU has AVX-512). Null on failure.
+void* he_start(int threads, int H, int I, int layers, int hot_rows, int cold_rows, int64_t row_bytes, int64_t gate_off, int64_t up_off,
+               int64_t down_off, const uint64_t* cold, void* mailbox, int simd, int pin) {
+  if (threads < 1 || threads > 1024 || H <= 0 || I <= 0 || H % 8 || I % 8 || layers <= 0 || !cold || !mailbox) return NULL;
+  Lane* L = calloc(1, sizeof(Lane));
+  if (!L) return NULL;
+  L->threads = threads; L->H = H; L->I = I; L->layers = layers; L->hot_rows = hot_rows; L->cold_rows = cold_rows;
+  L->row_bytes = row_bytes;
+  L->rl = (RowLayout){gate_off, up_off, down_off};
+  L->simd = simd && simd_supported() && H % 256 == 0 && I % 256 == 0;
+  L->mb = (HeMailbox*)mailbox;
+  L->y = (float*)((uint8_t*)mailbox + he_y_offset(H));
+  L->cold = malloc(sizeof(uint64_t) * layers);
+  L->xt = aligned_alloc(64, ((sizeof(float) * H + 63) / 64) * 64);
+  L->ht = aligned_alloc(64, ((sizeof(float) * HE_MAX_PICKS * I + 63) / 64) * 64);
+  L->th = calloc(threads, sizeof(pthread_t));
+  L->workers = calloc(threads, sizeof(Worker));
+  if (!L->cold || !L->xt || !L->ht || !L->th || !L->workers) { he_stop(L); return NULL; }
+  memcpy(L->cold, cold, sizeof(uint64_t) * layers);
+  int cpus[1024], ncpu = 0;
+  cpu_set_t allowed;
+  if (pin && sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+    for (int c = 0; c < CPU_SETSIZE && ncpu < 1024; c++) if (CPU_ISSET(c, &allowed)) cpus[ncpu++] = c;
+  for (int i = 0; i < threads; i++) {
+    L->workers[i] = (Worker){L, i, pin && ncpu >= threads ? cpus[ncpu - threads + i] : -1};
+    if (pthread_create(&L->th[i], NULL, worker_main, &L->workers[i]) != 0) { he_stop(L); return NULL; }
+    L->started = i + 1;
+  }
+  return L;
+}
+
+// Whether the lane computes in vectors (1) or the reference loop (0).
+int he_lane_simd(void* handle) { return handle ? ((Lane*)handle)->simd : -1; }
+
+// Requests answered and the time the threads spent on them (ns), since the start.
+void he_stats(void* handle, uint64_t* out) {
+  Lane* L = (Lane*)handle;
+  out[0] = atomic_load(&L->requests);
+  out[1] = atomic_load(&L->busy_ns);
+}
+
+// Stops and joins the threads, then frees the lane (the mailbox and banks are the caller's).
+void he_stop(void* handle) {
+  Lane* L = (Lane*)handle;
+  if (!L) return;
+  atomic_store(&L->stop, 1);
+  for (int i = 0; i < L->started; i++) pthread_join(L->th[i], NULL);
+  free(L->cold);
+  free(L->xt);
+  free(L->ht);
+  free(L->th);
+  free(L->workers);
+  free(L);
+}

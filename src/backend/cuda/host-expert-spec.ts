@@ -1,0 +1,104 @@
+// The spec, for tests, of the GPU gemv's bf16 order at batch 1 and of the host lane (native/host_experts.c) that
+// copies it: every float32 operation written out in JS (Math.fround for one rounding, fmaf32 for a fused one).
+
+/** Largest finite float32 and the midpoint between it and 2^128 (at or above which a sum rounds to infinity). */
+const FLT_MAX = 3.4028234663852886e38;
+const OVERFLOW_MIDPOINT = 3.4028235677973366e38;
+
+/**
+ * fmaf(a, b, c) of float32 values: a * b + c rounded once to float32 (nearest, ties to even). a * b is exact in
+ * float64; s = p + c rounded to float64 has an exact error e (TwoSum). Rounding s again to float32 is right
+ * unless s landed exactly on a float32 midpoint that the exact p + c (= s + e) is not on: then e picks the side.
+ * (float64 rounding is monotonic and float32 midpoints are float64 values, so s never crosses one.)
+ */
+export function fmaf32(a: number, b: number, c: number): number {
+  const p = a * b;
+  const s = p + c; // an exact zero keeps IEEE's sign (+0 unless both are -0); non-finite cases follow float64
+  const r = Math.fround(s);
+  if (r === s || !Number.isFinite(s)) return r;
+  const bv = s - p;
+  const e = (p - (s - bv)) + (c - bv);
+  if (e === 0) return r;
+  if (!Number.isFinite(r)) return Math.abs(s) === OVERFLOW_MIDPOINT && e * s < 0 ? Math.sign(s) * FLT_MAX : r;
+  const other = r + 2 * (s - r); // s's other float32 neighbour when s is a midpoint
+  if (Math.fround(other) !== other) return r;
+  return (other - r > 0) === (e > 0) ? other : r;
+}
+
+/** rintf: nearest integer, ties to even, keeping the sign of a zero. */
+function rintf(v: number): number {
+  const f = Math.floor(v), d = v - f;
+  const n = d > 0.5 || (d === 0.5 && f % 2 !== 0) ? f + 1 : f;
+  return n === 0 ? v * 0 : n;
+}
+
+const LOG2E = Math.fround(1.44269504088896341);
+const LN2_HI = Math.fround(-0.693359375);
+const LN2_LO = Math.fround(2.12194440e-4);
+const POLY = [1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1].map(Math.fround);
+const POLY0 = Math.fround(1.9875691500e-4);
+
+/** exact_math.cuh's exact_expf: e^x within 2 ulp for x in [-87, 88]; below 0, above +inf, NaN stays NaN. */
+export function exactExpf(x: number): number {
+  if (x !== x) return x;
+  if (x > 88) return Infinity;
+  if (x < -87) return 0;
+  const n = rintf(Math.fround(x * LOG2E));
+  let r = fmaf32(n, LN2_HI, x);
+  r = fmaf32(n, LN2_LO, r);
+  let p = POLY0;
+  for (const k of POLY) p = fmaf32(p, r, k);
+  p = fmaf32(p, Math.fround(r * r), r);
+  p = Math.fround(p + 1);
+  return Math.fround(p * 2 ** n); // 2^n: n + 127 in 1..254, a normal float32 built from its bits in C
+}
+
+/** exact_silu: g / (1 + e^-g). (float64 then one fround is exact for + - * /: 53 >= 2 * 24 + 2.) */
+export function exactSilu(g: number): number {
+  return Math.fround(g / Math.fround(1 + exactExpf(-g)));
+}
+
+/** exact_swiglu: silu(gate) x up. */
+export function exactSwiglu(g: number, u: number): number {
+  return Math.fround(exactSilu(g) * u);
+}
+
+const bf16Bits = new Uint32Array(1);
+const bf16Float = new Float32Array(bf16Bits.buffer);
+function bf16(bits: number): number {
+  bf16Bits[0] = bits << 16;
+  return bf16Float[0]!;
+}
+
+/**
+ * One dot of the gemv: K bf16 weights from w[wOffset] with x (K % 8 == 0). Lane c % 32 takes chunk c (values
+ * 8c..8c+7) in ascending c, one fused multiply-add a value; then the butterfly (lane l adds lane l ^ o, o = 16 .. 1).
+ */
+export function gpuDot(w: Uint16Array, wOffset: number, x: Float32Array, K: number): number {
+  if (K % 8 !== 0) throw new Error(`gpuDot: K ${K} is not a multiple of 8`);
+  let acc = new Array<number>(32).fill(0);
+  for (let c = 0; c < K / 8; c++) {
+    let a = acc[c % 32]!;
+    for (let e = 0; e < 8; e++) a = fmaf32(bf16(w[wOffset + 8 * c + e]!), x[8 * c + e]!, a);
+    acc[c % 32] = a;
+  }
+  for (let o = 16; o > 0; o >>= 1) acc = acc.map((v, l) => Math.fround(v + acc[l ^ o]!));
+  return acc[0]!;
+}
+
+/** A bf16 matrix of n values at byte offset `off` of the row (copied: the offset need not be even). */
+function matrix(row: Uint8Array, off: number, n: number): Uint16Array {
+  return new Uint16Array(row.slice(off, off + 2 * n).buffer);
+}
+
+/**
+ * One bias-free SwiGLU expert: gate [I][H], up [I][H], down [H][I] bf16 at these byte offsets of the row.
+ * h[j] = swiglu(gate_j . x + 0, up_j . x + 0) (the +0 turns -0 into +0); y[f] = down_f . h.
+ */
+export function expertSpec(row: Uint8Array, at: { gate: number; up: number; down: number }, H: number, I: number, x: Float32Array): { h: Float32Array; y: Float32Array } {
+  const gate = matrix(row, at.gate, I * H), up = matrix(row, at.up, I * H), down = matrix(row, at.down, H * I);
+  const h = new Float32Array(I), y = new Float32Array(H);
+  for (let j = 0; j < I; j++) h[j] = exactSwiglu(Math.fround(gpuDot(gate, j * H, x, H) + 0), Math.fround(gpuDot(up, j * H, x, H) + 0));
+  for (let f = 0; f < H; f++) y[f] = gpuDot(down, f * I, h, I);
+  return { h, y };
+}

@@ -1,0 +1,344 @@
+// The host expert lane (native/host_experts.c, built here with the system's C compiler and build-kernels' flags)
+// against its spec (host-expert-spec.ts), bit for bit, on both of its paths; and the spec's fmaf32 against an exact
+// BigInt reference, its exp against Math.exp.
+import { after, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { exactExpf, exactSilu, expertSpec, fmaf32, gpuDot } from './host-expert-spec.ts';
+import { loadHostLaneLib, type HostLaneLib } from './host-experts.ts';
+
+// ---- float32 bits and a seeded generator ----
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+const bitsOf = (v: number): number => ((f32[0] = v), u32[0]!);
+const fromBits = (b: number): number => ((u32[0] = b >>> 0), f32[0]!);
+const isNaNBits = (b: number): boolean => (b & 0x7f800000) === 0x7f800000 && (b & 0x7fffff) !== 0;
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(s ^ (s >>> 15), 1 | s);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const int = (r: () => number, lo: number, hi: number): number => lo + Math.floor(r() * (hi - lo + 1)); // [lo, hi]
+const sign = (r: () => number): number => (r() < 0.5 ? -1 : 1);
+/** A float32 with a random 24-bit significand and exponent e (2^e <= |v| < 2^(e+1); e in -126..127). */
+const f32With = (r: () => number, e: number): number => fromBits(((e + 127) << 23) | int(r, 0, 0x7fffff)) * sign(r);
+
+// ---- The exact reference of fmaf: every float32 is an integer times 2^-149, a product of two an integer times 2^-298 ----
+
+/** v = m * 2^e exactly, m a signed BigInt. */
+function decompose(v: number): { m: bigint; e: number } {
+  const b = bitsOf(v), ex = (b >>> 23) & 0xff, frac = b & 0x7fffff;
+  const m = BigInt(ex === 0 ? frac : frac | 0x800000);
+  return { m: b >>> 31 ? -m : m, e: ex === 0 ? -149 : ex - 150 };
+}
+
+/** N * 2^-298 rounded to float32, nearest and ties to even; N = 0 gives `zero`. */
+function roundScaled(N: bigint, zero: number): number {
+  if (N === 0n) return zero;
+  const M = N < 0n ? -N : N;
+  const E = M.toString(2).length - 1 - 298;
+  const q = Math.max(E - 23, -149);
+  const shift = BigInt(q + 298);
+  let Q = M >> shift;
+  const R = M - (Q << shift), half = 1n << (shift - 1n);
+  if (R > half || (R === half && (Q & 1n) === 1n)) Q += 1n;
+  const mag = Number(Q) * 2 ** q;
+  return (N < 0n ? -1 : 1) * (mag >= 2 ** 128 ? Infinity : mag);
+}
+
+function fmaRef(a: number, b: number, c: number): number {
+  if ([a, b, c].some(Number.isNaN)) return NaN;
+  const pInf = !Number.isFinite(a) || !Number.isFinite(b);
+  if (pInf && (a === 0 || b === 0)) return NaN;
+  const pNeg = (bitsOf(a) ^ bitsOf(b)) >>> 31 === 1;
+  if (pInf) return !Number.isFinite(c) && c < 0 !== pNeg ? NaN : pNeg ? -Infinity : Infinity;
+  if (!Number.isFinite(c)) return c;
+  const A = decompose(a), B = decompose(b), C = decompose(c);
+  const N = ((A.m * B.m) << BigInt(A.e + B.e + 298)) + (C.m << BigInt(C.e + 298));
+  const bothNegZero = a * b === 0 && pNeg && c === 0 && bitsOf(c) >>> 31 === 1;
+  return roundScaled(N, bothNegZero ? -0 : 0);
+}
+
+/** Checks fmaf32 on the triples; returns how many a float64 multiply-add rounded to float32 gets wrong. */
+function checkFma(triples: Iterable<[number, number, number]>, what: string): { n: number; naiveWrong: number } {
+  let n = 0, naiveWrong = 0;
+  for (const [a, b, c] of triples) {
+    const want = bitsOf(fmaRef(a, b, c)), got = bitsOf(fmaf32(a, b, c));
+    if (!(got === want || (isNaNBits(got) && isNaNBits(want)))) {
+      assert.fail(`${what}: fmaf32(${hex(a)}, ${hex(b)}, ${hex(c)}) = ${hex(fromBits(got))}, exact ${hex(fromBits(want))}`);
+    }
+    if (bitsOf(Math.fround(a * b + c)) !== want) naiveWrong++;
+    n++;
+  }
+  return { n, naiveWrong };
+}
+const hex = (v: number): string => `${v} (0x${bitsOf(v).toString(16).padStart(8, '0')})`;
+
+function* repeat<T>(n: number, f: () => T): Generator<T> {
+  for (let i = 0; i < n; i++) yield f();
+}
+
+test('the BigInt reference rounds as float32 does where a float64 sum is exact', () => {
+  const r = rng(1);
+  for (let i = 0; i < 20000; i++) {
+    const a = f32With(r, int(r, -60, 60)), b = f32With(r, int(r, -60, 60));
+    // two float32 values whose exponents are close add exactly in float64: one rounding, Math.fround's
+    assert.equal(bitsOf(fmaRef(a, 1, b)), bitsOf(Math.fround(a + b)));
+    assert.equal(bitsOf(fmaRef(a, b, 0)), bitsOf(Math.fround(a * b)));
+  }
+  assert.equal(fmaRef(2 ** -149, 0.5, 0), 0, 'half the least subnormal is a tie: to even, zero');
+  assert.equal(fmaRef(2 ** -149, 0.75, 0), 2 ** -149);
+  assert.equal(fmaRef(2 ** 127, 2, 0), Infinity);
+});
+
+test('fmaf32 on random bit patterns, zeros, infinities and NaN', () => {
+  const r = rng(2);
+  const anyBits = () => fromBits(int(r, 0, 0xffffffff));
+  checkFma(repeat(30000, (): [number, number, number] => [anyBits(), anyBits(), anyBits()]), 'random bits');
+  // Exponents in a band where products and addends overlap, including the overflow threshold.
+  checkFma(repeat(30000, (): [number, number, number] => {
+    const ea = int(r, -70, 70), eb = int(r, -70, 70);
+    return [f32With(r, ea), f32With(r, eb), f32With(r, Math.min(127, Math.max(-126, ea + eb + int(r, -30, 30))))];
+  }), 'overlapping');
+  const specials = [0, -0, 1, -1, 2 ** -149, -(2 ** -149), 3.4028234663852886e38, -3.4028234663852886e38, Infinity, -Infinity, NaN, 1.5, 2 ** -126];
+  const all: [number, number, number][] = [];
+  for (const a of specials) for (const b of specials) for (const c of specials) all.push([a, b, c]);
+  checkFma(all, 'specials');
+  assert.ok(Object.is(fmaf32(-0, 1, -0), -0) && Object.is(fmaf32(0, -1, -0), -0) && Object.is(fmaf32(-0, -1, -0), 0), 'a zero sum is -0 only when both terms are -0');
+  assert.ok(Object.is(fmaf32(1.5, 2, -3), 0) && Object.is(fmaf32(-1.5, 2, 3), 0), 'an exact cancellation is +0');
+  assert.ok(Object.is(fmaf32(-(2 ** -100), 2 ** -60, 0), -0), 'an underflow keeps its sign');
+});
+
+test('fmaf32 under cancellation and on subnormal results', () => {
+  const r = rng(3);
+  checkFma(repeat(30000, (): [number, number, number] => {
+    const a = f32With(r, int(r, -60, 60)), b = f32With(r, int(r, -60, 60));
+    const p = Math.fround(a * b);
+    return [a, b, fromBits(bitsOf(-p) + int(r, -4, 4))]; // c within a few ulps of -a*b
+  }), 'cancellation');
+  checkFma(repeat(30000, (): [number, number, number] => {
+    const ea = int(r, -120, -20);
+    const a = f32With(r, ea), b = f32With(r, int(r, -150 - ea, -125 - ea));
+    const c = r() < 0.3 ? 0 : fromBits(int(r, 0, 0x00ffffff) | (r() < 0.5 ? 0x80000000 : 0)); // subnormal or small normal
+    return [a, b, c];
+  }), 'subnormal');
+});
+
+test('fmaf32 where a float64 sum lands on a float32 midpoint (double rounding)', () => {
+  const r = rng(4);
+  // p = f1 * f2 * 2^k with f1 * f2 an odd 25-bit number: a float32 midpoint; c a tiny push either way (or none).
+  const atMidpoint = (): [number, number, number] => {
+    if (r() < 0.2) {
+      // A subnormal midpoint: an odd multiple of 2^-150.
+      const k1 = int(r, -149, -1);
+      return [sign(r) * (2 * int(r, 0, 2047) + 1) * 2 ** k1, sign(r) * (2 * int(r, 0, 1023) + 1) * 2 ** (-150 - k1), r() < 0.3 ? 0 : sign(r) * 2 ** -149 * int(r, 0, 5)];
+    }
+    const f1 = 2 * int(r, 1, 2047) + 1;
+    const f2 = 2 * int(r, Math.ceil(2 ** 24 / f1 / 2), Math.floor((2 ** 25 - 1) / f1 / 2) - 1) + 1;
+    const top = int(r, -126, 127); // p's exponent: 2^top <= |p| < 2^(top+1), up to the overflow threshold
+    const k1 = int(r, Math.max(-149, top - 128), Math.min(116, top + 125)), k2 = top - 24 - k1;
+    const a = sign(r) * f1 * 2 ** k1, b = sign(r) * f2 * 2 ** k2;
+    if (Math.fround(a) !== a || Math.fround(b) !== b || !Number.isFinite(a * b)) return [1, 1, 0];
+    const cExp = Math.max(-149, top - int(r, 26, 80));
+    const c = r() < 0.15 ? 0 : Math.fround(sign(r) * 2 ** cExp * (1 + r()));
+    return [a, b, c];
+  };
+  const mid = checkFma(repeat(60000, atMidpoint), 'midpoints');
+  // p = u/2 (1 - t^2 2^-46) beside c of ulp u: c + p rounds to c, a float64 sum to the midpoint c + u/2.
+  const besideUlp = (): [number, number, number] => {
+    const e = int(r, -126, 126);
+    const c = f32With(r, e), u = 2 ** Math.max(e - 23, -149), t = int(r, 1, 200);
+    const k = Math.log2(u) - 1, i = int(r, Math.max(-126, k + 1 - 126), Math.min(126, k + 126));
+    const a = 2 ** i * (1 + t * 2 ** -23), b = 2 ** (k - i) * (1 - t * 2 ** -23);
+    if (Math.fround(a) !== a || Math.fround(b) !== b) return [1, 1, 0];
+    return [Math.sign(c) * a * sign(r), sign(r) * b, c];
+  };
+  const near = checkFma(repeat(60000, besideUlp), 'beside an ulp');
+  assert.ok(mid.naiveWrong > 1000 && near.naiveWrong > 1000, `the cases bite: Math.fround(a * b + c) wrong on ${mid.naiveWrong} of ${mid.n} and ${near.naiveWrong} of ${near.n}`);
+  // The overflow threshold's midpoint 2^128 - 2^103 = 18631 * 1801 * 2^103: a push below it gives the largest float.
+  const [a, b, FLT_MAX] = [18631 * 2 ** 60, 1801 * 2 ** 43, 3.4028234663852886e38];
+  for (const s of [1, -1]) {
+    assert.equal(fmaf32(s * a, b, -s * 2 ** 70), s * FLT_MAX, 'below the threshold: finite');
+    assert.equal(fmaf32(s * a, b, 0), s * Infinity, 'on it: to even, infinity');
+    assert.equal(fmaf32(s * a, b, s * 2 ** 70), s * Infinity);
+  }
+});
+
+// ---- exp ----
+
+test('exactExpf is within 2 ulp of e^x on [-87, 88]; outside it 0 or infinity', (t) => {
+  const r = rng(5);
+  const xs = [-87, 88, 0, -0, 1, -1, 2 ** -149, 0.5, -0.5, Math.fround(Math.LN2), Math.fround(-Math.LN2), 87.5, -86.5];
+  for (let i = 0; i < 100000; i++) xs.push(Math.fround(-87 + 175 * r()));
+  for (let i = 0; i < 20000; i++) xs.push(f32With(r, int(r, -40, 6)) % 87);
+  let worst = 0, worstX = 0;
+  for (const x of xs) {
+    const want = Math.exp(x), got = exactExpf(x);
+    const ulp = 2 ** (((bitsOf(Math.fround(want)) >>> 23) & 0xff) - 150);
+    const err = Math.abs(got - want) / ulp;
+    if (err > worst) [worst, worstX] = [err, x];
+  }
+  t.diagnostic(`exactExpf: worst ${worst.toFixed(3)} ulp from Math.exp over ${xs.length} points, at x = ${worstX}`);
+  assert.ok(worst <= 2, `worst ${worst.toFixed(3)} ulp at x = ${hex(worstX)}`);
+  const next = (v: number, d: number) => fromBits(bitsOf(v) + d); // d ulps away from zero
+  assert.equal(exactExpf(next(88, 1)), Infinity);
+  assert.ok(Number.isFinite(exactExpf(88)) && exactExpf(88) > 1e38, 'e^88 is finite');
+  assert.ok(Object.is(exactExpf(next(-87, 1)), 0), 'below -87: +0');
+  assert.ok(exactExpf(-87) > 1e-38, 'e^-87 is not flushed');
+  assert.ok(Number.isNaN(exactExpf(NaN)), 'NaN stays NaN');
+  assert.equal(exactExpf(0), 1);
+  assert.equal(exactExpf(-0), 1);
+});
+
+// ---- The C library ----
+
+const cc = process.env.CC || 'cc';
+const noCompiler = spawnSync(cc, ['--version']).status !== 0 ? `no C compiler (${cc}): native/host_experts.c cannot be built here` : false;
+const root = fileURLToPath(new URL('../../..', import.meta.url));
+const libDir = mkdtempSync(join(tmpdir(), 'host-experts-'));
+after(() => rmSync(libDir, { recursive: true, force: true }));
+let libP: Promise<HostLaneLib> | undefined;
+/** Built once, with scripts/build-kernels.mjs's hostLaneFlags. */
+function lib(): Promise<HostLaneLib> {
+  return (libP ??= (async () => {
+    const src = join(root, 'native', 'host_experts.c'), out = join(libDir, 'host_experts.so');
+    const flags = ['-O3', '-std=gnu11', '-ffp-contract=off', '-fno-fast-math', '-fPIC', '-shared', '-pthread', '-o', out, src];
+    const r = spawnSync(cc, flags, { encoding: 'utf8' });
+    assert.equal(r.status, 0, `cc failed on native/host_experts.c:\n${r.stderr}`);
+    return loadHostLaneLib(libDir);
+  })());
+}
+
+interface Expert { row: Uint8Array; at: { gate: number; up: number; down: number }; H: number; I: number; x: Float32Array }
+
+/** bf16 bits: sign, an exponent near 127 + scale, 7 random bits; some zeros (both signs) and subnormals. */
+function bf16Value(r: () => number, scale: number): number {
+  const s = r() < 0.5 ? 0x8000 : 0, u = r();
+  if (u < 0.03) return s;
+  if (u < 0.04) return s | int(r, 1, 0x7f);
+  return s | ((127 + scale + int(r, -6, 1)) << 7) | int(r, 0, 0x7f);
+}
+
+/** A random expert, its matrices at odd-sized gaps in the row; rows of each matrix at scales 2^-10 .. 2^4. */
+function randomExpert(seed: number, H: number, I: number): Expert {
+  const r = rng(seed);
+  const at = { gate: 64, up: 64 + 2 * I * H + 32, down: 64 + 4 * I * H + 96 };
+  const row = new Uint8Array(at.down + 2 * H * I + 16);
+  const fill = (off: number, rows: number, cols: number) => {
+    const w = new Uint16Array(row.buffer, off, rows * cols);
+    for (let i = 0; i < rows; i++) {
+      const scale = int(r, -10, 4);
+      for (let k = 0; k < cols; k++) w[i * cols + k] = bf16Value(r, scale);
+    }
+  };
+  fill(at.gate, I, H);
+  fill(at.up, I, H);
+  fill(at.down, H, I);
+  const x = new Float32Array(H);
+  for (let k = 0; k < H; k++) {
+    const u = r();
+    x[k] = u < 0.05 ? 0 : u < 0.1 ? -0 : u < 0.13 ? f32With(r, int(r, 6, 10)) : f32With(r, int(r, -8, 1));
+  }
+  return { row, at, H, I, x };
+}
+
+function assertSameBits(got: Float32Array, want: Float32Array, what: string): void {
+  const g = new Uint32Array(got.buffer, got.byteOffset, got.length), w = new Uint32Array(want.buffer, want.byteOffset, want.length);
+  assert.equal(g.length, w.length);
+  for (let i = 0; i < g.length; i++) {
+    if (g[i] !== w[i]) assert.fail(`${what}[${i}]: C ${hex(got[i]!)}, spec ${hex(want[i]!)}`);
+  }
+}
+
+/** Both paths the shape allows against the spec, bit for bit; says whether the vector path was compared. */
+async function checkExpert(e: Expert, what: string): Promise<{ simd: boolean }> {
+  const L = await lib();
+  const want = expertSpec(e.row, e.at, e.H, e.I, e.x);
+  const plain = L.expert(e.row, e.at, e.H, e.I, e.x, false);
+  assertSameBits(plain.h, want.h, `${what} scalar h`);
+  assertSameBits(plain.y, want.y, `${what} scalar y`);
+  const simd = L.simdAvailable() && e.H % 256 === 0 && e.I % 256 === 0;
+  if (simd) {
+    const v = L.expert(e.row, e.at, e.H, e.I, e.x, true);
+    assertSameBits(v.h, want.h, `${what} simd h`);
+    assertSameBits(v.y, want.y, `${what} simd y`);
+  }
+  return { simd };
+}
+
+function gateSums(e: Expert): number[] {
+  const gate = new Uint16Array(e.row.slice(e.at.gate, e.at.gate + 2 * e.I * e.H).buffer);
+  return Array.from({ length: e.I }, (_, j) => gpuDot(gate, j * e.H, e.x, e.H));
+}
+
+for (const [H, I, seeds] of [[256, 256, [11, 12, 13]], [512, 768, [21, 22]], [264, 72, [31, 32, 33]]] as const) {
+  test(`random experts, H ${H}, I ${I}: the C library's bits equal the spec's`, { skip: noCompiler }, async (t) => {
+    let below = 0, above = 0, between = 0, simdRuns = 0;
+    for (const seed of seeds) {
+      const e = randomExpert(seed, H, I);
+      for (const g of gateSums(e)) g < -87 ? below++ : g > 88 ? above++ : between++;
+      if ((await checkExpert(e, `H ${H} I ${I} seed ${seed}`)).simd) simdRuns++;
+    }
+    assert.ok(below > 0 && above > 0 && between > 0, `silu sees both tails: ${below} gate sums below -87, ${above} above 88, ${between} between`);
+    const L = await lib();
+    if (H % 256 === 0 && I % 256 === 0 && !L.simdAvailable()) t.diagnostic('no AVX-512 here: the vector path was not compared');
+    if (H % 256 !== 0 || I % 256 !== 0) {
+      const e = randomExpert(seeds[0], H, I);
+      assert.throws(() => L.expert(e.row, e.at, H, I, e.x, true), /he_expert returned -1/, 'the vector path refuses a shape not a multiple of 256');
+    } else assert.equal(simdRuns, L.simdAvailable() ? seeds.length : 0);
+  });
+}
+
+test('exp and silu at their edges: gate sums fed one-hot, the C library against the spec and the limits', { skip: noCompiler }, async () => {
+  const loaded = await lib();
+  const H = 256, I = 256, one = 0x3f80;
+  const next = (v: number, d: number) => fromBits(bitsOf(v) + d);
+  const edges = [0, -0, 2 ** -149, -(2 ** -149), 1e-30, -1e-30, 1, -1, 10, -10, 1e4, -1e4];
+  for (const v of [86.9, 87, 87.3365, 87.5, 88, 88.5, 88.7228, 89, 100, 103.9]) {
+    const f = Math.fround(v);
+    edges.push(f, -f, next(f, 1), -next(f, 1), next(f, -1), -next(f, -1));
+  }
+  // exp's n = rintf(-g log2 e) at its ties (a float32 product k + 1/2): rounded to even, both parities of k.
+  const log2e = Math.fround(1.44269504088896341);
+  const ties: number[] = [];
+  for (let k2 = -251; k2 <= 253 && ties.length < 120; k2 += 2) {
+    const b0 = bitsOf(k2 / 2 / log2e);
+    for (let d = -40; d <= 40; d++) {
+      const v = fromBits(b0 + d);
+      if (Math.fround(v * log2e) === k2 / 2 && v >= -87 && v <= 88) { ties.push(-v); break; }
+    }
+  }
+  assert.ok(ties.length >= 100, `${ties.length} ties of rintf found`);
+  edges.push(...ties);
+  const r = rng(7);
+  while (edges.length < H - 1) edges.push(Math.fround(-95 + 190 * r()));
+  const x = Float32Array.from([...edges, 1]);
+  const at = { gate: 0, up: 2 * I * H, down: 4 * I * H };
+  const row = new Uint8Array(6 * I * H);
+  const gate = new Uint16Array(row.buffer, at.gate, I * H), up = new Uint16Array(row.buffer, at.up, I * H), down = new Uint16Array(row.buffer, at.down, H * I);
+  for (let j = 0; j < I; j++) {
+    gate[j * H + j] = one; // g_j = x[j]
+    up[j * H + H - 1] = one; // u_j = 1
+  }
+  for (let i = 0; i < down.length; i++) down[i] = bf16Value(r, -4);
+  const e = { row, at, H, I, x };
+  await checkExpert(e, 'edges');
+  const { h } = loaded.expert(row, at, H, I, x, false);
+  for (let j = 0; j < H - 1; j++) {
+    const g = x[j]!, gz = g + 0;
+    assert.equal(bitsOf(h[j]!), bitsOf(exactSilu(gz)), `h[${j}] is silu(${g})`);
+    if (g < -88) assert.ok(Object.is(h[j], -0), `g ${g} < -88: e^-g is infinite, silu -0`);
+    if (g > 87) assert.equal(h[j], g, `g ${g} > 87: e^-g is 0, silu g`);
+    if (g === 0) assert.ok(Object.is(h[j], 0), 'a zero sum (either sign) plus zero is +0, and silu(+0) = +0');
+  }
+});

@@ -1,0 +1,218 @@
+// The host expert lane (native/host_experts.c) through koffi: threads of the host CPU that compute some of a batch-1
+// decode step's cold experts from the cold bank's pinned memory while the GPU computes the rest, answering requests
+// the routing kernel posts in a mailbox of mapped memory (kernels/op_host.cuh). Their sums keep the GPU's order, so
+// a pick computed here has the bits the GPU would give it.
+import { existsSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
+import { ResidencyError } from '../../errors.ts';
+import type { ModelSpec } from '../../model/spec.ts';
+import type { ExpertRowLayout } from './device-weights.ts';
+import type { CudaDriver } from './driver.ts';
+import { kernelDirCandidates } from './kernels.ts';
+
+/** The mailbox's layout (host_experts.c's HeMailbox, op_host.cuh's HostMailbox). */
+export const MAILBOX = {
+  /** Picks one request carries at most. */
+  maxPicks: 8,
+  reqSeq: 0,
+  layer: 4,
+  n: 8,
+  slots: 16,
+  doneSeq: 128,
+  refused: 132,
+  gpuTimeouts: 136,
+  /** The experts' input row, H floats. */
+  x: 256,
+  /** The picks' outputs, maxPicks rows of H floats. */
+  y: (H: number): number => 256 + Math.ceil((4 * H) / 64) * 64,
+  bytes: (H: number): number => MAILBOX.y(H) + 4 * 8 * H,
+} as const;
+
+type Fn = (...args: unknown[]) => unknown;
+export interface HostLaneLib {
+  readonly path: string;
+  simdAvailable(): boolean;
+  /** One expert on the calling thread: h [I] and y [H] (the tests' entry); simd as he_expert. */
+  expert(row: Uint8Array, at: { gate: number; up: number; down: number }, H: number, I: number, x: Float32Array, simd: boolean): { h: Float32Array; y: Float32Array };
+  readonly fns: Readonly<Record<'start' | 'stop' | 'stats' | 'laneSimd', Fn>>;
+}
+
+let cached: HostLaneLib | null = null;
+
+/** Loads host_experts.so (built beside the fatbins by build-kernels) once. */
+export async function loadHostLaneLib(dir?: string): Promise<HostLaneLib> {
+  if (cached && !dir) return cached;
+  const dirs = dir ? [dir] : kernelDirCandidates();
+  const path = dirs.map((d) => join(d, 'host_experts.so')).find((p) => existsSync(p));
+  if (!path) throw new ResidencyError('NOT_AVAILABLE', `host experts: host_experts.so not found (looked in ${dirs.join(', ')}); run \`npm run build:kernels\` (needs a C compiler)`);
+  const koffi = (await import('koffi')) as unknown as { load(p: string): { func(proto: string): Fn } };
+  const lib = koffi.load(path);
+  const f = {
+    simd: lib.func('int he_simd_available()'),
+    expert: lib.func('int he_expert(const uint8_t *row, int64_t gate_off, int64_t up_off, int64_t down_off, int H, int I, const float *x, _Out_ float *h, _Out_ float *y, int simd)'),
+    start: lib.func('uint64_t he_start(int threads, int H, int I, int layers, int hot_rows, int cold_rows, int64_t row_bytes, int64_t gate_off, int64_t up_off, int64_t down_off, const uint64_t *cold, uint64_t mailbox, int simd, int pin)'),
+    stop: lib.func('void he_stop(uint64_t lane)'),
+    stats: lib.func('void he_stats(uint64_t lane, _Out_ uint64_t *out)'),
+    laneSimd: lib.func('int he_lane_simd(uint64_t lane)'),
+  };
+  const loaded: HostLaneLib = {
+    path,
+    simdAvailable: () => f.simd() === 1,
+    expert(row, at, H, I, x, simd) {
+      const h = new Float32Array(I), y = new Float32Array(H);
+      const rc = f.expert(row, at.gate, at.up, at.down, H, I, x, h, y, simd ? 1 : 0) as number;
+      if (rc !== 0) throw new ResidencyError('BAD_ARGUMENT', `host experts: he_expert returned ${rc} (H ${H}, I ${I}, simd ${simd}: -1 no vector path here, -2 a shape not a multiple of 8)`);
+      return { h, y };
+    },
+    fns: { start: f.start, stop: f.stop, stats: f.stats, laneSimd: f.laneSimd },
+  };
+  if (!dir) cached = loaded;
+  return loaded;
+}
+
+/** What the lane computes from: one layer's cold bank per MoE layer, rows of `rowBytes` with gate | up | down at these offsets. */
+export interface HostLaneBanks {
+  readonly hiddenSize: number;
+  readonly intermediate: number;
+  readonly layers: number;
+  readonly hotRows: number;
+  readonly coldRows: number;
+  readonly rowBytes: number;
+  readonly at: { gate: number; up: number; down: number };
+  /** Host addresses of each MoE layer's cold bank. */
+  readonly coldHost: readonly bigint[];
+}
+
+export interface HostLaneOptions {
+  /** Threads (default: the CPUs this process may use, less 2). */
+  readonly threads?: number;
+  /** Pin thread i to one of the last CPUs (default on). */
+  readonly pin?: boolean;
+  /** Vector path where it applies (default on; off: the reference loop). */
+  readonly simd?: boolean;
+}
+
+/** Default threads: all but two CPUs (the engine's thread and the driver's), at least one. */
+export function defaultHostThreads(): number {
+  return Math.max(1, availableParallelism() - 2);
+}
+
+/** A running lane, its mailbox and the device state op_host.cuh keeps. dispose() stops the threads, then frees both. */
+export class HostExpertLane {
+  readonly mailboxDev: bigint;
+  /** Device: [0] the last request's sequence number, [1] the layer's host picks, [2 + j] their pick indices. */
+  readonly stateDev: bigint;
+  readonly threads: number;
+  readonly simd: boolean;
+  private readonly mailbox: { host: Uint8Array; dev: bigint; hostPtr: bigint };
+  private readonly words: DataView;
+  private handle: bigint;
+
+  constructor(private readonly lib: HostLaneLib, private readonly d: CudaDriver, banks: HostLaneBanks, opts: HostLaneOptions = {}) {
+    const H = banks.hiddenSize;
+    this.threads = opts.threads ?? defaultHostThreads();
+    if (!Number.isInteger(this.threads) || this.threads < 1 || this.threads > 1024) {
+      throw new ResidencyError('BAD_ARGUMENT', `host experts: threads must be an integer in 1..1024, got ${opts.threads}`);
+    }
+    this.mailbox = d.allocMappedHost(MAILBOX.bytes(H), 'host expert mailbox');
+    this.mailbox.host.fill(0);
+    this.words = new DataView(this.mailbox.host.buffer, this.mailbox.host.byteOffset, this.mailbox.host.byteLength);
+    this.mailboxDev = this.mailbox.dev;
+    let state = 0n;
+    try {
+      state = d.alloc(64, 'host expert state');
+      d.memsetD8(state, 0, 64);
+    } catch (e) {
+      d.freeHost(this.mailbox.hostPtr);
+      throw e;
+    }
+    this.stateDev = state;
+    const cold = BigUint64Array.from(banks.coldHost);
+    const h = lib.fns.start(this.threads, H, banks.intermediate, banks.layers, banks.hotRows, banks.coldRows, banks.rowBytes, banks.at.gate, banks.at.up, banks.at.down,
+      cold, this.mailbox.hostPtr, opts.simd === false ? 0 : 1, opts.pin === false ? 0 : 1) as bigint;
+    if (!h) {
+      d.free(state);
+      d.freeHost(this.mailbox.hostPtr);
+      throw new ResidencyError('INTERNAL', `host experts: he_start refused (threads ${this.threads}, hidden ${H}, intermediate ${banks.intermediate}, ${banks.layers} layers)`);
+    }
+    this.handle = BigInt(h);
+    this.simd = lib.fns.laneSimd(this.handle) === 1;
+  }
+
+  /** Requests refused by the host (a slot or layer out of range: the outputs were zero) and waits the GPU gave up on. */
+  faults(): { refused: number; gpuTimeouts: number } {
+    return { refused: this.words.getInt32(MAILBOX.refused, true), gpuTimeouts: this.words.getUint32(MAILBOX.gpuTimeouts, true) };
+  }
+
+  /** Throws when a request was refused or the GPU stopped waiting (the step's outputs are then wrong). */
+  check(): void {
+    const f = this.faults();
+    if (f.refused || f.gpuTimeouts) {
+      throw new ResidencyError('INTERNAL', `host experts: ${f.refused} request(s) refused (bad slot or layer) and ${f.gpuTimeouts} GPU wait(s) timed out: the step's outputs are not valid`);
+    }
+  }
+
+  /**
+   * Posts a request from the host, as op_route_group posts one (x already in the mailbox's input row): for benchmarks
+   * and tests driving the lane without a GPU. Returns its sequence number; answered(seq) says when its outputs are in.
+   */
+  post(layer: number, slots: readonly number[], x?: Float32Array): number {
+    if (x) new Float32Array(this.mailbox.host.buffer, this.mailbox.host.byteOffset + MAILBOX.x, x.length).set(x);
+    this.words.setInt32(MAILBOX.layer, layer, true);
+    this.words.setInt32(MAILBOX.n, slots.length, true);
+    slots.forEach((s, j) => this.words.setInt32(MAILBOX.slots + 4 * j, s, true));
+    const seq = (this.words.getUint32(MAILBOX.reqSeq, true) + 1) >>> 0;
+    this.words.setUint32(MAILBOX.reqSeq, seq, true);
+    return seq;
+  }
+
+  answered(seq: number): boolean {
+    return this.words.getUint32(MAILBOX.doneSeq, true) === seq;
+  }
+
+  /** Requests answered and the threads' busy time since the start. */
+  stats(): { requests: number; busyMs: number } {
+    const out = new BigUint64Array(2);
+    this.lib.fns.stats(this.handle, out);
+    return { requests: Number(out[0]), busyMs: Number(out[1]) / 1e6 };
+  }
+
+  dispose(): void {
+    if (!this.handle) return;
+    this.lib.fns.stop(this.handle);
+    this.handle = 0n;
+    this.d.free(this.stateDev);
+    this.d.freeHost(this.mailbox.hostPtr);
+  }
+}
+
+/** The lane as a backend option: the loaded library and how it runs. */
+export interface HostExpertsOptions extends HostLaneOptions {
+  readonly lib: HostLaneLib;
+  /** Of a layer's cold picks at a batch-1 decode step, the share the host computes, rounded up (default DEFAULT_HOST_SHARE). */
+  readonly share?: number;
+}
+
+/**
+ * Default share: the host computes a pick from DRAM in about half the time the GPU reads one in place (H200 host, 14
+ * threads: a 9.4 MB expert in ~100 us against ~180 us over the bus, both at once: bench/tiered/probe), so it takes
+ * about two of every three cold picks and both finish together.
+ */
+export const DEFAULT_HOST_SHARE = 0.7;
+
+/** Why the lane cannot compute this model's experts (null: it can): bf16 rows, gate | up | down, no biases, plain SwiGLU. */
+export function hostLaneRefusal(spec: ModelSpec, row: ExpertRowLayout): string | null {
+  if (row.format !== 'bf16') return `its experts are ${row.format} (the lane computes bf16 experts)`;
+  if (row.interleaved) return 'its gate and up rows are interleaved';
+  if (row.gateUpBiasAt >= 0 || row.downBiasAt >= 0) return 'its experts have biases';
+  if (spec.expertAct) return 'its experts use a clamped SwiGLU';
+  if (spec.hiddenSize % 8 || spec.expertIntermediate % 8) return 'its hidden or expert size is not a multiple of 8';
+  return null;
+}
+
+/** The lane's share as op_host.cuh takes it (per mille), checked. */
+export function hostSharePermille(share = DEFAULT_HOST_SHARE): number {
+  if (!(share > 0 && share <= 1)) throw new ResidencyError('BAD_ARGUMENT', `host experts: share must be in (0, 1], got ${share}`);
+  return Math.round(share * 1000);
+}
