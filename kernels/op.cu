@@ -9,6 +9,7 @@
 #include "op_attention.cuh"
 #include "op_moe.cuh"
 #include "op_mla.cuh"
+#include "op_host.cuh"
 
 // Products: op_gemv_[fp8_|mxfp4_]b<B>_r<R>_<epilogue> and op_gemm_tc_[fp8_|mxfp4_]<epilogue>, bf16, block-FP8
 // or MXFP4 weights.
@@ -96,9 +97,12 @@ extern "C" __global__ void __launch_bounds__(32 * MLA_WARPS) op_mla_attend(const
 // shared memory (up to 32 picks, warp 0 alone groups them). blockDim.x >= T * K.
 // The slot table is copied to shared memory before the wait for the kernel before (only the host writes it, between
 // steps), so a pick's slot is no global round trip after its top-k.
-extern "C" __global__ void op_route_group(OpRoute r, OpGroups g) {
+// With a host expert lane (hp.mb, batch 1) a share of the cold picks goes to the host (op_host.cuh): the groups leave
+// them out and the request is posted after them.
+extern "C" __global__ void op_route_group(OpRoute r, OpGroups g, HostPost hp) {
   extern __shared__ __align__(16) float sm[]; // [warps][route_scratch] logits | se | sw | ss [T*K] | slots | cnt | cur [E]
   __shared__ unsigned long long red[33];
+  __shared__ unsigned host_mask;
   const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, rs = route_scratch(r), TK = r.T * r.K;
   int32_t* se = reinterpret_cast<int32_t*>(sm + nw * rs);
   float* sw = reinterpret_cast<float*>(se + TK);
@@ -112,7 +116,45 @@ extern "C" __global__ void op_route_group(OpRoute r, OpGroups g) {
   __syncthreads();
   const int P = r.header[0] * r.K;
   if (P > 32) group_picks_small(r, g, se, ss, cnt, cnt + r.E, red);
-  else if (warp == 0) group_picks_warp(r, g, se, ss, P);
+  else if (warp == 0) {
+    const unsigned host = host_picks(hp, ss, P);
+    group_picks_warp(r, g, se, ss, P, host);
+    if (threadIdx.x == 0) host_mask = host;
+  }
+  if (hp.mb) {
+    __syncthreads();
+    host_post(hp, ss, host_mask);
+  }
+}
+
+// After a batch-1 step's expert down product (partial rows of the GPU's picks): waits for the host lane's answer to
+// this layer's request, if one was posted (2 s at most: then gpu_timeouts counts it and the rows stay as they are),
+// and copies each host pick's output into its partial row. One block.
+extern "C" __global__ void op_host_collect(HostMailbox* mb, const int32_t* state, float* partial, int H) { pdl_enter();
+  __shared__ int n, pick[HOST_MAX_PICKS];
+  if (threadIdx.x == 0) {
+    n = state[1];
+    for (int j = 0; j < n; j++) pick[j] = state[2 + j];
+    if (n > 0) {
+      const uint32_t seq = (uint32_t)state[0];
+      const uint64_t t0 = global_ns();
+      while (*reinterpret_cast<volatile uint32_t*>(&mb->done_seq) != seq) {
+        __nanosleep(128);
+        if (global_ns() - t0 > 2000000000ull) {
+          volatile uint32_t* to = &mb->gpu_timeouts;
+          *to = *to + 1u;
+          n = 0;
+          break;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  const float* y = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(mb) + host_y_offset(H));
+  for (int i = threadIdx.x; i < n * H; i += blockDim.x) {
+    const int j = i / H;
+    partial[(size_t)pick[j] * H + (i - j * H)] = __ldcv(y + i);
+  }
 }
 
 // Prefill steps: route (a warp per row, grid over rows: op_route_rows), then op_group in one block.

@@ -130,24 +130,25 @@ __device__ __forceinline__ void group_picks_small(const OpRoute& r, OpGroups gr,
 // The groups of at most 32 picks (P = valid rows x K: a decode step of up to 4 rows at top-8), by one warp and no
 // barrier: lane i holds pick i (route_row's, in se); its rank by (expert, pick index) places it in rows, and the first
 // pick of each expert writes its group's start and slot (the pick's, from route_row). The same groups as
-// group_picks_small, each group's picks in pick order.
-__device__ __forceinline__ void group_picks_warp(const OpRoute& r, OpGroups gr, const int32_t* se, const int32_t* ss, int P) {
+// group_picks_small, each group's picks in pick order. The picks in `skip` (the host lane's) are left out.
+__device__ __forceinline__ void group_picks_warp(const OpRoute& r, OpGroups gr, const int32_t* se, const int32_t* ss, int P, unsigned skip = 0u) {
   const int lane = threadIdx.x & 31;
-  const int e = lane < P ? se[lane] : 0x7fffffff;
+  const bool mine = lane < P && !((skip >> lane) & 1u);
+  const int e = mine ? se[lane] : 0x7fffffff;
   int below = 0, same_before = 0; // picks of smaller experts; picks of my expert before me
   for (int j = 0; j < P; j++) {
     const int ej = __shfl_sync(0xffffffffu, e, j);
     below += ej < e;
     same_before += ej == e && j < lane;
   }
-  const bool first = lane < P && same_before == 0;
+  const bool first = mine && same_before == 0;
   const unsigned firsts = __ballot_sync(0xffffffffu, first);
   int groups_below = 0; // distinct smaller experts: my group's index
   for (int j = 0; j < P; j++) {
     const int ej = __shfl_sync(0xffffffffu, e, j);
     groups_below += ((firsts >> j) & 1u) && ej < e;
   }
-  if (lane < P) {
+  if (mine) {
     gr.rows[below + same_before] = lane;
     if (first) {
       gr.start[groups_below] = below;
@@ -157,7 +158,7 @@ __device__ __forceinline__ void group_picks_warp(const OpRoute& r, OpGroups gr, 
   if (lane == 0) {
     const int n = __popc(firsts);
     *gr.n = n;
-    gr.start[n] = P;
+    gr.start[n] = P - __popc(skip);
   }
 }
 

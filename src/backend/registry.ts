@@ -35,6 +35,8 @@ export interface CreateBackendOptions {
   readonly maxNumSeqs?: number;
   /** cuda: upload progress in bytes. */
   readonly onProgress?: (done: number, total: number, what: string) => void;
+  /** cuda: the host expert lane (threads absent: the default; share absent: 0.7). */
+  readonly hostExperts?: { readonly threads?: number; readonly share?: number };
 }
 
 /** Parses a `--threads` value: a count in 1..64 or `auto`. */
@@ -55,6 +57,7 @@ export function parseBackendName(v: string): BackendName {
 export async function createBackend(name: string, model: BackendModel, opts: CreateBackendOptions = {}): Promise<Backend> {
   const which = parseBackendName(name);
   if (which === 'cpu') {
+    if (opts.hostExperts) throw new ResidencyError('BAD_ARGUMENT', '--host-experts: the host expert lane is the cuda backend\'s (the cpu backend computes every expert on the host already)');
     const { CpuBackend } = await import('./cpu/cpu-backend.ts');
     const { autoThreads } = await import('./cpu/parallel/threads.ts');
     const threads = opts.threads === 'auto' ? autoThreads() : opts.threads;
@@ -73,5 +76,6 @@ export async function createBackend(name: string, model: BackendModel, opts: Cre
     ...(opts.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: opts.gpuMemoryUtilization } : {}),
     ...(opts.maxNumSeqs !== undefined ? { maxNumSeqs: opts.maxNumSeqs } : {}),
     ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
+    ...(opts.hostExperts ? { hostExperts: opts.hostExperts } : {}),
   });
 }

@@ -82,6 +82,8 @@ export interface GenerateOptions {
   /** cpu: worker threads (a count or 'auto'); default RESIDENCY_CPU_THREADS, else 1. */
   readonly threads?: number | 'auto';
   readonly gpuMemoryUtilization?: number;
+  /** cuda: the host expert lane (--host-experts). */
+  readonly hostExperts?: { readonly threads?: number; readonly share?: number };
   readonly maxModelLen?: number;
 }
 
@@ -169,6 +171,7 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
       ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
       takeExperts: true, // the model was loaded here for this backend alone
       ...(opts.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: opts.gpuMemoryUtilization } : {}),
+      ...(opts.hostExperts ? { hostExperts: opts.hostExperts } : {}),
       maxNumSeqs: 1,
       onProgress: progress.onProgress,
     });

@@ -14,3 +14,13 @@ it('--gpu-memory-utilization and --max-model-len: parsed, refused naming the fla
   assert.equal(withMaxModelLen(spec, undefined), spec);
   assert.throws(() => withMaxModelLen(spec, 50000), /--max-model-len 50000 is over the model's max_position_embeddings \(40960\)/);
 });
+
+it('--host-experts: a thread count or auto, with an optional share; bad values and a share alone refused by name', () => {
+  assert.deepEqual(parseMemoryFlags({ 'host-experts': 'auto' }).hostExperts, {});
+  assert.deepEqual(parseMemoryFlags({ 'host-experts': '14', 'host-expert-share': '0.6' }).hostExperts, { threads: 14, share: 0.6 });
+  assert.equal(parseMemoryFlags({}).hostExperts, undefined);
+  assert.throws(() => parseMemoryFlags({ 'host-experts': '0' }), /--host-experts '0': expected a thread count in 1..1024 or 'auto'/);
+  assert.throws(() => parseMemoryFlags({ 'host-experts': 'many' }), /--host-experts 'many'/);
+  assert.throws(() => parseMemoryFlags({ 'host-experts': 'auto', 'host-expert-share': '1.2' }), /--host-expert-share '1.2': expected a fraction in \(0, 1\]/);
+  assert.throws(() => parseMemoryFlags({ 'host-expert-share': '0.5' }), /--host-expert-share needs --host-experts/);
+});

@@ -7,20 +7,34 @@ import { checkUtilization } from '../backend/cuda/op/memory.ts';
 export const MEMORY_OPTIONS = {
   'gpu-memory-utilization': { type: 'string' },
   'max-model-len': { type: 'string' },
+  'host-experts': { type: 'string' },
+  'host-expert-share': { type: 'string' },
 } as const;
 
 export const MEMORY_HELP = `  --gpu-memory-utilization F  cuda: share of the GPU's memory for weights, KV cache and workspace (default 0.9);
                        a model that does not fit is refused with what would
   --max-model-len N    positions a sequence may hold, prompt + output (default: the model's max_position_embeddings);
-                       cuda reserves the KV cache for N x the running batch`;
+                       cuda reserves the KV cache for N x the running batch
+  --host-experts N|auto cuda: N host threads ('auto': the CPUs less 2) compute a share of each layer's cold
+                       experts at batch-1 decode steps, from host memory, beside the GPU (bf16 experts; same bits)
+  --host-expert-share F of a layer's cold picks, the share the host computes (default 0.7)`;
 
 export interface MemoryFlags {
   readonly gpuMemoryUtilization?: number;
   readonly maxModelLen?: number;
+  readonly hostExperts?: HostExpertFlags;
 }
 
-export function parseMemoryFlags(values: { 'gpu-memory-utilization'?: string | boolean; 'max-model-len'?: string | boolean }): MemoryFlags {
-  const out: { gpuMemoryUtilization?: number; maxModelLen?: number } = {};
+/** --host-experts and --host-expert-share: the host expert lane's threads (absent: the default) and share. */
+export interface HostExpertFlags {
+  readonly threads?: number;
+  readonly share?: number;
+}
+
+type FlagValues = { 'gpu-memory-utilization'?: string | boolean; 'max-model-len'?: string | boolean; 'host-experts'?: string | boolean; 'host-expert-share'?: string | boolean };
+
+export function parseMemoryFlags(values: FlagValues): MemoryFlags {
+  const out: { gpuMemoryUtilization?: number; maxModelLen?: number; hostExperts?: HostExpertFlags } = {};
   const u = values['gpu-memory-utilization'];
   if (typeof u === 'string') {
     const n = Number(u);
@@ -32,6 +46,20 @@ export function parseMemoryFlags(values: { 'gpu-memory-utilization'?: string | b
     const n = Number(m);
     if (m.trim() === '' || !Number.isInteger(n) || n < 2) throw new ResidencyError('BAD_ARGUMENT', `--max-model-len '${m}': expected an integer >= 2`);
     out.maxModelLen = n;
+  }
+  const h = values['host-experts'], share = values['host-expert-share'];
+  if (typeof share === 'string' && typeof h !== 'string') throw new ResidencyError('BAD_ARGUMENT', '--host-expert-share needs --host-experts');
+  if (typeof h === 'string') {
+    const n = Number(h);
+    if (h.trim() !== 'auto' && (h.trim() === '' || !Number.isInteger(n) || n < 1 || n > 1024)) {
+      throw new ResidencyError('BAD_ARGUMENT', `--host-experts '${h}': expected a thread count in 1..1024 or 'auto'`);
+    }
+    let f: number | undefined;
+    if (typeof share === 'string') {
+      f = Number(share);
+      if (share.trim() === '' || !(f > 0 && f <= 1)) throw new ResidencyError('BAD_ARGUMENT', `--host-expert-share '${share}': expected a fraction in (0, 1]`);
+    }
+    out.hostExperts = { ...(h.trim() === 'auto' ? {} : { threads: n }), ...(f !== undefined ? { share: f } : {}) };
   }
   return out;
 }

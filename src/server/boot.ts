@@ -36,6 +36,8 @@ export interface ServeOptions {
   readonly gpuMemoryUtilization?: number;
   /** Positions a sequence may hold (--max-model-len; default the model's). */
   readonly maxModelLen?: number;
+  /** cuda: the host expert lane (--host-experts). */
+  readonly hostExperts?: { readonly threads?: number; readonly share?: number };
   /** Hot experts per layer; equal to the expert count means all hot and no residency controller. */
   readonly hot?: number;
   readonly map?: RowMap;
@@ -123,6 +125,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
       ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
       ...(opts.model === undefined ? { takeExperts: true } : {}), // loaded here for this backend alone
       ...(opts.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: opts.gpuMemoryUtilization } : {}),
+      ...(opts.hostExperts ? { hostExperts: opts.hostExperts } : {}),
       maxNumSeqs: opts.scheduler?.maxRunning ?? DEFAULT_SCHEDULER.maxRunning,
       onProgress: progress.onProgress,
     });

@@ -285,6 +285,11 @@ export class CudaExpertBanks implements ExpertBanks {
     return BigInt((physSlot - this.hotRowsAllocated) * this.rowBytes);
   }
 
+  /** Host addresses of each layer's cold bank (0 where a layer has none): what the host expert lane reads. */
+  coldHostAddresses(): bigint[] {
+    return this.coldHost.map((c) => c.hostPtr);
+  }
+
   /** The mapped host bytes of logical cold row `row` of `layer` (what the kernels read in place for its expert). */
   coldRowBytes(layer: number, row: number): Uint8Array {
     const at = Number(this.coldOffset(this.phys[layer]![this.tables.expertAt(layer, 'cold', row)]!));

@@ -163,6 +163,19 @@ export function encodeGroups(g: GroupArrays): Uint8Array {
   return b;
 }
 
+/** op_host.cuh's HostPost: what the batch-1 routing needs to hand picks to the host expert lane (mailbox 0n: none). */
+export interface HostPostArgs { mailbox: bigint; state: bigint; x: bigint; hotRows: number; sharePermille: number; H: number; layer: number }
+export const HOST_POST_BYTES = 40;
+export function encodeHostPost(h: HostPostArgs | null): Uint8Array {
+  const b = Buffer.alloc(HOST_POST_BYTES);
+  if (!h) return b;
+  b.writeBigUInt64LE(h.mailbox, 0);
+  b.writeBigUInt64LE(h.state, 8);
+  b.writeBigUInt64LE(h.x, 16);
+  [h.hotRows, h.sharePermille, h.H, h.layer].forEach((v, i) => b.writeInt32LE(v, 24 + 4 * i));
+  return b;
+}
+
 /** Whether a gemv of B rows stages all K of a row at once (the condition for its fused norm). */
 export function gemvStagesWhole(B: number, K: number): boolean {
   return Math.max(Math.floor(16384 / B), 256) >= K;

@@ -27,6 +27,7 @@ import { ARGMAX_BLOCKS, MAX_OUT, memoryNeeds, workspaceLayout } from './workspac
 import { checkStepChunks } from '../step-chunks.ts';
 import { OpStepKernels, raiseSharedMemoryLimits, type RecordedLaunch } from './step-kernels.ts';
 import { scatterRouting } from '../routing-record.ts';
+import { HostExpertLane, hostLaneRefusal, hostSharePermille, type HostExpertsOptions } from '../host-experts.ts';
 
 export interface OpBackendOptions {
   readonly placement?: BankPlacement;
@@ -82,6 +83,11 @@ export interface OpBackendOptions {
    * 988). bench/gpu/results/families-2026-12-01.md.
    */
   readonly tensorCoreDecodeRows?: number;
+  /**
+   * The host expert lane: host threads compute a share of each layer's cold picks at batch-1 decode steps, from the
+   * cold bank in host DRAM, beside the GPU (host-experts.ts; bf16 experts without biases). Off by default.
+   */
+  readonly hostExperts?: HostExpertsOptions;
 }
 
 /** One of the two pinned sets a decode piece's rows go in and its argmax keys come back in, and its completion event. */
@@ -136,6 +142,8 @@ export class CudaOpBackend implements Backend {
   /** The experts' bank row as stored (bf16, or block FP8 values and scale grids). */
   readonly rowLayout: ExpertRowLayout;
   private readonly tcDecodeRows: number;
+  /** Host threads computing cold picks at batch-1 steps (OpBackendOptions.hostExperts). */
+  readonly hostLane?: HostExpertLane;
   /** The kernels of a piece, in stream order (step-kernels.ts). */
   private readonly kernels: OpStepKernels;
 
@@ -176,6 +184,9 @@ export class CudaOpBackend implements Backend {
     const allocatedRows = (h: number): number => h + (h < E ? (opts.spareRows ?? DEFAULT_SPARE_ROWS) : 0);
     const weightBytes = deviceWeightBytes(source, s);
     this.rowLayout = expertRowLayout(source, s);
+    const refusal = opts.hostExperts ? hostLaneRefusal(s, this.rowLayout) : null;
+    if (refusal) throw new ResidencyError('BAD_ARGUMENT', `--host-experts: this model's experts cannot go to the host lane: ${refusal}`);
+    const sharePermille = opts.hostExperts ? hostSharePermille(opts.hostExperts.share) : 0;
     const needsAt = (h: number) => memoryNeeds(s, allocatedRows(h), T, this.maxSplits, weightBytes);
     const total = d.memInfo().total;
     const util = opts.gpuMemoryUtilization ?? 0.9;
@@ -230,18 +241,34 @@ export class CudaOpBackend implements Backend {
         done: scope.acquire(`decode event ${i}`, () => d.eventCreate(), (e) => d.eventDestroy(e)),
         slot: i,
       }));
+      if (opts.hostExperts) {
+        this.hostLane = this.startHostLane(opts.hostExperts, scope);
+        this.hotReason += this.hostLane
+          ? `; host expert lane: ${this.hostLane.threads} threads (${this.hostLane.simd ? 'AVX-512' : 'reference loop'}) compute ${sharePermille / 10}% of each layer's cold picks at batch-1 decode steps`
+          : '; host expert lane: off (no expert is cold)';
+      }
       raiseSharedMemoryLimits(d, fns, s, routeMode);
       this.kernels = new OpStepKernels({
         d, spec: s, stream: this.stream, fns, layers: w.layers, embed: w.embed, lmHead: w.lmHead, finalNorm: w.finalNorm, invFreq: w.invFreq,
         ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,
         routeMode, QKV: this.QKV, pdl: opts.pdl ?? true, earlyWeights: opts.earlyWeights ?? true, evictFirst: opts.evictFirst ?? true,
         fuseResidual: opts.fuseResidual ?? true, ...(opts.combineRows ? { combineRows: opts.combineRows } : {}),
-        oneWaveDense: opts.oneWaveDense ?? true,
+        oneWaveDense: opts.oneWaveDense ?? true, ...(this.hostLane ? { hostLane: { mailboxDev: this.hostLane.mailboxDev, stateDev: this.hostLane.stateDev, sharePermille } } : {}),
       });
       uploader.finish(); // every weight landed and is finite, before the first step
     } catch (e) {
       throw scope.unwind(e);
     }
+  }
+
+  /** The host expert lane over the banks' cold rows (none when every expert is hot); released before the banks. */
+  private startHostLane(he: HostExpertsOptions, scope: ResourceScope): HostExpertLane | undefined {
+    const { hiddenSize: H, expertIntermediate: I, numExperts: E } = this.spec;
+    const b = this.banks;
+    if (b.hotPerLayer >= E) return undefined;
+    const at = { gate: this.rowLayout.gateUpAt, up: this.rowLayout.gateUpAt + 2 * I * H, down: this.rowLayout.downAt };
+    const banks = { hiddenSize: H, intermediate: I, layers: b.layers, hotRows: b.hotRowsAllocated, coldRows: E - b.hotPerLayer, rowBytes: b.rowBytes, at, coldHost: b.coldHostAddresses() };
+    return scope.adopt(new HostExpertLane(he.lib, this.d, banks, he), 'host expert lane', (l) => l.dispose());
   }
 
   openSequence(seq: number, capacity: number): void {
@@ -312,6 +339,7 @@ export class CudaOpBackend implements Backend {
       const finish = (): StepOutput => {
         if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend: a submitted step waited for after dispose()');
         this.d.eventSync(io!.done);
+        this.hostLane?.check();
         keysOf(only, true, io!.keys.host);
         return { logits, argmax };
       };
@@ -322,6 +350,7 @@ export class CudaOpBackend implements Backend {
       const n = piece.rows.length;
       const oh = this.outHost;
       this.d.streamSync(this.stream, 'forward');
+      this.hostLane?.check();
       // Decode pieces compute every row's logits (out row = row); prefill pieces only their outputs, in order.
       if (argmax) {
         keysOf(piece, rowsRun, io ? io.keys.host : oh.host);

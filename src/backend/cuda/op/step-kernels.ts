@@ -11,7 +11,7 @@ import type { ExpertRowLayout, ProductWeights, WeightFormat } from '../device-we
 import type { CudaDriver, KernelArg } from '../driver.ts';
 import type { AttendHeadDim, KernelName, WeightInfix } from '../kernels.ts';
 import { bucketFor } from '../plan.ts';
-import { combineSmemBytes, encodeAttn, encodeGemm, encodeGroups, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, groupSmemBytes, maxGroupedTiles, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
+import { combineSmemBytes, encodeAttn, encodeGemm, encodeGroups, encodeHostPost, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, groupSmemBytes, maxGroupedTiles, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
 import { combineRowsPerWarp, DECODE_MAX_ROWS, gemvRowsPerWarp, oneWaveFeatureBlocks } from './plan.ts';
 import type { DenseDev, LayerDev } from './resident-weights.ts';
 import { ARGMAX_BLOCKS } from './workspace.ts';
@@ -73,6 +73,11 @@ export interface StepDevice {
   readonly combineRows?: 1 | 2 | 4;
   /** Batch 1, bf16: a dense product that stores (q | k | v) split evenly over one wave of blocks, where that is more blocks. */
   readonly oneWaveDense: boolean;
+  /**
+   * The host expert lane (host-experts.ts): at batch-1 decode steps the routing hands this share (per mille) of each
+   * layer's cold picks to the host's threads, and op_host_collect brings their outputs into the partial rows.
+   */
+  readonly hostLane?: { readonly mailboxDev: bigint; readonly stateDev: bigint; readonly sharePermille: number };
 }
 
 /**
@@ -122,12 +127,13 @@ export class OpStepKernels {
   private readonly fuseResidual: boolean;
   private readonly combineRows?: 1 | 2 | 4;
   private readonly oneWaveDense: boolean;
+  private readonly hostLane: StepDevice['hostLane'];
 
   constructor(dev: StepDevice) {
     ({ d: this.d, spec: this.spec, stream: this.stream, fns: this.fns, layers: this.layers, embed: this.embed, lmHead: this.lmHead, finalNorm: this.finalNorm,
       invFreq: this.invFreq, ropeScale: this.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks,
       rowLayout: this.rowLayout, routeMode: this.routeMode, QKV: this.QKV, pdl: this.pdl, earlyWeights: this.earlyWeights, evictFirst: this.evictFirst,
-      fuseResidual: this.fuseResidual, combineRows: this.combineRows, oneWaveDense: this.oneWaveDense } = dev);
+      fuseResidual: this.fuseResidual, combineRows: this.combineRows, oneWaveDense: this.oneWaveDense, hostLane: this.hostLane } = dev);
   }
 
   private ptr(name: string): bigint {
@@ -164,7 +170,10 @@ export class OpStepKernels {
     // the MoE layer's down product its picks).
     let prevMoe = -1;
     const residualMode = (l: number): number => (l === 0 ? 0 : prevMoe >= 0 ? 1 : 2);
-    const combine = this.fuseResidual && gemv && T === 1 && K <= GEMV_WARPS;
+    // With the host lane a batch-1 step's picks are combined by the next norm (op_residual_norm mode 1), after
+    // op_host_collect has put the host's outputs in their partial rows.
+    const lane = gemv && T === 1 ? this.hostLane : undefined;
+    const combine = this.fuseResidual && gemv && T === 1 && K <= GEMV_WARPS && !lane;
     for (let l = 0; l < L; l++) {
       const ly = this.layers[l]!;
       // With nothing to add, the input norm runs inside the q | k | v gemv (each block normalizes the rows it staged).
@@ -194,7 +203,8 @@ export class OpStepKernels {
       });
       const groups = encodeGroups({ n: this.ptr('grpN'), slot: this.ptr('grpSlot'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
       if (gemv) {
-        this.launch('op_route_group', [1, 1, 1], 32 * Math.max(4, T), routeGroupSmemBytes(T, K, E, this.routeMode), [{ bytes: route }, { bytes: groups }]);
+        const post = lane ? { mailbox: lane.mailboxDev, state: lane.stateDev, x: this.ptr('xn'), hotRows: banks.hotRowsAllocated, sharePermille: lane.sharePermille, H, layer: m } : null;
+        this.launch('op_route_group', [1, 1, 1], 32 * Math.max(4, T), routeGroupSmemBytes(T, K, E, this.routeMode), [{ bytes: route }, { bytes: groups }, { bytes: encodeHostPost(post) }]);
       } else {
         this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, routeRowsSmemBytes(this.routeMode, E), [{ bytes: route }]);
         this.launch('op_group', [1, 1, 1], 1024, groupSmemBytes(E), [{ bytes: route }, { bytes: groups }]);
@@ -220,6 +230,11 @@ export class OpStepKernels {
         prevMoe = -1;
       } else {
         this.product('experts_down', gemv, T, 'store', { ...down, y: this.ptr('partial') }, row.format, true);
+        if (lane) {
+          this.role = 'host_collect';
+          this.launch('op_host_collect', [1, 1, 1], 256, 0, [u64(lane.mailboxDev), u64(lane.stateDev), u64(this.ptr('partial')), i32(H)]);
+          this.role = '';
+        }
         prevMoe = m;
       }
     }

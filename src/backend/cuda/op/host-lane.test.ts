@@ -1,0 +1,118 @@
+// The op path's host expert lane on the fake driver (its kernels are no-ops and its lane a stub: the lane's arithmetic
+// is host-experts.test.ts's, its run on the device test/gpu/tiered-real.gpu.ts's): what a batch-1 step launches with
+// the lane, what other steps keep, which models it refuses, and that dispose stops it before anything is freed.
+import { after, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expectedTensors } from '../../../model/architecture.ts';
+import type { RawTensor } from '../../../model/weights.ts';
+import { mapTensorSource } from '../../../model/tensor-source.ts';
+import { syntheticModel } from '../../cpu/synthetic.ts';
+import { FakeCudaDriver } from '../fake-driver.ts';
+import { KERNEL_GROUPS } from '../kernels.ts';
+import { CudaOpBackend, type OpBackendOptions } from './op-backend.ts';
+import { hostLaneRefusal, type HostLaneLib } from '../host-experts.ts';
+import { expertRowLayout } from '../device-weights.ts';
+
+const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-host-lane-'));
+for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');
+after(() => rmSync(kernelDir, { recursive: true, force: true }));
+
+const { spec } = syntheticModel({ hiddenSize: 64, headDim: 64, numHeads: 2, numKvHeads: 1, expertIntermediate: 32, numExperts: 8, topK: 2, tieWordEmbeddings: false });
+const raw = new Map<string, RawTensor>();
+for (const [name, shape] of expectedTensors(spec)) raw.set(name, { name, dtype: 'BF16', shape, bytes: new Uint8Array(2 * shape.reduce((a, b) => a * b, 1)) });
+
+/** A lane library that starts no threads and records what it was given. */
+function stubLib() {
+  const calls: { start: unknown[][]; stops: bigint[] } = { start: [], stops: [] };
+  const lib: HostLaneLib = {
+    path: 'stub',
+    simdAvailable: () => false,
+    expert: () => { throw new Error('not in this test'); },
+    fns: {
+      start: (...a: unknown[]) => { calls.start.push(a); return 77n; },
+      stop: (h: unknown) => { calls.stops.push(h as bigint); },
+      stats: () => undefined,
+      laneSimd: () => 1,
+    },
+  };
+  return { lib, calls };
+}
+
+function build(opts: OpBackendOptions) {
+  const d = new FakeCudaDriver();
+  const be = new CudaOpBackend(d, spec, mapTensorSource(raw), { kernelDir, placement: { hotPerLayer: 6 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32, graphs: false, ...opts });
+  return { d, be };
+}
+
+/** The launches of one decode step of `rows` sequences (after their 2-token prefill). */
+function decodeLaunches(d: FakeCudaDriver, be: CudaOpBackend, rows: number) {
+  for (let i = 0; i < rows; i++) be.openSequence(i, 64);
+  be.forward({ chunks: Array.from({ length: rows }, (_, seq) => ({ seq, tokens: [1, 2], startPos: 0 })), count: false });
+  const from = d.launches.length;
+  be.forward({ chunks: Array.from({ length: rows }, (_, seq) => ({ seq, tokens: [3], startPos: 2 })), count: true });
+  for (let i = 0; i < rows; i++) be.closeSequence(i);
+  return d.launches.slice(from);
+}
+
+const hostPost = (l: { args: unknown[] }): Buffer => Buffer.from((l.args[2] as { bytes: Uint8Array }).bytes);
+
+test('host lane: a batch-1 step posts each MoE layer\'s cold picks (route_group\'s HostPost), collects them after the down product, and combines in the next norm; batch 2 posts nothing', () => {
+  const { lib, calls } = stubLib();
+  const { d, be } = build({ hostExperts: { lib, threads: 3, share: 0.5 } });
+  const lane = be.hostLane!;
+  assert.ok(lane && lane.threads === 3 && lane.simd);
+  assert.match(be.hotReason, /host expert lane: 3 threads \(AVX-512\) compute 50% of each layer's cold picks at batch-1 decode steps/);
+  const [threads, H, I, layers, hotRows, coldRows, rowBytes] = calls.start[0]! as number[];
+  assert.deepEqual([threads, H, I, layers, hotRows, coldRows, rowBytes], [3, 64, 32, spec.numLayers, be.banks.hotRowsAllocated, 2, be.banks.rowBytes]);
+  assert.deepEqual([...(calls.start[0]![10] as BigUint64Array)], be.banks.coldHostAddresses(), 'the cold banks\' host addresses');
+
+  const one = decodeLaunches(d, be, 1);
+  const routes = one.filter((l) => l.name === 'op_route_group');
+  assert.equal(routes.length, spec.numLayers);
+  routes.forEach((r, m) => {
+    const p = hostPost(r);
+    assert.equal(p.readBigUInt64LE(0), lane.mailboxDev);
+    assert.equal(p.readBigUInt64LE(8), lane.stateDev);
+    assert.deepEqual([p.readInt32LE(24), p.readInt32LE(28), p.readInt32LE(32), p.readInt32LE(36)], [be.banks.hotRowsAllocated, 500, 64, m], 'hot rows, share per mille, H, layer');
+  });
+  assert.equal(one.filter((l) => /_combine$/.test(l.name)).length, 0, 'no fused combine: the next norm combines');
+  const names = one.map((l) => l.name);
+  const collects = names.flatMap((n, i) => (n === 'op_host_collect' ? [i] : []));
+  assert.equal(collects.length, spec.numLayers);
+  for (const i of collects) {
+    assert.match(names[i - 1]!, /^op_gemv_b1_r[12]_store$/, 'right after the down product');
+    assert.equal(one[i]!.args[0] && (one[i]!.args[0] as { u64: bigint }).u64, lane.mailboxDev);
+  }
+  assert.equal(names.filter((n) => n === 'op_residual_norm').length, spec.numLayers + 1, 'each layer\'s picks combined by the next norm');
+
+  const two = decodeLaunches(d, be, 2);
+  assert.ok(two.filter((l) => l.name === 'op_route_group').every((r) => hostPost(r).every((b) => b === 0)), 'batch 2: no host lane');
+  assert.equal(two.filter((l) => l.name === 'op_host_collect').length, 0);
+
+  be.dispose();
+  assert.deepEqual(calls.stops, [77n], 'the lane stopped');
+  assert.deepEqual(d.liveByKind(), {}, 'mailbox and state freed with the rest');
+});
+
+test('host lane: with every expert hot there is nothing to compute (no lane, and serve says so); a share outside (0, 1] is refused', () => {
+  const { lib, calls } = stubLib();
+  const { be } = build({ placement: { hotPerLayer: 8 }, hostExperts: { lib } });
+  assert.equal(be.hostLane, undefined);
+  assert.match(be.hotReason, /host expert lane: off \(no expert is cold\)/);
+  assert.equal(calls.start.length, 0);
+  be.dispose();
+  assert.throws(() => build({ hostExperts: { lib, share: 0 } }), /host experts: share must be in \(0, 1\], got 0/);
+  assert.throws(() => build({ hostExperts: { lib, share: 1.5 } }), /share must be in \(0, 1\]/);
+});
+
+test('host lane: refused by name for experts it cannot compute (quantized, interleaved, biased, clamped SwiGLU)', () => {
+  const row = expertRowLayout(mapTensorSource(raw), spec);
+  assert.equal(hostLaneRefusal(spec, row), null);
+  assert.match(hostLaneRefusal(spec, { ...row, format: 'fp8' })!, /its experts are fp8 \(the lane computes bf16 experts\)/);
+  assert.match(hostLaneRefusal(spec, { ...row, interleaved: true })!, /interleaved/);
+  assert.match(hostLaneRefusal(spec, { ...row, gateUpBiasAt: 0 })!, /biases/);
+  assert.match(hostLaneRefusal({ ...spec, expertAct: { limit: 7, alpha: 1.702 } } as typeof spec, row)!, /clamped SwiGLU/);
+});
