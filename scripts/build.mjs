@@ -18,6 +18,7 @@ const entries = [
   ['bench/gpu/real-size.ts', 'dist/bench-real.mjs'],
   ['bench/gpu/cold-read.ts', 'dist/bench-cold-read.mjs'],
   ['bench/tiered/real.ts', 'dist/bench-tiered.mjs'],
+  ['bench/tiered/host-lane.ts', 'dist/bench-host-lane.mjs'],
   ['bench/cpu/decode.ts', 'dist/bench-cpu.mjs'],
 ];
 for (const [src, out] of entries) {

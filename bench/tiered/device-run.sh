@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench:tiered on the lent H200, in one device call (see bench/tiered/README.md):
 #   ../shared/tools/gpu-bundle && npm run build   (then carry .gpu, dist, node_modules/koffi, node_modules/@koromix)
-#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|all]
+#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|host|all]
 # formats: the same 16-layer geometry in bf16 and in block FP8, 64/128 hot, a short shift (issue 14: a cold
 # expert read in place costs its stored bytes); it makes only the 16-layer checkpoints.
 # Makes the 2-layer and 16-layer qwen3-30b-a3b checkpoints, runs the tiered GPU test (moves landing while greedy
@@ -20,6 +20,20 @@ if [ "$which" = formats ]; then
     echo "formats $f rc=$?"
   done
   grep -hE "^\| (all-hot|fixed|adaptive)" "$OUT"/tiered-formats-*.md | cut -c1-170
+  exit 0
+fi
+if [ "$which" = host ]; then
+  # The host expert lane (issue 12): the fixed map and adaptive at 64/128 hot, 1 user, without the lane and with it at
+  # shares 0.5 / 0.7 / 1 (of each layer's cold picks, what the host computes).
+  [ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
+  for sh in ${HOST_SHARES:-off 0.5 0.7 1}; do
+    lane=""; [ "$sh" != off ] && lane="--host-experts auto --host-expert-share $sh"
+    timeout 150 node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 \
+      --users 1 --phases ${HOST_PHASES:-en+code:800,de+ja:800} --policies ${HOST_POLICIES:-fixed,adaptive} --tag host-$sh $lane --out "$OUT" > "$OUT/host-$sh.log" 2>&1
+    echo "host lane $sh rc=$?"
+  done
+  grep -h "^\[tiered" "$OUT"/host-*.log | grep -v "fitting\|loaded"
+  for f in "$OUT"/tiered-host-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive)" "$f" | cut -c1-120; done
   exit 0
 fi
 python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 > /tmp/mk2.log 2>&1 &

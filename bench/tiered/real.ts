@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Backend } from '../../src/backend/backend.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
+import { parseMemoryFlags } from '../../src/cli/memory-flags.ts';
 import { createBackend, type BackendModel } from '../../src/backend/registry.ts';
 import { loadModelFor } from '../../src/model/load.ts';
 import { loadTokenizer } from '../../src/model/tokenizer.ts';
@@ -32,6 +33,8 @@ const { values: v } = parseArgs({
     budgets: { type: 'string' }, 'fit-steps': { type: 'string', default: '1500' }, 'max-doc': { type: 'string', default: '512' },
     'counter-steps': { type: 'string', default: '300' }, backend: { type: 'string', default: 'cuda' }, out: { type: 'string' }, tag: { type: 'string' }, 'steps-json': { type: 'boolean', default: false },
     'trace-out': { type: 'string' },
+    // The host expert lane on the tiered backends: threads ('auto': the CPUs less 2) and share (default 0.7).
+    'host-experts': { type: 'string' }, 'host-expert-share': { type: 'string' },
   },
 });
 if (!v.model || !v.prompts) throw new Error('--model DIR (a make-checkpoint folder) and --prompts prompts.json are required');
@@ -73,9 +76,10 @@ const runs: PolicyRun[] = [];
 const t0 = performance.now();
 // All hot: fit the maps (en+code for fixed, every domain for seed), then the all-hot lane.
 /** The product's backend: cuda (the op path, KV sized for the documents) or cpu (tiny models: a dry run of the bench). */
+const hostExperts = parseMemoryFlags({ 'host-experts': v['host-experts'], 'host-expert-share': v['host-expert-share'] }).hostExperts;
 const makeBackend = async (placement?: RowMap): Promise<Backend> => backendName === 'cpu'
   ? createBackend('cpu', m as BackendModel, { ...(placement ? { placement } : {}), threads: 'auto' })
-  : createCuda(m, { path: 'op', ...(placement ? { placement } : {}), maxModelLen: maxDoc + 8, maxNumSeqs: seqs });
+  : createCuda(m, { path: 'op', ...(placement ? { placement } : {}), maxModelLen: maxDoc + 8, maxNumSeqs: seqs, ...(placement && hostExperts ? { hostExperts } : {}) });
 let allHot = await makeBackend();
 log(`loaded all-hot in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
 const fitSteps = Number(v['fit-steps']);
@@ -128,12 +132,14 @@ const lanes: Record<string, PolicyKind> = {
 
 for (const name of policies) {
   if (name === 'all-hot') continue;
-  const lane = lanes[name];
-  if (!lane) throw new Error(`--policies: unknown policy '${name}' (have all-hot, ${Object.keys(lanes).join(', ')})`);
+  const kind = lanes[name];
+  if (!kind) throw new Error(`--policies: unknown policy '${name}' (have all-hot, ${Object.keys(lanes).join(', ')})`);
   const t = performance.now();
-  const r = runPolicy(be, lane, phases, walk, users);
+  const r = runPolicy(be, kind, phases, walk, users);
   runs.push(r);
-  log(`${name}: ${((performance.now() - t) / 1000).toFixed(1)} s, median ${median(r.stepMs).toFixed(3)} ms/step, ${r.landed} moves landed`);
+  const lane = (be as { hostLane?: { stats(): { requests: number; busyMs: number } } }).hostLane?.stats();
+  log(`${name}: ${((performance.now() - t) / 1000).toFixed(1)} s, median ${median(r.stepMs).toFixed(3)} ms/step, ${r.landed} moves landed` +
+    (lane ? `; host lane so far: ${lane.requests} requests, ${(lane.busyMs / Math.max(1, lane.requests) * 1000).toFixed(0)} us each` : ''));
   writeResults(); // after every policy: a run cut short keeps what it measured
 }
 
