@@ -126,6 +126,9 @@ static inline float down_feature(const uint8_t* row, RowLayout rl, int I, int f,
 
 int he_simd_available(void) { return simd_supported(); }
 
+// The address of a buffer the caller passes (tests stand in host memory for pinned memory with it).
+uint64_t he_address(const void* p) { return (uint64_t)(uintptr_t)p; }
+
 // One expert on the calling thread (the tests' entry): h [I] (plain order) and y [H]. simd: 1 takes the vector
 // path (K % 256 == 0 and the CPU has it, else returns -1); 0 the reference loop.
 int he_expert(const uint8_t* row, int64_t gate_off, int64_t up_off, int64_t down_off, int H, int I, const float* x, float* h, float* y, int simd) {
@@ -146,10 +149,15 @@ int he_expert(const uint8_t* row, int64_t gate_off, int64_t up_off, int64_t down
 
 // ---- The lane: threads answering the mailbox ----
 
+// he_start's flags.
+#define HE_PIN 1
+#define HE_INTERLEAVE 2
+#define HE_PREFETCH 4
+
 typedef struct Lane Lane;
 typedef struct { Lane* lane; int index; int cpu; } Worker;
 struct Lane {
-  int threads, H, I, layers, hot_rows, cold_rows, simd;
+  int threads, H, I, layers, hot_rows, cold_rows, simd, flags;
   int64_t row_bytes;
   RowLayout rl;
   uint64_t* cold; // [layers] host addresses
@@ -206,6 +214,15 @@ static int wait_request(Lane* L, uint32_t seen, uint32_t* seq) {
   }
 }
 
+// Asks for `bytes` at p into the caches (L2), a line at a time.
+static inline void prefetch_bytes(const void* p, size_t bytes) {
+#if defined(__x86_64__)
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char*)p + o, _MM_HINT_T1);
+#else
+  (void)p; (void)bytes;
+#endif
+}
+
 // [begin, end) of n units for thread t of T: contiguous, so each thread streams whole rows.
 static inline void share(int n, int t, int T, int* b, int* e) {
   *b = (int)((int64_t)n * t / T);
@@ -238,11 +255,25 @@ static void answer(Lane* L, int t, uint32_t seq) {
   barrier(L);
   const uint8_t* rows[HE_MAX_PICKS];
   for (int p = 0; p < n; p++) rows[p] = (const uint8_t*)(uintptr_t)L->cold[layer] + (size_t)(slots[p] - L->hot_rows) * L->row_bytes;
-  share(n * I, t, T, &b, &e);
-  for (int u = b; u < e; u++) gate_up_unit(rows[u / I], L->rl, H, u % I, L->xt, L->ht + (size_t)(u / I) * I, L->simd);
+  // Units a thread takes: a contiguous range, or (HE_INTERLEAVE) every T-th, so the threads together sweep each matrix
+  // front to back. HE_PREFETCH: the next unit's rows are asked for (into L2) before this one is computed.
+  const int inter = L->flags & HE_INTERLEAVE, pf = L->flags & HE_PREFETCH;
+  const int step = inter ? T : 1;
+  if (inter) { b = t; e = n * I; } else share(n * I, t, T, &b, &e);
+  for (int u = b; u < e; u += step) {
+    if (pf && u + step < e) {
+      const int v = u + step;
+      prefetch_bytes(matrix(rows[v / I], L->rl.gate) + (size_t)(v % I) * H, 2 * H);
+      prefetch_bytes(matrix(rows[v / I], L->rl.up) + (size_t)(v % I) * H, 2 * H);
+    }
+    gate_up_unit(rows[u / I], L->rl, H, u % I, L->xt, L->ht + (size_t)(u / I) * I, L->simd);
+  }
   barrier(L);
-  share(n * H, t, T, &b, &e);
-  for (int u = b; u < e; u++) L->y[u] = down_feature(rows[u / H], L->rl, I, u % H, L->ht + (size_t)(u / H) * I, L->simd);
+  if (inter) { b = t; e = n * H; } else share(n * H, t, T, &b, &e);
+  for (int u = b; u < e; u += step) {
+    if (pf && u + 2 * step < e) { const int v = u + 2 * step; prefetch_bytes(matrix(rows[v / H], L->rl.down) + (size_t)(v % H) * I, 2 * I); }
+    L->y[u] = down_feature(rows[u / H], L->rl, I, u % H, L->ht + (size_t)(u / H) * I, L->simd);
+  }
   barrier(L);
   (void)seq;
 }
@@ -274,14 +305,16 @@ void he_stop(void* handle);
 
 // Starts `threads` threads answering the mailbox at `mailbox` (mapped pinned memory, zeroed, HE_X + y bytes).
 // cold: [layers] host addresses of each MoE layer's cold bank, cold_rows rows of row_bytes; physical slot s >=
-// hot_rows is cold row s - hot_rows. pin: pin thread i to the i-th last CPU this process may run on. simd: 1 takes
-// the vector path where it applies (H and I multiples of 256, the CPU has AVX-512). Null on failure.
+// hot_rows is cold row s - hot_rows. flags: HE_PIN pins thread i to the i-th last CPU this process may run on;
+// HE_INTERLEAVE, HE_PREFETCH as in answer(). simd: 1 takes the vector path where it applies (H and I multiples of
+// 256, the CPU has AVX-512). Null on failure.
 void* he_start(int threads, int H, int I, int layers, int hot_rows, int cold_rows, int64_t row_bytes, int64_t gate_off, int64_t up_off,
-               int64_t down_off, const uint64_t* cold, void* mailbox, int simd, int pin) {
+               int64_t down_off, const uint64_t* cold, void* mailbox, int simd, int flags) {
+  const int pin = flags & HE_PIN;
   if (threads < 1 || threads > 1024 || H <= 0 || I <= 0 || H % 8 || I % 8 || layers <= 0 || !cold || !mailbox) return NULL;
   Lane* L = calloc(1, sizeof(Lane));
   if (!L) return NULL;
-  L->threads = threads; L->H = H; L->I = I; L->layers = layers; L->hot_rows = hot_rows; L->cold_rows = cold_rows;
+  L->threads = threads; L->H = H; L->I = I; L->layers = layers; L->hot_rows = hot_rows; L->cold_rows = cold_rows; L->flags = flags;
   L->row_bytes = row_bytes;
   L->rl = (RowLayout){gate_off, up_off, down_off};
   L->simd = simd && simd_supported() && H % 256 == 0 && I % 256 == 0;

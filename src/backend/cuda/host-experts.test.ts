@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { exactExpf, exactSilu, expertSpec, fmaf32, gpuDot } from './host-expert-spec.ts';
-import { loadHostLaneLib, type HostLaneLib } from './host-experts.ts';
+import { HostExpertLane, loadHostLaneLib, MAILBOX, type HostLaneLib } from './host-experts.ts';
+import type { CudaDriver } from './driver.ts';
 
 // ---- float32 bits and a seeded generator ----
 
@@ -341,4 +342,51 @@ test('exp and silu at their edges: gate sums fed one-hot, the C library against 
     if (g > 87) assert.equal(h[j], g, `g ${g} > 87: e^-g is 0, silu g`);
     if (g === 0) assert.ok(Object.is(h[j], 0), 'a zero sum (either sign) plus zero is +0, and silu(+0) = +0');
   }
+});
+
+// ---- The threaded lane: requests through the mailbox (Buffers standing in for the pinned mailbox and cold banks) ----
+
+test('the lane\'s threads answer mailbox requests with each pick\'s expert (the bits he_expert gives), refuse a bad slot, and stop', { skip: noCompiler }, async () => {
+  const l = await lib();
+  const H = 256, I = 256, layers = 2, hotRows = 5, coldRows = 3;
+  const experts = Array.from({ length: layers * coldRows }, (_, i) => randomExpert(900 + i, H, I));
+  const rowBytes = experts[0]!.row.length;
+  const banks = Array.from({ length: layers }, (_, l) => {
+    const b = Buffer.alloc(coldRows * rowBytes);
+    for (let c = 0; c < coldRows; c++) b.set(experts[l * coldRows + c]!.row, c * rowBytes);
+    return b;
+  });
+  const kept: Buffer[] = [...banks];
+  const driver = {
+    allocMappedHost(bytes: number) { const b = Buffer.alloc(bytes); kept.push(b); return { host: new Uint8Array(b.buffer, b.byteOffset, bytes), dev: 1n, hostPtr: l.address(b) }; },
+    alloc: () => 2n, memsetD8: () => undefined, free: () => undefined, freeHost: () => undefined,
+  } as unknown as CudaDriver;
+  for (const simd of [false, true]) {
+    if (simd && !l.simdAvailable()) continue;
+    const lane = new HostExpertLane(l, driver, { hiddenSize: H, intermediate: I, layers, hotRows, coldRows, rowBytes, at: experts[0]!.at, coldHost: banks.map((b) => l.address(b)) }, { threads: 3, simd, pin: false });
+    const mb = (lane as unknown as { mailbox: { host: Uint8Array } }).mailbox.host;
+    const y = new Float32Array(mb.buffer, mb.byteOffset + MAILBOX.y(H), MAILBOX.maxPicks * H);
+    const wait = (seq: number): void => {
+      const t0 = Date.now();
+      while (!lane.answered(seq)) if (Date.now() - t0 > 10_000) throw new Error(`request ${seq} not answered in 10 s`);
+    };
+    for (const [layer, cold] of [[1, [2, 0]], [0, [1]], [1, [0, 1, 2, 1]]] as const) {
+      const x = experts[0]!.x;
+      const seq = lane.post(layer, cold.map((c) => hotRows + c), x);
+      wait(seq);
+      cold.forEach((c, j) => {
+        const e = experts[layer * coldRows + c]!;
+        const want = l.expert(e.row, e.at, H, I, x, simd).y;
+        assert.deepEqual(new Uint32Array(y.slice(j * H, (j + 1) * H).buffer), new Uint32Array(want.buffer), `simd ${simd}, layer ${layer}, pick ${j} (cold row ${c})`);
+      });
+    }
+    assert.deepEqual(lane.faults(), { refused: 0, gpuTimeouts: 0 });
+    wait(lane.post(0, [hotRows - 1])); // a hot slot: not the lane's
+    wait(lane.post(0, [hotRows + coldRows])); // past the cold bank
+    assert.deepEqual(lane.faults(), { refused: 2, gpuTimeouts: 0 });
+    assert.throws(() => lane.check(), /host experts: 2 request\(s\) refused/);
+    assert.equal(lane.stats().requests, 5);
+    lane.dispose();
+  }
+  assert.ok(kept.length > 0);
 });

@@ -35,6 +35,8 @@ export interface HostLaneLib {
   simdAvailable(): boolean;
   /** One expert on the calling thread: h [I] and y [H] (the tests' entry); simd as he_expert. */
   expert(row: Uint8Array, at: { gate: number; up: number; down: number }, H: number, I: number, x: Float32Array, simd: boolean): { h: Float32Array; y: Float32Array };
+  /** The address of a buffer's bytes (tests stand a Buffer in for pinned memory). */
+  address(buf: Uint8Array): bigint;
   readonly fns: Readonly<Record<'start' | 'stop' | 'stats' | 'laneSimd', Fn>>;
 }
 
@@ -51,10 +53,11 @@ export async function loadHostLaneLib(dir?: string): Promise<HostLaneLib> {
   const f = {
     simd: lib.func('int he_simd_available()'),
     expert: lib.func('int he_expert(const uint8_t *row, int64_t gate_off, int64_t up_off, int64_t down_off, int H, int I, const float *x, _Out_ float *h, _Out_ float *y, int simd)'),
-    start: lib.func('uint64_t he_start(int threads, int H, int I, int layers, int hot_rows, int cold_rows, int64_t row_bytes, int64_t gate_off, int64_t up_off, int64_t down_off, const uint64_t *cold, uint64_t mailbox, int simd, int pin)'),
+    start: lib.func('uint64_t he_start(int threads, int H, int I, int layers, int hot_rows, int cold_rows, int64_t row_bytes, int64_t gate_off, int64_t up_off, int64_t down_off, const uint64_t *cold, uint64_t mailbox, int simd, int flags)'),
     stop: lib.func('void he_stop(uint64_t lane)'),
     stats: lib.func('void he_stats(uint64_t lane, _Out_ uint64_t *out)'),
     laneSimd: lib.func('int he_lane_simd(uint64_t lane)'),
+    address: lib.func('uint64_t he_address(const uint8_t *p)'),
   };
   const loaded: HostLaneLib = {
     path,
@@ -65,6 +68,7 @@ export async function loadHostLaneLib(dir?: string): Promise<HostLaneLib> {
       if (rc !== 0) throw new ResidencyError('BAD_ARGUMENT', `host experts: he_expert returned ${rc} (H ${H}, I ${I}, simd ${simd}: -1 no vector path here, -2 a shape not a multiple of 8)`);
       return { h, y };
     },
+    address: (buf) => BigInt(f.address(buf) as bigint | number),
     fns: { start: f.start, stop: f.stop, stats: f.stats, laneSimd: f.laneSimd },
   };
   if (!dir) cached = loaded;
@@ -91,6 +95,10 @@ export interface HostLaneOptions {
   readonly pin?: boolean;
   /** Vector path where it applies (default on; off: the reference loop). */
   readonly simd?: boolean;
+  /** A thread takes every threads-th unit, not a contiguous range (for A/B). */
+  readonly interleave?: boolean;
+  /** The next unit's rows are prefetched into L2 (for A/B). */
+  readonly prefetch?: boolean;
 }
 
 /** Default threads: all but two CPUs (the engine's thread and the driver's), at least one. */
@@ -130,7 +138,7 @@ export class HostExpertLane {
     this.stateDev = state;
     const cold = BigUint64Array.from(banks.coldHost);
     const h = lib.fns.start(this.threads, H, banks.intermediate, banks.layers, banks.hotRows, banks.coldRows, banks.rowBytes, banks.at.gate, banks.at.up, banks.at.down,
-      cold, this.mailbox.hostPtr, opts.simd === false ? 0 : 1, opts.pin === false ? 0 : 1) as bigint;
+      cold, this.mailbox.hostPtr, opts.simd === false ? 0 : 1, (opts.pin === false ? 0 : 1) | (opts.interleave ? 2 : 0) | (opts.prefetch ? 4 : 0)) as bigint;
     if (!h) {
       d.free(state);
       d.freeHost(this.mailbox.hostPtr);

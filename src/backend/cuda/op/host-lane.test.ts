@@ -31,6 +31,7 @@ function stubLib() {
     path: 'stub',
     simdAvailable: () => false,
     expert: () => { throw new Error('not in this test'); },
+    address: () => 0n,
     fns: {
       start: (...a: unknown[]) => { calls.start.push(a); return 77n; },
       stop: (h: unknown) => { calls.stops.push(h as bigint); },
