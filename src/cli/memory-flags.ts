@@ -17,7 +17,7 @@ export const MEMORY_HELP = `  --gpu-memory-utilization F  cuda: share of the GPU
                        cuda reserves the KV cache for N x the running batch
   --host-experts N|auto cuda: N host threads ('auto': the CPUs less 2) compute a share of each layer's cold
                        experts at batch-1 decode steps, from host memory, beside the GPU (bf16 experts; same bits)
-  --host-expert-share F of a layer's cold picks, the share the host computes (default 0.7)`;
+  --host-expert-share F of a layer's cold picks, the share the host computes, rounded up (default 0.6)`;
 
 export interface MemoryFlags {
   readonly gpuMemoryUtilization?: number;

@@ -97,7 +97,10 @@ export interface HostLaneOptions {
   readonly simd?: boolean;
   /** A thread takes every threads-th unit, not a contiguous range (for A/B). */
   readonly interleave?: boolean;
-  /** The next unit's rows are prefetched into L2 (for A/B). */
+  /**
+   * The next unit's rows are prefetched into L2 (default on: H200 host, 14 threads, the lane alone, 1 / 2 / 3 picks
+   * 145 / 267 / 360 -> 117 / 223 / 335 us; bench/tiered/results/h200-2026-12-02/call2-host-lane-alone.log).
+   */
   readonly prefetch?: boolean;
 }
 
@@ -138,7 +141,7 @@ export class HostExpertLane {
     this.stateDev = state;
     const cold = BigUint64Array.from(banks.coldHost);
     const h = lib.fns.start(this.threads, H, banks.intermediate, banks.layers, banks.hotRows, banks.coldRows, banks.rowBytes, banks.at.gate, banks.at.up, banks.at.down,
-      cold, this.mailbox.hostPtr, opts.simd === false ? 0 : 1, (opts.pin === false ? 0 : 1) | (opts.interleave ? 2 : 0) | (opts.prefetch ? 4 : 0)) as bigint;
+      cold, this.mailbox.hostPtr, opts.simd === false ? 0 : 1, (opts.pin === false ? 0 : 1) | (opts.interleave ? 2 : 0) | (opts.prefetch === false ? 0 : 4)) as bigint;
     if (!h) {
       d.free(state);
       d.freeHost(this.mailbox.hostPtr);
@@ -203,11 +206,13 @@ export interface HostExpertsOptions extends HostLaneOptions {
 }
 
 /**
- * Default share: the host computes a pick from DRAM in about half the time the GPU reads one in place (H200 host, 14
- * threads: a 9.4 MB expert in ~100 us against ~180 us over the bus, both at once: bench/tiered/probe), so it takes
- * about two of every three cold picks and both finish together.
+ * Default share: of a layer's c cold picks the host takes ceil(0.6 c): both of 2, 2 of 3, 3 of 4. H200 host, 14
+ * threads, 16 layers at 64 of 128 hot, the fixed map (~39% of picks cold), 600-step phases: 0.6 gave 5.02 / 4.81 ms
+ * a step, 0.7 7.05 / 6.35, 0.8 7.10 / 7.51 (with L2 prefetch); 0.5 5.33-5.78 / 5.32-5.44 and 0.3 / 0.4 6.46 / 6.19 on
+ * the en+code phase (without it); no lane 9.45 / 9.20 (bench/tiered/results/host-lane-2026-12-02.md). The lane
+ * computes a 9.4 MB expert in ~110 us, two in ~190, beside the GPU's in-place reads (~180 us a pick over the bus).
  */
-export const DEFAULT_HOST_SHARE = 0.7;
+export const DEFAULT_HOST_SHARE = 0.6;
 
 /** Why the lane cannot compute this model's experts (null: it can): bf16 rows, gate | up | down, no biases, plain SwiGLU. */
 export function hostLaneRefusal(spec: ModelSpec, row: ExpertRowLayout): string | null {
