@@ -99,7 +99,7 @@ export interface HostLaneOptions {
   readonly interleave?: boolean;
   /**
    * The next unit's rows are prefetched into L2 (default on: H200 host, 14 threads, the lane alone, 1 / 2 / 3 picks
-   * 145 / 267 / 360 -> 117 / 223 / 335 us; bench/tiered/results/h200-2026-12-02/call2-host-lane-alone.log).
+   * 145 / 267 / 360 -> 117 / 223 / 335 us; bench/tiered/results/h200-2026-12-02/call2-host-lane-alone.txt).
    */
   readonly prefetch?: boolean;
 }
