@@ -25,7 +25,7 @@ const raw = new Map<string, RawTensor>();
 for (const [name, shape] of expectedTensors(spec)) raw.set(name, { name, dtype: 'BF16', shape, bytes: new Uint8Array(2 * shape.reduce((a, b) => a * b, 1)) });
 
 /** A lane library that starts no threads and records what it was given. */
-function stubLib() {
+function stubLib(simd = 1) {
   const calls: { start: unknown[][]; stops: bigint[] } = { start: [], stops: [] };
   const lib: HostLaneLib = {
     path: 'stub',
@@ -36,7 +36,7 @@ function stubLib() {
       start: (...a: unknown[]) => { calls.start.push(a); return 77n; },
       stop: (h: unknown) => { calls.stops.push(h as bigint); },
       stats: () => undefined,
-      laneSimd: () => 1,
+      laneSimd: () => simd,
     },
   };
   return { lib, calls };
@@ -107,6 +107,18 @@ test('host lane: with every expert hot there is nothing to compute (no lane, and
   be.dispose();
   assert.throws(() => build({ hostExperts: { lib, share: 0 } }), /host experts: share must be in \(0, 1\], got 0/);
   assert.throws(() => build({ hostExperts: { lib, share: 1.5 } }), /share must be in \(0, 1\]/);
+});
+
+test('host lane: a host without the vector path is refused by name (unless the reference loop is asked for), and nothing is left', () => {
+  const { lib, calls } = stubLib(0);
+  const d = new FakeCudaDriver();
+  assert.throws(() => new CudaOpBackend(d, spec, mapTensorSource(raw), { kernelDir, placement: { hotPerLayer: 6 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32, hostExperts: { lib } }),
+    /--host-experts: this host cannot run the lane's vector path \(it needs AVX-512/);
+  assert.deepEqual(calls.stops, [77n], 'the lane was stopped');
+  assert.deepEqual(d.liveByKind(), {});
+  const { be } = build({ hostExperts: { lib: stubLib(0).lib, simd: false } });
+  assert.match(be.hotReason, /\(reference loop\)/);
+  be.dispose();
 });
 
 test('host lane: refused by name for experts it cannot compute (quantized, interleaved, biased, clamped SwiGLU)', () => {

@@ -268,7 +268,12 @@ export class CudaOpBackend implements Backend {
     if (b.hotPerLayer >= E) return undefined;
     const at = { gate: this.rowLayout.gateUpAt, up: this.rowLayout.gateUpAt + 2 * I * H, down: this.rowLayout.downAt };
     const banks = { hiddenSize: H, intermediate: I, layers: b.layers, hotRows: b.hotRowsAllocated, coldRows: E - b.hotPerLayer, rowBytes: b.rowBytes, at, coldHost: b.coldHostAddresses() };
-    return scope.adopt(new HostExpertLane(he.lib, this.d, banks, he), 'host expert lane', (l) => l.dispose());
+    const lane = scope.adopt(new HostExpertLane(he.lib, this.d, banks, he), 'host expert lane', (l) => l.dispose());
+    // Without its vector path the lane sums a value at a time (the reference loop): far slower than the bus it relieves.
+    if (!lane.simd && he.simd !== false) {
+      throw new ResidencyError('BAD_ARGUMENT', `--host-experts: this host cannot run the lane's vector path (it needs AVX-512, and hidden ${H} and expert size ${I} multiples of 256); without --host-experts the GPU reads every cold expert in place`);
+    }
+    return lane;
   }
 
   openSequence(seq: number, capacity: number): void {
