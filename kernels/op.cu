@@ -103,6 +103,7 @@ extern "C" __global__ void op_route_group(OpRoute r, OpGroups g, HostPost hp) {
   extern __shared__ __align__(16) float sm[]; // [warps][route_scratch] logits | se | sw | ss [T*K] | slots | cnt | cur [E]
   __shared__ unsigned long long red[33];
   __shared__ unsigned host_mask;
+  if (threadIdx.x == 0) host_mask = 0u; // (group_picks_small's steps post nothing: the lane is batch 1's)
   const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, rs = route_scratch(r), TK = r.T * r.K;
   int32_t* se = reinterpret_cast<int32_t*>(sm + nw * rs);
   float* sw = reinterpret_cast<float*>(se + TK);
@@ -128,9 +129,10 @@ extern "C" __global__ void op_route_group(OpRoute r, OpGroups g, HostPost hp) {
 }
 
 // After a batch-1 step's expert down product (partial rows of the GPU's picks): waits for the host lane's answer to
-// this layer's request, if one was posted (2 s at most: then gpu_timeouts counts it and the rows stay as they are),
-// and copies each host pick's output into its partial row. One block.
-extern "C" __global__ void op_host_collect(HostMailbox* mb, const int32_t* state, float* partial, int H) { pdl_enter();
+// this layer's request, if one was posted (2 s at most: then gpu_timeouts counts it, the rows stay as they are and
+// the routing posts nothing more until the host has answered), and copies each host pick's output into its partial
+// row. One block.
+extern "C" __global__ void op_host_collect(HostMailbox* mb, int32_t* state, float* partial, int H) { pdl_enter();
   __shared__ int n, pick[HOST_MAX_PICKS];
   if (threadIdx.x == 0) {
     n = state[1];
@@ -143,10 +145,12 @@ extern "C" __global__ void op_host_collect(HostMailbox* mb, const int32_t* state
         if (global_ns() - t0 > 2000000000ull) {
           volatile uint32_t* to = &mb->gpu_timeouts;
           *to = *to + 1u;
+          state[HOST_STALLED] = 1;
           n = 0;
           break;
         }
       }
+      __threadfence_system(); // the answer's rows are read after its sequence number
     }
   }
   __syncthreads();
@@ -246,7 +250,7 @@ extern "C" __global__ void op_residual_norm(int mode, float* hidden, const float
     const float* wk = pick_weight + (size_t)r * LK + (size_t)prev_layer * K;
     for (int c = threadIdx.x; c < H; c += blockDim.x) {
       float acc = 0.f;
-      for (int k = 0; k < K; k++) acc += wk[k] * partial[((size_t)r * K + k) * H + c];
+      for (int k = 0; k < K; k++) acc = __fmaf_rn(wk[k], partial[((size_t)r * K + k) * H + c], acc); // as the fused combine (op_gemv.cuh)
       x[c] = h[c] + acc;
       h[c] = x[c];
     }

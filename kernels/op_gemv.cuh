@@ -239,7 +239,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
     if (threadIdx.x < R && f0 + (int)threadIdx.x < p.O) {
       const int f = f0 + threadIdx.x;
       float s = 0.f;
-      for (int k = 0; k < p.rows; k++) s += p.pick_w[k] * part[k][threadIdx.x];
+      for (int k = 0; k < p.rows; k++) s = __fmaf_rn(p.pick_w[k], part[k][threadIdx.x], s); // as op_residual_norm's mode 1
       p.y[f] = p.res[f] + s;
     }
   } else {

@@ -31,7 +31,9 @@ __device__ __forceinline__ uint64_t global_ns() {
 __device__ __forceinline__ size_t host_y_offset(int H) { return 256 + (((size_t)4 * H + 63) & ~(size_t)63); }
 
 // What op_route_group needs to post (mb null: no lane, or not a batch-1 step). state (device): [0] the last request's
-// sequence number, [1] this layer's host picks (0: none posted), [2 + j] the pick index of host pick j.
+// sequence number, [1] this layer's host picks (0: none posted), [2 + j] the pick index of host pick j, [HOST_STALLED]
+// set when op_host_collect stopped waiting for an answer: nothing more is posted until the host has answered it.
+#define HOST_STALLED 10
 struct HostPost {
   HostMailbox* mb;   // device address of the mapped mailbox
   int32_t* state;
@@ -47,6 +49,14 @@ static_assert(sizeof(HostPost) == 40, "HostPost: layout.ts encodeHostPost");
 __device__ __forceinline__ unsigned host_picks(const HostPost& hp, const int32_t* ss, int P) {
   if (!hp.mb) return 0u;
   const int lane = threadIdx.x & 31;
+  if (hp.state[HOST_STALLED]) {
+    // A request the GPU gave up on: the host may still be reading it, so the GPU computes this layer's picks itself
+    // until the host has answered (the mailbox is not written under it).
+    int answered = 0;
+    if (lane == 0) answered = *reinterpret_cast<volatile uint32_t*>(&hp.mb->done_seq) == (uint32_t)hp.state[0];
+    if (!__shfl_sync(0xffffffffu, answered, 0)) return 0u;
+    if (lane == 0) hp.state[HOST_STALLED] = 0;
+  }
   const unsigned cold = __ballot_sync(0xffffffffu, lane < P && ss[lane] >= hp.hot_rows);
   const int want = min(HOST_MAX_PICKS, (__popc(cold) * hp.share + 999) / 1000);
   unsigned mask = 0u, rest = cold;

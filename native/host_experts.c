@@ -167,6 +167,10 @@ struct Lane {
   float* ht;    // [HE_MAX_PICKS][I] the picks' units
   _Atomic int stop;
   _Atomic uint32_t bar_count, bar_gen;
+  // The request being answered, as thread 0 read it from the mailbox (every thread works from this copy, so all
+  // agree on it whatever the mailbox holds meanwhile), handed out by job_gen; quit: the threads leave.
+  struct { uint32_t seq; int32_t layer, n, quit; int32_t slot[HE_MAX_PICKS]; } job;
+  _Atomic uint32_t job_gen;
   _Atomic uint64_t requests, busy_ns;
   pthread_t* th;
   Worker* workers;
@@ -194,24 +198,45 @@ static void barrier(Lane* L) {
   }
 }
 
-// Spins while requests come (a decode step posts one a MoE layer); after 2 ms without one, polls every 50 us.
-static int wait_request(Lane* L, uint32_t seen, uint32_t* seq) {
+// Spins until `ready` says go; after 2 ms of spinning, sleeps 50 us between looks, and after 100 ms 1 ms (a decode
+// step posts a request every MoE layer, so a stepping server keeps its threads spinning and an idle one keeps them
+// asleep; the first request after a long pause waits up to 1 ms).
+typedef int (*Ready)(Lane* L, uint32_t seen, uint32_t* got);
+static int spin_until(Lane* L, Ready ready, uint32_t seen, uint32_t* got) {
   uint64_t idle_since = 0;
+  int idle = 0;
   for (unsigned spins = 0;; spins++) {
-    const uint32_t q = atomic_load_explicit(&L->mb->req_seq, memory_order_acquire);
-    if (q != seen) { *seq = q; return 1; }
+    if (ready(L, seen, got)) return 1;
     if (atomic_load_explicit(&L->stop, memory_order_relaxed)) return 0;
+    if (idle) {
+      const uint64_t t = now_ns();
+      struct timespec d = {0, t - idle_since > 100000000ull ? 1000000 : 50000};
+      nanosleep(&d, NULL);
+      continue;
+    }
     if ((spins & 1023) == 0) {
       const uint64_t t = now_ns();
       if (!idle_since) idle_since = t;
-      else if (t - idle_since > 2000000ull) {
-        struct timespec d = {0, 50000};
-        nanosleep(&d, NULL);
-        continue;
-      }
+      else idle = t - idle_since > 2000000ull;
     }
     relax();
   }
+}
+
+// Thread 0's: a request the GPU posted since `seen` (its sequence number in *got).
+static int request_posted(Lane* L, uint32_t seen, uint32_t* got) {
+  const uint32_t q = atomic_load_explicit(&L->mb->req_seq, memory_order_acquire);
+  if (q == seen) return 0;
+  *got = q;
+  return 1;
+}
+
+// The other threads': thread 0 handed out job `seen + 1` or later.
+static int job_handed(Lane* L, uint32_t seen, uint32_t* got) {
+  const uint32_t g = atomic_load_explicit(&L->job_gen, memory_order_acquire);
+  if (g == seen) return 0;
+  *got = g;
+  return 1;
 }
 
 // Asks for `bytes` at p into the caches (L2), a line at a time.
@@ -229,19 +254,16 @@ static inline void share(int n, int t, int T, int* b, int* e) {
   *e = (int)((int64_t)n * (t + 1) / T);
 }
 
-static void answer(Lane* L, int t, uint32_t seq) {
+static void answer(Lane* L, int t) {
   HeMailbox* mb = L->mb;
-  const int layer = mb->layer, n = mb->n;
+  const int layer = L->job.layer, n = L->job.n;
+  const int32_t* slots = L->job.slot;
   int ok = layer >= 0 && layer < L->layers && n >= 1 && n <= HE_MAX_PICKS;
-  int slots[HE_MAX_PICKS];
-  for (int p = 0; ok && p < n; p++) {
-    slots[p] = mb->slot[p];
-    ok = slots[p] >= L->hot_rows && slots[p] < L->hot_rows + L->cold_rows;
-  }
+  for (int p = 0; ok && p < n; p++) ok = slots[p] >= L->hot_rows && slots[p] < L->hot_rows + L->cold_rows;
   const int H = L->H, I = L->I, T = L->threads;
   int b, e;
   if (!ok) {
-    // Every thread reads the same request, so all agree; the outputs go to zero and the GPU goes on.
+    // Every thread reads the same copy of the request, so all agree; the outputs go to zero and the GPU goes on.
     if (t == 0) {
       memset(L->y, 0, sizeof(float) * HE_MAX_PICKS * H);
       atomic_fetch_add_explicit(&mb->refused, 1, memory_order_relaxed);
@@ -275,7 +297,6 @@ static void answer(Lane* L, int t, uint32_t seq) {
     L->y[u] = down_feature(rows[u / H], L->rl, I, u % H, L->ht + (size_t)(u / H) * I, L->simd);
   }
   barrier(L);
-  (void)seq;
 }
 
 static void* worker_main(void* arg) {
@@ -287,13 +308,34 @@ static void* worker_main(void* arg) {
     CPU_SET(w->cpu, &s);
     pthread_setaffinity_np(pthread_self(), sizeof s, &s);
   }
-  uint32_t seen = atomic_load_explicit(&L->mb->done_seq, memory_order_acquire), seq;
-  while (wait_request(L, seen, &seq)) {
-    seen = seq;
-    const uint64_t t0 = w->index == 0 ? now_ns() : 0;
-    answer(L, w->index, seq);
+#if defined(__x86_64__)
+  _mm_setcsr(0x1f80); // round to nearest, no flush of subnormals to zero: the GPU's float rules, whatever the creator's
+#endif
+  // Thread 0 alone reads the mailbox: it copies each request and hands it out (job_gen); the others take the copy.
+  uint32_t seen = atomic_load_explicit(&L->mb->done_seq, memory_order_acquire), gen = 0, got;
+  for (;;) {
     if (w->index == 0) {
-      atomic_store_explicit(&L->mb->done_seq, seq, memory_order_release);
+      const int posted = spin_until(L, request_posted, seen, &got);
+      L->job.quit = !posted;
+      if (posted) {
+        HeMailbox* mb = L->mb;
+        seen = got;
+        L->job.seq = got;
+        L->job.layer = mb->layer;
+        L->job.n = mb->n;
+        for (int p = 0; p < HE_MAX_PICKS; p++) L->job.slot[p] = mb->slot[p];
+      }
+      atomic_store_explicit(&L->job_gen, ++gen, memory_order_release);
+    } else {
+      // Stopping waits for thread 0's quit job, so every thread leaves at the same point.
+      while (!spin_until(L, job_handed, gen, &got)) relax();
+      gen = got;
+    }
+    if (L->job.quit) break;
+    const uint64_t t0 = w->index == 0 ? now_ns() : 0;
+    answer(L, w->index);
+    if (w->index == 0) {
+      atomic_store_explicit(&L->mb->done_seq, L->job.seq, memory_order_release);
       atomic_fetch_add_explicit(&L->requests, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(&L->busy_ns, now_ns() - t0, memory_order_relaxed);
     }

@@ -41,7 +41,7 @@ function buildHostLane(dir) {
 }
 /** The lane's compile line: no contraction of a multiply and an add (the sums must keep the GPU's order). */
 function hostLaneFlags(src, out) {
-  return ['-O3', '-std=gnu11', '-ffp-contract=off', '-fno-fast-math', '-fPIC', '-shared', '-pthread', '-o', out, src];
+  return ['-O3', '-std=gnu11', '-ffp-contract=off', '-fno-fast-math', '-fPIC', '-shared', '-pthread', '-o', out, src, '-lm'];
 }
 buildHostLane(outDir);
 

@@ -47,7 +47,7 @@ export async function loadHostLaneLib(dir?: string): Promise<HostLaneLib> {
   if (cached && !dir) return cached;
   const dirs = dir ? [dir] : kernelDirCandidates();
   const path = dirs.map((d) => join(d, 'host_experts.so')).find((p) => existsSync(p));
-  if (!path) throw new ResidencyError('NOT_AVAILABLE', `host experts: host_experts.so not found (looked in ${dirs.join(', ')}); run \`npm run build:kernels\` (needs a C compiler)`);
+  if (!path) throw new ResidencyError('NOT_AVAILABLE', `--host-experts: host_experts.so not found (looked in ${dirs.join(', ')}); run \`npm run build:kernels\` (needs a C compiler), or leave --host-experts out`);
   const koffi = (await import('koffi')) as unknown as { load(p: string): { func(proto: string): Fn } };
   const lib = koffi.load(path);
   const f = {
@@ -115,16 +115,18 @@ export class HostExpertLane {
   /** Device: [0] the last request's sequence number, [1] the layer's host picks, [2 + j] their pick indices. */
   readonly stateDev: bigint;
   readonly threads: number;
-  readonly simd: boolean;
+  readonly simd: boolean = false;
   private readonly mailbox: { host: Uint8Array; dev: bigint; hostPtr: bigint };
   private readonly words: DataView;
-  private handle: bigint;
+  private handle = 0n;
 
   constructor(private readonly lib: HostLaneLib, private readonly d: CudaDriver, banks: HostLaneBanks, opts: HostLaneOptions = {}) {
     const H = banks.hiddenSize;
     this.threads = opts.threads ?? defaultHostThreads();
-    if (!Number.isInteger(this.threads) || this.threads < 1 || this.threads > 1024) {
-      throw new ResidencyError('BAD_ARGUMENT', `host experts: threads must be an integer in 1..1024, got ${opts.threads}`);
+    const cpus = availableParallelism();
+    if (!Number.isInteger(this.threads) || this.threads < 1 || this.threads > cpus) {
+      // More spinning threads than CPUs would stall each other at every barrier (and the GPU waits on them).
+      throw new ResidencyError('BAD_ARGUMENT', `--host-experts: threads must be an integer in 1..${cpus} (the CPUs this process may use), got ${opts.threads}`);
     }
     this.mailbox = d.allocMappedHost(MAILBOX.bytes(H), 'host expert mailbox');
     this.mailbox.host.fill(0);
@@ -140,23 +142,35 @@ export class HostExpertLane {
     }
     this.stateDev = state;
     const cold = BigUint64Array.from(banks.coldHost);
-    const h = lib.fns.start(this.threads, H, banks.intermediate, banks.layers, banks.hotRows, banks.coldRows, banks.rowBytes, banks.at.gate, banks.at.up, banks.at.down,
-      cold, this.mailbox.hostPtr, opts.simd === false ? 0 : 1, (opts.pin === false ? 0 : 1) | (opts.interleave ? 2 : 0) | (opts.prefetch === false ? 0 : 4)) as bigint;
-    if (!h) {
+    let h: bigint | number = 0n;
+    try {
+      h = lib.fns.start(this.threads, H, banks.intermediate, banks.layers, banks.hotRows, banks.coldRows, banks.rowBytes, banks.at.gate, banks.at.up, banks.at.down,
+        cold, this.mailbox.hostPtr, opts.simd === false ? 0 : 1, (opts.pin === false ? 0 : 1) | (opts.interleave ? 2 : 0) | (opts.prefetch === false ? 0 : 4)) as bigint;
+      if (!h) throw new ResidencyError('INTERNAL', `host experts: he_start refused (threads ${this.threads}, hidden ${H}, intermediate ${banks.intermediate}, ${banks.layers} layers)`);
+      this.handle = BigInt(h);
+      this.simd = lib.fns.laneSimd(this.handle) === 1;
+    } catch (e) {
+      if (h) lib.fns.stop(BigInt(h));
       d.free(state);
       d.freeHost(this.mailbox.hostPtr);
-      throw new ResidencyError('INTERNAL', `host experts: he_start refused (threads ${this.threads}, hidden ${H}, intermediate ${banks.intermediate}, ${banks.layers} layers)`);
+      throw e;
     }
-    this.handle = BigInt(h);
-    this.simd = lib.fns.laneSimd(this.handle) === 1;
+  }
+
+  private live(): void {
+    if (!this.handle) throw new ResidencyError('INTERNAL', 'host experts: the lane was used after dispose()');
   }
 
   /** Requests refused by the host (a slot or layer out of range: the outputs were zero) and waits the GPU gave up on. */
   faults(): { refused: number; gpuTimeouts: number } {
+    this.live();
     return { refused: this.words.getInt32(MAILBOX.refused, true), gpuTimeouts: this.words.getUint32(MAILBOX.gpuTimeouts, true) };
   }
 
-  /** Throws when a request was refused or the GPU stopped waiting (the step's outputs are then wrong). */
+  /**
+   * Throws when a request was refused or the GPU stopped waiting (the step's outputs are then wrong). The counts are
+   * never reset: a lane that failed once fails every later step, so no wrong output passes unnoticed.
+   */
   check(): void {
     const f = this.faults();
     if (f.refused || f.gpuTimeouts) {
@@ -169,6 +183,7 @@ export class HostExpertLane {
    * and tests driving the lane without a GPU. Returns its sequence number; answered(seq) says when its outputs are in.
    */
   post(layer: number, slots: readonly number[], x?: Float32Array): number {
+    this.live();
     if (x) new Float32Array(this.mailbox.host.buffer, this.mailbox.host.byteOffset + MAILBOX.x, x.length).set(x);
     this.words.setInt32(MAILBOX.layer, layer, true);
     this.words.setInt32(MAILBOX.n, slots.length, true);
@@ -179,11 +194,13 @@ export class HostExpertLane {
   }
 
   answered(seq: number): boolean {
+    this.live();
     return this.words.getUint32(MAILBOX.doneSeq, true) === seq;
   }
 
   /** Requests answered and the threads' busy time since the start. */
   stats(): { requests: number; busyMs: number } {
+    this.live();
     const out = new BigUint64Array(2);
     this.lib.fns.stats(this.handle, out);
     return { requests: Number(out[0]), busyMs: Number(out[1]) / 1e6 };
@@ -226,6 +243,6 @@ export function hostLaneRefusal(spec: ModelSpec, row: ExpertRowLayout): string |
 
 /** The lane's share as op_host.cuh takes it (per mille), checked. */
 export function hostSharePermille(share = DEFAULT_HOST_SHARE): number {
-  if (!(share > 0 && share <= 1)) throw new ResidencyError('BAD_ARGUMENT', `host experts: share must be in (0, 1], got ${share}`);
+  if (!(share >= 0.001 && share <= 1)) throw new ResidencyError('BAD_ARGUMENT', `host experts: share must be in [0.001, 1], got ${share}`);
   return Math.round(share * 1000);
 }

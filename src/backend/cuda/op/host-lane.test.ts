@@ -4,7 +4,7 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expectedTensors } from '../../../model/architecture.ts';
 import type { RawTensor } from '../../../model/weights.ts';
@@ -62,12 +62,13 @@ const hostPost = (l: { args: unknown[] }): Buffer => Buffer.from((l.args[2] as {
 
 test('host lane: a batch-1 step posts each MoE layer\'s cold picks (route_group\'s HostPost), collects them after the down product, and combines in the next norm; batch 2 posts nothing', () => {
   const { lib, calls } = stubLib();
-  const { d, be } = build({ hostExperts: { lib, threads: 3, share: 0.5 } });
+  const threads = availableParallelism();
+  const { d, be } = build({ hostExperts: { lib, threads, share: 0.5 } });
   const lane = be.hostLane!;
-  assert.ok(lane && lane.threads === 3 && lane.simd);
-  assert.match(be.hotReason, /host expert lane: 3 threads \(AVX-512\) compute 50% of each layer's cold picks at batch-1 decode steps/);
-  const [threads, H, I, layers, hotRows, coldRows, rowBytes] = calls.start[0]! as number[];
-  assert.deepEqual([threads, H, I, layers, hotRows, coldRows, rowBytes], [3, 64, 32, spec.numLayers, be.banks.hotRowsAllocated, 2, be.banks.rowBytes]);
+  assert.ok(lane && lane.threads === threads && lane.simd);
+  assert.match(be.hotReason, new RegExp(`host expert lane: ${threads} threads \\(AVX-512\\) compute 50% of each layer's cold picks at batch-1 decode steps`));
+  const [t0, H, I, layers, hotRows, coldRows, rowBytes] = calls.start[0]! as number[];
+  assert.deepEqual([t0, H, I, layers, hotRows, coldRows, rowBytes], [threads, 64, 32, spec.numLayers, be.banks.hotRowsAllocated, 2, be.banks.rowBytes]);
   assert.deepEqual([...(calls.start[0]![10] as BigUint64Array)], be.banks.coldHostAddresses(), 'the cold banks\' host addresses');
 
   const one = decodeLaunches(d, be, 1);
@@ -98,15 +99,16 @@ test('host lane: a batch-1 step posts each MoE layer\'s cold picks (route_group\
   assert.deepEqual(d.liveByKind(), {}, 'mailbox and state freed with the rest');
 });
 
-test('host lane: with every expert hot there is nothing to compute (no lane, and serve says so); a share outside (0, 1] is refused', () => {
+test('host lane: with every expert hot there is nothing to compute (no lane, and serve says so); a share outside [0.001, 1] or more threads than CPUs is refused', () => {
   const { lib, calls } = stubLib();
   const { be } = build({ placement: { hotPerLayer: 8 }, hostExperts: { lib } });
   assert.equal(be.hostLane, undefined);
   assert.match(be.hotReason, /host expert lane: off \(no expert is cold\)/);
   assert.equal(calls.start.length, 0);
   be.dispose();
-  assert.throws(() => build({ hostExperts: { lib, share: 0 } }), /host experts: share must be in \(0, 1\], got 0/);
-  assert.throws(() => build({ hostExperts: { lib, share: 1.5 } }), /share must be in \(0, 1\]/);
+  assert.throws(() => build({ hostExperts: { lib, share: 0 } }), /host experts: share must be in \[0.001, 1\], got 0/);
+  assert.throws(() => build({ hostExperts: { lib, share: 1.5 } }), /share must be in \[0.001, 1\]/);
+  assert.throws(() => build({ hostExperts: { lib, threads: availableParallelism() + 1 } }), /--host-experts: threads must be an integer in 1\.\.\d+ \(the CPUs this process may use\)/);
 });
 
 test('host lane: a host without the vector path is refused by name (unless the reference loop is asked for), and nothing is left', () => {
