@@ -26,3 +26,9 @@ test('createBackend: cpu works; cuda without a loadable libcuda is NOT_AVAILABLE
     else process.env['RESIDENCY_LIBCUDA'] = saved;
   }
 });
+
+test('createBackend: --host-experts on the cpu backend is refused by name (it computes every expert on the host already)', async () => {
+  const { spec, weights } = syntheticModel();
+  await assert.rejects(createBackend('cpu', { spec, weights, raw: new Map() }, { hostExperts: {} }),
+    (e: unknown) => e instanceof ResidencyError && e.code === 'BAD_ARGUMENT' && /--host-experts: the host expert lane is the cuda backend's/.test(e.message));
+});
