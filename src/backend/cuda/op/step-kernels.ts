@@ -3,7 +3,8 @@
 // attention and its merge, o_proj, the router (after the post-attention norm), route and group, the experts'
 // gate/up and down (or a dense layer's MLP, a shared expert beside them); then the final norm of the rows whose
 // logits are wanted and the LM head. Products are gemv (decode, <= 16 rows a group) or tensor-core tiles. At batch 1
-// the down product adds the picks to the residual and the next input norm runs in the q | k | v gemv (fuseResidual).
+// the down product adds the picks to the residual and the next input norm runs in the q | k | v gemv (fuseResidual),
+// unless the host expert lane takes some cold picks (op_host.cuh): then the next norm combines them (the same bits).
 import { ResidencyError } from '../../../errors.ts';
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { CudaExpertBanks } from '../banks.ts';
