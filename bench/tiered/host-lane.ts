@@ -1,14 +1,14 @@
 // The host expert lane alone, without the GPU: requests posted from here into its mailbox (as op_route_group posts
 // them), answered by its threads from a cold bank of real-size experts in pinned memory, timed one by one. What a
 // layer's host share costs on this machine (compare the hardware probe, bench/tiered/probe/host-lane-probe.cu).
-//   node dist/bench-host-lane.mjs [--hidden 2048] [--inter 768] [--rows 256] [--threads N] [--reps 200] [--interleave] [--no-prefetch]
+//   node dist/bench-host-lane.mjs [--hidden 2048] [--inter 768] [--rows 256] [--threads N] [--reps 200] [--no-prefetch]
 import { parseArgs } from 'node:util';
 import { loadDriver } from '../../src/backend/cuda/driver.ts';
 import { HostExpertLane, loadHostLaneLib } from '../../src/backend/cuda/host-experts.ts';
 
 const { values: v } = parseArgs({ options: {
   hidden: { type: 'string', default: '2048' }, inter: { type: 'string', default: '768' }, rows: { type: 'string', default: '256' }, threads: { type: 'string' }, reps: { type: 'string', default: '200' },
-  interleave: { type: 'boolean', default: false }, 'no-prefetch': { type: 'boolean', default: false },
+  'no-prefetch': { type: 'boolean', default: false },
 } });
 const H = Number(v.hidden), I = Number(v.inter), rows = Number(v.rows), reps = Number(v.reps);
 const rowBytes = 3 * H * I * 2;
@@ -21,10 +21,10 @@ const banks = Array.from({ length: layers }, (_, l) => {
   return b;
 });
 const lane = new HostExpertLane(lib, d, { hiddenSize: H, intermediate: I, layers, hotRows: 0, coldRows: per, rowBytes, at: { gate: 0, up: 2 * I * H, down: 4 * I * H }, coldHost: banks.map((b) => b.hostPtr) },
-  { ...(v.threads ? { threads: Number(v.threads) } : {}), interleave: v.interleave, prefetch: !v['no-prefetch'] });
+  { ...(v.threads ? { threads: Number(v.threads) } : {}), prefetch: !v['no-prefetch'] });
 const x = new Float32Array(H).fill(0.5);
 let next = 0;
-console.log(`host lane: ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}${v.interleave ? ', interleaved units' : ''}${v['no-prefetch'] ? ', no prefetch' : ', prefetch'}), experts of ${(rowBytes / 2 ** 20).toFixed(2)} MiB cycled over ${rows} cold rows`);
+console.log(`host lane: ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}${v['no-prefetch'] ? ', no prefetch' : ', prefetch'}), experts of ${(rowBytes / 2 ** 20).toFixed(2)} MiB cycled over ${rows} cold rows`);
 console.log('| picks | us a request (median) | p90 | GB/s |');
 console.log('|---|---|---|---|');
 for (const n of [1, 2, 3, 4]) {

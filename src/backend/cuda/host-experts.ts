@@ -95,8 +95,6 @@ export interface HostLaneOptions {
   readonly pin?: boolean;
   /** Vector path where it applies (default on; off: the reference loop). */
   readonly simd?: boolean;
-  /** A thread takes every threads-th unit, not a contiguous range (for A/B). */
-  readonly interleave?: boolean;
   /**
    * The next unit's rows are prefetched into L2 (default on: H200 host, 14 threads, the lane alone, 1 / 2 / 3 picks
    * 145 / 267 / 360 -> 117 / 223 / 335 us; bench/tiered/results/h200-2026-12-02/call2-host-lane-alone.txt).
@@ -145,7 +143,7 @@ export class HostExpertLane {
     let h: bigint | number = 0n;
     try {
       h = lib.fns.start(this.threads, H, banks.intermediate, banks.layers, banks.hotRows, banks.coldRows, banks.rowBytes, banks.at.gate, banks.at.up, banks.at.down,
-        cold, this.mailbox.hostPtr, opts.simd === false ? 0 : 1, (opts.pin === false ? 0 : 1) | (opts.interleave ? 2 : 0) | (opts.prefetch === false ? 0 : 4)) as bigint;
+        cold, this.mailbox.hostPtr, opts.simd === false ? 0 : 1, (opts.pin === false ? 0 : 1) | (opts.prefetch === false ? 0 : 4)) as bigint;
       if (!h) throw new ResidencyError('INTERNAL', `host experts: he_start refused (threads ${this.threads}, hidden ${H}, intermediate ${banks.intermediate}, ${banks.layers} layers)`);
       this.handle = BigInt(h);
       this.simd = lib.fns.laneSimd(this.handle) === 1;
