@@ -1,6 +1,6 @@
 // The host expert lane alone, without the GPU: requests posted from here into its mailbox (as op_route_group posts
 // them), answered by its threads from a cold bank of real-size experts in pinned memory, timed one by one. What a
-// layer's host share costs on this machine (compare the hardware probe, bench/tiered/probe/host-lane-probe.cu).
+// layer's host share costs on this machine (the figures of the hardware probe it replaced: results/host-lane-2026-12-02.md).
 //   node dist/bench-host-lane.mjs [--hidden 2048] [--inter 768] [--rows 256] [--threads N] [--reps 200] [--no-prefetch]
 import { parseArgs } from 'node:util';
 import { loadDriver } from '../../src/backend/cuda/driver.ts';
