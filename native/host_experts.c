@@ -55,6 +55,9 @@ static float dot_ref(const uint16_t* w, const float* x, int K) {
   return acc[0];
 }
 
+// The bias-free expert's gate | up sums plus zero, as op_gemv.cuh's SwiGLU epilogue adds a missing bias.
+static inline float swiglu_ref(float g, float u) { return exact_swiglu(EXACT_ADD(g, 0.0f), EXACT_ADD(u, 0.0f)); }
+
 // x laid out for the vector order: value (g * 32 + l) * 8 + e at (g * 8 + e) * 32 + l (K % 256 == 0).
 static inline size_t lane_major(size_t j) { return ((j >> 8) * 8 + (j & 7)) * 32 + ((j >> 3) & 31); }
 
@@ -96,16 +99,14 @@ HE_TARGET static float dot_avx512(const uint16_t* w, const float* xt, int K) {
   s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));
   return _mm512_cvtss_f32(s);
 }
-HE_TARGET static float swiglu_avx512(float g, float u) { return exact_swiglu(EXACT_ADD(g, 0.0f), EXACT_ADD(u, 0.0f)); }
+// swiglu_ref compiled with FMA instructions (outside a target function its fmaf is a libm call).
+HE_TARGET static float swiglu_avx512(float g, float u) { return swiglu_ref(g, u); }
 static int simd_supported(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
 #else
 static float dot_avx512(const uint16_t* w, const float* xt, int K) { (void)w; (void)xt; (void)K; return 0.f; }
 static float swiglu_avx512(float g, float u) { (void)g; (void)u; return 0.f; }
 static int simd_supported(void) { return 0; }
 #endif
-
-// The bias-free expert's gate | up sums plus zero, as op_gemv.cuh's SwiGLU epilogue adds a missing bias.
-static float swiglu_ref(float g, float u) { return exact_swiglu(EXACT_ADD(g, 0.0f), EXACT_ADD(u, 0.0f)); }
 
 // One expert row's pieces: gate [I][H], up [I][H], down [H][I] bf16 at these byte offsets of the row.
 typedef struct { int64_t gate, up, down; } RowLayout;
