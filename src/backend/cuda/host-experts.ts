@@ -10,6 +10,7 @@ import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertRowLayout } from './device-weights.ts';
 import type { CudaDriver } from './driver.ts';
 import { kernelDirCandidates } from './kernels.ts';
+import { ResourceScope } from './resource-scope.ts';
 
 /** The mailbox's layout (host_experts.c's HeMailbox, op_host.cuh's HostMailbox). */
 export const MAILBOX = {
@@ -110,15 +111,16 @@ export function defaultHostThreads(): number {
 /** A running lane, its mailbox and the device state op_host.cuh keeps. dispose() stops the threads, then frees both. */
 export class HostExpertLane {
   readonly mailboxDev: bigint;
-  /** Device: [0] the last request's sequence number, [1] the layer's host picks, [2 + j] their pick indices. */
+  /** Device: [0] the last request's sequence number, [1] the layer's host picks, [2 + j] their pick indices, [10] stalled (op_host.cuh). */
   readonly stateDev: bigint;
   readonly threads: number;
   readonly simd: boolean = false;
   private readonly mailbox: { host: Uint8Array; dev: bigint; hostPtr: bigint };
   private readonly words: DataView;
   private handle = 0n;
+  private readonly scope = new ResourceScope('host expert lane');
 
-  constructor(private readonly lib: HostLaneLib, private readonly d: CudaDriver, banks: HostLaneBanks, opts: HostLaneOptions = {}) {
+  constructor(private readonly lib: HostLaneLib, d: CudaDriver, banks: HostLaneBanks, opts: HostLaneOptions = {}) {
     const H = banks.hiddenSize;
     this.threads = opts.threads ?? defaultHostThreads();
     const cpus = availableParallelism();
@@ -126,32 +128,25 @@ export class HostExpertLane {
       // More spinning threads than CPUs would stall each other at every barrier (and the GPU waits on them).
       throw new ResidencyError('BAD_ARGUMENT', `--host-experts: threads must be an integer in 1..${cpus} (the CPUs this process may use), got ${opts.threads}`);
     }
-    this.mailbox = d.allocMappedHost(MAILBOX.bytes(H), 'host expert mailbox');
-    this.mailbox.host.fill(0);
-    this.words = new DataView(this.mailbox.host.buffer, this.mailbox.host.byteOffset, this.mailbox.host.byteLength);
-    this.mailboxDev = this.mailbox.dev;
-    let state = 0n;
+    // Acquired in order, released in reverse (the threads first): a failed start leaves nothing behind.
+    const scope = this.scope;
     try {
-      state = d.alloc(64, 'host expert state');
-      d.memsetD8(state, 0, 64);
-    } catch (e) {
-      d.freeHost(this.mailbox.hostPtr);
-      throw e;
-    }
-    this.stateDev = state;
-    const cold = BigUint64Array.from(banks.coldHost);
-    let h: bigint | number = 0n;
-    try {
-      h = lib.fns.start(this.threads, H, banks.intermediate, banks.layers, banks.hotRows, banks.coldRows, banks.rowBytes, banks.at.gate, banks.at.up, banks.at.down,
-        cold, this.mailbox.hostPtr, opts.simd === false ? 0 : 1, (opts.pin === false ? 0 : 1) | (opts.prefetch === false ? 0 : 4)) as bigint;
-      if (!h) throw new ResidencyError('INTERNAL', `host experts: he_start refused (threads ${this.threads}, hidden ${H}, intermediate ${banks.intermediate}, ${banks.layers} layers)`);
-      this.handle = BigInt(h);
+      this.mailbox = scope.acquire('host expert mailbox', () => d.allocMappedHost(MAILBOX.bytes(H), 'host expert mailbox'), (m) => d.freeHost(m.hostPtr));
+      this.mailbox.host.fill(0);
+      this.words = new DataView(this.mailbox.host.buffer, this.mailbox.host.byteOffset, this.mailbox.host.byteLength);
+      this.mailboxDev = this.mailbox.dev;
+      this.stateDev = scope.acquire('host expert state', () => d.alloc(64, 'host expert state'), (p) => d.free(p));
+      d.memsetD8(this.stateDev, 0, 64);
+      const flags = (opts.pin === false ? 0 : 1) | (opts.prefetch === false ? 0 : 4);
+      this.handle = scope.acquire('host expert threads', () => {
+        const h = BigInt(lib.fns.start(this.threads, H, banks.intermediate, banks.layers, banks.hotRows, banks.coldRows, banks.rowBytes, banks.at.gate, banks.at.up,
+          banks.at.down, BigUint64Array.from(banks.coldHost), this.mailbox.hostPtr, opts.simd === false ? 0 : 1, flags) as bigint | number);
+        if (!h) throw new ResidencyError('INTERNAL', `host experts: he_start refused (threads ${this.threads}, hidden ${H}, intermediate ${banks.intermediate}, ${banks.layers} layers)`);
+        return h;
+      }, (h) => lib.fns.stop(h));
       this.simd = lib.fns.laneSimd(this.handle) === 1;
     } catch (e) {
-      if (h) lib.fns.stop(BigInt(h));
-      d.free(state);
-      d.freeHost(this.mailbox.hostPtr);
-      throw e;
+      throw scope.unwind(e);
     }
   }
 
@@ -206,10 +201,8 @@ export class HostExpertLane {
 
   dispose(): void {
     if (!this.handle) return;
-    this.lib.fns.stop(this.handle);
     this.handle = 0n;
-    this.d.free(this.stateDev);
-    this.d.freeHost(this.mailbox.hostPtr);
+    this.scope.close();
   }
 }
 
