@@ -33,7 +33,7 @@ const { values: v } = parseArgs({
     budgets: { type: 'string' }, 'fit-steps': { type: 'string', default: '1500' }, 'max-doc': { type: 'string', default: '512' },
     'counter-steps': { type: 'string', default: '300' }, backend: { type: 'string', default: 'cuda' }, out: { type: 'string' }, tag: { type: 'string' }, 'steps-json': { type: 'boolean', default: false },
     'trace-out': { type: 'string' },
-    // The host expert lane on the tiered backends: threads ('auto': the CPUs less 2) and share (default 0.7).
+    // The host expert lane on the tiered backends: threads ('auto': the CPUs less 2) and share (default 0.6).
     'host-experts': { type: 'string' }, 'host-expert-share': { type: 'string' },
   },
 });
