@@ -97,13 +97,13 @@ extern "C" __global__ void __launch_bounds__(32 * MLA_WARPS) op_mla_attend(const
 // shared memory (up to 32 picks, warp 0 alone groups them). blockDim.x >= T * K.
 // The slot table is copied to shared memory before the wait for the kernel before (only the host writes it, between
 // steps), so a pick's slot is no global round trip after its top-k.
-// With a host expert lane (hp.mb, batch 1) a share of the cold picks goes to the host (op_host.cuh): the groups leave
-// them out and the request is posted after them.
+// With a host expert lane (hp.mb; steps of at most 32 picks) a share of the cold experts goes to the host
+// (op_host.cuh): the groups leave their picks out and the request is posted after them.
 extern "C" __global__ void op_route_group(OpRoute r, OpGroups g, HostPost hp) {
   extern __shared__ __align__(16) float sm[]; // [warps][route_scratch] logits | se | sw | ss [T*K] | slots | cnt | cur [E]
   __shared__ unsigned long long red[33];
   __shared__ unsigned host_mask;
-  if (threadIdx.x == 0) host_mask = 0u; // (group_picks_small's steps post nothing: the lane is batch 1's)
+  if (threadIdx.x == 0) host_mask = 0u; // (group_picks_small's steps post nothing: the lane takes steps of <= 32 picks)
   const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, rs = route_scratch(r), TK = r.T * r.K;
   int32_t* se = reinterpret_cast<int32_t*>(sm + nw * rs);
   float* sw = reinterpret_cast<float*>(se + TK);
@@ -124,20 +124,19 @@ extern "C" __global__ void op_route_group(OpRoute r, OpGroups g, HostPost hp) {
   }
   if (hp.mb) {
     __syncthreads();
-    host_post(hp, ss, host_mask);
+    host_post(hp, ss, host_mask, P, r.K);
   }
 }
 
-// After a batch-1 step's expert down product (partial rows of the GPU's picks): waits for the host lane's answer to
+// After a lane step's expert down product (partial rows of the GPU's picks): waits for the host lane's answer to
 // this layer's request, if one was posted (2 s at most: then gpu_timeouts counts it, the rows stay as they are and
 // the routing posts nothing more until the host has answered), and copies each host pick's output into its partial
 // row. One block.
 extern "C" __global__ void op_host_collect(HostMailbox* mb, int32_t* state, float* partial, int H) { pdl_enter();
-  __shared__ int n, pick[HOST_MAX_PICKS];
+  __shared__ unsigned mask;
   if (threadIdx.x == 0) {
-    n = state[1];
-    for (int j = 0; j < n; j++) pick[j] = state[2 + j];
-    if (n > 0) {
+    mask = (unsigned)state[1];
+    if (mask) {
       const uint32_t seq = (uint32_t)state[0];
       const uint64_t t0 = global_ns();
       while (*reinterpret_cast<volatile uint32_t*>(&mb->done_seq) != seq) {
@@ -146,7 +145,7 @@ extern "C" __global__ void op_host_collect(HostMailbox* mb, int32_t* state, floa
           volatile uint32_t* to = &mb->gpu_timeouts;
           *to = *to + 1u;
           state[HOST_STALLED] = 1;
-          n = 0;
+          mask = 0u;
           break;
         }
       }
@@ -155,9 +154,9 @@ extern "C" __global__ void op_host_collect(HostMailbox* mb, int32_t* state, floa
   }
   __syncthreads();
   const float* y = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(mb) + host_y_offset(H));
-  for (int i = threadIdx.x; i < n * H; i += blockDim.x) {
-    const int j = i / H;
-    partial[(size_t)pick[j] * H + (i - j * H)] = __ldcv(y + i);
+  for (unsigned m = mask; m; m &= m - 1) {
+    const int p = __ffs(m) - 1;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) partial[(size_t)p * H + i] = __ldcv(y + (size_t)p * H + i);
   }
 }
 

@@ -1,51 +1,53 @@
-// The host expert lane's GPU side (native/host_experts.c is the host's): at a batch-1 decode step the routing
-// hands a share of the layer's cold picks to the host's threads, which compute them from the cold bank in host
-// DRAM while the GPU computes the rest (hot picks from HBM, other cold picks read in place over the bus). The
-// routing posts the request in a mailbox of mapped memory (host_post: the experts' input row, the picks' slots,
-// then the sequence number), its groups leave those picks out, and after the GPU's own down product
-// op_host_collect waits for the answer and copies each host pick's output row into the step's partial rows,
-// where op_residual_norm combines every pick in router order as before. The host sums in the gemv's order, so
-// the picks it computes have the bits the GPU would give them.
+// The host expert lane's GPU side (native/host_experts.c is the host's): at a decode step of at most HOST_MAX_PICKS
+// picks (rows x top-k: one warp groups them) the routing hands a share of the layer's cold experts, each with every
+// row that picked it, to the host's threads, which compute them from the cold bank in host DRAM (an expert's weights
+// read once for all its rows) while the GPU computes the rest (hot picks from HBM, other cold picks read in place
+// over the bus). The routing posts the request in a mailbox of mapped memory (host_post: the rows' inputs, each
+// pick's slot or -1, then the sequence number), its groups leave those picks out, and after the GPU's own down
+// product op_host_collect waits for the answer and copies each host pick's output row into the step's partial rows,
+// where op_residual_norm combines every pick in router order as before. The host sums in the gemv's order, so the
+// picks it computes have the bits the GPU would give them.
 #pragma once
 #include "op_common.cuh"
 
-#define HOST_MAX_PICKS 8
-// host_experts.c's HeMailbox: request line, answer line, x [H] at 256, y [HOST_MAX_PICKS][H] after it.
+#define HOST_MAX_PICKS 32
+// host_experts.c's HeMailbox: request line, answer line, x [HOST_MAX_PICKS][H] at 512, y [HOST_MAX_PICKS][H] after it.
 struct HostMailbox {
   uint32_t req_seq;
-  int32_t layer, n, pad0;
+  int32_t layer, n, k;
   int32_t slot[HOST_MAX_PICKS];
-  uint8_t pad1[80];
+  uint8_t pad1[112];
   uint32_t done_seq;
   int32_t refused;
   uint32_t gpu_timeouts;
-  uint8_t pad2[116];
+  uint8_t pad2[244];
 };
-static_assert(sizeof(HostMailbox) == 256 && offsetof(HostMailbox, done_seq) == 128 && offsetof(HostMailbox, gpu_timeouts) == 136, "host_experts.c HeMailbox");
+static_assert(sizeof(HostMailbox) == 512 && offsetof(HostMailbox, done_seq) == 256 && offsetof(HostMailbox, gpu_timeouts) == 264, "host_experts.c HeMailbox");
+#define HOST_X 512
 // Nanoseconds of the GPU's global timer.
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-__device__ __forceinline__ size_t host_y_offset(int H) { return 256 + (((size_t)4 * H + 63) & ~(size_t)63); }
+__device__ __forceinline__ size_t host_y_offset(int H) { return HOST_X + (((size_t)4 * H * HOST_MAX_PICKS + 63) & ~(size_t)63); }
 
-// What op_route_group needs to post (mb null: no lane, or not a batch-1 step). state (device): [0] the last request's
-// sequence number, [1] this layer's host picks (0: none posted), [2 + j] the pick index of host pick j, [HOST_STALLED]
+// What op_route_group needs to post (mb null: no lane, or a step the lane does not take). state (device): [0] the last
+// request's sequence number, [1] this layer's host picks as a mask of pick indices (0: none posted), [HOST_STALLED]
 // set when op_host_collect stopped waiting for an answer: nothing more is posted until the host has answered it.
-#define HOST_STALLED 10
+#define HOST_STALLED 2
 struct HostPost {
   HostMailbox* mb;   // device address of the mapped mailbox
   int32_t* state;
-  const float* x;    // the experts' input row (the post-attention norm's, xn)
+  const float* x;    // the experts' input rows [T][H] (the post-attention norm's, xn)
   int32_t hot_rows;  // physical slots below are hot
-  int32_t share;     // of the cold picks, the host takes ceil(cold x share / 1000)
+  int32_t share;     // of the distinct cold experts, the host takes ceil(cold x share / 1000)
   int32_t H, layer;
 };
 static_assert(sizeof(HostPost) == 40, "HostPost: layout.ts encodeHostPost");
 
-// Warp 0 of op_route_group at a batch-1 step, lanes k < P holding pick k's slot: which picks the host takes (the
-// first of the cold picks in router order), as a mask; 0 when there is no lane.
+// Warp 0 of op_route_group, lanes p < P holding pick p's slot (P <= 32): which picks the host takes, as a mask: every
+// pick of the first ceil(share x c) of the c distinct cold experts, in order of their first pick; 0 without a lane.
 __device__ __forceinline__ unsigned host_picks(const HostPost& hp, const int32_t* ss, int P) {
   if (!hp.mb) return 0u;
   const int lane = threadIdx.x & 31;
@@ -57,30 +59,34 @@ __device__ __forceinline__ unsigned host_picks(const HostPost& hp, const int32_t
     if (!__shfl_sync(0xffffffffu, answered, 0)) return 0u;
     if (lane == 0) hp.state[HOST_STALLED] = 0;
   }
-  const unsigned cold = __ballot_sync(0xffffffffu, lane < P && ss[lane] >= hp.hot_rows);
-  const int want = min(HOST_MAX_PICKS, (__popc(cold) * hp.share + 999) / 1000);
-  unsigned mask = 0u, rest = cold;
-  for (int i = 0; i < want; i++) { const unsigned low = rest & (0u - rest); mask |= low; rest ^= low; }
-  return mask;
+  const bool cold = lane < P && ss[lane] >= hp.hot_rows;
+  // The picks of my expert (a cold pick's slot; a distinct key for the others), the first of them its leader.
+  const unsigned peers = __match_any_sync(0xffffffffu, cold ? ss[lane] : -1 - lane);
+  const int leader = __ffs(peers) - 1;
+  const unsigned firsts = __ballot_sync(0xffffffffu, cold && leader == lane);
+  const int want = (__popc(firsts) * hp.share + 999) / 1000;
+  unsigned chosen = 0u, rest = firsts;
+  for (int i = 0; i < want; i++) { const unsigned low = rest & (0u - rest); chosen |= low; rest ^= low; }
+  return __ballot_sync(0xffffffffu, cold && ((chosen >> leader) & 1u));
 }
 
 // The whole block of op_route_group, after the groups: posts the host's picks (mask from host_picks, in every
-// thread). Every field is written, then fenced to the system, then the sequence number.
-__device__ __forceinline__ void host_post(const HostPost& hp, const int32_t* ss, unsigned mask) {
+// thread; P picks of K a row). Every field is written, then fenced to the system, then the sequence number.
+__device__ __forceinline__ void host_post(const HostPost& hp, const int32_t* ss, unsigned mask, int P, int K) {
   if (!hp.mb) return;
-  const int n = __popc(mask);
-  if (threadIdx.x == 0) hp.state[1] = n;
-  if (n == 0) return;
-  float* x = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(hp.mb) + 256);
-  for (int i = threadIdx.x; i < hp.H; i += blockDim.x) x[i] = hp.x[i];
+  if (threadIdx.x == 0) hp.state[1] = (int32_t)mask;
+  if (mask == 0u) return;
+  // The inputs of the rows the host's picks belong to.
+  float* x = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(hp.mb) + HOST_X);
+  const unsigned row_picks = K >= 32 ? 0xffffffffu : (1u << K) - 1u;
+  for (int r = 0; r * K < P; r++) {
+    if (!((mask >> (r * K)) & row_picks)) continue;
+    for (int i = threadIdx.x; i < hp.H; i += blockDim.x) x[(size_t)r * hp.H + i] = hp.x[(size_t)r * hp.H + i];
+  }
+  if (threadIdx.x < P) hp.mb->slot[threadIdx.x] = (mask >> threadIdx.x) & 1u ? ss[threadIdx.x] : -1;
   if (threadIdx.x == 0) {
-    int j = 0;
-    for (unsigned m = mask; m; m &= m - 1, j++) {
-      const int k = __ffs(m) - 1;
-      hp.mb->slot[j] = ss[k];
-      hp.state[2 + j] = k;
-    }
-    hp.mb->n = n;
+    hp.mb->n = P;
+    hp.mb->k = K;
     hp.mb->layer = hp.layer;
   }
   __threadfence_system();

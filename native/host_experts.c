@@ -1,8 +1,8 @@
 // The host's expert lane: threads of the host CPU compute some of a decode step's cold experts from the cold bank's
 // pinned memory (read from DRAM at the host's speed, not over the bus), while the GPU computes the rest. The GPU
-// posts a request in a mailbox of mapped memory (the experts' input row, the picks' cold slots, a sequence number);
-// the threads compute each pick's SwiGLU expert and post its output row back; the GPU's combine waits for it
-// (kernels/op_host.cuh). Every product sums in the GPU gemv's order (op_gemv.cuh, bf16 at batch 1: lane l of a
+// posts a request in a mailbox of mapped memory (the rows' inputs, each pick's cold slot or -1, a sequence number);
+// the threads compute each of the host's experts once for every row that picked it (its weights read once) and post
+// each pick's output row back; the GPU's combine waits for it (kernels/op_host.cuh). Every product sums in the GPU gemv's order (op_gemv.cuh, bf16 at batch 1: lane l of a
 // warp takes the 8-value chunks c = l, l + 32, ... in turn, one fused multiply-add a value; then the warp's
 // butterfly) and the activation is exact_math.cuh's, so a pick's output has the bits the GPU would give it.
 // Built by scripts/build-kernels.mjs (cc -O3 -ffp-contract=off); driven by src/backend/cuda/host-experts.ts.
@@ -20,25 +20,25 @@
 #endif
 #include "../kernels/exact_math.cuh"
 
-// The mailbox (mirrored by kernels/op_host.cuh and host-experts.ts): a request line, an answer line, then the
-// input row x [H] floats at HE_X and the outputs y [HE_MAX_PICKS][H] after it.
-#define HE_MAX_PICKS 8
-#define HE_X 256
+// The mailbox (mirrored by kernels/op_host.cuh and host-experts.ts): a request line, an answer line, then the rows'
+// inputs x [HE_MAX_PICKS][H] floats at HE_X and the picks' outputs y [HE_MAX_PICKS][H] after them (pick p's at row p).
+#define HE_MAX_PICKS 32 // a decode step's picks (rows x picks a row) the GPU's one-warp grouping takes
+#define HE_X 512
 typedef struct {
   _Atomic uint32_t req_seq; // written last by the GPU
   int32_t layer;            // among the MoE layers
-  int32_t n;                // picks of this request (1..HE_MAX_PICKS)
-  int32_t pad0;
-  int32_t slot[HE_MAX_PICKS]; // each pick's physical slot (a cold row: >= hot_rows)
-  uint8_t pad1[80];
+  int32_t n;                // the step's picks (1..HE_MAX_PICKS): rows x k
+  int32_t k;                // picks a row: pick p is row p / k's
+  int32_t slot[HE_MAX_PICKS]; // pick p's physical slot (a cold row: >= hot_rows) when the host computes it, else -1
+  uint8_t pad1[112];
   _Atomic uint32_t done_seq; // written by the host when y holds the request's outputs
-  _Atomic int32_t refused;   // requests the host refused (a slot or layer out of range): y zero
+  _Atomic int32_t refused;   // requests the host refused (a slot, layer or count out of range): y zero
   uint32_t gpu_timeouts;     // written by the GPU: waits that gave up
-  uint8_t pad2[116];
+  uint8_t pad2[244];
 } HeMailbox;
-_Static_assert(sizeof(HeMailbox) == HE_X && offsetof(HeMailbox, slot) == 16 && offsetof(HeMailbox, done_seq) == 128 && offsetof(HeMailbox, gpu_timeouts) == 136,
+_Static_assert(sizeof(HeMailbox) == HE_X && offsetof(HeMailbox, slot) == 16 && offsetof(HeMailbox, done_seq) == 256 && offsetof(HeMailbox, gpu_timeouts) == 264,
                "mailbox header: op_host.cuh, host-experts.ts MAILBOX");
-static inline size_t he_y_offset(int H) { return HE_X + (((size_t)4 * H + 63) & ~(size_t)63); }
+static inline size_t he_y_offset(int H) { return HE_X + (((size_t)4 * H * HE_MAX_PICKS + 63) & ~(size_t)63); }
 
 static inline float bf16_at(const uint16_t* w, size_t i) { return EXACT_BITS_TO_FLOAT((uint32_t)w[i] << 16); }
 
@@ -61,19 +61,25 @@ static inline float swiglu_ref(float g, float u) { return exact_swiglu(EXACT_ADD
 // x laid out for the vector order: value (g * 32 + l) * 8 + e at (g * 8 + e) * 32 + l (K % 256 == 0).
 static inline size_t lane_major(size_t j) { return ((j >> 8) * 8 + (j & 7)) * 32 + ((j >> 3) & 31); }
 
+// Input vectors a weight row's loads serve at once (dot_avx512_n).
+#define HE_DOT_N 4
+
 #if defined(__x86_64__)
 #define HE_TARGET __attribute__((target("avx512f,fma")))
-// The same sums with 16 lanes a register: a group of 256 values (32 lanes x 8) is 512 bytes; each half (16 lanes)
-// is 16 dwords of bf16 pairs a lane, transposed by two rounds of two-register permutes into 4 vectors of one
-// pair each (lane-major), widened by a shift (the even value) and a mask (the odd), fused in value order.
-HE_TARGET static float dot_avx512(const uint16_t* w, const float* xt, int K) {
+// The same sums with 16 lanes a register, for N input vectors at once (an expert picked by N rows: its weights are
+// loaded and transposed once, each vector keeps its own accumulators, so out[b] has dot_ref's bits for xt[b]): a group
+// of 256 values (32 lanes x 8) is 512 bytes; each half (16 lanes) is 16 dwords of bf16 pairs a lane, transposed by two
+// rounds of two-register permutes into 4 vectors of one pair each (lane-major), widened by a shift (the even value)
+// and a mask (the odd), fused in value order. Inlined with N a constant (dot_avx512 below).
+HE_TARGET static inline __attribute__((always_inline)) void dot_avx512_n(const uint16_t* w, const float* const* xt, const int N, int K, float* out) {
   // Round 1: of lanes 0-3 (a) and 4-7 (b), pairs 0-1 of lanes 0-7, then pairs 2-3; round 2: pairs m of 16 lanes.
   const __m512i r1lo = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
   const __m512i r1hi = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
   const __m512i r2lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
   const __m512i r2hi = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
   const __m512i himask = _mm512_set1_epi32((int)0xffff0000u);
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc[HE_DOT_N][2];
+  for (int b = 0; b < N; b++) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
   for (int g = 0; g < K / 256; g++) {
     for (int h = 0; h < 2; h++) {
       const __m512i* p = (const __m512i*)(w + (size_t)g * 256 + h * 128);
@@ -82,28 +88,43 @@ HE_TARGET static float dot_avx512(const uint16_t* w, const float* xt, int K) {
       const __m512i cd01 = _mm512_permutex2var_epi32(c, r1lo, d), cd23 = _mm512_permutex2var_epi32(c, r1hi, d);
       const __m512i v[4] = {_mm512_permutex2var_epi32(ab01, r2lo, cd01), _mm512_permutex2var_epi32(ab01, r2hi, cd01),
                             _mm512_permutex2var_epi32(ab23, r2lo, cd23), _mm512_permutex2var_epi32(ab23, r2hi, cd23)};
-      const float* xg = xt + (size_t)g * 256 + h * 16;
-      __m512 s = acc[h];
-      for (int m = 0; m < 4; m++) {
-        s = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v[m], 16)), _mm512_loadu_ps(xg + (2 * m) * 32), s);
-        s = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v[m], himask)), _mm512_loadu_ps(xg + (2 * m + 1) * 32), s);
+      for (int i = 0; i < N; i++) {
+        const float* xg = xt[i] + (size_t)g * 256 + h * 16;
+        __m512 s = acc[i][h];
+        for (int m = 0; m < 4; m++) {
+          s = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v[m], 16)), _mm512_loadu_ps(xg + (2 * m) * 32), s);
+          s = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v[m], himask)), _mm512_loadu_ps(xg + (2 * m + 1) * 32), s);
+        }
+        acc[i][h] = s;
       }
-      acc[h] = s;
     }
   }
   // The butterfly: o = 16 adds the halves; 8, 4: 256- and 128-bit blocks; 2, 1: within 128 bits.
-  __m512 s = _mm512_add_ps(acc[0], acc[1]);
-  s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0x4e));
-  s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0xb1));
-  s = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4e));
-  s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));
-  return _mm512_cvtss_f32(s);
+  for (int i = 0; i < N; i++) {
+    __m512 s = _mm512_add_ps(acc[i][0], acc[i][1]);
+    s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0x4e));
+    s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0xb1));
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4e));
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));
+    out[i] = _mm512_cvtss_f32(s);
+  }
+}
+// n vectors, HE_DOT_N at a time (each count its own inlined copy).
+HE_TARGET static void dot_avx512(const uint16_t* w, const float* const* xt, int n, int K, float* out) {
+  for (int i = 0; i < n; i += HE_DOT_N) {
+    switch (n - i) {
+      case 1: dot_avx512_n(w, xt + i, 1, K, out + i); break;
+      case 2: dot_avx512_n(w, xt + i, 2, K, out + i); break;
+      case 3: dot_avx512_n(w, xt + i, 3, K, out + i); break;
+      default: dot_avx512_n(w, xt + i, HE_DOT_N, K, out + i); break;
+    }
+  }
 }
 // swiglu_ref compiled with FMA instructions (outside a target function its fmaf is a libm call).
 HE_TARGET static float swiglu_avx512(float g, float u) { return swiglu_ref(g, u); }
 static int simd_supported(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
 #else
-static float dot_avx512(const uint16_t* w, const float* xt, int K) { (void)w; (void)xt; (void)K; return 0.f; }
+static void dot_avx512(const uint16_t* w, const float* const* xt, int n, int K, float* out) { (void)w; (void)xt; (void)K; for (int i = 0; i < n; i++) out[i] = 0.f; }
 static float swiglu_avx512(float g, float u) { (void)g; (void)u; return 0.f; }
 static int simd_supported(void) { return 0; }
 #endif
@@ -113,16 +134,24 @@ typedef struct { int64_t gate, up, down; } RowLayout;
 
 static inline const uint16_t* matrix(const uint8_t* row, int64_t off) { return (const uint16_t*)(row + off); }
 
-// Unit j of the expert: h[j] (lane-major when simd).
-static inline void gate_up_unit(const uint8_t* row, RowLayout rl, int H, int j, const float* x, float* h, int simd) {
+// Unit j of an expert picked by n rows: h[p][j] (lane-major when simd) from x[p], the input of the row of pick p.
+static inline void gate_up_unit(const uint8_t* row, RowLayout rl, int H, int j, const float* const* x, float* const* h, int n, int simd) {
   const uint16_t* gw = matrix(row, rl.gate) + (size_t)j * H;
   const uint16_t* uw = matrix(row, rl.up) + (size_t)j * H;
-  if (simd) h[lane_major(j)] = swiglu_avx512(dot_avx512(gw, x, H), dot_avx512(uw, x, H));
-  else h[j] = swiglu_ref(dot_ref(gw, x, H), dot_ref(uw, x, H));
+  if (simd) {
+    float g[HE_MAX_PICKS], u[HE_MAX_PICKS];
+    dot_avx512(gw, x, n, H, g);
+    dot_avx512(uw, x, n, H, u);
+    for (int p = 0; p < n; p++) h[p][lane_major(j)] = swiglu_avx512(g[p], u[p]);
+  } else {
+    for (int p = 0; p < n; p++) h[p][j] = swiglu_ref(dot_ref(gw, x[p], H), dot_ref(uw, x[p], H));
+  }
 }
-static inline float down_feature(const uint8_t* row, RowLayout rl, int I, int f, const float* h, int simd) {
+// Feature f of the expert's down product for its n picks: out[p] from h[p].
+static inline void down_feature(const uint8_t* row, RowLayout rl, int I, int f, const float* const* h, int n, float* out, int simd) {
   const uint16_t* dw = matrix(row, rl.down) + (size_t)f * I;
-  return simd ? dot_avx512(dw, h, I) : dot_ref(dw, h, I);
+  if (simd) dot_avx512(dw, h, n, I, out);
+  else for (int p = 0; p < n; p++) out[p] = dot_ref(dw, h[p], I);
 }
 
 int he_simd_available(void) { return simd_supported(); }
@@ -140,9 +169,11 @@ int he_expert(const uint8_t* row, int64_t gate_off, int64_t up_off, int64_t down
   float* ht = malloc(sizeof(float) * I);
   if (!xt || !ht) { free(xt); free(ht); return -3; }
   if (simd) for (int k = 0; k < H; k++) xt[lane_major(k)] = x[k];
-  for (int j = 0; j < I; j++) gate_up_unit(row, rl, H, j, simd ? xt : x, ht, simd);
+  const float* xs = simd ? xt : x;
+  const float* hs = ht;
+  for (int j = 0; j < I; j++) gate_up_unit(row, rl, H, j, &xs, &ht, 1, simd);
   for (int j = 0; j < I; j++) h[j] = simd ? ht[lane_major(j)] : ht[j];
-  for (int f = 0; f < H; f++) y[f] = down_feature(row, rl, I, f, ht, simd);
+  for (int f = 0; f < H; f++) down_feature(row, rl, I, f, &hs, 1, y + f, simd);
   free(xt);
   free(ht);
   return 0;
@@ -163,13 +194,21 @@ struct Lane {
   uint64_t* cold; // [layers] host addresses
   HeMailbox* mb;
   float* y;     // the mailbox's outputs
-  float* xt;    // the request's x (lane-major when simd)
+  float* xt;    // [HE_MAX_PICKS][H] the request's rows' inputs (lane-major when simd)
   float* ht;    // [HE_MAX_PICKS][I] the picks' units
   _Atomic int stop;
   _Atomic uint32_t bar_count, bar_gen;
-  // The request being answered, as thread 0 read it from the mailbox (every thread works from this copy, so all
-  // agree on it whatever the mailbox holds meanwhile), handed out by job_gen; quit: the threads leave.
-  struct { uint32_t seq; int32_t layer, n, quit; int32_t slot[HE_MAX_PICKS]; } job;
+  // The request being answered, as thread 0 read it from the mailbox and grouped it (every thread works from this
+  // copy, so all agree on it whatever the mailbox holds meanwhile), handed out by job_gen; quit: the threads leave.
+  struct {
+    uint32_t seq;
+    int32_t layer, n, k, quit, ok;
+    int32_t experts;                     // distinct slots among the host's picks, in order of first pick
+    int32_t ex_slot[HE_MAX_PICKS];       // expert e's physical slot
+    int32_t ex_start[HE_MAX_PICKS + 1];  // its picks: pick_of[ex_start[e] .. ex_start[e + 1])
+    int32_t pick_of[HE_MAX_PICKS];
+    int32_t rows, row[HE_MAX_PICKS];     // the input rows the host's picks read
+  } job;
   _Atomic uint32_t job_gen;
   _Atomic uint64_t requests, busy_ns;
   pthread_t* th;
@@ -254,46 +293,93 @@ static inline void share(int n, int t, int T, int* b, int* e) {
   *e = (int)((int64_t)n * (t + 1) / T);
 }
 
+// Thread 0's copy of the request at the mailbox, checked and grouped by expert (job.ok 0: refused).
+static void take_request(Lane* L, uint32_t seq) {
+  const HeMailbox* mb = L->mb;
+  L->job.seq = seq;
+  const int layer = mb->layer, n = mb->n, k = mb->k;
+  int32_t slot[HE_MAX_PICKS];
+  int ok = layer >= 0 && layer < L->layers && n >= 1 && n <= HE_MAX_PICKS && k >= 1 && k <= n;
+  int host = 0;
+  for (int p = 0; ok && p < n; p++) {
+    slot[p] = mb->slot[p];
+    ok = slot[p] == -1 || (slot[p] >= L->hot_rows && slot[p] < L->hot_rows + L->cold_rows);
+    host += slot[p] >= 0;
+  }
+  L->job.ok = ok && host > 0;
+  L->job.layer = layer;
+  L->job.n = n;
+  L->job.k = k;
+  if (!L->job.ok) return;
+  // Experts in order of their first pick, each with its picks in pick order (so with its rows in row order).
+  int m = 0, q = 0, rows = 0, last_row = -1;
+  uint32_t done = 0;
+  for (int p = 0; p < n; p++) {
+    if (slot[p] < 0 || (done >> p) & 1u) continue;
+    L->job.ex_slot[m] = slot[p];
+    L->job.ex_start[m++] = q;
+    for (int r = p; r < n; r++)
+      if (slot[r] == slot[p]) { L->job.pick_of[q++] = r; done |= 1u << r; }
+  }
+  L->job.ex_start[m] = q;
+  L->job.experts = m;
+  for (int p = 0; p < n; p++)
+    if (slot[p] >= 0 && p / k != last_row) L->job.row[rows++] = last_row = p / k;
+  L->job.rows = rows;
+}
+
 static void answer(Lane* L, int t) {
-  HeMailbox* mb = L->mb;
-  const int layer = L->job.layer, n = L->job.n;
-  const int32_t* slots = L->job.slot;
-  int ok = layer >= 0 && layer < L->layers && n >= 1 && n <= HE_MAX_PICKS;
-  for (int p = 0; ok && p < n; p++) ok = slots[p] >= L->hot_rows && slots[p] < L->hot_rows + L->cold_rows;
-  const int H = L->H, I = L->I, T = L->threads;
+  const int H = L->H, I = L->I, T = L->threads, simd = L->simd;
   int b, e;
-  if (!ok) {
+  if (!L->job.ok) {
     // Every thread reads the same copy of the request, so all agree; the outputs go to zero and the GPU goes on.
     if (t == 0) {
       memset(L->y, 0, sizeof(float) * HE_MAX_PICKS * H);
-      atomic_fetch_add_explicit(&mb->refused, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&L->mb->refused, 1, memory_order_relaxed);
     }
     barrier(L);
     return;
   }
-  const float* x = (const float*)((const uint8_t*)mb + HE_X);
-  share(H, t, T, &b, &e);
-  for (int k = b; k < e; k++) L->xt[L->simd ? lane_major(k) : (size_t)k] = x[k];
+  const float* x = (const float*)((const uint8_t*)L->mb + HE_X);
+  share(L->job.rows * H, t, T, &b, &e);
+  for (int i = b; i < e; i++) {
+    const size_t r = (size_t)L->job.row[i / H] * H;
+    const int c = i % H;
+    L->xt[r + (simd ? lane_major(c) : (size_t)c)] = x[r + c];
+  }
   barrier(L);
+  const int m = L->job.experts, k = L->job.k;
   const uint8_t* rows[HE_MAX_PICKS];
-  for (int p = 0; p < n; p++) rows[p] = (const uint8_t*)(uintptr_t)L->cold[layer] + (size_t)(slots[p] - L->hot_rows) * L->row_bytes;
+  for (int j = 0; j < m; j++) rows[j] = (const uint8_t*)(uintptr_t)L->cold[L->job.layer] + (size_t)(L->job.ex_slot[j] - L->hot_rows) * L->row_bytes;
+  // Each expert's picks: their rows' inputs, units and outputs.
+  const float* xs[HE_MAX_PICKS];
+  float* hs[HE_MAX_PICKS];
+  for (int q = 0; q < L->job.ex_start[m]; q++) {
+    const int p = L->job.pick_of[q];
+    xs[q] = L->xt + (size_t)(p / k) * H;
+    hs[q] = L->ht + (size_t)p * I;
+  }
   // Each thread takes a contiguous range of units (a contiguous range beat every T-th unit: 1-4 picks 145-487 against
   // 159-619 us, H200 host). HE_PREFETCH: the next unit's rows are asked for (into L2) before this one is computed.
   const int pf = L->flags & HE_PREFETCH;
-  share(n * I, t, T, &b, &e);
+  share(m * I, t, T, &b, &e);
   for (int u = b; u < e; u++) {
     if (pf && u + 1 < e) {
       const int v = u + 1;
       prefetch_bytes(matrix(rows[v / I], L->rl.gate) + (size_t)(v % I) * H, 2 * H);
       prefetch_bytes(matrix(rows[v / I], L->rl.up) + (size_t)(v % I) * H, 2 * H);
     }
-    gate_up_unit(rows[u / I], L->rl, H, u % I, L->xt, L->ht + (size_t)(u / I) * I, L->simd);
+    const int x0 = L->job.ex_start[u / I];
+    gate_up_unit(rows[u / I], L->rl, H, u % I, xs + x0, hs + x0, L->job.ex_start[u / I + 1] - x0, simd);
   }
   barrier(L);
-  share(n * H, t, T, &b, &e);
+  share(m * H, t, T, &b, &e);
   for (int u = b; u < e; u++) {
     if (pf && u + 2 < e) { const int v = u + 2; prefetch_bytes(matrix(rows[v / H], L->rl.down) + (size_t)(v % H) * I, 2 * I); }
-    L->y[u] = down_feature(rows[u / H], L->rl, I, u % H, L->ht + (size_t)(u / H) * I, L->simd);
+    const int x0 = L->job.ex_start[u / H], np = L->job.ex_start[u / H + 1] - x0, f = u % H;
+    float out[HE_MAX_PICKS];
+    down_feature(rows[u / H], L->rl, I, f, (const float* const*)(hs + x0), np, out, simd);
+    for (int q = 0; q < np; q++) L->y[(size_t)L->job.pick_of[x0 + q] * H + f] = out[q];
   }
   barrier(L);
 }
@@ -317,12 +403,8 @@ static void* worker_main(void* arg) {
       const int posted = spin_until(L, request_posted, seen, &got);
       L->job.quit = !posted;
       if (posted) {
-        HeMailbox* mb = L->mb;
         seen = got;
-        L->job.seq = got;
-        L->job.layer = mb->layer;
-        L->job.n = mb->n;
-        for (int p = 0; p < HE_MAX_PICKS; p++) L->job.slot[p] = mb->slot[p];
+        take_request(L, got);
       }
       atomic_store_explicit(&L->job_gen, ++gen, memory_order_release);
     } else {
@@ -362,7 +444,7 @@ void* he_start(int threads, int H, int I, int layers, int hot_rows, int cold_row
   L->mb = (HeMailbox*)mailbox;
   L->y = (float*)((uint8_t*)mailbox + he_y_offset(H));
   L->cold = malloc(sizeof(uint64_t) * layers);
-  L->xt = aligned_alloc(64, ((sizeof(float) * H + 63) / 64) * 64);
+  L->xt = aligned_alloc(64, ((sizeof(float) * HE_MAX_PICKS * H + 63) / 64) * 64);
   L->ht = aligned_alloc(64, ((sizeof(float) * HE_MAX_PICKS * I + 63) / 64) * 64);
   L->th = calloc(threads, sizeof(pthread_t));
   L->workers = calloc(threads, sizeof(Worker));

@@ -16,8 +16,9 @@ export const MEMORY_HELP = `  --gpu-memory-utilization F  cuda: share of the GPU
   --max-model-len N    positions a sequence may hold, prompt + output (default: the model's max_position_embeddings);
                        cuda reserves the KV cache for N x the running batch
   --host-experts N|auto cuda: N host threads ('auto': the CPUs less 2) compute a share of each layer's cold
-                       experts at batch-1 decode steps, from host memory, beside the GPU (bf16 experts; same bits)
-  --host-expert-share F of a layer's cold picks, the share the host computes, rounded up (default 0.6)`;
+                       experts at decode steps of up to 32 picks (4 rows at top-8), from host memory, beside
+                       the GPU (bf16 experts; same bits)
+  --host-expert-share F of a layer's distinct cold experts, the share the host computes, rounded up (default 0.6)`;
 
 export interface MemoryFlags {
   readonly gpuMemoryUtilization?: number;

@@ -93,55 +93,62 @@ test('real shapes, 64/128 hot: thousands of background moves land while greedy d
   assert.equal(afterDigest, bootDigest, 'restore gives back the boot digest');
 });
 
-test('real shapes, 64/128 hot, the host expert lane at batch 1: tokens and logits == all-hot while moves land', { skip }, async () => {
+test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4: tokens and logits == all-hot while moves land', { skip }, async () => {
   const refs = (JSON.parse(readFileSync(join(dir!, 'refs.json'), 'utf8')) as { cases: { prompt_ids: number[] }[] }).cases;
   const prompts = refs.slice(0, 4).map((c) => c.prompt_ids);
   const steps = Math.max(16, Math.floor(STEPS / 4));
   const m = await loadModelFor(dir!, 'cuda');
   const maxLen = Math.max(...prompts.map((p) => p.length)) + steps + 2;
-  const allHot = await createCuda(m, { path: 'op', maxModelLen: maxLen, maxNumSeqs: 1 });
-  const want = prompts.map((p) => greedy(allHot, [p], steps));
-  allHot.dispose();
-  // The lane's steps combine the picks in op_residual_norm, as fuseResidual: false does: the same bits either way.
-  const unfusedHot = await createCuda(m, { path: 'op', maxModelLen: maxLen, maxNumSeqs: 1, fuseResidual: false });
-  const wantUnfused = prompts.map((p) => greedy(unfusedHot, [p], steps));
-  unfusedHot.dispose();
+  const lanes: Record<string, unknown>[] = [];
+  // Batch 1: each prompt alone; batch 4: the four together (each expert the host takes computed once for its rows).
+  for (const B of [1, 4]) {
+    const groups = B === 1 ? prompts.map((p) => [p]) : [prompts];
+    const allHot = await createCuda(m, { path: 'op', maxModelLen: maxLen, maxNumSeqs: B });
+    const want = groups.map((g) => greedy(allHot, g, steps));
+    allHot.dispose();
+    // The lane's steps combine the picks in op_residual_norm, as fuseResidual: false does: the same bits either way.
+    const unfusedHot = await createCuda(m, { path: 'op', maxModelLen: maxLen, maxNumSeqs: B, fuseResidual: false });
+    const wantUnfused = groups.map((g) => greedy(unfusedHot, g, steps));
+    unfusedHot.dispose();
 
-  const H = 64;
-  const be = await createCuda(m, { path: 'op', placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: 1, spareRows: 4, copiesInFlight: 8, hostExperts: { share: 0.7 } });
-  const lane = (be as CudaOpBackend).hostLane!;
-  assert.ok(lane, 'the lane started (64 of 128 experts are cold)');
-  const banks = be.banks;
-  const E = banks.experts;
-  const rand = mulberry32(11);
-  const moves = new MovesInFlight(banks);
-  let landed = 0;
-  const churn = (): void => {
-    landed += moves.settle().length;
-    for (let l = 0; l < banks.layers; l++) {
-      const hr = Math.floor(rand() * H), cr = Math.floor(rand() * (E - H));
-      if (!moves.busy(l, hr, cr)) moves.request({ layer: l, hotRow: hr, coldRow: cr });
-    }
-  };
-  const got = prompts.map((p) => greedy(be, [p], steps, churn));
-  landed += moves.drain().length;
-  const stats = lane.stats(), faults = lane.faults();
-  be.dispose();
-  let tokenDiffs = 0, logitDiffs = 0, unfusedDiffs = 0;
-  got.forEach((g, c) => {
-    g.tokens[0]!.forEach((x, s) => { if (x !== want[c]!.tokens[0]![s]) tokenDiffs++; });
-    g.logits.forEach((lg, s) => {
-      const w = want[c]!.logits[s]!, u = wantUnfused[c]!.logits[s]!;
-      for (let j = 0; j < lg.length; j++) {
-        if (!Object.is(lg[j], w[j])) logitDiffs++;
-        if (!Object.is(lg[j], u[j])) unfusedDiffs++;
+    const H = 64;
+    const be = await createCuda(m, { path: 'op', placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: B, spareRows: 4, copiesInFlight: 8, hostExperts: { share: 0.7 } });
+    const lane = (be as CudaOpBackend).hostLane!;
+    assert.ok(lane, 'the lane started (64 of 128 experts are cold)');
+    const banks = be.banks;
+    const E = banks.experts;
+    const rand = mulberry32(11);
+    const moves = new MovesInFlight(banks);
+    let landed = 0;
+    const churn = (): void => {
+      landed += moves.settle().length;
+      for (let l = 0; l < banks.layers; l++) {
+        const hr = Math.floor(rand() * H), cr = Math.floor(rand() * (E - H));
+        if (!moves.busy(l, hr, cr)) moves.request({ layer: l, hotRow: hr, coldRow: cr });
       }
+    };
+    const got = groups.map((g) => greedy(be, g, steps, churn));
+    landed += moves.drain().length;
+    const stats = lane.stats(), faults = lane.faults();
+    be.dispose();
+    let tokenDiffs = 0, logitDiffs = 0, unfusedDiffs = 0;
+    got.forEach((g, c) => {
+      g.tokens.forEach((row, i) => row.forEach((x, s) => { if (x !== want[c]!.tokens[i]![s]) tokenDiffs++; }));
+      g.logits.forEach((lg, s) => {
+        const w = want[c]!.logits[s]!, u = wantUnfused[c]!.logits[s]!;
+        for (let j = 0; j < lg.length; j++) {
+          if (!Object.is(lg[j], w[j])) logitDiffs++;
+          if (!Object.is(lg[j], u[j])) unfusedDiffs++;
+        }
+      });
     });
-  });
-  report['hostLane'] = { steps, cases: prompts.length, threads: lane.threads, simd: lane.simd, requests: stats.requests, usPerRequest: (stats.busyMs * 1000) / Math.max(1, stats.requests), landed, tokenDiffs, logitDiffs, unfusedDiffs, faults };
-  console.log(`# host lane: ${prompts.length} x ${steps} greedy steps at batch 1, ${H}/${E} hot, ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}); ${stats.requests} requests (${((stats.busyMs * 1000) / Math.max(1, stats.requests)).toFixed(0)} us each), ${landed} moves landed; tokens differing from all-hot ${tokenDiffs}, logits differing ${logitDiffs} (from all-hot unfused: ${unfusedDiffs})`);
-  assert.deepEqual(faults, { refused: 0, gpuTimeouts: 0 });
-  assert.ok(stats.requests >= steps, `the host computed picks (${stats.requests} requests)`);
-  assert.equal(tokenDiffs, 0, 'greedy tokens == all-hot');
-  assert.equal(logitDiffs, 0, 'logits bit-identical to all-hot');
+    const usEach = (stats.busyMs * 1000) / Math.max(1, stats.requests);
+    lanes.push({ batch: B, steps, cases: prompts.length, threads: lane.threads, simd: lane.simd, requests: stats.requests, usPerRequest: usEach, landed, tokenDiffs, logitDiffs, unfusedDiffs, faults });
+    console.log(`# host lane: ${prompts.length} x ${steps} greedy steps at batch ${B}, ${H}/${E} hot, ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}); ${stats.requests} requests (${usEach.toFixed(0)} us each), ${landed} moves landed; tokens differing from all-hot ${tokenDiffs}, logits differing ${logitDiffs} (from all-hot unfused: ${unfusedDiffs})`);
+    assert.deepEqual(faults, { refused: 0, gpuTimeouts: 0 });
+    assert.ok(stats.requests >= steps, `batch ${B}: the host computed picks (${stats.requests} requests)`);
+    assert.equal(tokenDiffs, 0, `batch ${B}: greedy tokens == all-hot`);
+    assert.equal(logitDiffs, 0, `batch ${B}: logits bit-identical to all-hot`);
+  }
+  report['hostLane'] = lanes;
 });

@@ -372,7 +372,7 @@ test('the lane\'s threads answer mailbox requests with each pick\'s expert (the 
     };
     for (const [layer, cold] of [[1, [2, 0]], [0, [1]], [1, [0, 1, 2, 1]]] as const) {
       const x = experts[0]!.x;
-      const seq = lane.post(layer, cold.map((c) => hotRows + c), x);
+      const seq = lane.post(layer, cold.map((c) => hotRows + c), { x });
       wait(seq);
       cold.forEach((c, j) => {
         const e = experts[layer * coldRows + c]!;
@@ -380,12 +380,31 @@ test('the lane\'s threads answer mailbox requests with each pick\'s expert (the 
         assert.deepEqual(new Uint32Array(y.slice(j * H, (j + 1) * H).buffer), new Uint32Array(want.buffer), `simd ${simd}, layer ${layer}, pick ${j} (cold row ${c})`);
       });
     }
+    // Several rows (k picks a row), some picks not the host's (-1), an expert picked by several rows (its weights read
+    // once for all of them: 7 rows of one expert take the vector path's 4 + 3): each host pick's output is its
+    // expert on its own row's input.
+    for (const [layer, k, cold] of [[0, 3, [2, -1, 0, 0, 1, -1]], [1, 1, [1, 1, 1, 1, 1, 1, 1, 2]], [1, 2, [-1, -1, 2, -1]]] as const) {
+      const rowsIn = cold.length / k;
+      const xs = Array.from({ length: rowsIn }, (_, r) => experts[(r + layer) % experts.length]!.x);
+      const x = new Float32Array(rowsIn * H);
+      xs.forEach((xr, r) => x.set(xr, r * H));
+      y.fill(NaN);
+      wait(lane.post(layer, cold.map((c) => (c < 0 ? -1 : hotRows + c)), { k, x }));
+      cold.forEach((c, p) => {
+        if (c < 0) return;
+        const e = experts[layer * coldRows + c]!;
+        const want = l.expert(e.row, e.at, H, I, xs[Math.floor(p / k)]!, simd).y;
+        assert.deepEqual(new Uint32Array(y.slice(p * H, (p + 1) * H).buffer), new Uint32Array(want.buffer), `simd ${simd}, layer ${layer}, k ${k}, pick ${p} (cold row ${c})`);
+      });
+    }
     assert.deepEqual(lane.faults(), { refused: 0, gpuTimeouts: 0 });
     wait(lane.post(0, [hotRows - 1])); // a hot slot: not the lane's
     wait(lane.post(0, [hotRows + coldRows])); // past the cold bank
-    assert.deepEqual(lane.faults(), { refused: 2, gpuTimeouts: 0 });
-    assert.throws(() => lane.check(), /host experts: 2 request\(s\) refused/);
-    assert.equal(lane.stats().requests, 5);
+    wait(lane.post(0, [-1, -1])); // nothing for the host
+    wait(lane.post(0, [hotRows, hotRows], { k: 3 })); // more picks a row than picks
+    assert.deepEqual(lane.faults(), { refused: 4, gpuTimeouts: 0 });
+    assert.throws(() => lane.check(), /host experts: 4 request\(s\) refused/);
+    assert.equal(lane.stats().requests, 10);
     // Many requests back to back, then one left pending when the lane stops: every thread leaves at the same point.
     for (let r = 0; r < 200; r++) wait(lane.post(r % layers, [hotRows + (r % coldRows)]));
     lane.post(1, [hotRows, hotRows + 1, hotRows + 2]);

@@ -1,7 +1,7 @@
-// The host expert lane (native/host_experts.c) through koffi: threads of the host CPU that compute some of a batch-1
-// decode step's cold experts from the cold bank's pinned memory while the GPU computes the rest, answering requests
-// the routing kernel posts in a mailbox of mapped memory (kernels/op_host.cuh). Their sums keep the GPU's order, so
-// a pick computed here has the bits the GPU would give it.
+// The host expert lane (native/host_experts.c) through koffi: threads of the host CPU that compute some of a decode
+// step's cold experts (each once for every row that picked it) from the cold bank's pinned memory while the GPU
+// computes the rest, answering requests the routing kernel posts in a mailbox of mapped memory (kernels/op_host.cuh).
+// Their sums keep the GPU's order, so a pick computed here has the bits the GPU would give it.
 import { existsSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
@@ -12,22 +12,27 @@ import type { CudaDriver } from './driver.ts';
 import { kernelDirCandidates } from './kernels.ts';
 import { ResourceScope } from './resource-scope.ts';
 
+const MAX_PICKS = 32;
 /** The mailbox's layout (host_experts.c's HeMailbox, op_host.cuh's HostMailbox). */
 export const MAILBOX = {
-  /** Picks one request carries at most. */
-  maxPicks: 8,
+  /** Picks one request carries at most (a decode step's rows x top-k, as one warp groups them). */
+  maxPicks: MAX_PICKS,
   reqSeq: 0,
   layer: 4,
+  /** The step's picks. */
   n: 8,
+  /** Picks a row: pick p is row floor(p / k)'s. */
+  k: 12,
+  /** Pick p's physical slot when the host computes it, else -1. */
   slots: 16,
-  doneSeq: 128,
-  refused: 132,
-  gpuTimeouts: 136,
-  /** The experts' input row, H floats. */
-  x: 256,
-  /** The picks' outputs, maxPicks rows of H floats. */
-  y: (H: number): number => 256 + Math.ceil((4 * H) / 64) * 64,
-  bytes: (H: number): number => MAILBOX.y(H) + 4 * 8 * H,
+  doneSeq: 256,
+  refused: 260,
+  gpuTimeouts: 264,
+  /** The rows' inputs, maxPicks rows of H floats. */
+  x: 512,
+  /** The picks' outputs, maxPicks rows of H floats (pick p's at row p). */
+  y: (H: number): number => 512 + Math.ceil((4 * H * MAX_PICKS) / 64) * 64,
+  bytes: (H: number): number => MAILBOX.y(H) + 4 * MAX_PICKS * H,
 } as const;
 
 type Fn = (...args: unknown[]) => unknown;
@@ -111,7 +116,7 @@ export function defaultHostThreads(): number {
 /** A running lane, its mailbox and the device state op_host.cuh keeps. dispose() stops the threads, then frees both. */
 export class HostExpertLane {
   readonly mailboxDev: bigint;
-  /** Device: [0] the last request's sequence number, [1] the layer's host picks, [2 + j] their pick indices, [10] stalled (op_host.cuh). */
+  /** Device: [0] the last request's sequence number, [1] the layer's host picks (a mask of pick indices), [2] stalled (op_host.cuh). */
   readonly stateDev: bigint;
   readonly threads: number;
   readonly simd: boolean = false;
@@ -172,14 +177,17 @@ export class HostExpertLane {
   }
 
   /**
-   * Posts a request from the host, as op_route_group posts one (x already in the mailbox's input row): for benchmarks
-   * and tests driving the lane without a GPU. Returns its sequence number; answered(seq) says when its outputs are in.
+   * Posts a request from the host, as op_route_group posts one: for benchmarks and tests driving the lane without a
+   * GPU. slots: each pick's physical slot, -1 for a pick the host does not compute; k picks a row (default all: one
+   * row); x: the rows' inputs (rows x H floats; default: those already in the mailbox). Returns its sequence number;
+   * answered(seq) says when its outputs are in.
    */
-  post(layer: number, slots: readonly number[], x?: Float32Array): number {
+  post(layer: number, slots: readonly number[], opts: { k?: number; x?: Float32Array } = {}): number {
     this.live();
-    if (x) new Float32Array(this.mailbox.host.buffer, this.mailbox.host.byteOffset + MAILBOX.x, x.length).set(x);
+    if (opts.x) new Float32Array(this.mailbox.host.buffer, this.mailbox.host.byteOffset + MAILBOX.x, opts.x.length).set(opts.x);
     this.words.setInt32(MAILBOX.layer, layer, true);
     this.words.setInt32(MAILBOX.n, slots.length, true);
+    this.words.setInt32(MAILBOX.k, opts.k ?? slots.length, true);
     slots.forEach((s, j) => this.words.setInt32(MAILBOX.slots + 4 * j, s, true));
     const seq = (this.words.getUint32(MAILBOX.reqSeq, true) + 1) >>> 0;
     this.words.setUint32(MAILBOX.reqSeq, seq, true);
@@ -209,12 +217,15 @@ export class HostExpertLane {
 /** The lane as a backend option: the loaded library and how it runs. */
 export interface HostExpertsOptions extends HostLaneOptions {
   readonly lib: HostLaneLib;
-  /** Of a layer's cold picks at a batch-1 decode step, the share the host computes, rounded up (default DEFAULT_HOST_SHARE). */
+  /**
+   * Of a layer's distinct cold experts at a decode step (of at most MAILBOX.maxPicks picks), the share the host
+   * computes, rounded up, each for every row that picked it (default DEFAULT_HOST_SHARE).
+   */
   readonly share?: number;
 }
 
 /**
- * Default share: of a layer's c cold picks the host takes ceil(0.6 c): both of 2, 2 of 3, 3 of 4. H200 host, 14
+ * Default share: of a layer's c cold experts the host takes ceil(0.6 c): both of 2, 2 of 3, 3 of 4. Batch 1: H200 host, 14
  * threads, 16 layers at 64 of 128 hot, the fixed map (~39% of picks cold), 600-step phases: 0.6 gave 5.02 / 4.81 ms
  * a step, 0.7 7.05 / 6.35, 0.8 7.10 / 7.51 (with L2 prefetch); 0.5 5.33-5.78 / 5.32-5.44 and 0.3 / 0.4 6.46 / 6.19 on
  * the en+code phase (without it); no lane 9.45 / 9.20 (bench/tiered/results/host-lane-2026-12-02.md). The lane
@@ -229,6 +240,7 @@ export function hostLaneRefusal(spec: ModelSpec, row: ExpertRowLayout): string |
   if (row.gateUpBiasAt >= 0 || row.downBiasAt >= 0) return 'its experts have biases';
   if (spec.expertAct) return 'its experts use a clamped SwiGLU';
   if (spec.hiddenSize % 8 || spec.expertIntermediate % 8) return 'its hidden or expert size is not a multiple of 8';
+  if (spec.topK > MAX_PICKS) return `it picks ${spec.topK} experts a token (a request carries ${MAX_PICKS} picks)`;
   return null;
 }
 

@@ -1,5 +1,5 @@
 // The op path's host expert lane on the fake driver (its kernels are no-ops and its lane a stub: the lane's arithmetic
-// is host-experts.test.ts's, its run on the device test/gpu/tiered-real.gpu.ts's): what a batch-1 step launches with
+// is host-experts.test.ts's, its run on the device test/gpu/tiered-real.gpu.ts's): what a decode step launches with
 // the lane, what other steps keep, which models it refuses, and that dispose stops it before anything is freed.
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -20,9 +20,13 @@ const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-host-lane-'));
 for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');
 after(() => rmSync(kernelDir, { recursive: true, force: true }));
 
-const { spec } = syntheticModel({ hiddenSize: 64, headDim: 64, numHeads: 2, numKvHeads: 1, expertIntermediate: 32, numExperts: 8, topK: 2, tieWordEmbeddings: false });
-const raw = new Map<string, RawTensor>();
-for (const [name, shape] of expectedTensors(spec)) raw.set(name, { name, dtype: 'BF16', shape, bytes: new Uint8Array(2 * shape.reduce((a, b) => a * b, 1)) });
+function model(topK: number) {
+  const { spec } = syntheticModel({ hiddenSize: 64, headDim: 64, numHeads: 2, numKvHeads: 1, expertIntermediate: 32, numExperts: 8, topK, tieWordEmbeddings: false });
+  const raw = new Map<string, RawTensor>();
+  for (const [name, shape] of expectedTensors(spec)) raw.set(name, { name, dtype: 'BF16', shape, bytes: new Uint8Array(2 * shape.reduce((a, b) => a * b, 1)) });
+  return { spec, raw };
+}
+const { spec, raw } = model(2);
 
 /** A lane library that starts no threads and records what it was given. */
 function stubLib(simd = 1) {
@@ -42,9 +46,9 @@ function stubLib(simd = 1) {
   return { lib, calls };
 }
 
-function build(opts: OpBackendOptions) {
+function build(opts: OpBackendOptions, m = { spec, raw }) {
   const d = new FakeCudaDriver();
-  const be = new CudaOpBackend(d, spec, mapTensorSource(raw), { kernelDir, placement: { hotPerLayer: 6 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32, graphs: false, ...opts });
+  const be = new CudaOpBackend(d, m.spec, mapTensorSource(m.raw), { kernelDir, placement: { hotPerLayer: 6 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32, graphs: false, ...opts });
   return { d, be };
 }
 
@@ -60,43 +64,54 @@ function decodeLaunches(d: FakeCudaDriver, be: CudaOpBackend, rows: number) {
 
 const hostPost = (l: { args: unknown[] }): Buffer => Buffer.from((l.args[2] as { bytes: Uint8Array }).bytes);
 
-test('host lane: a batch-1 step posts each MoE layer\'s cold picks (route_group\'s HostPost), collects them after the down product, and combines in the next norm; batch 2 posts nothing', () => {
+test('host lane: a decode step posts each MoE layer\'s cold experts (route_group\'s HostPost), collects them after the down product, and combines in the next norm, at batch 1 and 2', () => {
   const { lib, calls } = stubLib();
   const threads = availableParallelism();
   const { d, be } = build({ hostExperts: { lib, threads, share: 0.5 } });
   const lane = be.hostLane!;
   assert.ok(lane && lane.threads === threads && lane.simd);
-  assert.match(be.hotReason, new RegExp(`host expert lane: ${threads} threads \\(AVX-512\\) compute 50% of each layer's cold picks at batch-1 decode steps`));
+  assert.match(be.hotReason, new RegExp(`host expert lane: ${threads} threads \\(AVX-512\\) compute 50% of each layer's cold experts at decode steps of up to 16 rows`));
   const [t0, H, I, layers, hotRows, coldRows, rowBytes] = calls.start[0]! as number[];
   assert.deepEqual([t0, H, I, layers, hotRows, coldRows, rowBytes], [threads, 64, 32, spec.numLayers, be.banks.hotRowsAllocated, 2, be.banks.rowBytes]);
   assert.deepEqual([...(calls.start[0]![10] as BigUint64Array)], be.banks.coldHostAddresses(), 'the cold banks\' host addresses');
 
-  const one = decodeLaunches(d, be, 1);
-  const routes = one.filter((l) => l.name === 'op_route_group');
-  assert.equal(routes.length, spec.numLayers);
-  routes.forEach((r, m) => {
-    const p = hostPost(r);
-    assert.equal(p.readBigUInt64LE(0), lane.mailboxDev);
-    assert.equal(p.readBigUInt64LE(8), lane.stateDev);
-    assert.deepEqual([p.readInt32LE(24), p.readInt32LE(28), p.readInt32LE(32), p.readInt32LE(36)], [be.banks.hotRowsAllocated, 500, 64, m], 'hot rows, share per mille, H, layer');
-  });
-  assert.equal(one.filter((l) => /_combine$/.test(l.name)).length, 0, 'no fused combine: the next norm combines');
-  const names = one.map((l) => l.name);
-  const collects = names.flatMap((n, i) => (n === 'op_host_collect' ? [i] : []));
-  assert.equal(collects.length, spec.numLayers);
-  for (const i of collects) {
-    assert.match(names[i - 1]!, /^op_gemv_b1_r[12]_store$/, 'right after the down product');
-    assert.equal(one[i]!.args[0] && (one[i]!.args[0] as { u64: bigint }).u64, lane.mailboxDev);
+  for (const rows of [1, 2]) {
+    const step = decodeLaunches(d, be, rows);
+    const routes = step.filter((l) => l.name === 'op_route_group');
+    assert.equal(routes.length, spec.numLayers);
+    routes.forEach((r, m) => {
+      const p = hostPost(r);
+      assert.equal(p.readBigUInt64LE(0), lane.mailboxDev);
+      assert.equal(p.readBigUInt64LE(8), lane.stateDev);
+      assert.deepEqual([p.readInt32LE(24), p.readInt32LE(28), p.readInt32LE(32), p.readInt32LE(36)], [be.banks.hotRowsAllocated, 500, 64, m], 'hot rows, share per mille, H, layer');
+    });
+    assert.equal(step.filter((l) => /_combine$/.test(l.name)).length, 0, 'no fused combine: the next norm combines');
+    const names = step.map((l) => l.name);
+    const collects = names.flatMap((n, i) => (n === 'op_host_collect' ? [i] : []));
+    assert.equal(collects.length, spec.numLayers, `batch ${rows}: a collect a layer`);
+    for (const i of collects) {
+      assert.match(names[i - 1]!, new RegExp(`^op_gemv_b${rows}_r[12]_store$`), 'right after the down product');
+      assert.equal(step[i]!.args[0] && (step[i]!.args[0] as { u64: bigint }).u64, lane.mailboxDev);
+    }
+    assert.equal(names.filter((n) => n === 'op_residual_norm').length, spec.numLayers + 1, 'each layer\'s picks combined by the next norm');
   }
-  assert.equal(names.filter((n) => n === 'op_residual_norm').length, spec.numLayers + 1, 'each layer\'s picks combined by the next norm');
-
-  const two = decodeLaunches(d, be, 2);
-  assert.ok(two.filter((l) => l.name === 'op_route_group').every((r) => hostPost(r).every((b) => b === 0)), 'batch 2: no host lane');
-  assert.equal(two.filter((l) => l.name === 'op_host_collect').length, 0);
 
   be.dispose();
   assert.deepEqual(calls.stops, [77n], 'the lane stopped');
   assert.deepEqual(d.liveByKind(), {}, 'mailbox and state freed with the rest');
+});
+
+test('host lane: a decode step of more than 32 picks (16 rows at top-4) posts nothing and collects nothing; 8 rows (32 picks) do', () => {
+  const m4 = model(4);
+  const { lib } = stubLib();
+  const { d, be } = build({ hostExperts: { lib }, maxNumSeqs: 16 }, m4);
+  assert.match(be.hotReason, /cold experts at decode steps of up to 8 rows/);
+  const wide = decodeLaunches(d, be, 9); // the 16-row bucket: 64 picks
+  assert.ok(wide.filter((l) => l.name === 'op_route_group').every((r) => hostPost(r).every((b) => b === 0)), '16 rows: no host lane');
+  assert.equal(wide.filter((l) => l.name === 'op_host_collect').length, 0);
+  const eight = decodeLaunches(d, be, 8);
+  assert.equal(eight.filter((l) => l.name === 'op_host_collect').length, m4.spec.numLayers);
+  be.dispose();
 });
 
 test('host lane: with every expert hot there is nothing to compute (no lane, and serve says so); a share outside [0.001, 1] or more threads than CPUs is refused', () => {

@@ -27,7 +27,7 @@ import { ARGMAX_BLOCKS, MAX_OUT, memoryNeeds, workspaceLayout } from './workspac
 import { checkStepChunks } from '../step-chunks.ts';
 import { OpStepKernels, raiseSharedMemoryLimits, type RecordedLaunch } from './step-kernels.ts';
 import { scatterRouting } from '../routing-record.ts';
-import { HostExpertLane, hostLaneRefusal, hostSharePermille, type HostExpertsOptions } from '../host-experts.ts';
+import { HostExpertLane, hostLaneRefusal, hostSharePermille, MAILBOX, type HostExpertsOptions } from '../host-experts.ts';
 
 export interface OpBackendOptions {
   readonly placement?: BankPlacement;
@@ -84,8 +84,9 @@ export interface OpBackendOptions {
    */
   readonly tensorCoreDecodeRows?: number;
   /**
-   * The host expert lane: host threads compute a share of each layer's cold picks at batch-1 decode steps, from the
-   * cold bank in host DRAM, beside the GPU (host-experts.ts; bf16 experts without biases). Off by default.
+   * The host expert lane: host threads compute a share of each layer's cold experts at decode steps of at most 32
+   * picks (rows x top-k), from the cold bank in host DRAM, beside the GPU (host-experts.ts; bf16 experts without
+   * biases). Off by default.
    */
   readonly hostExperts?: HostExpertsOptions;
 }
@@ -142,7 +143,7 @@ export class CudaOpBackend implements Backend {
   /** The experts' bank row as stored (bf16, or block FP8 values and scale grids). */
   readonly rowLayout: ExpertRowLayout;
   private readonly tcDecodeRows: number;
-  /** Host threads computing cold picks at batch-1 steps (OpBackendOptions.hostExperts). */
+  /** Host threads computing cold experts at decode steps (OpBackendOptions.hostExperts). */
   readonly hostLane?: HostExpertLane;
   /** The kernels of a piece, in stream order (step-kernels.ts). */
   private readonly kernels: OpStepKernels;
@@ -244,7 +245,7 @@ export class CudaOpBackend implements Backend {
       if (opts.hostExperts) {
         this.hostLane = this.startHostLane(opts.hostExperts, scope);
         this.hotReason += this.hostLane
-          ? `; host expert lane: ${this.hostLane.threads} threads (${this.hostLane.simd ? 'AVX-512' : 'reference loop'}) compute ${sharePermille / 10}% of each layer's cold picks at batch-1 decode steps`
+          ? `; host expert lane: ${this.hostLane.threads} threads (${this.hostLane.simd ? 'AVX-512' : 'reference loop'}) compute ${sharePermille / 10}% of each layer's cold experts at decode steps of up to ${Math.max(0, ...this.buckets.filter((b) => b * spec.topK <= MAILBOX.maxPicks))} rows`
           : '; host expert lane: off (no expert is cold)';
       }
       raiseSharedMemoryLimits(d, fns, s, routeMode);

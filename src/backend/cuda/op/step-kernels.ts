@@ -5,6 +5,7 @@
 // logits are wanted and the LM head. Products are gemv (decode, <= 16 rows a group) or tensor-core tiles. At batch 1
 // the down product adds the picks to the residual and the next input norm runs in the q | k | v gemv (fuseResidual),
 // unless the host expert lane takes some cold picks (op_host.cuh): then the next norm combines them (the same bits).
+// The lane takes decode steps of at most MAILBOX.maxPicks picks (rows x top-k: op_route_group's one-warp grouping).
 import { ResidencyError } from '../../../errors.ts';
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { CudaExpertBanks } from '../banks.ts';
@@ -13,6 +14,7 @@ import type { CudaDriver, KernelArg } from '../driver.ts';
 import type { AttendHeadDim, KernelName, WeightInfix } from '../kernels.ts';
 import { bucketFor } from '../plan.ts';
 import { combineSmemBytes, encodeAttn, encodeGemm, encodeGroups, encodeHostPost, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, groupSmemBytes, maxGroupedTiles, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
+import { MAILBOX } from '../host-experts.ts';
 import { combineRowsPerWarp, DECODE_MAX_ROWS, gemvRowsPerWarp, oneWaveFeatureBlocks } from './plan.ts';
 import type { DenseDev, LayerDev } from './resident-weights.ts';
 import { ARGMAX_BLOCKS } from './workspace.ts';
@@ -75,8 +77,9 @@ export interface StepDevice {
   /** Batch 1, bf16: a dense product that stores (q | k | v) split evenly over one wave of blocks, where that is more blocks. */
   readonly oneWaveDense: boolean;
   /**
-   * The host expert lane (host-experts.ts): at batch-1 decode steps the routing hands this share (per mille) of each
-   * layer's cold picks to the host's threads, and op_host_collect brings their outputs into the partial rows.
+   * The host expert lane (host-experts.ts): at decode steps of at most MAILBOX.maxPicks picks the routing hands this
+   * share (per mille) of each layer's distinct cold experts to the host's threads, and op_host_collect brings their
+   * picks' outputs into the partial rows.
    */
   readonly hostLane?: { readonly mailboxDev: bigint; readonly stateDev: bigint; readonly sharePermille: number };
 }
@@ -171,9 +174,9 @@ export class OpStepKernels {
     // the MoE layer's down product its picks).
     let prevMoe = -1;
     const residualMode = (l: number): number => (l === 0 ? 0 : prevMoe >= 0 ? 1 : 2);
-    // With the host lane a batch-1 step's picks are combined by the next norm (op_residual_norm mode 1), after
+    // With the host lane a decode step's picks are combined by the next norm (op_residual_norm mode 1), after
     // op_host_collect has put the host's outputs in their partial rows.
-    const lane = gemv && T === 1 ? this.hostLane : undefined;
+    const lane = gemv && T * K <= MAILBOX.maxPicks ? this.hostLane : undefined;
     const combine = this.fuseResidual && gemv && T === 1 && K <= GEMV_WARPS && !lane;
     for (let l = 0; l < L; l++) {
       const ly = this.layers[l]!;
