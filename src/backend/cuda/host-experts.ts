@@ -225,11 +225,12 @@ export interface HostExpertsOptions extends HostLaneOptions {
 }
 
 /**
- * Default share: of a layer's c cold experts the host takes ceil(0.6 c): both of 2, 2 of 3, 3 of 4. Batch 1: H200 host, 14
- * threads, 16 layers at 64 of 128 hot, the fixed map (~39% of picks cold), 600-step phases: 0.6 gave 5.02 / 4.81 ms
- * a step, 0.7 7.05 / 6.35, 0.8 7.10 / 7.51 (with L2 prefetch); 0.5 5.33-5.78 / 5.32-5.44 and 0.3 / 0.4 6.46 / 6.19 on
- * the en+code phase (without it); no lane 9.45 / 9.20 (bench/tiered/results/host-lane-2026-12-02.md). The lane
- * computes a 9.4 MB expert in ~110 us, two in ~190, beside the GPU's in-place reads (~180 us a pick over the bus).
+ * Default share: of a layer's c cold experts the host takes ceil(0.6 c): both of 2, 2 of 3, 3 of 4. Batch 1: H200
+ * host, 14 threads, 16 layers at 64 of 128 hot, the fixed map (~39% of picks cold), 600-step phases: 0.6 gave 5.02 /
+ * 4.81 ms a step, 0.7 7.05 / 6.35, 0.8 7.10 / 7.51 (with L2 prefetch); 0.5 5.33-5.78 / 5.32-5.44 and 0.3 / 0.4 6.46 /
+ * 6.19 on the en+code phase (without it); no lane 9.45 / 9.20. 4 users: 0.6 19.8-20.2 / 22.5-23.5 ms, 0.5 20.1 /
+ * 23.7, 0.4 22.0 / 26.5, 0.7 22.7 / 27.1, no lane 33.7 / 40.9 (bench/tiered/results/host-lane-2026-12-02.md). The
+ * lane computes a 9.4 MB expert in ~110-140 us, two in ~190-270, beside the GPU's in-place reads (~180 us a pick).
  */
 export const DEFAULT_HOST_SHARE = 0.6;
 
