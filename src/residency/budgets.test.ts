@@ -20,7 +20,7 @@ test('every budget has a sane finite range: far past useful values are refused, 
   const refused: Record<string, number>[] = [
     { drain_every: 0 }, { drain_every: 1e7 }, { half_life_steps: 0.5 }, { half_life_steps: 1e10 }, { hysteresis: 0.99 },
     { hysteresis: 1e4 }, { min_average: -1 }, { min_average: 1e10 }, { swaps_per_layer_per_drain: 1e6 },
-    { swaps_per_step: 1e6 }, { swaps_per_step: 1.5 }, { count_tmax: 1e8 }, { prior_picks_per_expert: 1e7 },
+    { swaps_per_step: 1e6 }, { swaps_per_step: 1.5 }, { count_tmax: 1e8 }, { prior_picks_per_expert: 1e7 }, { move_cost_picks: -1 }, { move_cost_picks: 1e10 },
   ];
   for (const b of refused) {
     const r = ctl.control({ budgets: b });

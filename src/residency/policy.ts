@@ -14,6 +14,16 @@ export interface Budgets {
   readonly hysteresis: number;
   /** A cold expert needs at least this many decayed picks (see `foldWindow`) to be promoted. */
   readonly min_average: number;
+  /**
+   * What a move costs, in cold-expert reads: a swap is kept only when the cold expert's decayed picks exceed the hot
+   * one's by at least this many, i.e. when the picks it saves from the bus over the EWMA's window (a decayed count is
+   * the pick rate times that window) pay for the copies. Default 2: a swap copies two rows (the cold expert in, the
+   * hot one out), and a row copy moves the same bytes as an in-place read over the same link (H200: H2D copies 55
+   * GB/s, in-place reads 51 GB/s; bench/tiered). At batch > 1 a read serves every pick of its step, so counting picks
+   * overstates the saving there; hysteresis and min_average are the margin. With the defaults (1.5, 8) every pair they
+   * pass already gains >= 8 / 3 picks: the gate binds only where they are lowered.
+   */
+  readonly move_cost_picks: number;
   readonly swaps_per_layer_per_drain: number;
   /** Swaps applied between two steps at most (bounds the stall a step can see). */
   readonly swaps_per_step: number;
@@ -32,6 +42,7 @@ export const DEFAULT_BUDGETS: Budgets = Object.freeze({
   half_life_steps: 500,
   hysteresis: 1.5,
   min_average: 8,
+  move_cost_picks: 2,
   swaps_per_layer_per_drain: 2,
   swaps_per_step: 8,
   count_tmax: DEFAULT_COUNT_TMAX,
@@ -51,6 +62,7 @@ export const budgetsPatchSchema = z.strictObject({
   half_life_steps: numIn(1, 1e9).optional(),
   hysteresis: numIn(1, 1000).optional(),
   min_average: numIn(0, 1e9).optional(),
+  move_cost_picks: numIn(0, 1e9).optional(),
   swaps_per_layer_per_drain: intIn(1, 65_536).optional(),
   // 0 is allowed: it pauses applying without dropping the queue.
   swaps_per_step: intIn(0, 65_536).optional(),
@@ -135,8 +147,8 @@ export interface Swap {
 
 /**
  * Per layer, pairs the busiest cold experts with the least busy hot ones and keeps a pair only when the
- * cold one is at least `hysteresis` times busier and has at least `min_average` decayed picks; at most
- * `swaps_per_layer_per_drain` per layer. Experts with `queued[layer * experts + e] > 0` are left out so queued swaps
+ * cold one is at least `hysteresis` times busier, has at least `min_average` decayed picks, and has at least
+ * `move_cost_picks` more than the hot one (the move pays for its copies); at most `swaps_per_layer_per_drain` per layer. Experts with `queued[layer * experts + e] > 0` are left out so queued swaps
  * never conflict. Ties go to the lower expert id. Pure: returns the plan, changes nothing.
  */
 export function decideSwaps(
@@ -165,7 +177,7 @@ export function decideSwaps(
       const ha = decayed[base + rows.hot[h]!]!;
       const ca = decayed[base + rows.cold[c]!]!;
       // Pairs only get worse further down both lists, so the first miss ends the layer.
-      if (ca < budgets.min_average || ca < budgets.hysteresis * ha || ca <= ha) break;
+      if (ca < budgets.min_average || ca < budgets.hysteresis * ha || ca <= ha || ca - ha < budgets.move_cost_picks) break;
       out.push({
         layer: l, hotExpert: rows.hot[h]!, hotRow: h, coldExpert: rows.cold[c]!, coldRow: c, decidedAtStep: step, reason: 'adapt',
       });
