@@ -70,8 +70,10 @@ static inline size_t lane_major(size_t j) { return ((j >> 8) * 8 + (j & 7)) * 32
 // loaded and transposed once, each vector keeps its own accumulators, so out[b] has dot_ref's bits for xt[b]): a group
 // of 256 values (32 lanes x 8) is 512 bytes; each half (16 lanes) is 16 dwords of bf16 pairs a lane, transposed by two
 // rounds of two-register permutes into 4 vectors of one pair each (lane-major), widened by a shift (the even value)
-// and a mask (the odd), fused in value order. Inlined with N a constant (dot_avx512 below).
-HE_TARGET static inline __attribute__((always_inline)) void dot_avx512_n(const uint16_t* w, const float* const* xt, const int N, int K, float* out) {
+// and a mask (the odd), fused in value order. Inlined with N a constant (dot_avx512 below). pf (or null): a row of
+// the same length asked for into L2 a group (512 bytes) at a time as this one is read (HE_PREFETCH).
+HE_TARGET static inline __attribute__((always_inline)) void dot_avx512_n(const uint16_t* w, const float* const* xt, const int N, int K, float* out,
+                                                                         const char* pf) {
   // Round 1: of lanes 0-3 (a) and 4-7 (b), pairs 0-1 of lanes 0-7, then pairs 2-3; round 2: pairs m of 16 lanes.
   const __m512i r1lo = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
   const __m512i r1hi = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
@@ -81,6 +83,8 @@ HE_TARGET static inline __attribute__((always_inline)) void dot_avx512_n(const u
   __m512 acc[HE_DOT_N][2];
   for (int b = 0; b < N; b++) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
   for (int g = 0; g < K / 256; g++) {
+    if (pf)
+      for (int l = 0; l < 8; l++) _mm_prefetch(pf + (size_t)g * 512 + l * 64, _MM_HINT_T1);
     for (int h = 0; h < 2; h++) {
       const __m512i* p = (const __m512i*)(w + (size_t)g * 256 + h * 128);
       const __m512i a = _mm512_loadu_si512(p), b = _mm512_loadu_si512(p + 1), c = _mm512_loadu_si512(p + 2), d = _mm512_loadu_si512(p + 3);
@@ -109,14 +113,15 @@ HE_TARGET static inline __attribute__((always_inline)) void dot_avx512_n(const u
     out[i] = _mm512_cvtss_f32(s);
   }
 }
-// n vectors, HE_DOT_N at a time (each count its own inlined copy).
-HE_TARGET static void dot_avx512(const uint16_t* w, const float* const* xt, int n, int K, float* out) {
+// n vectors, HE_DOT_N at a time (each count its own inlined copy); pf as dot_avx512_n's, on the first pass.
+HE_TARGET static void dot_avx512(const uint16_t* w, const float* const* xt, int n, int K, float* out, const void* pf) {
   for (int i = 0; i < n; i += HE_DOT_N) {
+    const char* p = i == 0 ? (const char*)pf : NULL;
     switch (n - i) {
-      case 1: dot_avx512_n(w, xt + i, 1, K, out + i); break;
-      case 2: dot_avx512_n(w, xt + i, 2, K, out + i); break;
-      case 3: dot_avx512_n(w, xt + i, 3, K, out + i); break;
-      default: dot_avx512_n(w, xt + i, HE_DOT_N, K, out + i); break;
+      case 1: dot_avx512_n(w, xt + i, 1, K, out + i, p); break;
+      case 2: dot_avx512_n(w, xt + i, 2, K, out + i, p); break;
+      case 3: dot_avx512_n(w, xt + i, 3, K, out + i, p); break;
+      default: dot_avx512_n(w, xt + i, HE_DOT_N, K, out + i, p); break;
     }
   }
 }
@@ -124,7 +129,7 @@ HE_TARGET static void dot_avx512(const uint16_t* w, const float* const* xt, int 
 HE_TARGET static float swiglu_avx512(float g, float u) { return swiglu_ref(g, u); }
 static int simd_supported(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
 #else
-static void dot_avx512(const uint16_t* w, const float* const* xt, int n, int K, float* out) { (void)w; (void)xt; (void)K; for (int i = 0; i < n; i++) out[i] = 0.f; }
+static void dot_avx512(const uint16_t* w, const float* const* xt, int n, int K, float* out, const void* pf) { (void)w; (void)xt; (void)K; (void)pf; for (int i = 0; i < n; i++) out[i] = 0.f; }
 static float swiglu_avx512(float g, float u) { (void)g; (void)u; return 0.f; }
 static int simd_supported(void) { return 0; }
 #endif
@@ -135,22 +140,24 @@ typedef struct { int64_t gate, up, down; } RowLayout;
 static inline const uint16_t* matrix(const uint8_t* row, int64_t off) { return (const uint16_t*)(row + off); }
 
 // Unit j of an expert picked by n rows: h[p][j] (lane-major when simd) from x[p], the input of the row of pick p.
-static inline void gate_up_unit(const uint8_t* row, RowLayout rl, int H, int j, const float* const* x, float* const* h, int n, int simd) {
+// pf (or null): the next unit's expert row and unit, whose gate and up rows the vector path asks for as it goes.
+typedef struct { const uint8_t* row; int j; } NextUnit;
+static inline void gate_up_unit(const uint8_t* row, RowLayout rl, int H, int j, const float* const* x, float* const* h, int n, int simd, const NextUnit* pf) {
   const uint16_t* gw = matrix(row, rl.gate) + (size_t)j * H;
   const uint16_t* uw = matrix(row, rl.up) + (size_t)j * H;
   if (simd) {
     float g[HE_MAX_PICKS], u[HE_MAX_PICKS];
-    dot_avx512(gw, x, n, H, g);
-    dot_avx512(uw, x, n, H, u);
+    dot_avx512(gw, x, n, H, g, pf ? matrix(pf->row, rl.gate) + (size_t)pf->j * H : NULL);
+    dot_avx512(uw, x, n, H, u, pf ? matrix(pf->row, rl.up) + (size_t)pf->j * H : NULL);
     for (int p = 0; p < n; p++) h[p][lane_major(j)] = swiglu_avx512(g[p], u[p]);
   } else {
     for (int p = 0; p < n; p++) h[p][j] = swiglu_ref(dot_ref(gw, x[p], H), dot_ref(uw, x[p], H));
   }
 }
-// Feature f of the expert's down product for its n picks: out[p] from h[p].
-static inline void down_feature(const uint8_t* row, RowLayout rl, int I, int f, const float* const* h, int n, float* out, int simd) {
+// Feature f of the expert's down product for its n picks: out[p] from h[p]. pf (or null): a down row to ask for.
+static inline void down_feature(const uint8_t* row, RowLayout rl, int I, int f, const float* const* h, int n, float* out, int simd, const void* pf) {
   const uint16_t* dw = matrix(row, rl.down) + (size_t)f * I;
-  if (simd) dot_avx512(dw, h, n, I, out);
+  if (simd) dot_avx512(dw, h, n, I, out, pf);
   else for (int p = 0; p < n; p++) out[p] = dot_ref(dw, h[p], I);
 }
 
@@ -171,9 +178,9 @@ int he_expert(const uint8_t* row, int64_t gate_off, int64_t up_off, int64_t down
   if (simd) for (int k = 0; k < H; k++) xt[lane_major(k)] = x[k];
   const float* xs = simd ? xt : x;
   const float* hs = ht;
-  for (int j = 0; j < I; j++) gate_up_unit(row, rl, H, j, &xs, &ht, 1, simd);
+  for (int j = 0; j < I; j++) gate_up_unit(row, rl, H, j, &xs, &ht, 1, simd, NULL);
   for (int j = 0; j < I; j++) h[j] = simd ? ht[lane_major(j)] : ht[j];
-  for (int f = 0; f < H; f++) down_feature(row, rl, I, f, &hs, 1, y + f, simd);
+  for (int f = 0; f < H; f++) down_feature(row, rl, I, f, &hs, 1, y + f, simd, NULL);
   free(xt);
   free(ht);
   return 0;
@@ -278,15 +285,6 @@ static int job_handed(Lane* L, uint32_t seen, uint32_t* got) {
   return 1;
 }
 
-// Asks for `bytes` at p into the caches (L2), a line at a time.
-static inline void prefetch_bytes(const void* p, size_t bytes) {
-#if defined(__x86_64__)
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char*)p + o, _MM_HINT_T1);
-#else
-  (void)p; (void)bytes;
-#endif
-}
-
 // [begin, end) of n units for thread t of T: contiguous, so each thread streams whole rows.
 static inline void share(int n, int t, int T, int* b, int* e) {
   *b = (int)((int64_t)n * t / T);
@@ -360,25 +358,26 @@ static void answer(Lane* L, int t) {
     hs[q] = L->ht + (size_t)p * I;
   }
   // Each thread takes a contiguous range of units (a contiguous range beat every T-th unit: 1-4 picks 145-487 against
-  // 159-619 us, H200 host). HE_PREFETCH: the next unit's rows are asked for (into L2) before this one is computed.
-  const int pf = L->flags & HE_PREFETCH;
+  // 159-619 us, H200 host). HE_PREFETCH (the vector path): the next unit's rows are asked for (into L2) a group at a
+  // time while this one is read, the down rows 2 features ahead (asking for a whole unit's rows at once before
+  // computing it was slower: 1 / 4 picks 120-132 / 459-496 against 118-122 / 427-443 us; 4 rows each 148-158 /
+  // 587-741 against 135-138 / 457-513; bench/tiered/results/host-lane-2026-12-02.md, session 7 call 4).
+  const int spread = simd && (L->flags & HE_PREFETCH);
   share(m * I, t, T, &b, &e);
   for (int u = b; u < e; u++) {
-    if (pf && u + 1 < e) {
-      const int v = u + 1;
-      prefetch_bytes(matrix(rows[v / I], L->rl.gate) + (size_t)(v % I) * H, 2 * H);
-      prefetch_bytes(matrix(rows[v / I], L->rl.up) + (size_t)(v % I) * H, 2 * H);
-    }
+    const int v = u + 1;
+    const NextUnit next = {v < e ? rows[v / I] : NULL, v % I};
     const int x0 = L->job.ex_start[u / I];
-    gate_up_unit(rows[u / I], L->rl, H, u % I, xs + x0, hs + x0, L->job.ex_start[u / I + 1] - x0, simd);
+    gate_up_unit(rows[u / I], L->rl, H, u % I, xs + x0, hs + x0, L->job.ex_start[u / I + 1] - x0, simd, spread && v < e ? &next : NULL);
   }
   barrier(L);
   share(m * H, t, T, &b, &e);
   for (int u = b; u < e; u++) {
-    if (pf && u + 2 < e) { const int v = u + 2; prefetch_bytes(matrix(rows[v / H], L->rl.down) + (size_t)(v % H) * I, 2 * I); }
+    const int v = u + 2;
     const int x0 = L->job.ex_start[u / H], np = L->job.ex_start[u / H + 1] - x0, f = u % H;
     float out[HE_MAX_PICKS];
-    down_feature(rows[u / H], L->rl, I, f, (const float* const*)(hs + x0), np, out, simd);
+    down_feature(rows[u / H], L->rl, I, f, (const float* const*)(hs + x0), np, out, simd,
+                 spread && v < e ? matrix(rows[v / H], L->rl.down) + (size_t)(v % H) * I : NULL);
     for (int q = 0; q < np; q++) L->y[(size_t)L->job.pick_of[x0 + q] * H + f] = out[q];
   }
   barrier(L);
