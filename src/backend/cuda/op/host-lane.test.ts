@@ -116,6 +116,12 @@ test('host lane: a decode step of more than 32 picks (16 rows at top-4) posts no
 
 test('host lane: with every expert hot there is nothing to compute (no lane, and serve says so); a share outside [0.001, 1] or more threads than CPUs is refused', () => {
   const { lib, calls } = stubLib();
+  const without = build({});
+  assert.match(without.be.hotReason, /; --host-experts auto would compute a share of the cold experts on this host's CPUs beside the GPU$/, 'serve names the lane where it would help');
+  without.be.dispose();
+  const allHot = build({ placement: { hotPerLayer: 8 } });
+  assert.doesNotMatch(allHot.be.hotReason, /--host-experts/);
+  allHot.be.dispose();
   const { be } = build({ placement: { hotPerLayer: 8 }, hostExperts: { lib } });
   assert.equal(be.hostLane, undefined);
   assert.match(be.hotReason, /host expert lane: off \(no expert is cold\)/);

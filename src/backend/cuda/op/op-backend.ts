@@ -192,19 +192,25 @@ export class CudaOpBackend implements Backend {
     const total = d.memInfo().total;
     const util = opts.gpuMemoryUtilization ?? 0.9;
     let placement = opts.placement;
+    let anyCold: boolean;
     if (placement === undefined) {
       const fit = hotExpertsThatFit(E, needsAt, total, util, maxModelLen, maxNumSeqs);
       this.memory = fit.plan;
       if (fit.hot < E) placement = { hotPerLayer: fit.hot };
+      anyCold = fit.hot < E;
       this.hotReason = fit.hot < E
         ? `${fit.hot} of ${E} experts per layer hot: as many as fit the ${gib(fit.plan.budget)} budget (--gpu-memory-utilization ${util}) beside the other weights, the KV cache (${gib(fit.plan.kv)}) and the workspace; the rest are read in place from host memory`
         : `all ${E} experts per layer hot: they fit the ${gib(fit.plan.budget)} budget (--gpu-memory-utilization ${util})`;
     } else {
       const hot = placementRows(s, placement)[0]!.hot.length;
+      anyCold = hot < E;
       this.memory = planMemory(needsAt(hot), total, util, maxModelLen, maxNumSeqs);
       this.hotReason = `${hot} of ${E} experts per layer hot: ${'layers_map' in placement ? 'the map given' : 'the hot count given'}`;
     }
     this.hotReason += ` (an expert: ${(this.rowLayout.bytes / 2 ** 20).toFixed(2)} MiB, ${FORMAT_NAMES[this.rowLayout.format]} as stored)`;
+    if (anyCold && !opts.hostExperts && hostLaneRefusal(s, this.rowLayout) === null) {
+      this.hotReason += '; --host-experts auto would compute a share of the cold experts on this host\'s CPUs beside the GPU';
+    }
     const kvPerPosition = needsAt(0).kvPerPosition;
 
     const scope = new ResourceScope('cuda op backend', opts.onReleaseFailure);
