@@ -130,6 +130,8 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
     for (int b = 0; b < B; b++) acc[r][b] = 0.f;
   // K chunk held in shared memory: B * KS floats <= 64 KiB, KC a multiple of 256.
   constexpr int KC = COMB ? COMBINE_KC : (16384 / B) < 256 ? 256 : (16384 / B);
+  // (So lane l keeps the chunks c = l mod 32 across K chunks: a row's sums have one order at every B, the host lane's.)
+  static_assert(KC % 256 == 0, "K chunks of whole 256-value groups");
   const int KS = min(KC, K); // row stride in shared memory (K % 8 == 0)
   float* const xw = COMB ? xs + warp * KS : xs; // the rows this warp reads
   // U passes of 16 bytes per weight row a group, double-buffered: the next group's loads are in flight while

@@ -2,9 +2,10 @@
 // pinned memory (read from DRAM at the host's speed, not over the bus), while the GPU computes the rest. The GPU
 // posts a request in a mailbox of mapped memory (the rows' inputs, each pick's cold slot or -1, a sequence number);
 // the threads compute each of the host's experts once for every row that picked it (its weights read once) and post
-// each pick's output row back; the GPU's combine waits for it (kernels/op_host.cuh). Every product sums in the GPU gemv's order (op_gemv.cuh, bf16 at batch 1: lane l of a
-// warp takes the 8-value chunks c = l, l + 32, ... in turn, one fused multiply-add a value; then the warp's
-// butterfly) and the activation is exact_math.cuh's, so a pick's output has the bits the GPU would give it.
+// each pick's output row back; the GPU's combine waits for it (kernels/op_host.cuh). Every product sums in the GPU
+// gemv's order (op_gemv.cuh, bf16 at every batch: lane l of a warp takes the 8-value chunks c = l, l + 32, ... of a
+// row in turn, one fused multiply-add a value; then the warp's butterfly) and the activation is exact_math.cuh's,
+// so a pick's output has the bits the GPU would give it.
 // Built by scripts/build-kernels.mjs (cc -O3 -ffp-contract=off); driven by src/backend/cuda/host-experts.ts.
 #define _GNU_SOURCE
 #include <pthread.h>

@@ -48,7 +48,7 @@ test('thousands of swaps under alternating domains, then restore: boot digest an
   const traffic: Backend = { ...backendShape(backend), readCounter: () => counter.snapshot() };
   const driver = new ResidencyDriver({
     backend: traffic, frozen: false, log: () => {},
-    budgets: { drain_every: 4, half_life_steps: 40, min_average: 2, hysteresis: 1.2, swaps_per_layer_per_drain: 4, swaps_per_step: 8 },
+    budgets: { drain_every: 4, half_life_steps: 40, min_average: 2, hysteresis: 1.2, move_cost_picks: 0, swaps_per_layer_per_drain: 4, swaps_per_step: 8 },
   });
   const domains = ['en', 'ja', 'de', 'code_js'];
   const row = spec.numLayers * spec.topK;
@@ -80,7 +80,7 @@ test('thousands of swaps under alternating domains, then restore: boot digest an
 
 test('live: the CPU backend counts in its MoE op and the driver drains real picks', () => {
   const backend = createCpuBackend(spec, model.weights, { placement: { hotPerLayer: 49 } });
-  const driver = new ResidencyDriver({ backend, frozen: false, log: () => {}, budgets: { drain_every: 4, min_average: 0.5 } });
+  const driver = new ResidencyDriver({ backend, frozen: false, log: () => {}, budgets: { drain_every: 4, min_average: 0.5, move_cost_picks: 0 } });
   const ids = prompts[1]!;
   backend.openSequence(0, ids.length + 24);
   let chunk = { seq: 0, tokens: ids, startPos: 0 };

@@ -21,7 +21,8 @@ export interface Budgets {
    * hot one out), and a row copy moves the same bytes as an in-place read over the same link (H200: H2D copies 55
    * GB/s, in-place reads 51 GB/s; bench/tiered). At batch > 1 a read serves every pick of its step, so counting picks
    * overstates the saving there; hysteresis and min_average are the margin. With the defaults (1.5, 8) every pair they
-   * pass already gains >= 8 / 3 picks: the gate binds only where they are lowered.
+   * pass already gains >= 8 / 3 picks: the gate binds only where they are lowered. With a seed prior the scores
+   * compared are the decision scores (decayed picks plus the prior's pseudo-picks), as for the other two.
    */
   readonly move_cost_picks: number;
   readonly swaps_per_layer_per_drain: number;

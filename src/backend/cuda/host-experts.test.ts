@@ -405,6 +405,7 @@ test('the lane\'s threads answer mailbox requests with each pick\'s expert (the 
     assert.deepEqual(lane.faults(), { refused: 4, gpuTimeouts: 0 });
     assert.throws(() => lane.check(), /host experts: 4 request\(s\) refused/);
     assert.equal(lane.stats().requests, 10);
+    assert.throws(() => lane.post(0, new Array<number>(MAILBOX.maxPicks + 1).fill(hotRows)), /post\(\) takes at most 32 picks, got 33/);
     // Many requests back to back, then one left pending when the lane stops: every thread leaves at the same point.
     for (let r = 0; r < 200; r++) wait(lane.post(r % layers, [hotRows + (r % coldRows)]));
     lane.post(1, [hotRows, hotRows + 1, hotRows + 2]);

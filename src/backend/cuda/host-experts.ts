@@ -121,6 +121,7 @@ export class HostExpertLane {
   readonly stateDev: bigint;
   readonly threads: number;
   readonly simd: boolean = false;
+  private readonly hidden: number;
   private readonly mailbox: { host: Uint8Array; dev: bigint; hostPtr: bigint };
   private readonly words: DataView;
   private handle = 0n;
@@ -128,6 +129,7 @@ export class HostExpertLane {
 
   constructor(private readonly lib: HostLaneLib, d: CudaDriver, banks: HostLaneBanks, opts: HostLaneOptions = {}) {
     const H = banks.hiddenSize;
+    this.hidden = H;
     this.threads = opts.threads ?? defaultHostThreads();
     const cpus = availableParallelism();
     if (!Number.isInteger(this.threads) || this.threads < 1 || this.threads > cpus) {
@@ -160,7 +162,7 @@ export class HostExpertLane {
     if (!this.handle) throw new ResidencyError('INTERNAL', 'host experts: the lane was used after dispose()');
   }
 
-  /** Requests refused by the host (a slot or layer out of range: the outputs were zero) and waits the GPU gave up on. */
+  /** Requests refused by the host (a slot, layer or pick count out of range, or no host pick: the outputs were zero) and waits the GPU gave up on. */
   faults(): { refused: number; gpuTimeouts: number } {
     this.live();
     return { refused: this.words.getInt32(MAILBOX.refused, true), gpuTimeouts: this.words.getUint32(MAILBOX.gpuTimeouts, true) };
@@ -173,7 +175,7 @@ export class HostExpertLane {
   check(): void {
     const f = this.faults();
     if (f.refused || f.gpuTimeouts) {
-      throw new ResidencyError('INTERNAL', `host experts: ${f.refused} request(s) refused (bad slot or layer) and ${f.gpuTimeouts} GPU wait(s) timed out: the step's outputs are not valid`);
+      throw new ResidencyError('INTERNAL', `host experts: ${f.refused} request(s) refused (a bad slot, layer or pick count, or no pick for the host) and ${f.gpuTimeouts} GPU wait(s) timed out: the step's outputs are not valid`);
     }
   }
 
@@ -185,6 +187,8 @@ export class HostExpertLane {
    */
   post(layer: number, slots: readonly number[], opts: { k?: number; x?: Float32Array } = {}): number {
     this.live();
+    if (slots.length > MAILBOX.maxPicks) throw new ResidencyError('BAD_ARGUMENT', `host experts: post() takes at most ${MAILBOX.maxPicks} picks, got ${slots.length}`);
+    if (opts.x && opts.x.length > MAILBOX.maxPicks * this.hidden) throw new ResidencyError('BAD_ARGUMENT', `host experts: post()'s x holds at most ${MAILBOX.maxPicks} rows of ${this.hidden}, got ${opts.x.length} values`);
     if (opts.x) new Float32Array(this.mailbox.host.buffer, this.mailbox.host.byteOffset + MAILBOX.x, opts.x.length).set(opts.x);
     this.words.setInt32(MAILBOX.layer, layer, true);
     this.words.setInt32(MAILBOX.n, slots.length, true);

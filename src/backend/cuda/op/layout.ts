@@ -163,7 +163,7 @@ export function encodeGroups(g: GroupArrays): Uint8Array {
   return b;
 }
 
-/** op_host.cuh's HostPost: what the batch-1 routing needs to hand picks to the host expert lane (mailbox 0n: none). */
+/** op_host.cuh's HostPost: what a decode step's routing needs to hand picks to the host expert lane (mailbox 0n: none). */
 export interface HostPostArgs { mailbox: bigint; state: bigint; x: bigint; hotRows: number; sharePermille: number; H: number; layer: number }
 export const HOST_POST_BYTES = 40;
 export function encodeHostPost(h: HostPostArgs | null): Uint8Array {
