@@ -27,6 +27,14 @@ export const CHUNKS = 3;
 export const STOP = 4;
 /** How many times an idle worker polls SEQ before sleeping (set by the pool from poolTuning). */
 export const WORKER_SPIN = 5;
+/**
+ * 1 while the main thread runs a step (CpuThreadPool.beginStep to endStep): an idle worker keeps polling SEQ instead
+ * of sleeping, for at most ACTIVE_POLL_MS without a job (a step's serial stretches between jobs are microseconds; a
+ * sleeping worker's wake-up costs more than a small job).
+ */
+export const ACTIVE = 6;
+/** Longest an idle worker polls while ACTIVE before it sleeps anyway (a step stalled in long serial work). */
+export const ACTIVE_POLL_MS = 2;
 /** First argument of the job. */
 export const ARGS = 8;
 

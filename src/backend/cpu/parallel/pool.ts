@@ -9,7 +9,7 @@ import type { RowCompute } from '../row-compute.ts';
 import { addNorm, linear } from '../linalg.ts';
 import { routeTokens } from '../moe-ops.ts';
 import { UNIT, computeExpertUnits } from '../expert-units.ts';
-import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, OP_ADD_NORM, QKV_UNIT, f64Args, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
+import { ACTIVE, ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, OP_ADD_NORM, QKV_UNIT, f64Args, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention, qkvPrologue, type QkvShape } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
@@ -364,7 +364,6 @@ export class CpuThreadPool implements RowCompute {
     this.run(OP_ATTENTION, chunks, [this.id(out), this.id(q), this.id(units), heads, kvHeads, d, simd ? 1 : 0]);
   }
 
-  /** Drops an array from every worker's table (an array about to be freed, e.g. a closed KV cache). */
   /** `units` if it holds `count` units of `ints` each, else a shared one at least twice its size (the old one forgotten). */
   private unitsFor(units: Int32Array, count: number, ints: number): Int32Array {
     if (units.length >= count * ints) return units;
@@ -372,6 +371,22 @@ export class CpuThreadPool implements RowCompute {
     return new Int32Array(new SharedArrayBuffer(4 * ints * Math.max(count, 2 * (units.length / ints))));
   }
 
+  /**
+   * A step begins: idle workers poll for its jobs instead of sleeping (layout.ts ACTIVE), and a sleeping one is woken
+   * now, while the main thread embeds the step's tokens, rather than by the step's first job.
+   */
+  beginStep(): void {
+    if (this.disposed) return;
+    Atomics.store(this.ctl, ACTIVE, 1);
+    Atomics.notify(this.ctl, SEQ);
+  }
+
+  /** The step is over: idle workers go back to polling briefly, then sleeping. */
+  endStep(): void {
+    Atomics.store(this.ctl, ACTIVE, 0);
+  }
+
+  /** Drops an array from every worker's table (an array about to be freed, e.g. a closed KV cache). */
   forget(a: Float32Array | Int32Array): void {
     const id = this.ids.get(a);
     if (id === undefined) return;
