@@ -35,6 +35,12 @@ export const WORKER_SPIN = 5;
 export const ACTIVE = 6;
 /** Longest an idle worker polls while ACTIVE before it sleeps anyway (a step stalled in long serial work). */
 export const ACTIVE_POLL_MS = 2;
+/**
+ * How long an idle worker polls between steps before it sleeps: longer than a decode loop's gap between steps (the
+ * caller's argmax and bookkeeping, ~10-30 us), so back-to-back steps never wake a sleeper (Atomics.notify waking one
+ * cost the main thread ~11 us a step on the 2-core VM).
+ */
+export const IDLE_POLL_MS = 0.2;
 /** First argument of the job. */
 export const ARGS = 8;
 

@@ -1,8 +1,8 @@
 // A CPU worker thread: waits for a job, enters it (unless the main thread already closed it), applies
-// any new array registrations, claims chunks until none are left, and leaves. Between jobs it polls: while the main
-// thread runs a step (ACTIVE) until the next job, else briefly; then it sleeps on Atomics.wait.
+// any new array registrations, claims chunks until none are left, and leaves. Between jobs it polls (while the main
+// thread runs a step, ACTIVE, up to ACTIVE_POLL_MS; between steps up to IDLE_POLL_MS), then sleeps on Atomics.wait.
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
-import { ACTIVE, ACTIVE_POLL_MS, ERR, GEN, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, BLOCK, fromSharedView, type Registration, type WorkerInit } from './layout.ts';
+import { ACTIVE, ACTIVE_POLL_MS, IDLE_POLL_MS, ERR, GEN, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, BLOCK, fromSharedView, type Registration, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { simdKernel } from '../wasm/kernel.ts';
 import { quantRowViews } from '../expert-rows.ts';
@@ -24,7 +24,7 @@ function main(init: WorkerInit): void {
   if (q) scratch.quant = { rows: quantRowViews(banks, q.layout, q.inter, q.hidden), rowSize: q.layout.words };
   let gen = 0;
   let last = 0;
-  /** When this worker's polling within a step began (0: not polling within a step). */
+  /** When this worker's polling since its last job began (0: not polling). */
   let idleSince = 0;
   parentPort!.postMessage('ready');
   for (;;) {
@@ -33,11 +33,9 @@ function main(init: WorkerInit): void {
     for (let i = 0; seq === last && i < spin; i++) seq = Atomics.load(ctl, SEQ);
     if (Atomics.load(ctl, STOP) !== 0) return;
     if (seq === last) {
-      if (Atomics.load(ctl, ACTIVE) === 1) {
-        const now = performance.now();
-        if (idleSince === 0) idleSince = now;
-        if (now - idleSince < ACTIVE_POLL_MS) continue;
-      }
+      const now = performance.now();
+      if (idleSince === 0) idleSince = now;
+      if (now - idleSince < (Atomics.load(ctl, ACTIVE) === 1 ? ACTIVE_POLL_MS : IDLE_POLL_MS)) continue;
       idleSince = 0;
       Atomics.wait(ctl, SEQ, last, SLEEP_MS);
       continue;
