@@ -25,7 +25,7 @@ export const OP = 2;
 export const CHUNKS = 3;
 /** Set to 1 when the pool is disposed: workers return. */
 export const STOP = 4;
-/** How many times an idle worker polls SEQ before sleeping (set by the pool from poolTuning). */
+/** How many times an idle worker polls SEQ between looks at the clock (set by the pool from poolTuning). */
 export const WORKER_SPIN = 5;
 /**
  * 1 while the main thread runs a step (CpuThreadPool.beginStep to endStep): an idle worker keeps polling SEQ instead

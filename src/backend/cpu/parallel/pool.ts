@@ -48,9 +48,10 @@ export const poolTuning = {
   /** Smallest chunk worth a claim, in multiply-adds. */
   minChunkMacs: 4096,
   /**
-   * Polls of a worker's state before the main thread sleeps on it, and of the job number before an idle
-   * worker sleeps. Short: on a loaded machine a spinning thread steals the core the others need
-   * (measured on 2 cores with one busy: long spins lost 20-30%, these lose little; quiet: the same).
+   * Polls of a worker's state before the main thread sleeps on it, and of the job number between an idle worker's
+   * looks at the clock (it sleeps after layout.ts ACTIVE_POLL_MS within a step, IDLE_POLL_MS between steps). The main
+   * thread's is short: on a loaded machine a spinning thread steals the core the others need (measured on 2 cores with
+   * one busy: long spins lost 20-30%, these lose little; quiet: the same).
    */
   mainSpin: 5000,
   workerSpin: 2000,
