@@ -41,6 +41,8 @@ export const ACTIVE_POLL_MS = 2;
  * cost the main thread ~11 us a step on the 2-core VM).
  */
 export const IDLE_POLL_MS = 0.2;
+/** 1 when idle workers may poll (ACTIVE_POLL_MS, IDLE_POLL_MS), 0 when they sleep at once: the cores are shared (contention.ts). */
+export const POLL = 7;
 /** First argument of the job. */
 export const ARGS = 8;
 

@@ -9,10 +9,11 @@ import type { RowCompute } from '../row-compute.ts';
 import { addNorm, linear } from '../linalg.ts';
 import { routeTokens } from '../moe-ops.ts';
 import { UNIT, computeExpertUnits } from '../expert-units.ts';
-import { ACTIVE, ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, OP_ADD_NORM, QKV_UNIT, f64Args, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
+import { ACTIVE, ARGS, BLOCK, POLL, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, OP_ADD_NORM, QKV_UNIT, f64Args, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention, qkvPrologue, type QkvShape } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
+import { Contention } from './contention.ts';
 import { attentionSimd, combineOn, simdAttention, simdQuantBanks, type QuantBanks, type SimdCompute } from '../row-compute.ts';
 import { computeQuantUnits, linearQ } from '../quant-linear.ts';
 import type { Bf16Matrix } from '../../../model/quant.ts';
@@ -90,6 +91,7 @@ export class CpuThreadPool implements RowCompute {
   private floatLayout: SimdRowLayout | null = null;
   private gen = 0;
   private seq = 0;
+  private readonly contention = new Contention();
   private disposed = false;
   private readonly started: Promise<unknown>[] = [];
 
@@ -373,11 +375,13 @@ export class CpuThreadPool implements RowCompute {
   }
 
   /**
-   * A step begins: idle workers poll for its jobs instead of sleeping (layout.ts ACTIVE), and a sleeping one is woken
-   * now, while the main thread embeds the step's tokens, rather than by the step's first job.
+   * A step begins: idle workers poll for its jobs instead of sleeping (layout.ts ACTIVE; unless the cores are shared
+   * with other work: POLL), and a sleeping one is woken now, while the main thread embeds the step's tokens, rather
+   * than by the step's first job.
    */
   beginStep(): void {
     if (this.disposed) return;
+    Atomics.store(this.ctl, POLL, this.contention.check() ? 0 : 1);
     Atomics.store(this.ctl, ACTIVE, 1);
     Atomics.notify(this.ctl, SEQ);
   }

@@ -1,8 +1,9 @@
 // A CPU worker thread: waits for a job, enters it (unless the main thread already closed it), applies
 // any new array registrations, claims chunks until none are left, and leaves. Between jobs it polls (while the main
-// thread runs a step, ACTIVE, up to ACTIVE_POLL_MS; between steps up to IDLE_POLL_MS), then sleeps on Atomics.wait.
+// thread runs a step, ACTIVE, up to ACTIVE_POLL_MS; between steps up to IDLE_POLL_MS; not while the cores are shared
+// with other work, POLL), then sleeps on Atomics.wait.
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
-import { ACTIVE, ACTIVE_POLL_MS, IDLE_POLL_MS, ERR, GEN, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, BLOCK, fromSharedView, type Registration, type WorkerInit } from './layout.ts';
+import { ACTIVE, ACTIVE_POLL_MS, IDLE_POLL_MS, POLL, ERR, GEN, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, BLOCK, fromSharedView, type Registration, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { simdKernel } from '../wasm/kernel.ts';
 import { quantRowViews } from '../expert-rows.ts';
@@ -35,7 +36,7 @@ function main(init: WorkerInit): void {
     if (seq === last) {
       const now = performance.now();
       if (idleSince === 0) idleSince = now;
-      if (now - idleSince < (Atomics.load(ctl, ACTIVE) === 1 ? ACTIVE_POLL_MS : IDLE_POLL_MS)) continue;
+      if (Atomics.load(ctl, POLL) === 1 && now - idleSince < (Atomics.load(ctl, ACTIVE) === 1 ? ACTIVE_POLL_MS : IDLE_POLL_MS)) continue;
       idleSince = 0;
       Atomics.wait(ctl, SEQ, last, SLEEP_MS);
       continue;
