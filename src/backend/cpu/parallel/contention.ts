@@ -2,8 +2,8 @@
 // kernel preempting one of its threads for another runnable one). Idle workers poll for jobs only while they are not
 // (layout.ts POLL): polling keeps a core busy that a descheduled thread of ours or another process needs.
 // Measured on the 2-core VM, tiny-moe batch-1 decode on 2 threads: ~120-150 involuntary switches a second alone,
-// ~1,500-5,000 with one core busy (a shell loop), where polling workers ran 1,029 tok/s and workers that sleep at once
-// 1,571 (alone 2,237 and 2,323: polling gains there in A/B, 1.04-1.06x).
+// ~780-5,400 with one core busy (a shell loop); there workers that always polled ran 0.7-0.8x of workers that sleep
+// at once, and this check brought them to 1.28-1.49x of always polling (alone, polling gains 1.04-1.06x: A/B).
 
 /** How often the rate is taken (ms of wall clock); a window includes idle time, which lowers the rate. */
 const WINDOW_MS = 50;
