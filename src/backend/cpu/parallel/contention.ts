@@ -11,15 +11,24 @@ const WINDOW_MS = 50;
 const SHARED_PER_S = 300;
 
 export class Contention {
-  private since = performance.now();
-  private switches = process.resourceUsage().involuntaryContextSwitches;
+  private since: number;
+  private switches: number;
   private shared = false;
+
+  /** `clock` (ms) and `switches` (this process's involuntary context switches so far): tests give their own. */
+  constructor(
+    private readonly clock: () => number = () => performance.now(),
+    private readonly count: () => number = () => process.resourceUsage().involuntaryContextSwitches,
+  ) {
+    this.since = clock();
+    this.switches = count();
+  }
 
   /** Whether the cores were shared over the last window (read at most every WINDOW_MS; cheap otherwise). */
   check(): boolean {
-    const now = performance.now();
+    const now = this.clock();
     if (now - this.since < WINDOW_MS) return this.shared;
-    const n = process.resourceUsage().involuntaryContextSwitches;
+    const n = this.count();
     this.shared = ((n - this.switches) * 1000) / (now - this.since) > SHARED_PER_S;
     this.since = now;
     this.switches = n;
