@@ -235,6 +235,15 @@ export class CpuBackend implements Backend {
   }
 
   forward(stepInput: StepInput): StepOutput {
+    this.compute.beginStep();
+    try {
+      return this.step(stepInput);
+    } finally {
+      this.compute.endStep();
+    }
+  }
+
+  private step(stepInput: StepInput): StepOutput {
     const input = this.fedTokens.resolve(stepInput);
     const spec = this.spec;
     const { hiddenSize: H, numHeads: nH, numKvHeads: nKv, headDim: d, numLayers: L, topK: K } = spec;

@@ -56,6 +56,8 @@ export function timedCompute(inner: RowCompute, timer: OpTimer): RowCompute {
     quantExperts: time('quantExperts', inner.quantExperts.bind(inner)),
     combine: time('combine', inner.combine.bind(inner)),
     attention: time('attention', inner.attention.bind(inner)),
+    beginStep: () => inner.beginStep(),
+    endStep: () => inner.endStep(),
     forget: (a) => inner.forget(a),
     ready: () => inner.ready(),
     workerChunks: () => inner.workerChunks(),

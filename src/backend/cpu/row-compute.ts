@@ -114,6 +114,9 @@ export interface RowCompute {
     scores: Float64Array,
     acc: Float64Array,
   ): void;
+  /** A step begins / ends (the thread pool keeps its idle workers polling in between; nothing else changes). */
+  beginStep(): void;
+  endStep(): void;
   /** Forgets an array that other threads may hold (a closed sequence's KV cache). */
   forget(a: Float32Array | Int32Array): void;
   /** Resolves when every worker thread has started. */
@@ -169,6 +172,8 @@ export function serialCompute(banks: readonly Float32Array[], inter: number, sim
       const w = heads * d;
       for (let i = 0; i < tokens; i++) attention(out, i * w, q, i * w, keys[i]!, values[i]!, pos[i]!, heads, kvHeads, d, scores, acc);
     },
+    beginStep: () => {},
+    endStep: () => {},
     forget: () => {},
     ready: async () => {},
     workerChunks: () => 0,

@@ -25,8 +25,24 @@ export const OP = 2;
 export const CHUNKS = 3;
 /** Set to 1 when the pool is disposed: workers return. */
 export const STOP = 4;
-/** How many times an idle worker polls SEQ before sleeping (set by the pool from poolTuning). */
+/** How many times an idle worker polls SEQ between looks at the clock (set by the pool from poolTuning). */
 export const WORKER_SPIN = 5;
+/**
+ * 1 while the main thread runs a step (CpuThreadPool.beginStep to endStep): an idle worker keeps polling SEQ instead
+ * of sleeping, for at most ACTIVE_POLL_MS without a job (a step's serial stretches between jobs are microseconds; a
+ * sleeping worker's wake-up costs more than a small job).
+ */
+export const ACTIVE = 6;
+/** Longest an idle worker polls while ACTIVE before it sleeps anyway (a step stalled in long serial work). */
+export const ACTIVE_POLL_MS = 2;
+/**
+ * How long an idle worker polls between steps before it sleeps: longer than a decode loop's gap between steps (the
+ * caller's argmax and bookkeeping, ~10-30 us), so back-to-back steps never wake a sleeper (Atomics.notify waking one
+ * cost the main thread ~11 us a step on the 2-core VM).
+ */
+export const IDLE_POLL_MS = 0.2;
+/** 1 when idle workers may poll (ACTIVE_POLL_MS, IDLE_POLL_MS), 0 when they sleep at once: the cores are shared (contention.ts). */
+export const POLL = 7;
 /** First argument of the job. */
 export const ARGS = 8;
 

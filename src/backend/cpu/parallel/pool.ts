@@ -9,10 +9,11 @@ import type { RowCompute } from '../row-compute.ts';
 import { addNorm, linear } from '../linalg.ts';
 import { routeTokens } from '../moe-ops.ts';
 import { UNIT, computeExpertUnits } from '../expert-units.ts';
-import { ARGS, BLOCK, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, OP_ADD_NORM, QKV_UNIT, f64Args, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
+import { ACTIVE, ARGS, BLOCK, POLL, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, OP_ADD_NORM, QKV_UNIT, f64Args, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
 import { attention, qkvPrologue, type QkvShape } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
+import { Contention } from './contention.ts';
 import { attentionSimd, combineOn, simdAttention, simdQuantBanks, type QuantBanks, type SimdCompute } from '../row-compute.ts';
 import { computeQuantUnits, linearQ } from '../quant-linear.ts';
 import type { Bf16Matrix } from '../../../model/quant.ts';
@@ -48,9 +49,10 @@ export const poolTuning = {
   /** Smallest chunk worth a claim, in multiply-adds. */
   minChunkMacs: 4096,
   /**
-   * Polls of a worker's state before the main thread sleeps on it, and of the job number before an idle
-   * worker sleeps. Short: on a loaded machine a spinning thread steals the core the others need
-   * (measured on 2 cores with one busy: long spins lost 20-30%, these lose little; quiet: the same).
+   * Polls of a worker's state before the main thread sleeps on it, and of the job number between an idle worker's
+   * looks at the clock (it sleeps after layout.ts ACTIVE_POLL_MS within a step, IDLE_POLL_MS between steps). The main
+   * thread's is short: on a loaded machine a spinning thread steals the core the others need (measured on 2 cores with
+   * one busy: long spins lost 20-30%, these lose little; quiet: the same).
    */
   mainSpin: 5000,
   workerSpin: 2000,
@@ -89,6 +91,7 @@ export class CpuThreadPool implements RowCompute {
   private floatLayout: SimdRowLayout | null = null;
   private gen = 0;
   private seq = 0;
+  private readonly contention = new Contention();
   private disposed = false;
   private readonly started: Promise<unknown>[] = [];
 
@@ -364,7 +367,6 @@ export class CpuThreadPool implements RowCompute {
     this.run(OP_ATTENTION, chunks, [this.id(out), this.id(q), this.id(units), heads, kvHeads, d, simd ? 1 : 0]);
   }
 
-  /** Drops an array from every worker's table (an array about to be freed, e.g. a closed KV cache). */
   /** `units` if it holds `count` units of `ints` each, else a shared one at least twice its size (the old one forgotten). */
   private unitsFor(units: Int32Array, count: number, ints: number): Int32Array {
     if (units.length >= count * ints) return units;
@@ -372,6 +374,24 @@ export class CpuThreadPool implements RowCompute {
     return new Int32Array(new SharedArrayBuffer(4 * ints * Math.max(count, 2 * (units.length / ints))));
   }
 
+  /**
+   * A step begins: idle workers poll for its jobs instead of sleeping (layout.ts ACTIVE; unless the cores are shared
+   * with other work: POLL), and a sleeping one is woken now, while the main thread embeds the step's tokens, rather
+   * than by the step's first job.
+   */
+  beginStep(): void {
+    if (this.disposed) return;
+    Atomics.store(this.ctl, POLL, this.contention.check() ? 0 : 1);
+    Atomics.store(this.ctl, ACTIVE, 1);
+    Atomics.notify(this.ctl, SEQ);
+  }
+
+  /** The step is over: idle workers go back to polling briefly, then sleeping. */
+  endStep(): void {
+    Atomics.store(this.ctl, ACTIVE, 0);
+  }
+
+  /** Drops an array from every worker's table (an array about to be freed, e.g. a closed KV cache). */
   forget(a: Float32Array | Int32Array): void {
     const id = this.ids.get(a);
     if (id === undefined) return;
