@@ -9,7 +9,7 @@ import { loadModelFor } from '../../src/model/load.ts';
 import { argmax } from '../../src/backend/backend.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
-import type { Backend } from '../../src/backend/backend.ts';
+import type { Backend, ExpertBanks } from '../../src/backend/backend.ts';
 import { mapFromBanks } from '../../src/engine/residency-driver.ts';
 import { MovesInFlight } from '../../src/backend/moves-in-flight.ts';
 import { identityRowMap } from '../../src/residency/rowmap.ts';
@@ -20,6 +20,30 @@ import { report } from './model.gpu.ts';
 const dir = process.env['REAL_CKPT'];
 const skip = dir && existsSync(join(dir, 'refs.json')) ? false : 'REAL_CKPT (a make-checkpoint folder with refs.json) not set';
 const STEPS = Number(process.env['TIERED_STEPS'] ?? 800);
+
+/**
+ * Background moves between steps: `step()` lands what finished, then asks for up to `perLayer` random exchanges per
+ * layer of rows not moving (`hot` of the bank's experts hot); the counts say what happened.
+ */
+function randomMoves(banks: ExpertBanks, hot: number, seed: number, perLayer: number) {
+  const rand = mulberry32(seed);
+  const moves = new MovesInFlight(banks);
+  const E = banks.experts;
+  const c = { moves, requested: 0, landed: 0, maxMoving: 0, step: (): void => {} };
+  c.step = () => {
+    c.landed += moves.settle().length;
+    for (let l = 0; l < banks.layers; l++) {
+      for (let k = 0; k < perLayer; k++) {
+        const hr = Math.floor(rand() * hot), cr = Math.floor(rand() * (E - hot));
+        if (moves.busy(l, hr, cr)) continue;
+        moves.request({ layer: l, hotRow: hr, coldRow: cr });
+        c.requested++;
+      }
+    }
+    c.maxMoving = Math.max(c.maxMoving, banks.moving);
+  };
+  return c;
+}
 
 /** Greedy decode of every case batched; `between` runs between steps. Returns tokens and the logits' bytes per step. */
 function greedy(be: Backend, prompts: number[][], steps: number, between?: (step: number) => void): { tokens: number[][]; logits: Float32Array[] } {
@@ -54,24 +78,11 @@ test('real shapes, 64/128 hot: thousands of background moves land while greedy d
   const E = banks.experts;
   const boot = identityRowMap(m.spec.name, banks.layers, E, H);
   const bootDigest = banks.digest();
-  const rand = mulberry32(7);
-  const moves = new MovesInFlight(banks);
-  let requested = 0, landed = 0, maxMoving = 0;
-  // Between steps: land what finished, then ask for up to 4 random exchanges per layer of rows not moving.
-  const churn = (): void => {
-    landed += moves.settle().length;
-    for (let l = 0; l < banks.layers; l++) {
-      for (let k = 0; k < 4; k++) {
-        const hr = Math.floor(rand() * H), cr = Math.floor(rand() * (E - H));
-        if (moves.busy(l, hr, cr)) continue;
-        moves.request({ layer: l, hotRow: hr, coldRow: cr });
-        requested++;
-      }
-    }
-    maxMoving = Math.max(maxMoving, banks.moving);
-  };
-  const got = greedy(be, prompts, STEPS, churn);
-  landed += moves.drain().length;
+  const churn = randomMoves(banks, H, 7, 4);
+  const { moves } = churn;
+  const got = greedy(be, prompts, STEPS, churn.step);
+  churn.landed += moves.drain().length;
+  const { requested, landed, maxMoving } = churn;
   const midDigest = banks.digest();
 
   let tokenDiffs = 0, logitDiffs = 0;
@@ -115,20 +126,10 @@ test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4: tokens and
     const be = await createCuda(m, { path: 'op', placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: B, spareRows: 4, copiesInFlight: 8, hostExperts: { share: 0.7 } });
     const lane = (be as CudaOpBackend).hostLane!;
     assert.ok(lane, 'the lane started (64 of 128 experts are cold)');
-    const banks = be.banks;
-    const E = banks.experts;
-    const rand = mulberry32(11);
-    const moves = new MovesInFlight(banks);
-    let landed = 0;
-    const churn = (): void => {
-      landed += moves.settle().length;
-      for (let l = 0; l < banks.layers; l++) {
-        const hr = Math.floor(rand() * H), cr = Math.floor(rand() * (E - H));
-        if (!moves.busy(l, hr, cr)) moves.request({ layer: l, hotRow: hr, coldRow: cr });
-      }
-    };
-    const got = groups.map((g) => greedy(be, g, steps, churn));
-    landed += moves.drain().length;
+    const E = be.banks.experts;
+    const churn = randomMoves(be.banks, H, 11, 1);
+    const got = groups.map((g) => greedy(be, g, steps, churn.step));
+    const landed = churn.landed + churn.moves.drain().length;
     const stats = lane.stats(), faults = lane.faults();
     be.dispose();
     let tokenDiffs = 0, logitDiffs = 0, unfusedDiffs = 0;
