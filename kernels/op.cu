@@ -131,14 +131,23 @@ extern "C" __global__ void op_route_group(OpRoute r, OpGroups g, HostPost hp) {
 // After a lane step's expert down product (partial rows of the GPU's picks): waits for the host lane's answer to
 // this layer's request, if one was posted (2 s at most: then gpu_timeouts counts it, the rows stay as they are and
 // the routing posts nothing more until the host has answered), and copies each host pick's output into its partial
-// row. One block.
+// row. One block. Its thread 0 also counts how long the GPU's side of the layer took (from the routing) and how long
+// it waited for the host, the times the host's split table is chosen from (host-split.ts).
 extern "C" __global__ void op_host_collect(HostMailbox* mb, int32_t* state, float* partial, int H) { pdl_enter();
   __shared__ unsigned mask;
   if (threadIdx.x == 0) {
     mask = (unsigned)state[1];
+    const uint64_t t0 = global_ns();
+    // The statistics the host chooses the split from (op_host.cuh's state): one thread, one kernel at a time.
+    uint64_t* gpu = reinterpret_cast<uint64_t*>(state + HOST_GPU_STATS);
+    const int m = state[3];
+    if (m >= 0 && m <= HOST_MAX_PICKS) {
+      gpu[2 * m] += 1ull;
+      gpu[2 * m + 1] += t0 - *reinterpret_cast<const uint64_t*>(state + 6);
+      state[3] = -1;
+    }
     if (mask) {
       const uint32_t seq = (uint32_t)state[0];
-      const uint64_t t0 = global_ns();
       while (*reinterpret_cast<volatile uint32_t*>(&mb->done_seq) != seq) {
         __nanosleep(128);
         if (global_ns() - t0 > 2000000000ull) {
@@ -150,6 +159,12 @@ extern "C" __global__ void op_host_collect(HostMailbox* mb, int32_t* state, floa
         }
       }
       __threadfence_system(); // the answer's rows are read after its sequence number
+      const int h = state[4];
+      if (h > 0 && h <= HOST_MAX_PICKS) {
+        uint64_t* wait = reinterpret_cast<uint64_t*>(state + HOST_WAIT_STATS);
+        wait[2 * h] += 1ull;
+        wait[2 * h + 1] += global_ns() - t0;
+      }
     }
   }
   __syncthreads();

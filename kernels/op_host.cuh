@@ -32,22 +32,32 @@ __device__ __forceinline__ uint64_t global_ns() {
 }
 __device__ __forceinline__ size_t host_y_offset(int H) { return HOST_X + (((size_t)4 * H * HOST_MAX_PICKS + 63) & ~(size_t)63); }
 
-// What op_route_group needs to post (mb null: no lane, or a step the lane does not take). state (device): [0] the last
-// request's sequence number, [1] this layer's host picks as a mask of pick indices (0: none posted), [HOST_STALLED]
-// set when op_host_collect stopped waiting for an answer: nothing more is posted until the host has answered it.
+// What op_route_group needs to post (mb null: no lane, or a step the lane does not take). state (device, host-experts.ts
+// HOST_STATE): words [0] the last request's sequence number, [1] this layer's host picks as a mask of pick indices (0:
+// none posted), [HOST_STALLED] set when op_host_collect stopped waiting for an answer: nothing more is posted until the
+// host has answered it; [3] this layer's cold experts the GPU reads in place (-1: no stamp), [4] those the host takes,
+// [6..7] the routing's time (ns); the split table at HOST_TAKE (of c distinct cold experts the host takes take[c],
+// chosen by the host from the measured times below and written between steps); the GPU's times at HOST_GPU_STATS
+// ([m] for m cold experts read in place: layers, ns from the routing to the end of the down product) and its waits at
+// HOST_WAIT_STATS ([h] for h host experts: layers, ns op_host_collect waited for the answer), 64-bit sums.
 #define HOST_STALLED 2
+#define HOST_TAKE 16
+#define HOST_GPU_STATS 64
+#define HOST_WAIT_STATS 196
+#define HOST_STATE_WORDS 328
 struct HostPost {
   HostMailbox* mb;   // device address of the mapped mailbox
   int32_t* state;
   const float* x;    // the experts' input rows [T][H] (the post-attention norm's, xn)
   int32_t hot_rows;  // physical slots below are hot
-  int32_t share;     // of the distinct cold experts, the host takes ceil(cold x share / 1000)
+  int32_t pad;
   int32_t H, layer;
 };
 static_assert(sizeof(HostPost) == 40, "HostPost: layout.ts encodeHostPost");
 
 // Warp 0 of op_route_group, lanes p < P holding pick p's slot (P <= 32): which picks the host takes, as a mask: every
-// pick of the first ceil(share x c) of the c distinct cold experts, in order of their first pick; 0 without a lane.
+// pick of the first take[c] of the c distinct cold experts, in order of their first pick; 0 without a lane. Stamps the
+// split and the time for op_host_collect's statistics.
 __device__ __forceinline__ unsigned host_picks(const HostPost& hp, const int32_t* ss, int P) {
   if (!hp.mb) return 0u;
   const int lane = threadIdx.x & 31;
@@ -64,7 +74,13 @@ __device__ __forceinline__ unsigned host_picks(const HostPost& hp, const int32_t
   const unsigned peers = __match_any_sync(0xffffffffu, cold ? ss[lane] : -1 - lane);
   const int leader = __ffs(peers) - 1;
   const unsigned firsts = __ballot_sync(0xffffffffu, cold && leader == lane);
-  const int want = (__popc(firsts) * hp.share + 999) / 1000;
+  const int c = __popc(firsts);
+  const int want = min(c, max(0, hp.state[HOST_TAKE + c]));
+  if (lane == 0) {
+    hp.state[3] = c - want;
+    hp.state[4] = want;
+    *reinterpret_cast<uint64_t*>(hp.state + 6) = global_ns();
+  }
   unsigned chosen = 0u, rest = firsts;
   for (int i = 0; i < want; i++) { const unsigned low = rest & (0u - rest); chosen |= low; rest ^= low; }
   return __ballot_sync(0xffffffffu, cold && ((chosen >> leader) & 1u));

@@ -35,7 +35,7 @@ export interface CreateBackendOptions {
   readonly maxNumSeqs?: number;
   /** cuda: upload progress in bytes. */
   readonly onProgress?: (done: number, total: number, what: string) => void;
-  /** cuda: the host expert lane (threads absent: the CPUs less 2; share absent: DEFAULT_HOST_SHARE). */
+  /** cuda: the host expert lane (threads absent: the CPUs less 2; share absent: chosen from measured times, host-split.ts). */
   readonly hostExperts?: { readonly threads?: number; readonly share?: number };
 }
 

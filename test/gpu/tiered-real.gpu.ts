@@ -9,6 +9,7 @@ import { loadModelFor } from '../../src/model/load.ts';
 import { argmax } from '../../src/backend/backend.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
+import { lineText } from '../../src/backend/cuda/host-split.ts';
 import type { Backend, ExpertBanks } from '../../src/backend/backend.ts';
 import { mapFromBanks } from '../../src/engine/residency-driver.ts';
 import { MovesInFlight } from '../../src/backend/moves-in-flight.ts';
@@ -123,7 +124,7 @@ test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4: tokens and
     unfusedHot.dispose();
 
     const H = 64;
-    const be = await createCuda(m, { path: 'op', placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: B, spareRows: 4, copiesInFlight: 8, hostExperts: { share: 0.7 } });
+    const be = await createCuda(m, { path: 'op', placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: B, spareRows: 4, copiesInFlight: 8, hostExperts: {} });
     const lane = (be as CudaOpBackend).hostLane!;
     assert.ok(lane, 'the lane started (64 of 128 experts are cold)');
     const E = be.banks.experts;
@@ -144,10 +145,13 @@ test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4: tokens and
       });
     });
     const usEach = (stats.busyMs * 1000) / Math.max(1, stats.requests);
-    lanes.push({ batch: B, steps, cases: prompts.length, threads: lane.threads, simd: lane.simd, requests: stats.requests, usPerRequest: usEach, landed, tokenDiffs, logitDiffs, unfusedDiffs, faults });
-    console.log(`# host lane: ${prompts.length} x ${steps} greedy steps at batch ${B}, ${H}/${E} hot, ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}); ${stats.requests} requests (${usEach.toFixed(0)} us each), ${landed} moves landed; tokens differing from all-hot ${tokenDiffs}, logits differing ${logitDiffs} (from all-hot unfused: ${unfusedDiffs})`);
+    lanes.push({ batch: B, steps, cases: prompts.length, threads: lane.threads, simd: lane.simd, requests: stats.requests, usPerRequest: usEach, landed, tokenDiffs, logitDiffs, unfusedDiffs, faults, split: stats.split });
+    console.log(`# host lane: ${prompts.length} x ${steps} greedy steps at batch ${B}, ${H}/${E} hot, ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}); ${stats.requests} requests (${usEach.toFixed(0)} us each), ${landed} moves landed; tokens differing from all-hot ${tokenDiffs}, logits differing ${logitDiffs} (from all-hot unfused: ${unfusedDiffs}); the measured split of 1-8 cold experts ${stats.split.take.slice(1, 9).join(' ')} to the host (host ${lineText(stats.split.host)}, GPU ${lineText(stats.split.gpu)}, the GPU waited ${stats.split.meanWaitUs.toFixed(1)} us a host layer)`);
     assert.deepEqual(faults, { refused: 0, gpuTimeouts: 0 });
     assert.ok(stats.requests >= steps, `batch ${B}: the host computed picks (${stats.requests} requests)`);
+    // The split was chosen from what both sides measured (tables moved mid-run while the bits stayed all-hot's).
+    assert.ok(stats.split.mode === 'measured' && stats.split.hostLayers > 0, `batch ${B}: the GPU's waits were counted`);
+    assert.ok(stats.split.gpu.perExpertUs > 20 && stats.split.gpu.perExpertUs < 2000, `batch ${B}: the GPU's in-place time an expert measured (${stats.split.gpu.perExpertUs} us)`);
     assert.equal(tokenDiffs, 0, `batch ${B}: greedy tokens == all-hot`);
     assert.equal(logitDiffs, 0, `batch ${B}: logits bit-identical to all-hot`);
   }

@@ -10,6 +10,7 @@ import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertRowLayout } from './device-weights.ts';
 import type { CudaDriver } from './driver.ts';
 import { kernelDirCandidates } from './kernels.ts';
+import { HostSplit, type SplitCounts, type SplitReport } from './host-split.ts';
 import { ResourceScope } from './resource-scope.ts';
 
 const MAX_PICKS = 32;
@@ -35,6 +36,15 @@ export const MAILBOX = {
   bytes: (H: number): number => MAILBOX.y(H) + 4 * MAX_PICKS * H,
 } as const;
 
+/**
+ * The lane's device state (op_host.cuh), int32 words: [0] request sequence, [1] the layer's host picks, [2] stalled,
+ * [3] / [4] the layer's in-place / host experts, [6..7] the routing's time; the split table take[0..32] at `take`; the
+ * GPU's times by in-place experts at `gpuStats` and its waits by host experts at `waitStats` (33 x {count, ns}, uint64).
+ */
+export const HOST_STATE = { take: 16, gpuStats: 64, waitStats: 196, words: 328 } as const;
+/** Decode steps between two updates of the split table from the measured times. */
+export const SPLIT_UPDATE_STEPS = 64;
+
 type Fn = (...args: unknown[]) => unknown;
 export interface HostLaneLib {
   readonly path: string;
@@ -43,7 +53,7 @@ export interface HostLaneLib {
   expert(row: Uint8Array, at: { gate: number; up: number; down: number }, H: number, I: number, x: Float32Array, simd: boolean): { h: Float32Array; y: Float32Array };
   /** The address of a buffer's bytes (tests stand a Buffer in for pinned memory). */
   address(buf: Uint8Array): bigint;
-  readonly fns: Readonly<Record<'start' | 'stop' | 'stats' | 'laneSimd', Fn>>;
+  readonly fns: Readonly<Record<'start' | 'stop' | 'stats' | 'statsByExperts' | 'laneSimd', Fn>>;
 }
 
 let cached: HostLaneLib | null = null;
@@ -62,6 +72,7 @@ export async function loadHostLaneLib(dir?: string): Promise<HostLaneLib> {
     start: lib.func('uint64_t he_start(int threads, int H, int I, int layers, int hot_rows, int cold_rows, int64_t row_bytes, int64_t gate_off, int64_t up_off, int64_t down_off, const uint64_t *cold, uint64_t mailbox, int simd, int flags)'),
     stop: lib.func('void he_stop(uint64_t lane)'),
     stats: lib.func('void he_stats(uint64_t lane, _Out_ uint64_t *out)'),
+    statsByExperts: lib.func('void he_stats_by_experts(uint64_t lane, _Out_ uint64_t *out)'),
     laneSimd: lib.func('int he_lane_simd(uint64_t lane)'),
     address: lib.func('uint64_t he_address(const uint8_t *p)'),
   };
@@ -75,7 +86,7 @@ export async function loadHostLaneLib(dir?: string): Promise<HostLaneLib> {
       return { h, y };
     },
     address: (buf) => BigInt(f.address(buf) as bigint | number),
-    fns: { start: f.start, stop: f.stop, stats: f.stats, laneSimd: f.laneSimd },
+    fns: { start: f.start, stop: f.stop, stats: f.stats, statsByExperts: f.statsByExperts, laneSimd: f.laneSimd },
   };
   if (!dir) cached = loaded;
   return loaded;
@@ -107,6 +118,14 @@ export interface HostLaneOptions {
    * fixed map's step 5.33-5.81 / 5.31-5.54 ms against 5.57-6.42 / 6.21-6.75 asking for a unit's rows at once).
    */
   readonly prefetch?: boolean;
+  /**
+   * Of a layer's distinct cold experts at a decode step (of at most MAILBOX.maxPicks picks), the share the host
+   * computes, rounded up, each for every row that picked it: a fixed split. Absent: the split is chosen from both sides'
+   * times as measured while serving (host-split.ts), updated every SPLIT_UPDATE_STEPS steps. (Fixed shares at batch 1,
+   * H200 host, 14 threads, 16 layers at 64 of 128 hot, the fixed map: 0.6 gave 4.77-5.81 ms a step, 0.5 5.33-5.78, 0.7
+   * 6.36-7.05, no lane 9.45; bench/tiered/results/host-lane-2026-12-02.md.)
+   */
+  readonly share?: number;
 }
 
 /** Default threads: all but two CPUs (the engine's thread and the driver's), at least one. */
@@ -117,7 +136,7 @@ export function defaultHostThreads(): number {
 /** A running lane, its mailbox and the device state op_host.cuh keeps. dispose() stops the threads, then frees both. */
 export class HostExpertLane {
   readonly mailboxDev: bigint;
-  /** Device: [0] the last request's sequence number, [1] the layer's host picks (a mask of pick indices), [2] stalled (op_host.cuh). */
+  /** Device: HOST_STATE (op_host.cuh): the request's sequence number, the layer's host picks, the split table and the GPU's times. */
   readonly stateDev: bigint;
   readonly threads: number;
   readonly simd: boolean = false;
@@ -126,8 +145,15 @@ export class HostExpertLane {
   private readonly words: DataView;
   private handle = 0n;
   private readonly scope = new ResourceScope('host expert lane');
+  private readonly split: HostSplit;
+  /** Pinned: the table going up at [0, 4 * 33), the GPU's statistics coming back at STATS_AT. */
+  private readonly io: { host: Uint8Array; hostPtr: bigint };
+  private readonly ioDone: bigint;
+  private steps = 0;
+  private statsInFlight = false;
+  private readonly seen = { host: new Float64Array(2 * (MAX_PICKS + 1)), gpu: new Float64Array(2 * (MAX_PICKS + 1)), wait: new Float64Array(2 * (MAX_PICKS + 1)) };
 
-  constructor(private readonly lib: HostLaneLib, d: CudaDriver, banks: HostLaneBanks, opts: HostLaneOptions = {}) {
+  constructor(private readonly lib: HostLaneLib, private readonly d: CudaDriver, banks: HostLaneBanks, opts: HostLaneOptions = {}) {
     const H = banks.hiddenSize;
     this.hidden = H;
     this.threads = opts.threads ?? defaultHostThreads();
@@ -143,8 +169,14 @@ export class HostExpertLane {
       this.mailbox.host.fill(0);
       this.words = new DataView(this.mailbox.host.buffer, this.mailbox.host.byteOffset, this.mailbox.host.byteLength);
       this.mailboxDev = this.mailbox.dev;
-      this.stateDev = scope.acquire('host expert state', () => d.alloc(64, 'host expert state'), (p) => d.free(p));
-      d.memsetD8(this.stateDev, 0, 64);
+      this.split = new HostSplit(banks.rowBytes, MAX_PICKS, opts.share);
+      this.stateDev = scope.acquire('host expert state', () => d.alloc(4 * HOST_STATE.words, 'host expert state'), (p) => d.free(p));
+      const state = new Int32Array(HOST_STATE.words);
+      state[3] = -1; // no layer stamped yet
+      state.set(this.split.table(), HOST_STATE.take);
+      d.htod(this.stateDev, state);
+      this.io = scope.acquire('host expert split io', () => d.allocPinned(STATS_AT + STATS_BYTES, 'host expert split'), (h) => d.freeHost(h.hostPtr));
+      this.ioDone = scope.acquire('host expert split event', () => d.eventCreate(), (e) => d.eventDestroy(e));
       const flags = (opts.pin === false ? 0 : 1) | (opts.prefetch === false ? 0 : 4);
       this.handle = scope.acquire('host expert threads', () => {
         const h = BigInt(lib.fns.start(this.threads, H, banks.intermediate, banks.layers, banks.hotRows, banks.coldRows, banks.rowBytes, banks.at.gate, banks.at.up,
@@ -204,12 +236,38 @@ export class HostExpertLane {
     return this.words.getUint32(MAILBOX.doneSeq, true) === seq;
   }
 
-  /** Requests answered and the threads' busy time since the start. */
-  stats(): { requests: number; busyMs: number } {
+  /** Requests answered and the threads' busy time since the start; the split and the times it was chosen from. */
+  stats(): { requests: number; busyMs: number; split: SplitReport } {
     this.live();
     const out = new BigUint64Array(2);
     this.lib.fns.stats(this.handle, out);
-    return { requests: Number(out[0]), busyMs: Number(out[1]) / 1e6 };
+    return { requests: Number(out[0]), busyMs: Number(out[1]) / 1e6, split: this.split.report() };
+  }
+
+  /**
+   * Called by the backend before each step it queues on `stream`: every SPLIT_UPDATE_STEPS steps it takes in what both
+   * sides measured since the last time (the GPU's counts, copied back then, have landed once that copy's event has),
+   * refits the split and queues the new table (ahead of this step's kernels) and the next copy of the GPU's counts.
+   */
+  tune(stream: bigint): void {
+    this.live();
+    if (++this.steps % SPLIT_UPDATE_STEPS) return;
+    if (this.statsInFlight) {
+      this.d.eventSync(this.ioDone); // queued SPLIT_UPDATE_STEPS steps ago: long done
+      const half = 2 * (MAX_PICKS + 1); // {count, ns} by index: the GPU's times, then its waits
+      const counts = Float64Array.from(new BigUint64Array(this.io.host.buffer, this.io.host.byteOffset + STATS_AT, 2 * half), Number);
+      const host = new BigUint64Array(half);
+      this.lib.fns.statsByExperts(this.handle, host);
+      const changed = this.split.update(delta(Float64Array.from(host, Number), this.seen.host), delta(counts.subarray(0, half), this.seen.gpu),
+        delta(counts.subarray(half), this.seen.wait));
+      if (changed) {
+        new Int32Array(this.io.host.buffer, this.io.host.byteOffset, MAX_PICKS + 1).set(this.split.table());
+        this.d.htodAsync(this.stateDev + BigInt(4 * HOST_STATE.take), this.io.hostPtr, 4 * (MAX_PICKS + 1), stream);
+      }
+    }
+    this.d.dtohAsync(this.io.hostPtr + BigInt(STATS_AT), this.stateDev + BigInt(4 * HOST_STATE.gpuStats), STATS_BYTES, stream);
+    this.d.eventRecord(this.ioDone, stream);
+    this.statsInFlight = true;
   }
 
   dispose(): void {
@@ -219,25 +277,28 @@ export class HostExpertLane {
   }
 }
 
+/** Where the GPU's counts land in the split's pinned buffer, and their bytes (gpuStats and waitStats, uint64). */
+const STATS_AT = 256;
+const STATS_BYTES = 4 * (HOST_STATE.words - HOST_STATE.gpuStats);
+if (HOST_STATE.waitStats - HOST_STATE.gpuStats !== 4 * (MAX_PICKS + 1) || HOST_STATE.words - HOST_STATE.waitStats !== 4 * (MAX_PICKS + 1)) throw new Error('HOST_STATE: two tables of 33 {count, ns}');
+
+/** What cumulative {count, ns} pairs (interleaved) added since `seen` (updated to them), as SplitCounts. */
+function delta(now: ArrayLike<number>, seen: Float64Array): SplitCounts {
+  const k = seen.length / 2;
+  const n = new Float64Array(k), ns = new Float64Array(k);
+  for (let i = 0; i < k; i++) {
+    n[i] = now[2 * i]! - seen[2 * i]!;
+    ns[i] = now[2 * i + 1]! - seen[2 * i + 1]!;
+    seen[2 * i] = now[2 * i]!;
+    seen[2 * i + 1] = now[2 * i + 1]!;
+  }
+  return { n, ns };
+}
+
 /** The lane as a backend option: the loaded library and how it runs. */
 export interface HostExpertsOptions extends HostLaneOptions {
   readonly lib: HostLaneLib;
-  /**
-   * Of a layer's distinct cold experts at a decode step (of at most MAILBOX.maxPicks picks), the share the host
-   * computes, rounded up, each for every row that picked it (default DEFAULT_HOST_SHARE).
-   */
-  readonly share?: number;
 }
-
-/**
- * Default share: of a layer's c cold experts the host takes ceil(0.6 c): both of 2, 2 of 3, 3 of 4. Batch 1: H200
- * host, 14 threads, 16 layers at 64 of 128 hot, the fixed map (~39% of picks cold), 600-step phases: 0.6 gave 5.02 /
- * 4.81 ms a step, 0.7 7.05 / 6.35, 0.8 7.10 / 7.51 (with L2 prefetch); 0.5 5.33-5.78 / 5.32-5.44 and 0.3 / 0.4 6.46 /
- * 6.19 on the en+code phase (without it); no lane 9.45 / 9.20. 4 users: 0.6 19.8-20.2 / 22.5-23.5 ms, 0.5 20.1 /
- * 23.7, 0.4 22.0 / 26.5, 0.7 22.7 / 27.1, no lane 33.7 / 40.9 (bench/tiered/results/host-lane-2026-12-02.md). The
- * lane computes a 9.4 MB expert in ~110-140 us, two in ~190-270, beside the GPU's in-place reads (~180 us a pick).
- */
-export const DEFAULT_HOST_SHARE = 0.6;
 
 /** Why the lane cannot compute this model's experts (null: it can): bf16 rows, gate | up | down, no biases, plain SwiGLU. */
 export function hostLaneRefusal(spec: ModelSpec, row: ExpertRowLayout): string | null {
@@ -248,10 +309,4 @@ export function hostLaneRefusal(spec: ModelSpec, row: ExpertRowLayout): string |
   if (spec.hiddenSize % 8 || spec.expertIntermediate % 8) return 'its hidden or expert size is not a multiple of 8';
   if (spec.topK > MAX_PICKS) return `it picks ${spec.topK} experts a token (a request carries ${MAX_PICKS} picks)`;
   return null;
-}
-
-/** The lane's share as op_host.cuh takes it (per mille), checked. */
-export function hostSharePermille(share = DEFAULT_HOST_SHARE): number {
-  if (!(share >= 0.001 && share <= 1)) throw new ResidencyError('BAD_ARGUMENT', `host experts: share must be in [0.001, 1], got ${share}`);
-  return Math.round(share * 1000);
 }

@@ -13,7 +13,8 @@ import { syntheticModel } from '../../cpu/synthetic.ts';
 import { FakeCudaDriver } from '../fake-driver.ts';
 import { KERNEL_GROUPS } from '../kernels.ts';
 import { CudaOpBackend, type OpBackendOptions } from './op-backend.ts';
-import { hostLaneRefusal, type HostLaneLib } from '../host-experts.ts';
+import { HOST_STATE, hostLaneRefusal, MAILBOX, SPLIT_UPDATE_STEPS, type HostLaneLib } from '../host-experts.ts';
+import { chooseTakes } from '../host-split.ts';
 import { expertRowLayout } from '../device-weights.ts';
 
 const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-host-lane-'));
@@ -28,8 +29,9 @@ function model(topK: number) {
 }
 const { spec, raw } = model(2);
 
-/** A lane library that starts no threads and records what it was given. */
-function stubLib(simd = 1) {
+/** A lane library that starts no threads and records what it was given; `hostNs(e)` its threads' time for a request of e experts. */
+function stubLib(simd = 1, hostNs?: (experts: number) => number) {
+  let requests = 0;
   const calls: { start: unknown[][]; stops: bigint[] } = { start: [], stops: [] };
   const lib: HostLaneLib = {
     path: 'stub',
@@ -40,6 +42,13 @@ function stubLib(simd = 1) {
       start: (...a: unknown[]) => { calls.start.push(a); return 77n; },
       stop: (h: unknown) => { calls.stops.push(h as bigint); },
       stats: () => undefined,
+      statsByExperts: (_h: unknown, out: unknown) => {
+        // Each call: 100 more requests of each count of experts 1..8, as the lane's cumulative counts.
+        if (!hostNs) return;
+        requests += 100;
+        const o = out as BigUint64Array;
+        for (let e = 1; e <= 8; e++) { o[2 * e] = BigInt(requests); o[2 * e + 1] = BigInt(requests * hostNs(e)); }
+      },
       laneSimd: () => simd,
     },
   };
@@ -60,6 +69,18 @@ function decodeLaunches(d: FakeCudaDriver, be: CudaOpBackend, rows: number) {
   be.forward({ chunks: Array.from({ length: rows }, (_, seq) => ({ seq, tokens: [3], startPos: 2 })), count: true });
   for (let i = 0; i < rows; i++) be.closeSequence(i);
   return d.launches.slice(from);
+}
+
+/** steps(n) runs n one-token steps of sequence 0 (each a step the backend counts), reopening it as its positions run out. */
+function decodeSteps(be: CudaOpBackend) {
+  let pos = 0;
+  be.openSequence(0, 128);
+  return (n: number): void => {
+    for (let i = 0; i < n; i++) {
+      if (pos === 128) { be.closeSequence(0); be.openSequence(0, 128); pos = 0; }
+      be.forward({ chunks: [{ seq: 0, tokens: [3], startPos: pos++ }], count: true });
+    }
+  };
 }
 
 const hostPost = (l: { args: unknown[] }): Buffer => Buffer.from((l.args[2] as { bytes: Uint8Array }).bytes);
@@ -83,7 +104,7 @@ test('host lane: a decode step posts each MoE layer\'s cold experts (route_group
       const p = hostPost(r);
       assert.equal(p.readBigUInt64LE(0), lane.mailboxDev);
       assert.equal(p.readBigUInt64LE(8), lane.stateDev);
-      assert.deepEqual([p.readInt32LE(24), p.readInt32LE(28), p.readInt32LE(32), p.readInt32LE(36)], [be.banks.hotRowsAllocated, 500, 64, m], 'hot rows, share per mille, H, layer');
+      assert.deepEqual([p.readInt32LE(24), p.readInt32LE(28), p.readInt32LE(32), p.readInt32LE(36)], [be.banks.hotRowsAllocated, 0, 64, m], 'hot rows, (unused), H, layer');
     });
     assert.equal(step.filter((l) => /_combine$/.test(l.name)).length, 0, 'no fused combine: the next norm combines');
     const names = step.map((l) => l.name);
@@ -101,6 +122,43 @@ test('host lane: a decode step posts each MoE layer\'s cold experts (route_group
   assert.deepEqual(d.liveByKind(), {}, 'mailbox and state freed with the rest');
 });
 
+test('host lane: every 64 steps the GPU\'s times come back, and a measured split that moves goes to the state\'s table ahead of the next step; a fixed share never moves', () => {
+  // The host's threads measured at 1 ms an expert, far slower than the bus's prior for these rows: the host gets fewer.
+  const slow = stubLib(1, (e) => 1e6 * e);
+  const { d, be } = build({ hostExperts: { lib: slow.lib }, maxModelLen: 128 });
+  const lane = be.hostLane!;
+  assert.match(be.hotReason, /compute a share chosen from both sides' measured times of each layer's cold experts/);
+  const before = lane.stats().split;
+  assert.equal(before.mode, 'measured');
+  assert.deepEqual(before.take, Array.from(chooseTakes(before.host, before.gpu, MAILBOX.maxPicks)), 'the priors\' table first');
+  const statsBytes = 4 * (HOST_STATE.words - HOST_STATE.gpuStats);
+  const steps = decodeSteps(be);
+  steps(SPLIT_UPDATE_STEPS - 1);
+  assert.ok(!d.dtohBytes.includes(statsBytes), 'nothing read back before the first update');
+  steps(1);
+  assert.equal(d.dtohBytes.filter((b) => b === statsBytes).length, 1, 'the GPU\'s counts copied back at the first update');
+  const takeAt = lane.stateDev + BigInt(4 * HOST_STATE.take);
+  assert.equal(d.htodCarried.filter((c) => c.dst === takeAt).length, 0, 'no table before anything is measured');
+  steps(SPLIT_UPDATE_STEPS);
+  const after = lane.stats().split;
+  assert.ok(Math.abs(after.host.perExpertUs - 1000) < 50, `the host's line fitted to its threads' times: ${after.host.perExpertUs} us an expert`);
+  const sent = d.htodCarried.filter((c) => c.dst === takeAt);
+  assert.equal(sent.length, 1, 'the new table queued once');
+  assert.deepEqual([...new Int32Array(sent[0]!.bytes.buffer, sent[0]!.bytes.byteOffset, MAILBOX.maxPicks + 1)], after.take);
+  assert.deepEqual(after.take, Array.from(chooseTakes(after.host, after.gpu, MAILBOX.maxPicks)));
+  assert.ok(after.take.every((h, c) => h <= before.take[c]!) && after.take.some((h, c) => h < before.take[c]!), 'a slower host takes fewer');
+  be.dispose();
+
+  const fixed = stubLib(1, (e) => 1e6 * e);
+  const f = build({ hostExperts: { lib: fixed.lib, share: 0.6 }, maxModelLen: 128 });
+  decodeSteps(f.be)(2 * SPLIT_UPDATE_STEPS);
+  const split = f.be.hostLane!.stats().split;
+  assert.equal(split.mode, 'fixed');
+  assert.deepEqual(split.take.slice(0, 5), [0, 1, 2, 2, 3], 'ceil(0.6 c)');
+  assert.equal(f.d.htodCarried.filter((c) => c.dst === f.be.hostLane!.stateDev + BigInt(4 * HOST_STATE.take)).length, 0);
+  f.be.dispose();
+});
+
 test('host lane: a decode step of more than 32 picks (16 rows at top-4) posts nothing and collects nothing; 8 rows (32 picks) do', () => {
   const m4 = model(4);
   const { lib } = stubLib();
@@ -115,7 +173,7 @@ test('host lane: a decode step of more than 32 picks (16 rows at top-4) posts no
   be.dispose();
 });
 
-test('host lane: with every expert hot there is nothing to compute (no lane, and serve says so); a share outside [0.001, 1] or more threads than CPUs is refused', () => {
+test('host lane: with every expert hot there is nothing to compute (no lane, and serve says so); a share outside (0, 1] or more threads than CPUs is refused', () => {
   const { lib, calls } = stubLib();
   const without = build({});
   assert.match(without.be.hotReason, /; --host-experts auto would compute a share of the cold experts on this host's CPUs beside the GPU$/, 'serve names the lane where it would help');
@@ -128,8 +186,8 @@ test('host lane: with every expert hot there is nothing to compute (no lane, and
   assert.match(be.hotReason, /host expert lane: off \(no expert is cold\)/);
   assert.equal(calls.start.length, 0);
   be.dispose();
-  assert.throws(() => build({ hostExperts: { lib, share: 0 } }), /host experts: share must be in \[0.001, 1\], got 0/);
-  assert.throws(() => build({ hostExperts: { lib, share: 1.5 } }), /share must be in \[0.001, 1\]/);
+  assert.throws(() => build({ hostExperts: { lib, share: 0 } }), /host experts: share must be in \(0, 1\], got 0/);
+  assert.throws(() => build({ hostExperts: { lib, share: 1.5 } }), /share must be in \(0, 1\]/);
   assert.throws(() => build({ hostExperts: { lib, threads: availableParallelism() + 1 } }), /--host-experts: threads must be an integer in 1\.\.\d+ \(the CPUs this process may use\)/);
 });
 

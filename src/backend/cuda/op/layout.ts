@@ -164,7 +164,7 @@ export function encodeGroups(g: GroupArrays): Uint8Array {
 }
 
 /** op_host.cuh's HostPost: what a decode step's routing needs to hand picks to the host expert lane (mailbox 0n: none). */
-export interface HostPostArgs { mailbox: bigint; state: bigint; x: bigint; hotRows: number; sharePermille: number; H: number; layer: number }
+export interface HostPostArgs { mailbox: bigint; state: bigint; x: bigint; hotRows: number; H: number; layer: number }
 export const HOST_POST_BYTES = 40;
 export function encodeHostPost(h: HostPostArgs | null): Uint8Array {
   const b = Buffer.alloc(HOST_POST_BYTES);
@@ -172,7 +172,7 @@ export function encodeHostPost(h: HostPostArgs | null): Uint8Array {
   b.writeBigUInt64LE(h.mailbox, 0);
   b.writeBigUInt64LE(h.state, 8);
   b.writeBigUInt64LE(h.x, 16);
-  [h.hotRows, h.sharePermille, h.H, h.layer].forEach((v, i) => b.writeInt32LE(v, 24 + 4 * i));
+  [h.hotRows, 0, h.H, h.layer].forEach((v, i) => b.writeInt32LE(v, 24 + 4 * i));
   return b;
 }
 

@@ -27,7 +27,8 @@ import { ARGMAX_BLOCKS, MAX_OUT, memoryNeeds, workspaceLayout } from './workspac
 import { checkStepChunks } from '../step-chunks.ts';
 import { OpStepKernels, raiseSharedMemoryLimits, type RecordedLaunch } from './step-kernels.ts';
 import { scatterRouting } from '../routing-record.ts';
-import { HostExpertLane, hostLaneRefusal, hostSharePermille, MAILBOX, type HostExpertsOptions } from '../host-experts.ts';
+import { HostExpertLane, hostLaneRefusal, MAILBOX, type HostExpertsOptions } from '../host-experts.ts';
+import { fixedTakes } from '../host-split.ts';
 
 export interface OpBackendOptions {
   readonly placement?: BankPlacement;
@@ -187,7 +188,7 @@ export class CudaOpBackend implements Backend {
     this.rowLayout = expertRowLayout(source, s);
     const refusal = opts.hostExperts ? hostLaneRefusal(s, this.rowLayout) : null;
     if (refusal) throw new ResidencyError('BAD_ARGUMENT', `--host-experts: this model's experts cannot go to the host lane: ${refusal}`);
-    const sharePermille = opts.hostExperts ? hostSharePermille(opts.hostExperts.share) : 0;
+    if (opts.hostExperts?.share !== undefined) fixedTakes(opts.hostExperts.share, MAILBOX.maxPicks); // refused before anything is allocated
     const needsAt = (h: number) => memoryNeeds(s, allocatedRows(h), T, this.maxSplits, weightBytes);
     const total = d.memInfo().total;
     const util = opts.gpuMemoryUtilization ?? 0.9;
@@ -251,7 +252,7 @@ export class CudaOpBackend implements Backend {
       if (opts.hostExperts) {
         this.hostLane = this.startHostLane(opts.hostExperts, scope);
         this.hotReason += this.hostLane
-          ? `; host expert lane: ${this.hostLane.threads} threads (${this.hostLane.simd ? 'AVX-512' : 'reference loop'}) compute ${sharePermille / 10}% of each layer's cold experts at decode steps of up to ${Math.max(0, ...this.buckets.filter((b) => b * spec.topK <= MAILBOX.maxPicks && this.gemvFor(true, b)))} rows`
+          ? `; host expert lane: ${this.hostLane.threads} threads (${this.hostLane.simd ? 'AVX-512' : 'reference loop'}) compute ${opts.hostExperts.share !== undefined ? `${+(opts.hostExperts.share * 100).toFixed(1)}%` : 'a share chosen from both sides\' measured times'} of each layer's cold experts at decode steps of up to ${Math.max(0, ...this.buckets.filter((b) => b * spec.topK <= MAILBOX.maxPicks && this.gemvFor(true, b)))} rows`
           : '; host expert lane: off (no expert is cold)';
       }
       raiseSharedMemoryLimits(d, fns, s, routeMode);
@@ -260,7 +261,7 @@ export class CudaOpBackend implements Backend {
         ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,
         routeMode, QKV: this.QKV, pdl: opts.pdl ?? true, earlyWeights: opts.earlyWeights ?? true, evictFirst: opts.evictFirst ?? true,
         fuseResidual: opts.fuseResidual ?? true, ...(opts.combineRows ? { combineRows: opts.combineRows } : {}),
-        oneWaveDense: opts.oneWaveDense ?? true, ...(this.hostLane ? { hostLane: { mailboxDev: this.hostLane.mailboxDev, stateDev: this.hostLane.stateDev, sharePermille } } : {}),
+        oneWaveDense: opts.oneWaveDense ?? true, ...(this.hostLane ? { hostLane: { mailboxDev: this.hostLane.mailboxDev, stateDev: this.hostLane.stateDev } } : {}),
       });
       uploader.finish(); // every weight landed and is finite, before the first step
     } catch (e) {
@@ -324,6 +325,7 @@ export class CudaOpBackend implements Backend {
     const fed = this.fedFrom;
     this.fedFrom = null;
     const T = this.validate(input.chunks, fed?.rows ?? null);
+    this.hostLane?.tune(this.stream); // now and then: the split from both sides' measured times, queued before this step
     let fedFrom = fed?.rows ?? null;
     let pieces = planPieces(input.chunks, this.maxRows, MAX_OUT);
     if (fed && pieces.length > 1 && input.chunks.some((c) => c.tokens[0] === FED_TOKEN)) {

@@ -77,11 +77,11 @@ export interface StepDevice {
   /** Batch 1, bf16: a dense product that stores (q | k | v) split evenly over one wave of blocks, where that is more blocks. */
   readonly oneWaveDense: boolean;
   /**
-   * The host expert lane (host-experts.ts): at decode steps of at most MAILBOX.maxPicks picks the routing hands this
-   * share (per mille) of each layer's distinct cold experts to the host's threads, and op_host_collect brings their
+   * The host expert lane (host-experts.ts): at decode steps of at most MAILBOX.maxPicks picks the routing hands some of
+   * each layer's distinct cold experts (the state's split table) to the host's threads, and op_host_collect brings their
    * picks' outputs into the partial rows.
    */
-  readonly hostLane?: { readonly mailboxDev: bigint; readonly stateDev: bigint; readonly sharePermille: number };
+  readonly hostLane?: { readonly mailboxDev: bigint; readonly stateDev: bigint };
 }
 
 /**
@@ -207,7 +207,7 @@ export class OpStepKernels {
       });
       const groups = encodeGroups({ n: this.ptr('grpN'), slot: this.ptr('grpSlot'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
       if (gemv) {
-        const post = lane ? { mailbox: lane.mailboxDev, state: lane.stateDev, x: this.ptr('xn'), hotRows: banks.hotRowsAllocated, sharePermille: lane.sharePermille, H, layer: m } : null;
+        const post = lane ? { mailbox: lane.mailboxDev, state: lane.stateDev, x: this.ptr('xn'), hotRows: banks.hotRowsAllocated, H, layer: m } : null;
         this.launch('op_route_group', [1, 1, 1], 32 * Math.max(4, T), routeGroupSmemBytes(T, K, E, this.routeMode), [{ bytes: route }, { bytes: groups }, { bytes: encodeHostPost(post) }]);
       } else {
         this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, routeRowsSmemBytes(this.routeMode, E), [{ bytes: route }]);
