@@ -131,21 +131,14 @@ extern "C" __global__ void op_route_group(OpRoute r, OpGroups g, HostPost hp) {
 // After a lane step's expert down product (partial rows of the GPU's picks): waits for the host lane's answer to
 // this layer's request, if one was posted (2 s at most: then gpu_timeouts counts it, the rows stay as they are and
 // the routing posts nothing more until the host has answered), and copies each host pick's output into its partial
-// row. One block. Its thread 0 also counts how long the GPU's side of the layer took (from the routing) and how long
-// it waited for the host, the times the host's split table is chosen from (host-split.ts).
+// row. One block. Its thread 0 also counts how long the layer's cold experts took on both sides (from the routing to
+// the answer, by the layer's cold experts and the host's share of them: the times the split table is chosen from,
+// host-split.ts) and how long it waited for the host.
 extern "C" __global__ void op_host_collect(HostMailbox* mb, int32_t* state, float* partial, int H) { pdl_enter();
   __shared__ unsigned mask;
   if (threadIdx.x == 0) {
     mask = (unsigned)state[1];
     const uint64_t t0 = global_ns();
-    // The statistics the host chooses the split from (op_host.cuh's state): one thread, one kernel at a time.
-    uint64_t* gpu = reinterpret_cast<uint64_t*>(state + HOST_GPU_STATS);
-    const int m = state[3];
-    if (m >= 0 && m <= HOST_MAX_PICKS) {
-      gpu[2 * m] += 1ull;
-      gpu[2 * m + 1] += t0 - *reinterpret_cast<const uint64_t*>(state + 6);
-      state[3] = -1;
-    }
     if (mask) {
       const uint32_t seq = (uint32_t)state[0];
       while (*reinterpret_cast<volatile uint32_t*>(&mb->done_seq) != seq) {
@@ -159,13 +152,21 @@ extern "C" __global__ void op_host_collect(HostMailbox* mb, int32_t* state, floa
         }
       }
       __threadfence_system(); // the answer's rows are read after its sequence number
-      const int h = state[4];
-      if (h > 0 && h <= HOST_MAX_PICKS) {
-        uint64_t* wait = reinterpret_cast<uint64_t*>(state + HOST_WAIT_STATS);
-        wait[2 * h] += 1ull;
-        wait[2 * h + 1] += global_ns() - t0;
+    }
+    // The statistics the host chooses the split from (op_host.cuh's state): one thread, one kernel at a time.
+    const int c = state[3], h = state[4];
+    if (c > 0 && c <= HOST_MAX_PICKS && h >= 0 && h <= c) {
+      const uint64_t t1 = global_ns();
+      uint64_t* cell = reinterpret_cast<uint64_t*>(state + HOST_CELLS) + 2 * (c * (HOST_MAX_PICKS + 1) + h);
+      cell[0] += 1ull;
+      cell[1] += t1 - *reinterpret_cast<const uint64_t*>(state + 6);
+      if (mask) {
+        uint64_t* wait = reinterpret_cast<uint64_t*>(state + HOST_WAIT_STATS) + 2 * h;
+        wait[0] += 1ull;
+        wait[1] += t1 - t0;
       }
     }
+    state[3] = -1;
   }
   __syncthreads();
   const float* y = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(mb) + host_y_offset(H));

@@ -35,16 +35,18 @@ __device__ __forceinline__ size_t host_y_offset(int H) { return HOST_X + (((size
 // What op_route_group needs to post (mb null: no lane, or a step the lane does not take). state (device, host-experts.ts
 // HOST_STATE): words [0] the last request's sequence number, [1] this layer's host picks as a mask of pick indices (0:
 // none posted), [HOST_STALLED] set when op_host_collect stopped waiting for an answer: nothing more is posted until the
-// host has answered it; [3] this layer's cold experts the GPU reads in place (-1: no stamp), [4] those the host takes,
-// [6..7] the routing's time (ns); the split table at HOST_TAKE (of c distinct cold experts the host takes take[c],
-// chosen by the host from the measured times below and written between steps); the GPU's times at HOST_GPU_STATS
-// ([m] for m cold experts read in place: layers, ns from the routing to the end of the down product) and its waits at
-// HOST_WAIT_STATS ([h] for h host experts: layers, ns op_host_collect waited for the answer), 64-bit sums.
+// host has answered it; [3] this layer's distinct cold experts c (-1: no stamp), [4] those the host takes h, [5] the
+// layers routed (for the exploring ones), [6..7] the routing's time (ns). The split table at HOST_TAKE: of c cold
+// experts the host takes take[c], but every HOST_EXPLORE-th layer one more or one fewer, so the neighbours of each
+// choice are measured too; the host moves the table toward the faster one between steps (host-split.ts). 64-bit sums
+// of what op_host_collect measured: at HOST_WAIT_STATS [h] {layers, ns it waited for the answer}; at HOST_CELLS [c][h]
+// {layers, ns from the routing to the end of the wait: the layer's cold experts on both sides}.
 #define HOST_STALLED 2
+#define HOST_EXPLORE 16
 #define HOST_TAKE 16
-#define HOST_GPU_STATS 64
-#define HOST_WAIT_STATS 196
-#define HOST_STATE_WORDS 328
+#define HOST_WAIT_STATS 64
+#define HOST_CELLS 196
+#define HOST_STATE_WORDS (HOST_CELLS + 4 * (HOST_MAX_PICKS + 1) * (HOST_MAX_PICKS + 1))
 struct HostPost {
   HostMailbox* mb;   // device address of the mapped mailbox
   int32_t* state;
@@ -56,8 +58,8 @@ struct HostPost {
 static_assert(sizeof(HostPost) == 40, "HostPost: layout.ts encodeHostPost");
 
 // Warp 0 of op_route_group, lanes p < P holding pick p's slot (P <= 32): which picks the host takes, as a mask: every
-// pick of the first take[c] of the c distinct cold experts, in order of their first pick; 0 without a lane. Stamps the
-// split and the time for op_host_collect's statistics.
+// pick of the first h of the c distinct cold experts, in order of their first pick (h: take[c], or a neighbour when
+// exploring); 0 without a lane. Stamps c, h and the time for op_host_collect's statistics.
 __device__ __forceinline__ unsigned host_picks(const HostPost& hp, const int32_t* ss, int P) {
   if (!hp.mb) return 0u;
   const int lane = threadIdx.x & 31;
@@ -75,10 +77,15 @@ __device__ __forceinline__ unsigned host_picks(const HostPost& hp, const int32_t
   const int leader = __ffs(peers) - 1;
   const unsigned firsts = __ballot_sync(0xffffffffu, cold && leader == lane);
   const int c = __popc(firsts);
-  const int want = min(c, max(0, hp.state[HOST_TAKE + c]));
+  const int routed = hp.state[5];
+  int want = hp.state[HOST_TAKE + c];
+  if (routed % HOST_EXPLORE == 0) want += (routed / HOST_EXPLORE) & 1 ? 1 : -1;
+  want = min(c, max(0, want));
+  __syncwarp();
   if (lane == 0) {
-    hp.state[3] = c - want;
+    hp.state[3] = c;
     hp.state[4] = want;
+    hp.state[5] = routed + 1;
     *reinterpret_cast<uint64_t*>(hp.state + 6) = global_ns();
   }
   unsigned chosen = 0u, rest = firsts;

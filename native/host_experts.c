@@ -219,7 +219,6 @@ struct Lane {
   } job;
   _Atomic uint32_t job_gen;
   _Atomic uint64_t requests, busy_ns;
-  _Atomic uint64_t by_experts[HE_MAX_PICKS + 1][2]; // requests of e experts: their count and busy time (ns)
   pthread_t* th;
   Worker* workers;
   int started;
@@ -418,13 +417,8 @@ static void* worker_main(void* arg) {
     answer(L, w->index);
     if (w->index == 0) {
       atomic_store_explicit(&L->mb->done_seq, L->job.seq, memory_order_release);
-      const uint64_t busy = now_ns() - t0;
       atomic_fetch_add_explicit(&L->requests, 1, memory_order_relaxed);
-      atomic_fetch_add_explicit(&L->busy_ns, busy, memory_order_relaxed);
-      if (L->job.ok) {
-        atomic_fetch_add_explicit(&L->by_experts[L->job.experts][0], 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&L->by_experts[L->job.experts][1], busy, memory_order_relaxed);
-      }
+      atomic_fetch_add_explicit(&L->busy_ns, now_ns() - t0, memory_order_relaxed);
     }
   }
   return NULL;
@@ -476,16 +470,6 @@ void he_stats(void* handle, uint64_t* out) {
   Lane* L = (Lane*)handle;
   out[0] = atomic_load(&L->requests);
   out[1] = atomic_load(&L->busy_ns);
-}
-
-// The answered requests by their count of experts: out[2 e] requests of e experts (0..HE_MAX_PICKS), out[2 e + 1] the
-// threads' busy time on them (ns), since the start (the split table's host times: host-split.ts).
-void he_stats_by_experts(void* handle, uint64_t* out) {
-  Lane* L = (Lane*)handle;
-  for (int e = 0; e <= HE_MAX_PICKS; e++) {
-    out[2 * e] = atomic_load(&L->by_experts[e][0]);
-    out[2 * e + 1] = atomic_load(&L->by_experts[e][1]);
-  }
 }
 
 // Stops and joins the threads, then frees the lane (the mailbox and banks are the caller's).

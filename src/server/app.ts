@@ -31,7 +31,7 @@ const endpointOf = (path: string) => (endpoints.has(path) ? path : path.startsWi
 export function createApp(deps: ServerDeps, opts: { defaultMetrics?: boolean; listenHost?: string } = {}): ServerApp {
   const { engine, model, config } = deps;
   const log = deps.log ?? (() => {});
-  const metrics = createMetrics(engine, deps.residency, { ...opts, modelName: model.name });
+  const metrics = createMetrics(engine, deps.residency, { ...opts, modelName: model.name, ...(deps.hostLane ? { hostLane: deps.hostLane } : {}) });
   const history = new History(metrics, deps.residency);
   const chat = chatFormatter(model.chatTemplate, { bos: model.bosToken, eos: model.eosToken }, model.chatTemplateSource === '--chat-template' ? '--chat-template' : 'checkpoint');
   const ctx: RelayContext = { engine, tokenizer: model.tokenizer, metrics, maxQueue: config.maxQueue, log };

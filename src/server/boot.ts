@@ -22,7 +22,7 @@ import { accessWarnings } from './access.ts';
 import { DriverView } from './driver-view.ts';
 import { OffThreadEncoder } from './prompt-tokenizer.ts';
 import { startServer, type RunningServer } from './server.ts';
-import { defaultServerConfig, type ServerConfig, type ServerModel } from './types.ts';
+import { defaultServerConfig, type HostLaneView, type ServerConfig, type ServerModel } from './types.ts';
 
 /** How often an idle server reads the control and GO files. */
 const IDLE_POLL_MS = 500;
@@ -165,7 +165,8 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
     const withSpecials = { ...t, isSpecial: (id: number) => t.decode([id], { skipSpecial: true }) === '' && t.decode([id]) !== '' };
     const encoder = new OffThreadEncoder(model.dir, withSpecials, log);
     const serverModel: ServerModel = { name: opts.servedModelName ?? spec.name, maxPositions: spec.maxPositions, tokenizer: encoder.tokenizer(), ...(await chatInfo(model.dir, opts.chatTemplate)) };
-    const server = await startServer({ engine, model: serverModel, ...(view ? { residency: view } : {}), config, log, ...(opts.accessLog ? { accessLog: opts.accessLog } : {}) }, { port: opts.port, host: opts.host });
+    const hostLane = (backend as { hostLane?: HostLaneView }).hostLane;
+    const server = await startServer({ engine, model: serverModel, ...(view ? { residency: view } : {}), ...(hostLane ? { hostLane } : {}), config, log, ...(opts.accessLog ? { accessLog: opts.accessLog } : {}) }, { port: opts.port, host: opts.host });
     for (const line of accessWarnings(opts.host, config)) log(line);
     // The driver polls the control and GO files between steps; an idle server takes no steps, so poll
     // here too (between steps as well: a timer never runs inside a step).

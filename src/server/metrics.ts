@@ -1,7 +1,7 @@
 // Prometheus metrics (prom-client, one registry per server so tests can run several side by side).
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type Metric } from 'prom-client';
 import type { GenerationEngine } from '../engine/types.ts';
-import type { ResidencyView } from './types.ts';
+import type { HostLaneView, ResidencyView } from './types.ts';
 
 const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
@@ -40,7 +40,7 @@ function processMetrics(registry: Registry): void {
   }
 }
 
-export function createMetrics(engine: GenerationEngine, residency: ResidencyView | undefined, opts: { defaultMetrics?: boolean; modelName?: string } = {}): ServerMetrics {
+export function createMetrics(engine: GenerationEngine, residency: ResidencyView | undefined, opts: { defaultMetrics?: boolean; modelName?: string; hostLane?: HostLaneView } = {}): ServerMetrics {
   const registry = new Registry();
   // vLLM's dashboards select by model_name; every series here carries it.
   if (opts.modelName !== undefined) registry.setDefaultLabels({ model_name: opts.modelName });
@@ -95,10 +95,45 @@ export function createMetrics(engine: GenerationEngine, residency: ResidencyView
     new Gauge({ name: 'residency_swaps_in_flight', help: 'Swaps requested from the banks whose row copies have not landed yet', registers: [registry], collect() { this.set((snap ?? read()).swaps.in_flight); } });
   }
 
+  if (opts.hostLane) hostLaneMetrics(registry, opts.hostLane);
+
   let generated = 0;
   return {
     registry, requests, requestsByFinish, requestLatency, promptTokens, completionTokens, timeToFirstToken, interTokenLatency,
     countToken: () => { generated++; completionTokens.inc(); },
     tokensGenerated: () => generated,
   };
+}
+
+/** Counts of the host expert lane shown on the first cold experts' split (a step at top-8 has up to 8 a row). */
+const LANE_TAKE_SHOWN = 16;
+
+/** The host expert lane (--host-experts): its requests, busy time, the split and the layers' times at it. */
+function hostLaneMetrics(registry: Registry, lane: HostLaneView): void {
+  let snap: ReturnType<HostLaneView['stats']> | undefined;
+  const read = () => (snap = lane.stats());
+  const mirror = (name: string, help: string, pick: (s: ReturnType<HostLaneView['stats']>) => number) => {
+    let last = 0;
+    new Counter({
+      name, help, registers: [registry],
+      collect() {
+        const v = pick(read());
+        if (v > last) { this.inc(v - last); last = v; }
+      },
+    });
+  };
+  mirror('residency_host_lane_requests_total', 'Requests the host expert lane answered (a layer\'s cold experts handed to the host at a decode step)', (s) => s.requests);
+  mirror('residency_host_lane_busy_seconds_total', 'Time the host expert lane\'s threads spent answering', (s) => s.busyMs / 1e3);
+  new Gauge({
+    name: 'residency_host_lane_take', help: 'Of a layer\'s cold experts at a decode step (cold_experts), how many the host computes', labelNames: ['cold_experts'] as const, registers: [registry],
+    collect() { (snap ?? read()).split.take.slice(1, LANE_TAKE_SHOWN + 1).forEach((v, i) => this.set({ cold_experts: String(i + 1) }, v)); },
+  });
+  new Gauge({
+    name: 'residency_host_lane_layer_seconds', help: 'A layer\'s cold experts on both sides at the split (routing to answer; recent layers), by its cold experts', labelNames: ['cold_experts'] as const, registers: [registry],
+    collect() { (snap ?? read()).split.layerUs.slice(1, LANE_TAKE_SHOWN + 1).forEach((v, i) => { if (v !== null) this.set({ cold_experts: String(i + 1) }, v / 1e6); }); },
+  });
+  new Gauge({
+    name: 'residency_host_lane_gpu_wait_seconds', help: 'The GPU\'s mean wait for the host\'s answer per layer it posted, since start',
+    registers: [registry], collect() { this.set((snap ?? read()).split.meanWaitUs / 1e6); },
+  });
 }

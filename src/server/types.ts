@@ -116,4 +116,20 @@ export interface ServerDeps {
   readonly log?: (line: string) => void;
   /** One line per request (method, path, status, time to the response's head); default: off. */
   readonly accessLog?: (line: string) => void;
+  /** The CUDA backend's host expert lane, when it runs (--host-experts): its counts and split go to /metrics. */
+  readonly hostLane?: HostLaneView;
+}
+
+/** What /metrics reads of the host expert lane (src/backend/cuda/host-experts.ts HostExpertLane.stats()). */
+export interface HostLaneView {
+  stats(): {
+    readonly requests: number;
+    readonly busyMs: number;
+    readonly split: {
+      readonly take: readonly number[];
+      readonly layerUs: readonly (number | null)[];
+      readonly hostLayers: number;
+      readonly meanWaitUs: number;
+    };
+  };
 }

@@ -9,7 +9,7 @@ import { loadModelFor } from '../../src/model/load.ts';
 import { argmax } from '../../src/backend/backend.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
-import { lineText } from '../../src/backend/cuda/host-split.ts';
+import { SPLIT_UPDATE_STEPS } from '../../src/backend/cuda/host-experts.ts';
 import type { Backend, ExpertBanks } from '../../src/backend/backend.ts';
 import { mapFromBanks } from '../../src/engine/residency-driver.ts';
 import { MovesInFlight } from '../../src/backend/moves-in-flight.ts';
@@ -146,12 +146,17 @@ test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4: tokens and
     });
     const usEach = (stats.busyMs * 1000) / Math.max(1, stats.requests);
     lanes.push({ batch: B, steps, cases: prompts.length, threads: lane.threads, simd: lane.simd, requests: stats.requests, usPerRequest: usEach, landed, tokenDiffs, logitDiffs, unfusedDiffs, faults, split: stats.split });
-    console.log(`# host lane: ${prompts.length} x ${steps} greedy steps at batch ${B}, ${H}/${E} hot, ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}); ${stats.requests} requests (${usEach.toFixed(0)} us each), ${landed} moves landed; tokens differing from all-hot ${tokenDiffs}, logits differing ${logitDiffs} (from all-hot unfused: ${unfusedDiffs}); the measured split of 1-8 cold experts ${stats.split.take.slice(1, 9).join(' ')} to the host (host ${lineText(stats.split.host)}, GPU ${lineText(stats.split.gpu)}, the GPU waited ${stats.split.meanWaitUs.toFixed(1)} us a host layer)`);
+    console.log(`# host lane: ${prompts.length} x ${steps} greedy steps at batch ${B}, ${H}/${E} hot, ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}); ${stats.requests} requests (${usEach.toFixed(0)} us each), ${landed} moves landed; tokens differing from all-hot ${tokenDiffs}, logits differing ${logitDiffs} (from all-hot unfused: ${unfusedDiffs}); the measured split of 1-8 cold experts ${stats.split.take.slice(1, 9).join(' ')} to the host (a layer's cold phase there ${stats.split.layerUs.slice(1, 9).map((u) => (u === null ? '-' : u.toFixed(0))).join(' ')} us; ${stats.split.moves} table moves; the GPU waited ${stats.split.meanWaitUs.toFixed(1)} us a host layer)`);
     assert.deepEqual(faults, { refused: 0, gpuTimeouts: 0 });
     assert.ok(stats.requests >= steps, `batch ${B}: the host computed picks (${stats.requests} requests)`);
-    // The split was chosen from what both sides measured (tables moved mid-run while the bits stayed all-hot's).
-    assert.ok(stats.split.mode === 'measured' && stats.split.hostLayers > 0, `batch ${B}: the GPU's waits were counted`);
-    assert.ok(stats.split.gpu.perExpertUs > 20 && stats.split.gpu.perExpertUs < 2000, `batch ${B}: the GPU's in-place time an expert measured (${stats.split.gpu.perExpertUs} us)`);
+    // Every 16th layer tried a neighbour of the split (the bits stayed all-hot's above); with two updates or more the
+    // GPU's counts came back: the layers' cold phases measured where the split stands.
+    assert.equal(stats.split.mode, 'measured');
+    if (groups.length * (steps + 1) >= 2 * SPLIT_UPDATE_STEPS) {
+      assert.ok(stats.split.hostLayers > 0, `batch ${B}: the GPU's waits were counted`);
+      const us = stats.split.layerUs[1];
+      assert.ok(us !== null && us !== undefined && us > 1 && us < 10_000, `batch ${B}: a layer with one cold expert measured (${us} us)`);
+    }
     assert.equal(tokenDiffs, 0, `batch ${B}: greedy tokens == all-hot`);
     assert.equal(logitDiffs, 0, `batch ${B}: logits bit-identical to all-hot`);
   }

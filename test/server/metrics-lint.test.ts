@@ -52,6 +52,33 @@ test('/metrics is promtool-clean, process metrics included', async () => {
   }
 });
 
+test('with the host expert lane: its requests, busy time, split and layer times, promtool-clean', async () => {
+  let requests = 0;
+  const hostLane = {
+    stats: () => ({
+      requests: (requests += 10), busyMs: requests * 0.12,
+      split: { take: [0, 1, 1, 2, 3, 3, 4, 5, 5, ...new Array<number>(24).fill(6)], layerUs: [null, 120, 182, null, ...new Array<number>(29).fill(400)], hostLayers: 40, meanWaitUs: 12.5 },
+    }),
+  };
+  const s = await startServer({ engine: new FakeEngine(), model: fakeModel, config: defaultServerConfig, hostLane }, { port: 0, host: '127.0.0.1' }, { defaultMetrics: false });
+  try {
+    const text = await (await fetch(`${s.url}/metrics`)).text();
+    assert.deepEqual(lintMetrics(text), []);
+    assert.match(text, /^residency_host_lane_requests_total\{model_name="fake-moe"\} 10$/m);
+    assert.match(text, /^residency_host_lane_take\{cold_experts="2",model_name="fake-moe"\} 1$/m);
+    assert.match(text, /^residency_host_lane_take\{cold_experts="4",model_name="fake-moe"\} 3$/m);
+    assert.doesNotMatch(text, /cold_experts="17"/, 'the first 16 counts shown');
+    assert.match(text, /^residency_host_lane_layer_seconds\{cold_experts="2",model_name="fake-moe"\} 0\.000182$/m);
+    assert.doesNotMatch(text, /residency_host_lane_layer_seconds\{cold_experts="3"/, 'a count not measured is not shown');
+    assert.match(text, /^residency_host_lane_gpu_wait_seconds\{model_name="fake-moe"\} 0\.0000125$/m);
+    const again = await (await fetch(`${s.url}/metrics`)).text();
+    const count = Number(/^residency_host_lane_requests_total\{model_name="fake-moe"\} (\d+)$/m.exec(again)?.[1]);
+    assert.ok(count > 10, `the counter follows the lane's count (${count})`);
+  } finally {
+    await s.close();
+  }
+});
+
 test('the replicated rules find what promtool finds', () => {
   const text = '# HELP a_total x\n# TYPE a_total gauge\na_total 1\n# HELP b x\n# TYPE b counter\nb 1\n# TYPE c_milliseconds gauge\nc_milliseconds 1\n';
   assert.deepEqual(lintMetrics(text), [

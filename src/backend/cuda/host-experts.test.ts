@@ -406,12 +406,6 @@ test('the lane\'s threads answer mailbox requests with each pick\'s expert (the 
     assert.deepEqual(lane.faults(), { refused: 4, gpuTimeouts: 0 });
     assert.throws(() => lane.check(), /host experts: 4 request\(s\) refused/);
     assert.equal(lane.stats().requests, 10);
-    // The threads' times by the request's count of distinct experts (what the split's host line is fitted to): the
-    // refused requests are not among them.
-    const byExperts = new BigUint64Array(2 * (MAILBOX.maxPicks + 1));
-    l.fns.statsByExperts((lane as unknown as { handle: bigint }).handle, byExperts);
-    assert.deepEqual(Array.from({ length: 5 }, (_, e) => Number(byExperts[2 * e])), [0, 2, 2, 2, 0], 'requests of 0-4 experts');
-    for (let e = 1; e <= 3; e++) assert.ok(byExperts[2 * e + 1]! > 0n, `busy time of the requests of ${e} experts`);
     assert.throws(() => lane.post(0, new Array<number>(MAILBOX.maxPicks + 1).fill(hotRows)), /post\(\) takes at most 32 picks, got 33/);
     // Many requests back to back, then one left pending when the lane stops: every thread leaves at the same point.
     for (let r = 0; r < 200; r++) wait(lane.post(r % layers, [hotRows + (r % coldRows)]));

@@ -10,7 +10,7 @@ import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertRowLayout } from './device-weights.ts';
 import type { CudaDriver } from './driver.ts';
 import { kernelDirCandidates } from './kernels.ts';
-import { HostSplit, type SplitCounts, type SplitReport } from './host-split.ts';
+import { HostSplit, type SplitCells, type SplitReport } from './host-split.ts';
 import { ResourceScope } from './resource-scope.ts';
 
 const MAX_PICKS = 32;
@@ -38,10 +38,11 @@ export const MAILBOX = {
 
 /**
  * The lane's device state (op_host.cuh), int32 words: [0] request sequence, [1] the layer's host picks, [2] stalled,
- * [3] / [4] the layer's in-place / host experts, [6..7] the routing's time; the split table take[0..32] at `take`; the
- * GPU's times by in-place experts at `gpuStats` and its waits by host experts at `waitStats` (33 x {count, ns}, uint64).
+ * [3] / [4] the layer's cold experts c and the host's h, [5] layers routed, [6..7] the routing's time; the split table
+ * take[0..32] at `take`; the GPU's waits by h at `waitStats` (33 x {layers, ns}) and the layers' cold phases by (c, h)
+ * at `cells` (33 x 33 x {layers, ns}), uint64.
  */
-export const HOST_STATE = { take: 16, gpuStats: 64, waitStats: 196, words: 328 } as const;
+export const HOST_STATE = { take: 16, waitStats: 64, cells: 196, words: 196 + 4 * (MAX_PICKS + 1) ** 2 } as const;
 /** Decode steps between two updates of the split table from the measured times. */
 export const SPLIT_UPDATE_STEPS = 64;
 
@@ -53,7 +54,7 @@ export interface HostLaneLib {
   expert(row: Uint8Array, at: { gate: number; up: number; down: number }, H: number, I: number, x: Float32Array, simd: boolean): { h: Float32Array; y: Float32Array };
   /** The address of a buffer's bytes (tests stand a Buffer in for pinned memory). */
   address(buf: Uint8Array): bigint;
-  readonly fns: Readonly<Record<'start' | 'stop' | 'stats' | 'statsByExperts' | 'laneSimd', Fn>>;
+  readonly fns: Readonly<Record<'start' | 'stop' | 'stats' | 'laneSimd', Fn>>;
 }
 
 let cached: HostLaneLib | null = null;
@@ -72,7 +73,6 @@ export async function loadHostLaneLib(dir?: string): Promise<HostLaneLib> {
     start: lib.func('uint64_t he_start(int threads, int H, int I, int layers, int hot_rows, int cold_rows, int64_t row_bytes, int64_t gate_off, int64_t up_off, int64_t down_off, const uint64_t *cold, uint64_t mailbox, int simd, int flags)'),
     stop: lib.func('void he_stop(uint64_t lane)'),
     stats: lib.func('void he_stats(uint64_t lane, _Out_ uint64_t *out)'),
-    statsByExperts: lib.func('void he_stats_by_experts(uint64_t lane, _Out_ uint64_t *out)'),
     laneSimd: lib.func('int he_lane_simd(uint64_t lane)'),
     address: lib.func('uint64_t he_address(const uint8_t *p)'),
   };
@@ -86,7 +86,7 @@ export async function loadHostLaneLib(dir?: string): Promise<HostLaneLib> {
       return { h, y };
     },
     address: (buf) => BigInt(f.address(buf) as bigint | number),
-    fns: { start: f.start, stop: f.stop, stats: f.stats, statsByExperts: f.statsByExperts, laneSimd: f.laneSimd },
+    fns: { start: f.start, stop: f.stop, stats: f.stats, laneSimd: f.laneSimd },
   };
   if (!dir) cached = loaded;
   return loaded;
@@ -120,10 +120,8 @@ export interface HostLaneOptions {
   readonly prefetch?: boolean;
   /**
    * Of a layer's distinct cold experts at a decode step (of at most MAILBOX.maxPicks picks), the share the host
-   * computes, rounded up, each for every row that picked it: a fixed split. Absent: the split is chosen from both sides'
-   * times as measured while serving (host-split.ts), updated every SPLIT_UPDATE_STEPS steps. (Fixed shares at batch 1,
-   * H200 host, 14 threads, 16 layers at 64 of 128 hot, the fixed map: 0.6 gave 4.77-5.81 ms a step, 0.5 5.33-5.78, 0.7
-   * 6.36-7.05, no lane 9.45; bench/tiered/results/host-lane-2026-12-02.md.)
+   * computes, rounded up, each for every row that picked it: a fixed split. Absent: the split starts at START_SHARE and
+   * follows the layers' measured times (host-split.ts), updated every SPLIT_UPDATE_STEPS steps.
    */
   readonly share?: number;
 }
@@ -151,7 +149,8 @@ export class HostExpertLane {
   private readonly ioDone: bigint;
   private steps = 0;
   private statsInFlight = false;
-  private readonly seen = { host: new Float64Array(2 * (MAX_PICKS + 1)), gpu: new Float64Array(2 * (MAX_PICKS + 1)), wait: new Float64Array(2 * (MAX_PICKS + 1)) };
+  /** The GPU's cumulative counts at the last update ({layers, ns} pairs: the waits, then the cells). */
+  private readonly seen = new Float64Array(STATS_BYTES / 8);
 
   constructor(private readonly lib: HostLaneLib, private readonly d: CudaDriver, banks: HostLaneBanks, opts: HostLaneOptions = {}) {
     const H = banks.hiddenSize;
@@ -169,7 +168,7 @@ export class HostExpertLane {
       this.mailbox.host.fill(0);
       this.words = new DataView(this.mailbox.host.buffer, this.mailbox.host.byteOffset, this.mailbox.host.byteLength);
       this.mailboxDev = this.mailbox.dev;
-      this.split = new HostSplit(banks.rowBytes, MAX_PICKS, opts.share);
+      this.split = new HostSplit(MAX_PICKS, opts.share);
       this.stateDev = scope.acquire('host expert state', () => d.alloc(4 * HOST_STATE.words, 'host expert state'), (p) => d.free(p));
       const state = new Int32Array(HOST_STATE.words);
       state[3] = -1; // no layer stamped yet
@@ -245,27 +244,31 @@ export class HostExpertLane {
   }
 
   /**
-   * Called by the backend before each step it queues on `stream`: every SPLIT_UPDATE_STEPS steps it takes in what both
-   * sides measured since the last time (the GPU's counts, copied back then, have landed once that copy's event has),
-   * refits the split and queues the new table (ahead of this step's kernels) and the next copy of the GPU's counts.
+   * Called by the backend before each step it queues on `stream`: every SPLIT_UPDATE_STEPS steps it takes in what the
+   * GPU measured since the last time (the GPU's counts, copied back then, have landed once that copy's event has),
+   * moves the split toward what measured fastest and queues the new table (ahead of this step's kernels) and the next
+   * copy of the GPU's counts.
    */
   tune(stream: bigint): void {
     this.live();
     if (++this.steps % SPLIT_UPDATE_STEPS) return;
     if (this.statsInFlight) {
       this.d.eventSync(this.ioDone); // queued SPLIT_UPDATE_STEPS steps ago: long done
-      const half = 2 * (MAX_PICKS + 1); // {count, ns} by index: the GPU's times, then its waits
-      const counts = Float64Array.from(new BigUint64Array(this.io.host.buffer, this.io.host.byteOffset + STATS_AT, 2 * half), Number);
-      const host = new BigUint64Array(half);
-      this.lib.fns.statsByExperts(this.handle, host);
-      const changed = this.split.update(delta(Float64Array.from(host, Number), this.seen.host), delta(counts.subarray(0, half), this.seen.gpu),
-        delta(counts.subarray(half), this.seen.wait));
+      const now = Float64Array.from(new BigUint64Array(this.io.host.buffer, this.io.host.byteOffset + STATS_AT, STATS_BYTES / 8), Number);
+      const d = now.map((v, i) => v - this.seen[i]!);
+      this.seen.set(now);
+      const pairs = (from: number, count: number): SplitCells => ({
+        n: Float64Array.from({ length: count }, (_, i) => d[from + 2 * i]!), ns: Float64Array.from({ length: count }, (_, i) => d[from + 2 * i + 1]!),
+      });
+      const waits = pairs(0, MAX_PICKS + 1);
+      const cells = pairs((HOST_STATE.cells - HOST_STATE.waitStats) / 2, (MAX_PICKS + 1) ** 2);
+      const changed = this.split.update(cells, { n: waits.n.reduce((a, b) => a + b, 0), ns: waits.ns.reduce((a, b) => a + b, 0) });
       if (changed) {
         new Int32Array(this.io.host.buffer, this.io.host.byteOffset, MAX_PICKS + 1).set(this.split.table());
         this.d.htodAsync(this.stateDev + BigInt(4 * HOST_STATE.take), this.io.hostPtr, 4 * (MAX_PICKS + 1), stream);
       }
     }
-    this.d.dtohAsync(this.io.hostPtr + BigInt(STATS_AT), this.stateDev + BigInt(4 * HOST_STATE.gpuStats), STATS_BYTES, stream);
+    this.d.dtohAsync(this.io.hostPtr + BigInt(STATS_AT), this.stateDev + BigInt(4 * HOST_STATE.waitStats), STATS_BYTES, stream);
     this.d.eventRecord(this.ioDone, stream);
     this.statsInFlight = true;
   }
@@ -277,23 +280,9 @@ export class HostExpertLane {
   }
 }
 
-/** Where the GPU's counts land in the split's pinned buffer, and their bytes (gpuStats and waitStats, uint64). */
+/** Where the GPU's counts land in the split's pinned buffer, and their bytes (the waits and the cells, uint64). */
 const STATS_AT = 256;
-const STATS_BYTES = 4 * (HOST_STATE.words - HOST_STATE.gpuStats);
-if (HOST_STATE.waitStats - HOST_STATE.gpuStats !== 4 * (MAX_PICKS + 1) || HOST_STATE.words - HOST_STATE.waitStats !== 4 * (MAX_PICKS + 1)) throw new Error('HOST_STATE: two tables of 33 {count, ns}');
-
-/** What cumulative {count, ns} pairs (interleaved) added since `seen` (updated to them), as SplitCounts. */
-function delta(now: ArrayLike<number>, seen: Float64Array): SplitCounts {
-  const k = seen.length / 2;
-  const n = new Float64Array(k), ns = new Float64Array(k);
-  for (let i = 0; i < k; i++) {
-    n[i] = now[2 * i]! - seen[2 * i]!;
-    ns[i] = now[2 * i + 1]! - seen[2 * i + 1]!;
-    seen[2 * i] = now[2 * i]!;
-    seen[2 * i + 1] = now[2 * i + 1]!;
-  }
-  return { n, ns };
-}
+const STATS_BYTES = 4 * (HOST_STATE.words - HOST_STATE.waitStats);
 
 /** The lane as a backend option: the loaded library and how it runs. */
 export interface HostExpertsOptions extends HostLaneOptions {

@@ -1,49 +1,32 @@
-// The host lane's split from measured times: the line fits, the table they give, a fixed share, and a split that
-// follows a host whose speed moves.
+// The host lane's split from measured layer times: a fixed share, the start, moves toward the fastest measured
+// neighbour (not on noise, not on too few layers), and a split that follows a host whose speed moves.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { chooseTakes, fitLine, fixedTakes, HANDOFF_US, HostSplit, type SplitCounts, type TimeLine } from './host-split.ts';
+import { fixedTakes, HostSplit, MIN_GAIN, MIN_LAYERS, START_SHARE, type SplitCells } from './host-split.ts';
 
 const P = 32;
-const ROW = 9.4e6; // a Qwen3-30B-A3B expert's bf16 bytes
+const at = (c: number, h: number): number => c * (P + 1) + h;
 
-/** Counts of `per` layers (or requests) at each index in xs, each taking line(x) us. */
-function measured(line: TimeLine, xs: number[], per = 100): SplitCounts {
-  const n = new Float64Array(P + 1), ns = new Float64Array(P + 1);
-  for (const x of xs) { n[x] = per; ns[x] = per * (line.fixedUs + line.perExpertUs * x) * 1e3; }
+/** A model machine: a layer of c cold experts, h on the host, takes max(host, GPU) us. */
+const machine = (hostUs: number, gpuUs: number) => (c: number, h: number): number => Math.max(h ? 5 + hostUs * h : 0, 25 + gpuUs * (c - h));
+
+/**
+ * The layers of one update as the kernels count them: `per` layers at each c in cs, most at the table's split and
+ * every 16th at a neighbour, each taking time(c, h).
+ */
+function measure(split: HostSplit, time: (c: number, h: number) => number, cs: number[], per = 160): SplitCells {
+  const n = new Float64Array((P + 1) ** 2), ns = new Float64Array((P + 1) ** 2);
+  for (const c of cs) {
+    const t = split.table()[c]!;
+    for (let i = 0; i < per; i++) {
+      const h = Math.min(c, Math.max(0, i % 16 === 0 ? t + ((i / 16) & 1 ? 1 : -1) : t));
+      n[at(c, h)]! += 1;
+      ns[at(c, h)]! += time(c, h) * 1e3;
+    }
+  }
   return { n, ns };
 }
-const none = (): SplitCounts => ({ n: new Float64Array(P + 1), ns: new Float64Array(P + 1) });
-
-test('fitLine recovers a line from weighted means, keeps the prior slope where one x is all it has, and never fits a negative cost', () => {
-  const prior = { fixedUs: 10, perExpertUs: 100 };
-  const fit = fitLine([1, 2, 3, 4].map((x) => ({ x, w: 50, y: 15 + 120 * x })), prior);
-  assert.ok(Math.abs(fit.fixedUs - 15) < 1e-6 && Math.abs(fit.perExpertUs - 120) < 1e-6, JSON.stringify(fit));
-  const one = fitLine([{ x: 2, w: 10, y: 300 }], prior);
-  assert.equal(one.perExpertUs, 100);
-  assert.equal(one.fixedUs, 100);
-  assert.deepEqual(fitLine([], prior), prior);
-  const steep = fitLine([{ x: 1, w: 1, y: 10 }, { x: 2, w: 1, y: 400 }], prior);
-  assert.equal(steep.fixedUs, 0, 'a negative fixed cost is noise');
-  const falling = fitLine([{ x: 1, w: 1, y: 300 }, { x: 3, w: 1, y: 100 }], prior);
-  assert.ok(falling.perExpertUs > 0, 'more experts never take less time');
-});
-
-test('chooseTakes: the split whose slower side is fastest, for every count of cold experts', () => {
-  const host = { fixedUs: 8, perExpertUs: 115 }, gpu = { fixedUs: 25, perExpertUs: 180 };
-  const take = chooseTakes(host, gpu, P);
-  assert.equal(take[0], 0);
-  const cost = (c: number, h: number): number => Math.max(h ? host.fixedUs + HANDOFF_US + host.perExpertUs * h : 0, gpu.fixedUs + gpu.perExpertUs * (c - h));
-  for (let c = 1; c <= P; c++) {
-    const best = Math.min(...Array.from({ length: c + 1 }, (_, h) => cost(c, h)));
-    assert.equal(cost(c, take[c]!), best, `c ${c}`);
-    assert.ok(take[c]! >= take[c - 1]! && take[c]! <= take[c - 1]! + 1, 'one more cold expert moves at most one more to the host');
-  }
-  // A host as fast as this one takes the lone cold expert, and one of two (the bus reads the other meanwhile).
-  assert.deepEqual(Array.from(take.slice(0, 5)), [0, 1, 1, 2, 3]);
-  // A host slower than the bus leaves it a lone cold expert.
-  assert.equal(chooseTakes({ fixedUs: 8, perExpertUs: 300 }, gpu, P)[1], 0);
-});
+const noWait = { n: 0, ns: 0 };
 
 test('fixedTakes: ceil(share x c), a share outside (0, 1] refused by name', () => {
   assert.deepEqual(Array.from(fixedTakes(0.6, P).slice(0, 6)), [0, 1, 2, 2, 3, 3]);
@@ -53,34 +36,54 @@ test('fixedTakes: ceil(share x c), a share outside (0, 1] refused by name', () =
   assert.throws(() => fixedTakes(Number.NaN, P), /share must be in \(0, 1\]/);
 });
 
-/** The table for up to 8 cold experts (a batch-1 step at top-8), where the priors' pull on the fit moves no entry. */
-const upTo8 = (t: Int32Array): number[] => Array.from(t.slice(0, 9));
+test('HostSplit starts at ceil(0.6 c) and moves each take[c] to its fastest measured neighbour, one step an update', () => {
+  const split = new HostSplit(P);
+  assert.deepEqual(Array.from(split.table()), Array.from(fixedTakes(START_SHARE, P)));
+  // A host much slower than the bus: the best split gives the host nothing, so take[4] walks 3 -> 2 -> 1 -> 0.
+  const slowHost = machine(1000, 180);
+  const walk: number[] = [];
+  for (let u = 0; u < 6; u++) { split.update(measure(split, slowHost, [4]), noWait); walk.push(split.table()[4]!); }
+  assert.deepEqual(walk, [2, 1, 0, 0, 0, 0]);
+  assert.equal(split.table()[3], 2, 'counts not measured stay where they were');
+  assert.equal(split.report().moves, 3);
+  assert.ok(Math.abs(split.report().layerUs[4]! - slowHost(4, 0)) < 1, 'the layer time reported where the split stands');
+});
 
-test('HostSplit: measured times replace the priors, the table follows a host that slows and speeds up again, a fixed share never moves', () => {
-  const split = new HostSplit(ROW, P);
-  assert.equal(split.report().mode, 'measured');
-  const gpu = { fixedUs: 25, perExpertUs: 180 };
-  const fast = { fixedUs: 8, perExpertUs: 110 }, slow = { fixedUs: 8, perExpertUs: 160 };
-  const feed = (host: TimeLine): boolean => split.update(measured(host, [1, 2, 3, 4]), measured(gpu, [0, 1, 2, 3]), measured({ fixedUs: 5, perExpertUs: 0 }, [1, 2]));
-  for (let i = 0; i < 4; i++) feed(fast);
-  assert.deepEqual(upTo8(split.table()), upTo8(chooseTakes(fast, gpu, P)), 'the fast host\'s table');
-  const fit = split.report().host;
-  assert.ok(Math.abs(fit.perExpertUs - 110) < 3 && Math.abs(split.report().gpu.perExpertUs - 180) < 3, JSON.stringify(split.report()));
-  // The host slows: within a few updates (64 steps each) the table is the slow host's.
-  let changed = false;
-  for (let i = 0; i < 6; i++) changed = feed(slow) || changed;
-  assert.ok(changed);
-  assert.deepEqual(upTo8(split.table()), upTo8(chooseTakes(slow, gpu, P)), 'the slow host\'s table');
-  assert.ok(upTo8(chooseTakes(slow, gpu, P)).some((h, c) => h < chooseTakes(fast, gpu, P)[c]!), 'and the slow host takes fewer');
-  for (let i = 0; i < 6; i++) feed(fast);
-  assert.deepEqual(upTo8(split.table()), upTo8(chooseTakes(fast, gpu, P)), 'back to the fast host\'s');
-  assert.equal(split.report().meanWaitUs, 5, 'the GPU\'s mean wait for the host');
-  assert.equal(split.update(none(), none(), none()), false, 'nothing measured: nothing moves');
+test('HostSplit converges to the best split of each count on a model machine, and follows it when the host slows and recovers', () => {
+  const split = new HostSplit(P);
+  const best = (time: (c: number, h: number) => number, c: number): number => {
+    let b = 0;
+    for (let h = 1; h <= c; h++) if (time(c, h) < time(c, b)) b = h;
+    return b;
+  };
+  const cs = [1, 2, 3, 4, 5, 6];
+  for (const [hostUs, label] of [[90, 'fast host'], [160, 'slow host'], [90, 'fast again']] as const) {
+    const time = machine(hostUs, 180);
+    for (let u = 0; u < 12; u++) split.update(measure(split, time, cs), noWait);
+    // Each count's split is its best or within MIN_GAIN of it (a neighbour must win by that much to move it).
+    for (const c of cs) {
+      const t = split.table()[c]!;
+      assert.ok(time(c, t) <= time(c, best(time, c)) * (1 + MIN_GAIN) + 1e-9, `${label}, c ${c}: take ${t} (${time(c, t)} us), best ${best(time, c)} (${time(c, best(time, c))} us)`);
+    }
+  }
+});
 
-  const fixed = new HostSplit(ROW, P, 0.6);
-  const before = Array.from(fixed.table());
-  assert.equal(fixed.update(measured(slow, [1, 2, 3]), measured(gpu, [0, 1, 2]), none()), false);
-  assert.deepEqual(Array.from(fixed.table()), before);
+test('HostSplit does not move on too few layers or on a gain below MIN_GAIN; a fixed share never moves; waits are averaged', () => {
+  const split = new HostSplit(P);
+  const few = measure(split, machine(600, 180), [2], MIN_LAYERS * 8); // at most MIN_LAYERS / 2 exploring layers per side
+  assert.equal(split.update(few, noWait), false, 'a neighbour with too few layers is not compared');
+  const fresh = new HostSplit(P);
+  const t = fresh.table()[2]!;
+  const close = (c: number, h: number): number => (h === t ? 100 : 100 * (1 - MIN_GAIN / 2));
+  assert.equal(fresh.update(measure(fresh, close, [2], 400), noWait), false, 'a gain below MIN_GAIN');
+  split.update(measure(split, machine(90, 180), [1]), { n: 10, ns: 10 * 12_500 });
+  split.update(measure(split, machine(90, 180), [1]), { n: 30, ns: 30 * 2_500 });
+  assert.equal(split.report().hostLayers, 40);
+  assert.equal(split.report().meanWaitUs, 5);
+
+  const fixed = new HostSplit(P, 0.5);
+  for (let u = 0; u < 4; u++) assert.equal(fixed.update(measure(fixed, machine(600, 180), [1, 2, 3, 4]), noWait), false);
+  assert.deepEqual(Array.from(fixed.table()), Array.from(fixedTakes(0.5, P)));
   assert.equal(fixed.report().mode, 'fixed');
-  assert.ok(Math.abs(fixed.report().host.perExpertUs - 160) < 10, 'a fixed split still reports what it measured');
+  assert.ok(fixed.report().layerUs[1]! > 0, 'a fixed split still reports what its layers took');
 });

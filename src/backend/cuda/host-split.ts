@@ -1,102 +1,64 @@
 // How the host expert lane splits a layer's cold experts with the GPU: of c distinct cold experts at a decode step the
 // host computes take[c] (from DRAM at the host's speed) while the GPU reads the other c - take[c] in place over the
-// bus, and the layer waits for the slower side. Both sides' times are measured while serving (the host's threads time
-// each request by its count of experts; op_host_collect times the GPU's side of each layer by its count of in-place
-// experts), each fitted with a line (fixed cost + cost an expert, decayed so the fit follows the machine's speed of the
-// moment), and take[c] is the split whose slower side is fastest. The split only moves work between the sides: every
-// pick has the same bits wherever it is computed.
+// bus, and the layer waits for the slower side. Which split is fastest moves with the machine (the host's speed
+// drifted 10-20% between runs on the H200's host) and with contention (the GPU's in-place reads take DRAM bandwidth
+// from the host's threads), so no model of the two sides is trusted: op_host_collect times every layer's cold phase
+// (routing to answer) by its cell (c, h), every HOST_EXPLORE-th layer tries a neighbour of take[c] (one more or one
+// fewer on the host), and each update moves take[c] to whichever of take[c] - 1, take[c], take[c] + 1 measured
+// fastest. The split only moves work between the sides: every pick has the same bits wherever it is computed.
 import { ResidencyError } from '../../errors.ts';
 
-/** Counts and summed nanoseconds by index (requests of h host experts, layers of m in-place experts), 0..maxPicks. */
-export interface SplitCounts {
+/** Cell (c, h)'s layers and summed nanoseconds, row-major over c = 0..maxPicks, h = 0..maxPicks. */
+export interface SplitCells {
   readonly n: Float64Array;
   readonly ns: Float64Array;
 }
 
-/** A side's time for x experts: fixedUs + perExpertUs x. */
-export interface TimeLine {
-  readonly fixedUs: number;
-  readonly perExpertUs: number;
-}
-
-/** Priors while little is measured: the host reads an expert at ~80 GB/s, the GPU over the bus at ~50 GB/s (H200 and its host). */
-const HOST_PRIOR_BYTES_PER_US = 80e3;
-const GPU_PRIOR_BYTES_PER_US = 50e3;
-/** Weight of the priors' two points against measured layers (a decode step of 16 MoE layers measures 16). */
-const PRIOR_WEIGHT = 4;
 /** Each update keeps this much of what was measured before it (64-step updates: a half-life of 64 steps). */
 const KEEP = 0.5;
-/** The request's hand-off both ways (the host seeing the post, the GPU seeing the answer; mapped memory ~2 us a round trip). */
-export const HANDOFF_US = 3;
+/** Decayed layers a cell needs before its mean is compared. */
+export const MIN_LAYERS = 4;
+/** A neighbour must beat the current choice by this much (relative) to take its place: noise does not move the table. */
+export const MIN_GAIN = 0.02;
 
-/** Weighted least-squares line through (x, mean y) points; the prior's slope where the points cannot fix one. */
-export function fitLine(points: readonly { x: number; w: number; y: number }[], prior: TimeLine): TimeLine {
-  let sw = 0, sx = 0, sy = 0;
-  for (const p of points) { sw += p.w; sx += p.w * p.x; sy += p.w * p.y; }
-  if (sw <= 0) return prior;
-  const mx = sx / sw, my = sy / sw;
-  let sxx = 0, sxy = 0;
-  for (const p of points) { sxx += p.w * (p.x - mx) ** 2; sxy += p.w * (p.x - mx) * (p.y - my); }
-  const slope = sxx > 1e-9 * sw ? sxy / sxx : prior.perExpertUs;
-  // A side never gets faster with more experts; a negative fixed cost is the fit's noise.
-  const perExpertUs = Math.max(slope, prior.perExpertUs / 100);
-  return { fixedUs: Math.max(0, my - perExpertUs * mx), perExpertUs };
-}
-
-/** take[c] for c = 0..maxPicks: the host's count whose slower side is fastest (ties: fewer on the host). */
-export function chooseTakes(host: TimeLine, gpu: TimeLine, maxPicks: number): Int32Array {
-  const take = new Int32Array(maxPicks + 1);
-  const hostUs = (h: number): number => (h === 0 ? 0 : host.fixedUs + HANDOFF_US + host.perExpertUs * h);
-  const gpuUs = (m: number): number => gpu.fixedUs + gpu.perExpertUs * m;
-  for (let c = 1; c <= maxPicks; c++) {
-    let best = 0, bestUs = Infinity;
-    for (let h = 0; h <= c; h++) {
-      const us = Math.max(hostUs(h), gpuUs(c - h));
-      if (us < bestUs - 1e-9) { best = h; bestUs = us; }
-    }
-    take[c] = best;
-  }
-  return take;
-}
-
-/** take[c] = ceil(share c): a fixed share (--host-expert-share). */
+/** take[c] = ceil(share c): a fixed share (--host-expert-share), and the measured split's start at 0.6. */
 export function fixedTakes(share: number, maxPicks: number): Int32Array {
   if (!(share > 0 && share <= 1)) throw new ResidencyError('BAD_ARGUMENT', `host experts: share must be in (0, 1], got ${share}`);
   return Int32Array.from({ length: maxPicks + 1 }, (_, c) => Math.min(c, Math.ceil(c * share - 1e-9)));
 }
 
+/**
+ * The split's start: of c cold experts the host takes ceil(0.6 c) (H200 host, 14 threads, 16 layers at 64 of 128 hot,
+ * the fixed map at batch 1: 0.6 gave 4.77-5.81 ms a step, 0.5 5.33-5.78, 0.7 6.36-7.05, no lane 9.45;
+ * bench/tiered/results/host-lane-2026-12-02.md).
+ */
+export const START_SHARE = 0.6;
+
 export interface SplitReport {
-  /** 'measured': take[] follows the fitted lines; 'fixed': a share given. */
+  /** 'measured': take[] follows the measured cells; 'fixed': a share given. */
   readonly mode: 'measured' | 'fixed';
   readonly take: readonly number[];
-  readonly host: TimeLine;
-  readonly gpu: TimeLine;
-  /** Layers posted to the host so far, and the GPU's mean wait for an answer over them (us). */
+  /** Mean cold phase of a layer (us) at take[c], by c (null: not measured). */
+  readonly layerUs: readonly (number | null)[];
+  /** Layers the host answered so far, and the GPU's mean wait for the answer over them (us). */
   readonly hostLayers: number;
   readonly meanWaitUs: number;
+  /** Updates that moved the table. */
+  readonly moves: number;
 }
 
-/** The split's state: decayed measurements of both sides, their lines and the table they give. */
+/** The split's state: decayed cell times and the table they give. */
 export class HostSplit {
-  private readonly hostAcc: SplitCounts;
-  private readonly gpuAcc: SplitCounts;
-  private readonly hostPrior: TimeLine;
-  private readonly gpuPrior: TimeLine;
-  private hostLine: TimeLine;
-  private gpuLine: TimeLine;
+  private readonly acc: SplitCells;
   private takes: Int32Array;
-  private waited = { n: 0, ns: 0 };
+  private readonly waited = { n: 0, ns: 0 };
+  private moves = 0;
 
-  /** share: a fixed share (the table never moves); absent: measured. */
-  constructor(rowBytes: number, private readonly maxPicks: number, private readonly share?: number) {
-    const zero = (): SplitCounts => ({ n: new Float64Array(maxPicks + 1), ns: new Float64Array(maxPicks + 1) });
-    this.hostAcc = zero();
-    this.gpuAcc = zero();
-    this.hostPrior = { fixedUs: 10, perExpertUs: rowBytes / HOST_PRIOR_BYTES_PER_US };
-    this.gpuPrior = { fixedUs: 20, perExpertUs: rowBytes / GPU_PRIOR_BYTES_PER_US };
-    this.hostLine = this.hostPrior;
-    this.gpuLine = this.gpuPrior;
-    this.takes = share !== undefined ? fixedTakes(share, maxPicks) : chooseTakes(this.hostLine, this.gpuLine, maxPicks);
+  /** share: a fixed share (the table never moves); absent: measured, from START_SHARE. */
+  constructor(private readonly maxPicks: number, private readonly share?: number) {
+    const cells = (maxPicks + 1) ** 2;
+    this.acc = { n: new Float64Array(cells), ns: new Float64Array(cells) };
+    this.takes = fixedTakes(share ?? START_SHARE, maxPicks);
   }
 
   get measured(): boolean {
@@ -107,44 +69,46 @@ export class HostSplit {
     return this.takes;
   }
 
+  private mean(c: number, h: number): number | null {
+    const i = c * (this.maxPicks + 1) + h;
+    return this.acc.n[i]! >= MIN_LAYERS ? this.acc.ns[i]! / this.acc.n[i]! / 1e3 : null;
+  }
+
   /**
-   * What was measured since the last update: the host's requests by their experts, the GPU's layers by their in-place
-   * experts, the GPU's waits by the host's experts. Decays the older measurements, refits both lines and (measured)
-   * chooses the table again. Returns whether the table changed.
+   * What was measured since the last update: the cells' layers and times, the GPU's waits (layers, ns; summed over h).
+   * Decays the older measurements and (measured) moves each take[c] to its fastest measured neighbour. Returns whether
+   * the table changed.
    */
-  update(host: SplitCounts, gpu: SplitCounts, wait: SplitCounts): boolean {
-    const fold = (acc: SplitCounts, d: SplitCounts): void => {
-      for (let i = 0; i <= this.maxPicks; i++) {
-        acc.n[i] = KEEP * acc.n[i]! + d.n[i]!;
-        acc.ns[i] = KEEP * acc.ns[i]! + d.ns[i]!;
-      }
-    };
-    fold(this.hostAcc, host);
-    fold(this.gpuAcc, gpu);
-    for (let i = 0; i <= this.maxPicks; i++) { this.waited.n += wait.n[i]!; this.waited.ns += wait.ns[i]!; }
-    const points = (acc: SplitCounts, prior: TimeLine, priorXs: number[]) => {
-      const p = priorXs.map((x) => ({ x, w: PRIOR_WEIGHT, y: prior.fixedUs + prior.perExpertUs * x }));
-      for (let i = 0; i <= this.maxPicks; i++) if (acc.n[i]! > 0) p.push({ x: i, w: acc.n[i]!, y: acc.ns[i]! / acc.n[i]! / 1e3 });
-      return p;
-    };
-    this.hostLine = fitLine(points(this.hostAcc, this.hostPrior, [1, 2]), this.hostPrior);
-    this.gpuLine = fitLine(points(this.gpuAcc, this.gpuPrior, [0, 1]), this.gpuPrior);
+  update(cells: SplitCells, wait: { n: number; ns: number }): boolean {
+    for (let i = 0; i < this.acc.n.length; i++) {
+      this.acc.n[i] = KEEP * this.acc.n[i]! + cells.n[i]!;
+      this.acc.ns[i] = KEEP * this.acc.ns[i]! + cells.ns[i]!;
+    }
+    this.waited.n += wait.n;
+    this.waited.ns += wait.ns;
     if (!this.measured) return false;
-    const next = chooseTakes(this.hostLine, this.gpuLine, this.maxPicks);
-    const changed = next.some((v, i) => v !== this.takes[i]);
-    this.takes = next;
+    let changed = false;
+    for (let c = 1; c <= this.maxPicks; c++) {
+      const t = this.takes[c]!;
+      const here = this.mean(c, t);
+      if (here === null) continue;
+      let best = t, bestUs = here * (1 - MIN_GAIN);
+      for (const h of [t - 1, t + 1]) {
+        if (h < 0 || h > c) continue;
+        const us = this.mean(c, h);
+        if (us !== null && us < bestUs) { best = h; bestUs = us; }
+      }
+      if (best !== t) { this.takes[c] = best; changed = true; }
+    }
+    if (changed) this.moves++;
     return changed;
   }
 
   report(): SplitReport {
     return {
-      mode: this.measured ? 'measured' : 'fixed', take: Array.from(this.takes), host: this.hostLine, gpu: this.gpuLine,
-      hostLayers: this.waited.n, meanWaitUs: this.waited.n ? this.waited.ns / this.waited.n / 1e3 : 0,
+      mode: this.measured ? 'measured' : 'fixed', take: Array.from(this.takes),
+      layerUs: Array.from(this.takes, (h, c) => (c === 0 ? null : this.mean(c, h))),
+      hostLayers: this.waited.n, meanWaitUs: this.waited.n ? this.waited.ns / this.waited.n / 1e3 : 0, moves: this.moves,
     };
   }
-}
-
-/** A line as a short text: "12 + 118/expert us". */
-export function lineText(l: TimeLine): string {
-  return `${l.fixedUs.toFixed(0)} + ${l.perExpertUs.toFixed(0)}/expert us`;
 }

@@ -14,7 +14,7 @@ import { FakeCudaDriver } from '../fake-driver.ts';
 import { KERNEL_GROUPS } from '../kernels.ts';
 import { CudaOpBackend, type OpBackendOptions } from './op-backend.ts';
 import { HOST_STATE, hostLaneRefusal, MAILBOX, SPLIT_UPDATE_STEPS, type HostLaneLib } from '../host-experts.ts';
-import { chooseTakes } from '../host-split.ts';
+import { fixedTakes, START_SHARE } from '../host-split.ts';
 import { expertRowLayout } from '../device-weights.ts';
 
 const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-host-lane-'));
@@ -29,9 +29,8 @@ function model(topK: number) {
 }
 const { spec, raw } = model(2);
 
-/** A lane library that starts no threads and records what it was given; `hostNs(e)` its threads' time for a request of e experts. */
-function stubLib(simd = 1, hostNs?: (experts: number) => number) {
-  let requests = 0;
+/** A lane library that starts no threads and records what it was given. */
+function stubLib(simd = 1) {
   const calls: { start: unknown[][]; stops: bigint[] } = { start: [], stops: [] };
   const lib: HostLaneLib = {
     path: 'stub',
@@ -42,13 +41,6 @@ function stubLib(simd = 1, hostNs?: (experts: number) => number) {
       start: (...a: unknown[]) => { calls.start.push(a); return 77n; },
       stop: (h: unknown) => { calls.stops.push(h as bigint); },
       stats: () => undefined,
-      statsByExperts: (_h: unknown, out: unknown) => {
-        // Each call: 100 more requests of each count of experts 1..8, as the lane's cumulative counts.
-        if (!hostNs) return;
-        requests += 100;
-        const o = out as BigUint64Array;
-        for (let e = 1; e <= 8; e++) { o[2 * e] = BigInt(requests); o[2 * e + 1] = BigInt(requests * hostNs(e)); }
-      },
       laneSimd: () => simd,
     },
   };
@@ -122,16 +114,15 @@ test('host lane: a decode step posts each MoE layer\'s cold experts (route_group
   assert.deepEqual(d.liveByKind(), {}, 'mailbox and state freed with the rest');
 });
 
-test('host lane: every 64 steps the GPU\'s times come back, and a measured split that moves goes to the state\'s table ahead of the next step; a fixed share never moves', () => {
-  // The host's threads measured at 1 ms an expert, far slower than the bus's prior for these rows: the host gets fewer.
-  const slow = stubLib(1, (e) => 1e6 * e);
-  const { d, be } = build({ hostExperts: { lib: slow.lib }, maxModelLen: 128 });
+test('host lane: every 64 steps the GPU\'s counts come back, and a split they move goes to the state\'s table ahead of the next step; a fixed share never moves', () => {
+  const { lib } = stubLib();
+  const { d, be } = build({ hostExperts: { lib }, maxModelLen: 128 });
   const lane = be.hostLane!;
-  assert.match(be.hotReason, /compute a share chosen from both sides' measured times of each layer's cold experts/);
+  assert.match(be.hotReason, /compute a share chosen from the layers' measured times of each layer's cold experts/);
   const before = lane.stats().split;
   assert.equal(before.mode, 'measured');
-  assert.deepEqual(before.take, Array.from(chooseTakes(before.host, before.gpu, MAILBOX.maxPicks)), 'the priors\' table first');
-  const statsBytes = 4 * (HOST_STATE.words - HOST_STATE.gpuStats);
+  assert.deepEqual(before.take, Array.from(fixedTakes(START_SHARE, MAILBOX.maxPicks)));
+  const statsBytes = 4 * (HOST_STATE.words - HOST_STATE.waitStats);
   const steps = decodeSteps(be);
   steps(SPLIT_UPDATE_STEPS - 1);
   assert.ok(!d.dtohBytes.includes(statsBytes), 'nothing read back before the first update');
@@ -139,22 +130,31 @@ test('host lane: every 64 steps the GPU\'s times come back, and a measured split
   assert.equal(d.dtohBytes.filter((b) => b === statsBytes).length, 1, 'the GPU\'s counts copied back at the first update');
   const takeAt = lane.stateDev + BigInt(4 * HOST_STATE.take);
   assert.equal(d.htodCarried.filter((c) => c.dst === takeAt).length, 0, 'no table before anything is measured');
+  // What that copy brought back (the fake driver copies nothing): layers of one cold expert ran 200 us on the host
+  // (c 1, h 1) and 150 us on the GPU (h 0), and the GPU waited 5 us over the host's 20 layers.
+  const io = (lane as unknown as { io: { host: Uint8Array } }).io.host;
+  const counts = new BigUint64Array(io.buffer, io.byteOffset + 256, statsBytes / 8);
+  const cell = (c: number, h: number): number => 2 * (33 + c * 33 + h);
+  counts[2] = 20n;
+  counts[3] = 20n * 5000n;
+  [[1, 1, 20n, 200_000n], [1, 0, 10n, 150_000n]].forEach(([c, h, n, ns]) => { counts[cell(Number(c), Number(h))] = BigInt(n!); counts[cell(Number(c), Number(h)) + 1] = BigInt(n!) * BigInt(ns!); });
   steps(SPLIT_UPDATE_STEPS);
   const after = lane.stats().split;
-  assert.ok(Math.abs(after.host.perExpertUs - 1000) < 50, `the host's line fitted to its threads' times: ${after.host.perExpertUs} us an expert`);
+  assert.deepEqual(after.take.slice(0, 4), [0, 0, 2, 2], 'one cold expert: the GPU\'s, measured faster');
+  assert.equal(after.layerUs[1], 150);
+  assert.deepEqual([after.hostLayers, after.meanWaitUs], [20, 5]);
   const sent = d.htodCarried.filter((c) => c.dst === takeAt);
   assert.equal(sent.length, 1, 'the new table queued once');
   assert.deepEqual([...new Int32Array(sent[0]!.bytes.buffer, sent[0]!.bytes.byteOffset, MAILBOX.maxPicks + 1)], after.take);
-  assert.deepEqual(after.take, Array.from(chooseTakes(after.host, after.gpu, MAILBOX.maxPicks)));
-  assert.ok(after.take.every((h, c) => h <= before.take[c]!) && after.take.some((h, c) => h < before.take[c]!), 'a slower host takes fewer');
+  assert.equal(d.dtohBytes.filter((b) => b === statsBytes).length, 2, 'and the next copy of the counts');
   be.dispose();
 
-  const fixed = stubLib(1, (e) => 1e6 * e);
-  const f = build({ hostExperts: { lib: fixed.lib, share: 0.6 }, maxModelLen: 128 });
+  const f = build({ hostExperts: { lib, share: 0.5 }, maxModelLen: 128 });
+  assert.match(f.be.hotReason, /compute 50% of each layer's cold experts/);
   decodeSteps(f.be)(2 * SPLIT_UPDATE_STEPS);
   const split = f.be.hostLane!.stats().split;
   assert.equal(split.mode, 'fixed');
-  assert.deepEqual(split.take.slice(0, 5), [0, 1, 2, 2, 3], 'ceil(0.6 c)');
+  assert.deepEqual(split.take.slice(0, 5), [0, 1, 1, 2, 2], 'ceil(0.5 c)');
   assert.equal(f.d.htodCarried.filter((c) => c.dst === f.be.hostLane!.stateDev + BigInt(4 * HOST_STATE.take)).length, 0);
   f.be.dispose();
 });

@@ -252,7 +252,7 @@ export class CudaOpBackend implements Backend {
       if (opts.hostExperts) {
         this.hostLane = this.startHostLane(opts.hostExperts, scope);
         this.hotReason += this.hostLane
-          ? `; host expert lane: ${this.hostLane.threads} threads (${this.hostLane.simd ? 'AVX-512' : 'reference loop'}) compute ${opts.hostExperts.share !== undefined ? `${+(opts.hostExperts.share * 100).toFixed(1)}%` : 'a share chosen from both sides\' measured times'} of each layer's cold experts at decode steps of up to ${Math.max(0, ...this.buckets.filter((b) => b * spec.topK <= MAILBOX.maxPicks && this.gemvFor(true, b)))} rows`
+          ? `; host expert lane: ${this.hostLane.threads} threads (${this.hostLane.simd ? 'AVX-512' : 'reference loop'}) compute ${opts.hostExperts.share !== undefined ? `${+(opts.hostExperts.share * 100).toFixed(1)}%` : 'a share chosen from the layers\' measured times'} of each layer's cold experts at decode steps of up to ${Math.max(0, ...this.buckets.filter((b) => b * spec.topK <= MAILBOX.maxPicks && this.gemvFor(true, b)))} rows`
           : '; host expert lane: off (no expert is cold)';
       }
       raiseSharedMemoryLimits(d, fns, s, routeMode);
