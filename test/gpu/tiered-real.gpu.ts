@@ -154,8 +154,8 @@ test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4: tokens and
     assert.equal(stats.split.mode, 'measured');
     if (groups.length * (steps + 1) >= 2 * SPLIT_UPDATE_STEPS) {
       assert.ok(stats.split.hostLayers > 0, `batch ${B}: the GPU's waits were counted`);
-      const us = stats.split.layerUs[1];
-      assert.ok(us !== null && us !== undefined && us > 1 && us < 10_000, `batch ${B}: a layer with one cold expert measured (${us} us)`);
+      const measured = stats.split.layerUs.filter((u): u is number => u !== null);
+      assert.ok(measured.length > 0 && measured.every((u) => u > 1 && u < 10_000), `batch ${B}: layers' cold phases measured at the split (${stats.split.layerUs.join(' ')} us)`);
     }
     assert.equal(tokenDiffs, 0, `batch ${B}: greedy tokens == all-hot`);
     assert.equal(logitDiffs, 0, `batch ${B}: logits bit-identical to all-hot`);
