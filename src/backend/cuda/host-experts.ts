@@ -40,9 +40,9 @@ export const MAILBOX = {
  * The lane's device state (op_host.cuh), int32 words: [0] request sequence, [1] the layer's host picks, [2] stalled,
  * [3] / [4] the layer's cold experts c and the host's h, [5] layers routed, [6..7] the routing's time; the split table
  * take[0..32] at `take`; the GPU's waits by h at `waitStats` (33 x {layers, ns}) and the layers' cold phases by (c, h)
- * at `cells` (33 x 33 x {layers, ns}), uint64.
+ * at `cells` (33 x 33 x {layers, ns}), uint64. Every `explore`-th layer the routing tries one more or one fewer.
  */
-export const HOST_STATE = { take: 16, waitStats: 64, cells: 196, words: 196 + 4 * (MAX_PICKS + 1) ** 2 } as const;
+export const HOST_STATE = { take: 16, waitStats: 64, cells: 196, words: 196 + 4 * (MAX_PICKS + 1) ** 2, explore: 16 } as const;
 /** Decode steps between two updates of the split table from the measured times. */
 export const SPLIT_UPDATE_STEPS = 64;
 

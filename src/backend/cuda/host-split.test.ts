@@ -2,6 +2,7 @@
 // neighbour (not on noise, not on too few layers), and a split that follows a host whose speed moves.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { HOST_STATE } from './host-experts.ts';
 import { fixedTakes, HostSplit, MIN_GAIN, MIN_LAYERS, START_SHARE, type SplitCells } from './host-split.ts';
 
 const P = 32;
@@ -12,14 +13,15 @@ const machine = (hostUs: number, gpuUs: number) => (c: number, h: number): numbe
 
 /**
  * The layers of one update as the kernels count them: `per` layers at each c in cs, most at the table's split and
- * every 16th at a neighbour, each taking time(c, h).
+ * every HOST_STATE.explore-th at a neighbour (one fewer, then one more), each taking time(c, h).
  */
 function measure(split: HostSplit, time: (c: number, h: number) => number, cs: number[], per = 160): SplitCells {
   const n = new Float64Array((P + 1) ** 2), ns = new Float64Array((P + 1) ** 2);
   for (const c of cs) {
     const t = split.table()[c]!;
     for (let i = 0; i < per; i++) {
-      const h = Math.min(c, Math.max(0, i % 16 === 0 ? t + ((i / 16) & 1 ? 1 : -1) : t));
+      const e = HOST_STATE.explore;
+      const h = Math.min(c, Math.max(0, i % e === 0 ? t + ((i / e) & 1 ? 1 : -1) : t));
       n[at(c, h)]! += 1;
       ns[at(c, h)]! += time(c, h) * 1e3;
     }

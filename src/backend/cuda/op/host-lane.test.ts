@@ -3,7 +3,7 @@
 // the lane, what other steps keep, which models it refuses, and that dispose stops it before anything is freed.
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expectedTensors } from '../../../model/architecture.ts';
@@ -157,6 +157,22 @@ test('host lane: every 64 steps the GPU\'s counts come back, and a split they mo
   assert.deepEqual(split.take.slice(0, 5), [0, 1, 1, 2, 2], 'ceil(0.5 c)');
   assert.equal(f.d.htodCarried.filter((c) => c.dst === f.be.hostLane!.stateDev + BigInt(4 * HOST_STATE.take)).length, 0);
   f.be.dispose();
+});
+
+test('host lane: the device state\'s layout is op_host.cuh\'s (HOST_STATE)', () => {
+  const header = readFileSync(new URL('../../../../kernels/op_host.cuh', import.meta.url), 'utf8');
+  const defines = new Map<string, string>();
+  for (const m of header.matchAll(/^#define (HOST_\w+) (.+)$/gm)) defines.set(m[1]!, m[2]!.trim());
+  const value = (name: string): number => {
+    const expr = defines.get(name)!.replace(/HOST_\w+/g, (n) => String(value(n)));
+    assert.match(expr, /^[\d\s()+*]+$/, `${name}: ${expr}`);
+    return Function(`return ${expr}`)() as number;
+  };
+  assert.deepEqual(
+    { take: value('HOST_TAKE'), waitStats: value('HOST_WAIT_STATS'), cells: value('HOST_CELLS'), words: value('HOST_STATE_WORDS'), explore: value('HOST_EXPLORE') },
+    { ...HOST_STATE },
+  );
+  assert.equal(value('HOST_MAX_PICKS'), MAILBOX.maxPicks);
 });
 
 test('host lane: a decode step of more than 32 picks (16 rows at top-4) posts nothing and collects nothing; 8 rows (32 picks) do', () => {

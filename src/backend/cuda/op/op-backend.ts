@@ -325,7 +325,7 @@ export class CudaOpBackend implements Backend {
     const fed = this.fedFrom;
     this.fedFrom = null;
     const T = this.validate(input.chunks, fed?.rows ?? null);
-    this.hostLane?.tune(this.stream); // now and then: the split from both sides' measured times, queued before this step
+    this.hostLane?.tune(this.stream); // now and then: the split from the layers' measured times, queued before this step
     let fedFrom = fed?.rows ?? null;
     let pieces = planPieces(input.chunks, this.maxRows, MAX_OUT);
     if (fed && pieces.length > 1 && input.chunks.some((c) => c.tokens[0] === FED_TOKEN)) {
