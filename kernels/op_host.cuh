@@ -42,7 +42,9 @@ __device__ __forceinline__ size_t host_y_offset(int H) { return HOST_X + (((size
 // of what op_host_collect measured: at HOST_WAIT_STATS [h] {layers, ns it waited for the answer}; at HOST_CELLS [c][h]
 // {layers, ns from the routing to the end of the wait: the layer's cold experts on both sides}.
 #define HOST_STALLED 2
-#define HOST_EXPLORE 16
+// HOST_EXPLORE is prime: a model's MoE layer count (16, 24, 32, 36, 48, 58, 94 in the families here) is no multiple of
+// it, so the exploring layers rotate through every layer (at 16 the first version's period 16 explored layer 0 alone).
+#define HOST_EXPLORE 17
 #define HOST_TAKE 16
 #define HOST_WAIT_STATS 64
 #define HOST_CELLS 196
@@ -77,15 +79,15 @@ __device__ __forceinline__ unsigned host_picks(const HostPost& hp, const int32_t
   const int leader = __ffs(peers) - 1;
   const unsigned firsts = __ballot_sync(0xffffffffu, cold && leader == lane);
   const int c = __popc(firsts);
-  const int routed = hp.state[5];
+  const uint32_t routed = (uint32_t)hp.state[5];
   int want = hp.state[HOST_TAKE + c];
-  if (routed % HOST_EXPLORE == 0) want += (routed / HOST_EXPLORE) & 1 ? 1 : -1;
+  if (routed % HOST_EXPLORE == 0) want += (routed / HOST_EXPLORE) & 1u ? 1 : -1;
   want = min(c, max(0, want));
   __syncwarp();
   if (lane == 0) {
     hp.state[3] = c;
     hp.state[4] = want;
-    hp.state[5] = routed + 1;
+    hp.state[5] = (int32_t)(routed + 1u);
     *reinterpret_cast<uint64_t*>(hp.state + 6) = global_ns();
   }
   unsigned chosen = 0u, rest = firsts;

@@ -34,7 +34,7 @@ const { values: v } = parseArgs({
     budgets: { type: 'string' }, 'fit-steps': { type: 'string', default: '1500' }, 'max-doc': { type: 'string', default: '512' },
     'counter-steps': { type: 'string', default: '300' }, backend: { type: 'string', default: 'cuda' }, out: { type: 'string' }, tag: { type: 'string' }, 'steps-json': { type: 'boolean', default: false },
     'trace-out': { type: 'string' },
-    // The host expert lane on the tiered backends: threads ('auto': the CPUs less 2) and share (default 0.6).
+    // The host expert lane on the tiered backends: threads ('auto': the CPUs less 2) and a fixed share (default: the split measured while serving).
     'host-experts': { type: 'string' }, 'host-expert-share': { type: 'string' },
   },
 });

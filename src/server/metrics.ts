@@ -130,10 +130,13 @@ function hostLaneMetrics(registry: Registry, lane: HostLaneView): void {
   });
   new Gauge({
     name: 'residency_host_lane_layer_seconds', help: 'A layer\'s cold experts on both sides at the split (routing to answer; recent layers), by its cold experts', labelNames: ['cold_experts'] as const, registers: [registry],
-    collect() { (snap ?? read()).split.layerUs.slice(1, LANE_TAKE_SHOWN + 1).forEach((v, i) => { if (v !== null) this.set({ cold_experts: String(i + 1) }, v / 1e6); }); },
+    collect() {
+      this.reset(); // a count no longer measured at its split drops out
+      (snap ?? read()).split.layerUs.slice(1, LANE_TAKE_SHOWN + 1).forEach((v, i) => { if (v !== null) this.set({ cold_experts: String(i + 1) }, v / 1e6); });
+    },
   });
   new Gauge({
-    name: 'residency_host_lane_gpu_wait_seconds', help: 'The GPU\'s mean wait for the host\'s answer per layer it posted, since start',
+    name: 'residency_host_lane_gpu_wait_seconds', help: 'The GPU\'s mean wait for the host\'s answer per layer posted to it, since start (counted every 64 steps)',
     registers: [registry], collect() { this.set((snap ?? read()).split.meanWaitUs / 1e6); },
   });
 }

@@ -149,8 +149,8 @@ test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4: tokens and
     console.log(`# host lane: ${prompts.length} x ${steps} greedy steps at batch ${B}, ${H}/${E} hot, ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}); ${stats.requests} requests (${usEach.toFixed(0)} us each), ${landed} moves landed; tokens differing from all-hot ${tokenDiffs}, logits differing ${logitDiffs} (from all-hot unfused: ${unfusedDiffs}); the measured split of 1-8 cold experts ${stats.split.take.slice(1, 9).join(' ')} to the host (a layer's cold phase there ${stats.split.layerUs.slice(1, 9).map((u) => (u === null ? '-' : u.toFixed(0))).join(' ')} us; ${stats.split.moves} table moves; the GPU waited ${stats.split.meanWaitUs.toFixed(1)} us a host layer)`);
     assert.deepEqual(faults, { refused: 0, gpuTimeouts: 0 });
     assert.ok(stats.requests >= steps, `batch ${B}: the host computed picks (${stats.requests} requests)`);
-    // Every 16th layer tried a neighbour of the split (the bits stayed all-hot's above); with two updates or more the
-    // GPU's counts came back: the layers' cold phases measured where the split stands.
+    // Every 17th layer (HOST_EXPLORE) tried a neighbour of the split (the bits stayed all-hot's above); with two
+    // updates or more the GPU's counts came back: the layers' cold phases measured where the split stands.
     assert.equal(stats.split.mode, 'measured');
     if (groups.length * (steps + 1) >= 2 * SPLIT_UPDATE_STEPS) {
       assert.ok(stats.split.hostLayers > 0, `batch ${B}: the GPU's waits were counted`);

@@ -40,8 +40,8 @@ export class FakeCudaDriver implements CudaDriver {
   acquisitions = 0;
   calls = 0;
   releases = 0;
-  /** What each asynchronous host-to-device copy from pinned memory carried (a snapshot at the call), in order. */
-  readonly htodCarried: { dst: bigint; bytes: Uint8Array }[] = [];
+  /** What each asynchronous host-to-device copy from pinned memory carried (a snapshot at the call), in order, with its stream and the launches before it. */
+  readonly htodCarried: { dst: bigint; bytes: Uint8Array; stream: bigint; afterLaunches: number }[] = [];
   private readonly pinned = new Map<bigint, Uint8Array>();
   /** Every copyAsync, in order (background moves' row copies). */
   readonly copies: { dst: bigint; src: bigint; bytes: number; stream: bigint }[] = [];
@@ -108,7 +108,7 @@ export class FakeCudaDriver implements CudaDriver {
   htodAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void {
     this.tick('htodAsync');
     const host = this.pinned.get(src);
-    if (host) this.htodCarried.push({ dst, bytes: host.slice(0, bytes) });
+    if (host) this.htodCarried.push({ dst, bytes: host.slice(0, bytes), stream, afterLaunches: this.launches.length });
     this.use(dst, bytes);
     this.use(src, bytes);
     this.use(stream, 0);

@@ -42,7 +42,7 @@ export const MAILBOX = {
  * take[0..32] at `take`; the GPU's waits by h at `waitStats` (33 x {layers, ns}) and the layers' cold phases by (c, h)
  * at `cells` (33 x 33 x {layers, ns}), uint64. Every `explore`-th layer the routing tries one more or one fewer.
  */
-export const HOST_STATE = { take: 16, waitStats: 64, cells: 196, words: 196 + 4 * (MAX_PICKS + 1) ** 2, explore: 16 } as const;
+export const HOST_STATE = { take: 16, waitStats: 64, cells: 196, words: 196 + 4 * (MAX_PICKS + 1) ** 2, explore: 17 } as const;
 /** Decode steps between two updates of the split table from the measured times. */
 export const SPLIT_UPDATE_STEPS = 64;
 

@@ -89,3 +89,25 @@ test('HostSplit does not move on too few layers or on a gain below MIN_GAIN; a f
   assert.equal(fixed.report().mode, 'fixed');
   assert.ok(fixed.report().layerUs[1]! > 0, 'a fixed split still reports what its layers took');
 });
+
+test('the exploring layers rotate (op_host.cuh\'s rule over the routed-layer count): at 16 MoE layers a slower first layer does not hold the split back', () => {
+  // Every layer has 3 cold experts; one on the host is 5% faster than two (the start), but layer 0 runs 4% slower
+  // than the others. Were every exploring layer layer 0, the neighbour would measure 98.8 against 100 and never win.
+  const L = 16, base = [200, 95, 100, 150]; // by the host's count h
+  const split = new HostSplit(P);
+  assert.equal(split.table()[3], 2);
+  let routed = 0;
+  for (let u = 0; u < 8; u++) {
+    const n = new Float64Array((P + 1) ** 2), ns = new Float64Array((P + 1) ** 2);
+    for (let step = 0; step < 64; step++) {
+      for (let layer = 0; layer < L; layer++, routed++) {
+        const e = HOST_STATE.explore, t = split.table()[3]!;
+        const h = Math.min(3, Math.max(0, routed % e === 0 ? t + (Math.floor(routed / e) & 1 ? 1 : -1) : t));
+        n[at(3, h)]! += 1;
+        ns[at(3, h)]! += base[h]! * (layer === 0 ? 1.04 : 1) * 1e3;
+      }
+    }
+    split.update({ n, ns }, noWait);
+  }
+  assert.equal(split.table()[3], 1);
+});

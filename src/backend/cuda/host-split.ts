@@ -40,7 +40,8 @@ export interface SplitReport {
   readonly take: readonly number[];
   /** Mean cold phase of a layer (us) at take[c], by c (null: not measured). */
   readonly layerUs: readonly (number | null)[];
-  /** Layers the host answered so far, and the GPU's mean wait for the answer over them (us). */
+  /** Layers posted to the host so far and the GPU's mean wait for their answers (us), as counted at the updates (every
+   * SPLIT_UPDATE_STEPS steps, one update behind); a wait that timed out is not among them. */
   readonly hostLayers: number;
   readonly meanWaitUs: number;
   /** Updates that moved the table. */

@@ -138,13 +138,18 @@ test('host lane: every 64 steps the GPU\'s counts come back, and a split they mo
   counts[2] = 20n;
   counts[3] = 20n * 5000n;
   [[1, 1, 20n, 200_000n], [1, 0, 10n, 150_000n]].forEach(([c, h, n, ns]) => { counts[cell(Number(c), Number(h))] = BigInt(n!); counts[cell(Number(c), Number(h)) + 1] = BigInt(n!) * BigInt(ns!); });
-  steps(SPLIT_UPDATE_STEPS);
+  steps(SPLIT_UPDATE_STEPS - 1);
+  const launchesBefore = d.launches.length;
+  steps(1); // the second update: the new table is queued ahead of this step's launches, on its stream
   const after = lane.stats().split;
   assert.deepEqual(after.take.slice(0, 4), [0, 0, 2, 2], 'one cold expert: the GPU\'s, measured faster');
   assert.equal(after.layerUs[1], 150);
   assert.deepEqual([after.hostLayers, after.meanWaitUs], [20, 5]);
   const sent = d.htodCarried.filter((c) => c.dst === takeAt);
   assert.equal(sent.length, 1, 'the new table queued once');
+  assert.equal(sent[0]!.afterLaunches, launchesBefore, 'before the step\'s first kernel');
+  assert.ok(d.launches.length > launchesBefore);
+  assert.equal(sent[0]!.stream, (be as unknown as { stream: bigint }).stream, 'on the stream the step runs on');
   assert.deepEqual([...new Int32Array(sent[0]!.bytes.buffer, sent[0]!.bytes.byteOffset, MAILBOX.maxPicks + 1)], after.take);
   assert.equal(d.dtohBytes.filter((b) => b === statsBytes).length, 2, 'and the next copy of the counts');
   be.dispose();
