@@ -13,7 +13,7 @@ import { syntheticModel } from '../../cpu/synthetic.ts';
 import { FakeCudaDriver } from '../fake-driver.ts';
 import { KERNEL_GROUPS } from '../kernels.ts';
 import { CudaOpBackend, type OpBackendOptions } from './op-backend.ts';
-import { HOST_STATE, hostLaneRefusal, MAILBOX, SPLIT_UPDATE_STEPS, type HostLaneLib } from '../host-experts.ts';
+import { HOST_STATE, hostLaneRefusal, hostThreadsNote, MAILBOX, SPLIT_UPDATE_STEPS, type HostLaneLib } from '../host-experts.ts';
 import { fixedTakes, START_SHARE } from '../host-split.ts';
 import { expertRowLayout } from '../device-weights.ts';
 
@@ -84,6 +84,8 @@ test('host lane: a decode step posts each MoE layer\'s cold experts (route_group
   const lane = be.hostLane!;
   assert.ok(lane && lane.threads === threads && lane.simd);
   assert.match(be.hotReason, new RegExp(`host expert lane: ${threads} threads \\(AVX-512\\) compute 50% of each layer's cold experts at decode steps of up to 8 rows`));
+  const note = hostThreadsNote(threads); // every CPU a lane thread (null on a 1-CPU machine)
+  if (note) assert.ok(be.hotReason.endsWith(`(${note})`), 'serve says what that leaves the engine');
   const [t0, H, I, layers, hotRows, coldRows, rowBytes] = calls.start[0]! as number[];
   assert.deepEqual([t0, H, I, layers, hotRows, coldRows, rowBytes], [threads, 64, 32, spec.numLayers, be.banks.hotRowsAllocated, 2, be.banks.rowBytes]);
   assert.deepEqual([...(calls.start[0]![10] as BigUint64Array)], be.banks.coldHostAddresses(), 'the cold banks\' host addresses');
@@ -178,6 +180,15 @@ test('host lane: the device state\'s layout is op_host.cuh\'s (HOST_STATE)', () 
     { ...HOST_STATE },
   );
   assert.equal(value('HOST_MAX_PICKS'), MAILBOX.maxPicks);
+});
+
+test('host lane: serve names a thread count above the default (the CPUs less 2) and what it leaves the engine', () => {
+  assert.equal(hostThreadsNote(14, 16), null);
+  assert.equal(hostThreadsNote(3, 16), null);
+  assert.equal(hostThreadsNote(15, 16), '15 threads on 16 CPUs leave the engine\'s thread and the driver\'s one CPU (auto: 14 threads)');
+  assert.equal(hostThreadsNote(16, 16), '16 threads on 16 CPUs leave the engine\'s thread and the driver\'s no CPU (auto: 14 threads)');
+  assert.equal(hostThreadsNote(1, 2), null);
+  assert.equal(hostThreadsNote(2, 2), '2 threads on 2 CPUs leave the engine\'s thread and the driver\'s no CPU (auto: 1 thread)');
 });
 
 test('host lane: a decode step of more than 32 picks (16 rows at top-4) posts nothing and collects nothing; 8 rows (32 picks) do', () => {

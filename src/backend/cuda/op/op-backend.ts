@@ -27,7 +27,7 @@ import { ARGMAX_BLOCKS, MAX_OUT, memoryNeeds, workspaceLayout } from './workspac
 import { checkStepChunks } from '../step-chunks.ts';
 import { OpStepKernels, raiseSharedMemoryLimits, type RecordedLaunch } from './step-kernels.ts';
 import { scatterRouting } from '../routing-record.ts';
-import { HostExpertLane, hostLaneRefusal, MAILBOX, type HostExpertsOptions } from '../host-experts.ts';
+import { HostExpertLane, hostLaneRefusal, hostThreadsNote, MAILBOX, type HostExpertsOptions } from '../host-experts.ts';
 import { fixedTakes } from '../host-split.ts';
 
 export interface OpBackendOptions {
@@ -254,6 +254,8 @@ export class CudaOpBackend implements Backend {
         this.hotReason += this.hostLane
           ? `; host expert lane: ${this.hostLane.threads} threads (${this.hostLane.simd ? 'AVX-512' : 'reference loop'}) compute ${opts.hostExperts.share !== undefined ? `${+(opts.hostExperts.share * 100).toFixed(1)}%` : 'a share chosen from the layers\' measured times'} of each layer's cold experts at decode steps of up to ${Math.max(0, ...this.buckets.filter((b) => b * spec.topK <= MAILBOX.maxPicks && this.gemvFor(true, b)))} rows`
           : '; host expert lane: off (no expert is cold)';
+        const note = this.hostLane ? hostThreadsNote(this.hostLane.threads) : null;
+        if (note) this.hotReason += ` (${note})`;
       }
       raiseSharedMemoryLimits(d, fns, s, routeMode);
       this.kernels = new OpStepKernels({
