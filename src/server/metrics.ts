@@ -78,19 +78,8 @@ export function createMetrics(engine: GenerationEngine, residency: ResidencyView
         (snap ?? read()).cold_share.per_layer.forEach((v, i) => { if (v !== null) this.set({ layer: String(i) }, v); });
       },
     });
-    // Counters mirror the controller's own totals (monotonic), so they advance by the difference.
-    const mirror = (name: string, help: string, pick: (s: ReturnType<ResidencyView['snapshot']>) => number) => {
-      let last = 0;
-      new Counter({
-        name, help, registers: [registry],
-        collect() {
-          const v = pick(snap ?? read());
-          if (v > last) { this.inc(v - last); last = v; }
-        },
-      });
-    };
-    mirror('residency_swaps_applied_total', 'Swaps landed in the banks (applied between steps)', (s) => s.swaps.applied);
-    mirror('residency_swaps_refused_total', 'Swaps refused as stale', (s) => s.swaps.refused);
+    mirrorCounter(registry, 'residency_swaps_applied_total', 'Swaps landed in the banks (applied between steps)', () => (snap ?? read()).swaps.applied);
+    mirrorCounter(registry, 'residency_swaps_refused_total', 'Swaps refused as stale', () => (snap ?? read()).swaps.refused);
     new Gauge({ name: 'residency_swaps_queued', help: 'Swaps planned and waiting to be applied', registers: [registry], collect() { this.set((snap ?? read()).swaps.queued); } });
     new Gauge({ name: 'residency_swaps_in_flight', help: 'Swaps requested from the banks whose row copies have not landed yet', registers: [registry], collect() { this.set((snap ?? read()).swaps.in_flight); } });
   }
@@ -105,6 +94,18 @@ export function createMetrics(engine: GenerationEngine, residency: ResidencyView
   };
 }
 
+/** A counter mirroring a monotonic total kept elsewhere (the controller's, the lane's): it advances by the difference. */
+function mirrorCounter(registry: Registry, name: string, help: string, total: () => number): void {
+  let last = 0;
+  new Counter({
+    name, help, registers: [registry],
+    collect() {
+      const v = total();
+      if (v > last) { this.inc(v - last); last = v; }
+    },
+  });
+}
+
 /** Counts of the host expert lane shown on the first cold experts' split (a step at top-8 has up to 8 a row). */
 const LANE_TAKE_SHOWN = 16;
 
@@ -112,18 +113,9 @@ const LANE_TAKE_SHOWN = 16;
 function hostLaneMetrics(registry: Registry, lane: HostLaneView): void {
   let snap: ReturnType<HostLaneView['stats']> | undefined;
   const read = () => (snap = lane.stats());
-  const mirror = (name: string, help: string, pick: (s: ReturnType<HostLaneView['stats']>) => number) => {
-    let last = 0;
-    new Counter({
-      name, help, registers: [registry],
-      collect() {
-        const v = pick(read());
-        if (v > last) { this.inc(v - last); last = v; }
-      },
-    });
-  };
-  mirror('residency_host_lane_requests_total', 'Requests the host expert lane answered (a layer\'s cold experts handed to the host at a decode step)', (s) => s.requests);
-  mirror('residency_host_lane_busy_seconds_total', 'Time the host expert lane\'s threads spent answering', (s) => s.busyMs / 1e3);
+  // The first collector reads the lane afresh each scrape; the others share what it read.
+  mirrorCounter(registry, 'residency_host_lane_requests_total', 'Requests the host expert lane answered (a layer\'s cold experts handed to the host at a decode step)', () => read().requests);
+  mirrorCounter(registry, 'residency_host_lane_busy_seconds_total', 'Time the host expert lane\'s threads spent answering', () => (snap ?? read()).busyMs / 1e3);
   new Gauge({
     name: 'residency_host_lane_take', help: 'Of a layer\'s cold experts at a decode step (cold_experts), how many the host computes', labelNames: ['cold_experts'] as const, registers: [registry],
     collect() { (snap ?? read()).split.take.slice(1, LANE_TAKE_SHOWN + 1).forEach((v, i) => this.set({ cold_experts: String(i + 1) }, v)); },
