@@ -12,6 +12,7 @@ import { parseArgs } from 'node:util';
 import type { Backend } from '../../src/backend/backend.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { HostExpertLane } from '../../src/backend/cuda/host-experts.ts';
+import { splitText } from '../../src/backend/cuda/host-split.ts';
 import { parseMemoryFlags } from '../../src/cli/memory-flags.ts';
 import { createBackend, type BackendModel } from '../../src/backend/registry.ts';
 import { loadModelFor } from '../../src/model/load.ts';
@@ -140,10 +141,7 @@ for (const name of policies) {
   runs.push(r);
   const lane = (be as { hostLane?: HostExpertLane }).hostLane?.stats();
   log(`${name}: ${((performance.now() - t) / 1000).toFixed(1)} s, median ${median(r.stepMs).toFixed(3)} ms/step, ${r.landed} moves landed` +
-    (lane ? `; host lane so far: ${lane.requests} requests, ${(lane.busyMs / Math.max(1, lane.requests) * 1000).toFixed(0)} us each; split (${lane.split.mode}) ` +
-      `of 1-8 cold experts ${lane.split.take.slice(1, 9).join(' ')} to the host (a layer's cold phase there ` +
-      `${lane.split.layerUs.slice(1, 9).map((u) => (u === null ? '-' : u.toFixed(0))).join(' ')} us; ${lane.split.moves} table moves), ` +
-      `the GPU waited ${lane.split.meanWaitUs.toFixed(1)} us a host layer` : ''));
+    (lane ? `; host lane so far: ${lane.requests} requests, ${(lane.busyMs / Math.max(1, lane.requests) * 1000).toFixed(0)} us each; ${splitText(lane.split)}` : ''));
   writeResults(); // after every policy: a run cut short keeps what it measured
 }
 

@@ -10,6 +10,7 @@ import { argmax } from '../../src/backend/backend.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
 import { SPLIT_UPDATE_STEPS } from '../../src/backend/cuda/host-experts.ts';
+import { splitText } from '../../src/backend/cuda/host-split.ts';
 import type { Backend, ExpertBanks } from '../../src/backend/backend.ts';
 import { mapFromBanks } from '../../src/engine/residency-driver.ts';
 import { MovesInFlight } from '../../src/backend/moves-in-flight.ts';
@@ -146,7 +147,7 @@ test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4: tokens and
     });
     const usEach = (stats.busyMs * 1000) / Math.max(1, stats.requests);
     lanes.push({ batch: B, steps, cases: prompts.length, threads: lane.threads, simd: lane.simd, requests: stats.requests, usPerRequest: usEach, landed, tokenDiffs, logitDiffs, unfusedDiffs, faults, split: stats.split });
-    console.log(`# host lane: ${prompts.length} x ${steps} greedy steps at batch ${B}, ${H}/${E} hot, ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}); ${stats.requests} requests (${usEach.toFixed(0)} us each), ${landed} moves landed; tokens differing from all-hot ${tokenDiffs}, logits differing ${logitDiffs} (from all-hot unfused: ${unfusedDiffs}); the measured split of 1-8 cold experts ${stats.split.take.slice(1, 9).join(' ')} to the host (a layer's cold phase there ${stats.split.layerUs.slice(1, 9).map((u) => (u === null ? '-' : u.toFixed(0))).join(' ')} us; ${stats.split.moves} table moves; the GPU waited ${stats.split.meanWaitUs.toFixed(1)} us a host layer)`);
+    console.log(`# host lane: ${prompts.length} x ${steps} greedy steps at batch ${B}, ${H}/${E} hot, ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}); ${stats.requests} requests (${usEach.toFixed(0)} us each), ${landed} moves landed; tokens differing from all-hot ${tokenDiffs}, logits differing ${logitDiffs} (from all-hot unfused: ${unfusedDiffs}); ${splitText(stats.split)}`);
     assert.deepEqual(faults, { refused: 0, gpuTimeouts: 0 });
     assert.ok(stats.requests >= steps, `batch ${B}: the host computed picks (${stats.requests} requests)`);
     // Every 17th layer (HOST_EXPLORE) tried a neighbour of the split (the bits stayed all-hot's above); with two

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { HOST_STATE } from './host-experts.ts';
-import { fixedTakes, HostSplit, MIN_GAIN, MIN_LAYERS, START_SHARE, type SplitCells } from './host-split.ts';
+import { fixedTakes, HostSplit, MIN_GAIN, MIN_LAYERS, splitText, START_SHARE, type SplitCells } from './host-split.ts';
 
 const P = 32;
 const at = (c: number, h: number): number => c * (P + 1) + h;
@@ -110,4 +110,10 @@ test('the exploring layers rotate (op_host.cuh\'s rule over the routed-layer cou
     split.update({ n, ns }, noWait);
   }
   assert.equal(split.table()[3], 1);
+});
+
+test('splitText: the table for 1-8 cold experts, the layer times measured there, the moves and the wait', () => {
+  const split = new HostSplit(P);
+  split.update(measure(split, machine(90, 180), [1]), { n: 4, ns: 4 * 2_500 });
+  assert.equal(splitText(split.report()), `split (measured) of 1-8 cold experts 1 2 2 3 3 4 5 5 to the host (a layer's cold phase there ${machine(90, 180)(1, 1)} - - - - - - - us; 0 table moves), the GPU waited 2.5 us a host layer`);
 });

@@ -113,3 +113,10 @@ export class HostSplit {
     };
   }
 }
+
+/** The split in a line (logs): the table for 1-8 cold experts, a layer's time there, the table's moves, the GPU's wait. */
+export function splitText(r: SplitReport): string {
+  const us = r.layerUs.slice(1, 9).map((u) => (u === null ? '-' : u.toFixed(0))).join(' ');
+  return `split (${r.mode}) of 1-8 cold experts ${r.take.slice(1, 9).join(' ')} to the host (a layer's cold phase there ${us} us; ` +
+    `${r.moves} table moves), the GPU waited ${r.meanWaitUs.toFixed(1)} us a host layer`;
+}
