@@ -102,8 +102,8 @@ extern "C" __global__ void __launch_bounds__(32 * MLA_WARPS) op_mla_attend(const
 extern "C" __global__ void op_route_group(OpRoute r, OpGroups g, HostPost hp) {
   extern __shared__ __align__(16) float sm[]; // [warps][route_scratch] logits | se | sw | ss [T*K] | slots | cnt | cur [E]
   __shared__ unsigned long long red[33];
-  __shared__ unsigned host_mask;
-  if (threadIdx.x == 0) host_mask = 0u; // (group_picks_small's steps post nothing: the lane takes steps of <= 32 picks)
+  __shared__ HostChoice host;
+  if (threadIdx.x == 0) host = HostChoice{0u, 0u, -1, 0, 0}; // (group_picks_small's steps post nothing: the lane takes steps of <= 32 picks)
   const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, rs = route_scratch(r), TK = r.T * r.K;
   int32_t* se = reinterpret_cast<int32_t*>(sm + nw * rs);
   float* sw = reinterpret_cast<float*>(se + TK);
@@ -118,61 +118,93 @@ extern "C" __global__ void op_route_group(OpRoute r, OpGroups g, HostPost hp) {
   const int P = r.header[0] * r.K;
   if (P > 32) group_picks_small(r, g, se, ss, cnt, cnt + r.E, red);
   else if (warp == 0) {
-    const unsigned host = host_picks(hp, ss, P);
-    group_picks_warp(r, g, se, ss, P, host);
-    if (threadIdx.x == 0) host_mask = host;
+    const HostChoice ch = host_picks(hp, ss, P);
+    group_picks_warp(r, g, se, ss, P, ch.whole); // (the split expert's picks stay: the GPU computes the rest of it)
+    if (threadIdx.x == 0) host = ch;
   }
   if (hp.mb) {
     __syncthreads();
-    host_post(hp, ss, host_mask, P, r.K);
+    host_post(hp, ss, host, P, r.K);
   }
 }
 
-// After a lane step's expert down product (partial rows of the GPU's picks): waits for the host lane's answer to
-// this layer's request, if one was posted (2 s at most: then gpu_timeouts counts it, the rows stay as they are and
-// the routing posts nothing more until the host has answered), and copies each host pick's output into its partial
-// row. One block. Its thread 0 also counts how long the layer's cold experts took on both sides (from the routing to
-// the answer, by the layer's cold experts and the host's share of them: the times the split table is chosen from,
+// Waits for the mailbox word at `seq_at` (or the answer, done_seq: a request the host refused) to reach seq, 2 s at most
+// (then gpu_timeouts counts it and the lane stalls: the routing posts nothing more until the host has answered).
+// Thread 0; returns whether it came, and adds the wait to the {layers, ns} pair at `stats`.
+__device__ __forceinline__ bool host_wait(HostMailbox* mb, int32_t* state, const uint32_t* seq_at, uint32_t seq, uint64_t* stats) {
+  const uint64_t t0 = global_ns();
+  for (;;) {
+    if (*reinterpret_cast<volatile const uint32_t*>(seq_at) == seq || *reinterpret_cast<volatile uint32_t*>(&mb->done_seq) == seq) break;
+    __nanosleep(128);
+    if (global_ns() - t0 > 2000000000ull) {
+      volatile uint32_t* to = &mb->gpu_timeouts;
+      *to = *to + 1u;
+      state[HOST_STALLED] = 1;
+      return false;
+    }
+  }
+  __threadfence_system(); // what the host wrote before the sequence number is read after it
+  stats[0] += 1ull;
+  stats[1] += global_ns() - t0;
+  return true;
+}
+
+// Between a lane step's expert gate | up and down products, when the routing split an expert with the host: posts the
+// GPU's units of it (from the split, for each of its picks) to the mailbox, waits for the host's (below the split) and
+// copies them into the step's units, so each side's down product reads the whole expert's. One block.
+extern "C" __global__ void op_host_exchange(HostMailbox* mb, int32_t* state, float* act, int H, int I) { pdl_enter();
+  const unsigned split = (unsigned)state[HOST_SPLIT_MASK];
+  if (!split || state[HOST_STALLED]) return;
+  const int units = state[HOST_SPLIT_GU + 1];
+  const uint32_t seq = (uint32_t)state[0];
+  float* xa = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(mb) + host_act_offset(H));
+  for (unsigned m = split; m; m &= m - 1) {
+    const size_t p = (size_t)(__ffs(m) - 1) * I;
+    for (int i = units + threadIdx.x; i < I; i += blockDim.x) xa[p + i] = act[p + i];
+  }
+  __threadfence_system();
+  __syncthreads();
+  __shared__ bool came;
+  if (threadIdx.x == 0) {
+    *reinterpret_cast<volatile uint32_t*>(&mb->gpu_act_seq) = seq;
+    came = host_wait(mb, state, &mb->host_act_seq, seq, reinterpret_cast<uint64_t*>(state + HOST_WAIT_STATS) + 2);
+  }
+  __syncthreads();
+  if (!came) return;
+  for (unsigned m = split; m; m &= m - 1) {
+    const size_t p = (size_t)(__ffs(m) - 1) * I;
+    for (int i = threadIdx.x; i < units; i += blockDim.x) act[p + i] = __ldcv(xa + p + i);
+  }
+}
+
+// After a lane step's expert down product (partial rows of the GPU's picks, and of the split expert's features from
+// the split): waits for the host lane's answer to this layer's request, if one was posted (host_wait; a timeout leaves
+// the rows as they are), and copies each host pick's output into its partial row (the split expert's below the split).
+// One block. Its thread 0 also counts how long the layer's cold experts took on both sides (from the routing to the
+// answer, by the layer's cold experts and the host's parts of them: the times the split table is chosen from,
 // host-split.ts) and how long it waited for the host.
 extern "C" __global__ void op_host_collect(HostMailbox* mb, int32_t* state, float* partial, int H) { pdl_enter();
-  __shared__ unsigned mask;
+  __shared__ unsigned whole, split;
   if (threadIdx.x == 0) {
-    mask = (unsigned)state[1];
-    const uint64_t t0 = global_ns();
-    if (mask) {
-      const uint32_t seq = (uint32_t)state[0];
-      while (*reinterpret_cast<volatile uint32_t*>(&mb->done_seq) != seq) {
-        __nanosleep(128);
-        if (global_ns() - t0 > 2000000000ull) {
-          volatile uint32_t* to = &mb->gpu_timeouts;
-          *to = *to + 1u;
-          state[HOST_STALLED] = 1;
-          mask = 0u;
-          break;
-        }
-      }
-      __threadfence_system(); // the answer's rows are read after its sequence number
-    }
+    whole = (unsigned)state[1];
+    split = (unsigned)state[HOST_SPLIT_MASK];
+    if (state[HOST_STALLED]) whole = split = 0u; // this layer's wait (the exchange's) gave up
+    if ((whole | split) && !host_wait(mb, state, &mb->done_seq, (uint32_t)state[0], reinterpret_cast<uint64_t*>(state + HOST_WAIT_STATS))) whole = split = 0u;
     // The statistics the host chooses the split from (op_host.cuh's state): one thread, one kernel at a time.
     const int c = state[3], h = state[4];
-    if (c > 0 && c <= HOST_MAX_PICKS && h >= 0 && h <= c) {
-      const uint64_t t1 = global_ns();
-      uint64_t* cell = reinterpret_cast<uint64_t*>(state + HOST_CELLS) + 2 * (c * (HOST_MAX_PICKS + 1) + h);
+    if (c > 0 && c <= HOST_MAX_PICKS && h >= 0 && h <= HOST_MAX_TAKE) {
+      uint64_t* cell = reinterpret_cast<uint64_t*>(state + HOST_CELLS) + 2 * (c * (HOST_MAX_TAKE + 1) + h);
       cell[0] += 1ull;
-      cell[1] += t1 - *reinterpret_cast<const uint64_t*>(state + 6);
-      if (mask) {
-        uint64_t* wait = reinterpret_cast<uint64_t*>(state + HOST_WAIT_STATS) + 2 * h;
-        wait[0] += 1ull;
-        wait[1] += t1 - t0;
-      }
+      cell[1] += global_ns() - *reinterpret_cast<const uint64_t*>(state + 6);
     }
     state[3] = -1;
   }
   __syncthreads();
   const float* y = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(mb) + host_y_offset(H));
-  for (unsigned m = mask; m; m &= m - 1) {
-    const int p = __ffs(m) - 1;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) partial[(size_t)p * H + i] = __ldcv(y + (size_t)p * H + i);
+  const int features = state[HOST_SPLIT_DOWN + 1];
+  for (unsigned m = whole | split; m; m &= m - 1) {
+    const int p = __ffs(m) - 1, n = (whole >> p) & 1u ? H : features;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) partial[(size_t)p * H + i] = __ldcv(y + (size_t)p * H + i);
   }
 }
 

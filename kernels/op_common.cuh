@@ -62,10 +62,13 @@ struct GemmProblem {
   int32_t early;
   // L2_* bits: how the weights stream through L2 (l2_policy).
   int32_t l2;
+  // Grouped gemv at a host lane step: {slot, first feature} of the expert the lane split with the GPU (op_host.cuh's
+  // state; slot -1: none): of its group the product computes the features from there on (the host the ones before).
+  const int32_t* part;
 };
 
 // layout.ts writes these bytes (GEMM_PROBLEM_BYTES and each field's offset): keep the two in step.
-static_assert(sizeof(GemmProblem) == 256 && offsetof(GemmProblem, early) == 248 && offsetof(GemmProblem, l2) == 252,
+static_assert(sizeof(GemmProblem) == 264 && offsetof(GemmProblem, early) == 248 && offsetof(GemmProblem, l2) == 252 && offsetof(GemmProblem, part) == 256,
               "GemmProblem: layout.ts GEMM_PROBLEM_BYTES, encodeGemm (early loads, L2)");
 static_assert(offsetof(GemmProblem, row_bytes) == 112 && offsetof(GemmProblem, ldx) == 128 && offsetof(GemmProblem, norm_w) == 160, "GemmProblem: layout.ts encodeGemm");
 static_assert(offsetof(GemmProblem, scales) == 184 && offsetof(GemmProblem, s_rows) == 200, "GemmProblem: layout.ts encodeGemm (scales)");
@@ -117,16 +120,17 @@ __device__ __forceinline__ uint4 ld_weights(const void* p, uint64_t pol) {
 // Group g of a product: its rows (count and first) and its expert's bank row (hot or cold; null when dense). The
 // count, the group's range and its slot are loaded together, one round trip after the routing's kernel (a g past
 // the count reads a stale entry of arrays sized for every expert, and is dropped).
-struct GroupRef { int n, start; const uint8_t* row; };
+// A group's rows (n from start), its bank row, and its first feature to compute (GemmProblem.part; else 0).
+struct GroupRef { int n, start; const uint8_t* row; int from; };
 // The bank row of a slot: hot rows first, then the cold bank's.
 __device__ __forceinline__ const uint8_t* bank_row(const GemmProblem& p, int slot) {
   return slot < p.hot_rows ? p.hot + (size_t)slot * p.row_bytes : p.cold + (size_t)(slot - p.hot_rows) * p.row_bytes;
 }
 __device__ __forceinline__ GroupRef group_of(const GemmProblem& p, int g) {
-  if (!p.grp_n) return {p.rows, 0, nullptr};
+  if (!p.grp_n) return {p.rows, 0, nullptr, 0};
   const int count = *p.grp_n, s0 = p.grp_start[g], s1 = p.grp_start[g + 1], slot = p.grp_slot[g];
-  if (g >= count) return {0, 0, nullptr};
-  return {s1 - s0, s0, bank_row(p, slot)};
+  if (g >= count) return {0, 0, nullptr, 0};
+  return {s1 - s0, s0, bank_row(p, slot), p.part && slot == p.part[0] ? p.part[1] : 0};
 }
 
 // The weights of group g (grouped) or the dense matrix, as bytes.

@@ -87,9 +87,11 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   const bool early = p.early != 0;
   if (!early) pdl_enter();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const GroupRef grp = COMB ? GroupRef{1, warp, bank_row(p, p.grp_slot[warp])} : group_of(p, blockIdx.y);
+  const GroupRef grp = COMB ? GroupRef{1, warp, bank_row(p, p.grp_slot[warp]), 0} : group_of(p, blockIdx.y);
   const int n = grp.n, start = grp.start;
   if (n <= 0) return;
+  // An expert split with the host lane: blocks whose features all lie below its split have nothing to compute.
+  if (grp.from > 0 && (EVEN ? even_feature(p, GEMV_WARPS - 1, 1) : (blockIdx.x + 1) * GEMV_WARPS * R) <= grp.from) return;
   const uint64_t pol = l2_policy(p.l2 & L2_EVICT_FIRST);
   const int K = p.K;
   constexpr int VPL = WF == WF_MXFP4 ? 32 : (WF == WF_FP8 ? 16 : 8); // values a 16-byte load
@@ -109,7 +111,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
   for (int r = 0; r < NW; r++) {
     const int f = f0 + (EPI == EPI_SWIGLU ? (r % R) : r);
-    live[r] = EVEN ? f < f1 : f < p.O;
+    live[r] = (EVEN ? f < f1 : f < p.O) && f >= grp.from;
     const int wr = live[r] ? (EPI == EPI_SWIGLU ? (r < R ? gate_row(p, f) : up_row(p, f)) : f) : 0;
     wrs[r] = wr;
     wrow[r] = W + (size_t)wr * bytes_of(K);
@@ -254,7 +256,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
           const int f = f0 + r;
-          if (EVEN ? f >= f1 : f >= p.O) continue;
+          if ((EVEN ? f >= f1 : f >= p.O) || f < grp.from) continue;
           if (EPI == EPI_SWIGLU) {
             const float gb = bias ? bf2f(bias[wrs[r]]) : 0.f, ub = bias ? bf2f(bias[wrs[R + r]]) : 0.f;
             p.y[(size_t)orow * p.ldy + f] = swiglu_act(p, acc[r][b] + gb, acc[R + r][b] + ub);

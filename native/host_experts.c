@@ -5,7 +5,9 @@
 // each pick's output row back; the GPU's combine waits for it (kernels/op_host.cuh). Every product sums in the GPU
 // gemv's order (op_gemv.cuh, bf16 at every batch: lane l of a warp takes the 8-value chunks c = l, l + 32, ... of a
 // row in turn, one fused multiply-add a value; then the warp's butterfly) and the activation is exact_math.cuh's,
-// so a pick's output has the bits the GPU would give it.
+// so a pick's output has the bits the GPU would give it. One expert a request may be split with the GPU: the host
+// computes the first units of its gate | up and the first features of its down product, the GPU the rest, the two
+// exchanging their units through the mailbox in between (each unit and feature still summed whole on one side).
 // Built by scripts/build-kernels.mjs (cc -O3 -ffp-contract=off); driven by src/backend/cuda/host-experts.ts.
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -22,7 +24,8 @@
 #include "../kernels/exact_math.cuh"
 
 // The mailbox (mirrored by kernels/op_host.cuh and host-experts.ts): a request line, an answer line, then the rows'
-// inputs x [HE_MAX_PICKS][H] floats at HE_X and the picks' outputs y [HE_MAX_PICKS][H] after them (pick p's at row p).
+// inputs x [HE_MAX_PICKS][H] floats at HE_X, the picks' outputs y [HE_MAX_PICKS][H] after them (pick p's at row p)
+// and the split expert's units act [HE_MAX_PICKS][I] after those (pick p's at row p).
 #define HE_MAX_PICKS 32 // a decode step's picks (rows x picks a row) the GPU's one-warp grouping takes
 #define HE_X 512
 typedef struct {
@@ -31,15 +34,22 @@ typedef struct {
   int32_t n;                // the step's picks (1..HE_MAX_PICKS): rows x k
   int32_t k;                // picks a row: pick p is row p / k's
   int32_t slot[HE_MAX_PICKS]; // pick p's physical slot (a cold row: >= hot_rows) when the host computes it, else -1
-  uint8_t pad1[112];
+  // The split expert's slot (-1: none; its picks' slots are in slot[] too), and the units of its gate | up and the
+  // features of its down product the host computes (from 0; the GPU the rest).
+  int32_t split_slot, split_units, split_features;
+  _Atomic uint32_t gpu_act_seq; // written by the GPU when its units of the split expert are in act
+  uint8_t pad1[96];
   _Atomic uint32_t done_seq; // written by the host when y holds the request's outputs
   _Atomic int32_t refused;   // requests the host refused (a slot, layer or count out of range): y zero
   uint32_t gpu_timeouts;     // written by the GPU: waits that gave up
-  uint8_t pad2[244];
+  _Atomic uint32_t host_act_seq; // written by the host when its units of the split expert are in act
+  uint8_t pad2[240];
 } HeMailbox;
-_Static_assert(sizeof(HeMailbox) == HE_X && offsetof(HeMailbox, slot) == 16 && offsetof(HeMailbox, done_seq) == 256 && offsetof(HeMailbox, gpu_timeouts) == 264,
+_Static_assert(sizeof(HeMailbox) == HE_X && offsetof(HeMailbox, slot) == 16 && offsetof(HeMailbox, split_slot) == 144 && offsetof(HeMailbox, gpu_act_seq) == 156 &&
+               offsetof(HeMailbox, done_seq) == 256 && offsetof(HeMailbox, gpu_timeouts) == 264 && offsetof(HeMailbox, host_act_seq) == 268,
                "mailbox header: op_host.cuh, host-experts.ts MAILBOX");
 static inline size_t he_y_offset(int H) { return HE_X + (((size_t)4 * H * HE_MAX_PICKS + 63) & ~(size_t)63); }
+static inline size_t he_act_offset(int H) { return he_y_offset(H) + (((size_t)4 * H * HE_MAX_PICKS + 63) & ~(size_t)63); }
 
 static inline float bf16_at(const uint16_t* w, size_t i) { return EXACT_BITS_TO_FLOAT((uint32_t)w[i] << 16); }
 
@@ -202,6 +212,7 @@ struct Lane {
   uint64_t* cold; // [layers] host addresses
   HeMailbox* mb;
   float* y;     // the mailbox's outputs
+  float* act;   // the mailbox's exchange of the split expert's units
   float* xt;    // [HE_MAX_PICKS][H] the request's rows' inputs (lane-major when simd)
   float* ht;    // [HE_MAX_PICKS][I] the picks' units
   _Atomic int stop;
@@ -211,7 +222,8 @@ struct Lane {
   struct {
     uint32_t seq;
     int32_t layer, n, k, quit, ok;
-    int32_t experts;                     // distinct slots among the host's picks, in order of first pick
+    int32_t experts;                     // distinct slots among the host's picks, in order of first pick (the split expert last)
+    int32_t split, split_units, split_features; // whether the last expert is split, and the host's units and features of it
     int32_t ex_slot[HE_MAX_PICKS];       // expert e's physical slot
     int32_t ex_start[HE_MAX_PICKS + 1];  // its picks: pick_of[ex_start[e] .. ex_start[e + 1])
     int32_t pick_of[HE_MAX_PICKS];
@@ -278,6 +290,12 @@ static int request_posted(Lane* L, uint32_t seen, uint32_t* got) {
   return 1;
 }
 
+// Every thread's, at a split expert: the GPU's units of request `seq` are in the mailbox.
+static int gpu_units_in(Lane* L, uint32_t seq, uint32_t* got) {
+  (void)got;
+  return atomic_load_explicit(&L->mb->gpu_act_seq, memory_order_acquire) == seq;
+}
+
 // The other threads': thread 0 handed out job `seen + 1` or later.
 static int job_handed(Lane* L, uint32_t seen, uint32_t* got) {
   const uint32_t g = atomic_load_explicit(&L->job_gen, memory_order_acquire);
@@ -299,29 +317,39 @@ static void take_request(Lane* L, uint32_t seq) {
   const int layer = mb->layer, n = mb->n, k = mb->k;
   int32_t slot[HE_MAX_PICKS];
   int ok = layer >= 0 && layer < L->layers && n >= 1 && n <= HE_MAX_PICKS && k >= 1 && k <= n;
-  int host = 0;
+  int host = 0, split_picks = 0;
+  const int split_slot = mb->split_slot, su = mb->split_units, sf = mb->split_features;
   for (int p = 0; ok && p < n; p++) {
     slot[p] = mb->slot[p];
     ok = slot[p] == -1 || (slot[p] >= L->hot_rows && slot[p] < L->hot_rows + L->cold_rows);
     host += slot[p] >= 0;
+    split_picks += slot[p] >= 0 && slot[p] == split_slot;
   }
+  // A split expert: one of the picks' slots, the host's units and features of it some but not all.
+  const int split = split_slot != -1;
+  if (split) ok = ok && split_picks > 0 && su > 0 && su < L->I && sf > 0 && sf < L->H;
   L->job.ok = ok && host > 0;
   L->job.layer = layer;
   L->job.n = n;
   L->job.k = k;
   if (!L->job.ok) return;
-  // Experts in order of their first pick, each with its picks in pick order (so with its rows in row order).
+  // Experts in order of their first pick, each with its picks in pick order (so with its rows in row order); the
+  // split expert last.
   int m = 0, q = 0, rows = 0, last_row = -1;
   uint32_t done = 0;
-  for (int p = 0; p < n; p++) {
-    if (slot[p] < 0 || (done >> p) & 1u) continue;
-    L->job.ex_slot[m] = slot[p];
-    L->job.ex_start[m++] = q;
-    for (int r = p; r < n; r++)
-      if (slot[r] == slot[p]) { L->job.pick_of[q++] = r; done |= 1u << r; }
-  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int p = 0; p < n; p++) {
+      if (slot[p] < 0 || (done >> p) & 1u || (slot[p] == split_slot) != (pass == 1)) continue;
+      L->job.ex_slot[m] = slot[p];
+      L->job.ex_start[m++] = q;
+      for (int r = p; r < n; r++)
+        if (slot[r] == slot[p]) { L->job.pick_of[q++] = r; done |= 1u << r; }
+    }
   L->job.ex_start[m] = q;
   L->job.experts = m;
+  L->job.split = split;
+  L->job.split_units = split ? su : 0;
+  L->job.split_features = split ? sf : 0;
   for (int p = 0; p < n; p++)
     if (slot[p] >= 0 && p / k != last_row) L->job.row[rows++] = last_row = p / k;
   L->job.rows = rows;
@@ -347,7 +375,8 @@ static void answer(Lane* L, int t) {
     L->xt[r + (simd ? lane_major(c) : (size_t)c)] = x[r + c];
   }
   barrier(L);
-  const int m = L->job.experts, k = L->job.k;
+  // mw whole experts, then (split) the split expert: the host's units of its gate | up (su), features of its down (sf).
+  const int m = L->job.experts, k = L->job.k, split = L->job.split, mw = m - split, su = L->job.split_units, sf = L->job.split_features;
   const uint8_t* rows[HE_MAX_PICKS];
   for (int j = 0; j < m; j++) rows[j] = (const uint8_t*)(uintptr_t)L->cold[L->job.layer] + (size_t)(L->job.ex_slot[j] - L->hot_rows) * L->row_bytes;
   // Each expert's picks: their rows' inputs, units and outputs.
@@ -364,7 +393,7 @@ static void answer(Lane* L, int t) {
   // computing it was slower: 1 / 4 picks 120-132 / 459-496 against 118-122 / 427-443 us; 4 rows each 148-158 /
   // 587-741 against 135-138 / 457-513; bench/tiered/results/host-lane-2026-12-02.md, session 7 call 4).
   const int spread = simd && (L->flags & HE_PREFETCH);
-  share(m * I, t, T, &b, &e);
+  share(mw * I + su, t, T, &b, &e);
   for (int u = b; u < e; u++) {
     const int v = u + 1;
     const NextUnit next = {v < e ? rows[v / I] : NULL, v % I};
@@ -372,7 +401,19 @@ static void answer(Lane* L, int t) {
     gate_up_unit(rows[u / I], L->rl, H, u % I, xs + x0, hs + x0, L->job.ex_start[u / I + 1] - x0, simd, spread && v < e ? &next : NULL);
   }
   barrier(L);
-  share(m * H, t, T, &b, &e);
+  // The split expert's picks: hs[q0 .. q0 + sp).
+  const int q0 = L->job.ex_start[mw], sp = L->job.ex_start[m] - q0;
+  if (split) {
+    // The host's units of it to the GPU (plain order), then their sequence number.
+    share(sp * su, t, T, &b, &e);
+    for (int i = b; i < e; i++) {
+      const int q = q0 + i / su, j = i % su;
+      L->act[(size_t)L->job.pick_of[q] * I + j] = hs[q][simd ? lane_major(j) : (size_t)j];
+    }
+    barrier(L);
+    if (t == 0) atomic_store_explicit(&L->mb->host_act_seq, L->job.seq, memory_order_release);
+  }
+  share(mw * H, t, T, &b, &e);
   for (int u = b; u < e; u++) {
     const int v = u + 2;
     const int x0 = L->job.ex_start[u / H], np = L->job.ex_start[u / H + 1] - x0, f = u % H;
@@ -380,6 +421,29 @@ static void answer(Lane* L, int t) {
     down_feature(rows[u / H], L->rl, I, f, (const float* const*)(hs + x0), np, out, simd,
                  spread && v < e ? matrix(rows[v / H], L->rl.down) + (size_t)(v % H) * I : NULL);
     for (int q = 0; q < np; q++) L->y[(size_t)L->job.pick_of[x0 + q] * H + f] = out[q];
+  }
+  if (split) {
+    // The GPU's units of the split expert (posted after its gate | up, usually long in by now), then the host's
+    // features of its down product. (A lane stopping meanwhile skips them: its answer no longer matters.)
+    uint32_t got;
+    const int in = spin_until(L, gpu_units_in, L->job.seq, &got), gu = I - su;
+    if (in) {
+      share(sp * gu, t, T, &b, &e);
+      for (int i = b; i < e; i++) {
+        const int q = q0 + i / gu, j = su + i % gu;
+        hs[q][simd ? lane_major(j) : (size_t)j] = L->act[(size_t)L->job.pick_of[q] * I + j];
+      }
+    }
+    barrier(L);
+    if (in) {
+      share(sf, t, T, &b, &e);
+      for (int f = b; f < e; f++) {
+        float out[HE_MAX_PICKS];
+        down_feature(rows[mw], L->rl, I, f, (const float* const*)(hs + q0), sp, out, simd,
+                     spread && f + 2 < e ? matrix(rows[mw], L->rl.down) + (size_t)(f + 2) * I : NULL);
+        for (int q = 0; q < sp; q++) L->y[(size_t)L->job.pick_of[q0 + q] * H + f] = out[q];
+      }
+    }
   }
   barrier(L);
 }
@@ -426,7 +490,8 @@ static void* worker_main(void* arg) {
 
 void he_stop(void* handle);
 
-// Starts `threads` threads answering the mailbox at `mailbox` (mapped pinned memory, zeroed, HE_X + y bytes).
+// Starts `threads` threads answering the mailbox at `mailbox` (mapped pinned memory, zeroed, he_act_offset(H) + 4 x
+// HE_MAX_PICKS x I bytes).
 // cold: [layers] host addresses of each MoE layer's cold bank, cold_rows rows of row_bytes; physical slot s >=
 // hot_rows is cold row s - hot_rows. flags: HE_PIN pins thread i to the i-th last CPU this process may run on;
 // HE_PREFETCH as in answer(). simd: 1 takes the vector path where it applies (H and I multiples of
@@ -443,6 +508,7 @@ void* he_start(int threads, int H, int I, int layers, int hot_rows, int cold_row
   L->simd = simd && simd_supported() && H % 256 == 0 && I % 256 == 0;
   L->mb = (HeMailbox*)mailbox;
   L->y = (float*)((uint8_t*)mailbox + he_y_offset(H));
+  L->act = (float*)((uint8_t*)mailbox + he_act_offset(H));
   L->cold = malloc(sizeof(uint64_t) * layers);
   L->xt = aligned_alloc(64, ((sizeof(float) * HE_MAX_PICKS * H + 63) / 64) * 64);
   L->ht = aligned_alloc(64, ((sizeof(float) * HE_MAX_PICKS * I + 63) / 64) * 64);

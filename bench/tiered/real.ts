@@ -36,7 +36,7 @@ const { values: v } = parseArgs({
     'counter-steps': { type: 'string', default: '300' }, backend: { type: 'string', default: 'cuda' }, out: { type: 'string' }, tag: { type: 'string' }, 'steps-json': { type: 'boolean', default: false },
     'trace-out': { type: 'string' },
     // The host expert lane on the tiered backends: threads ('auto': the CPUs less 2) and a fixed share (default: the split measured while serving).
-    'host-experts': { type: 'string' }, 'host-expert-share': { type: 'string' },
+    'host-experts': { type: 'string' }, 'host-expert-share': { type: 'string' }, 'host-expert-parts': { type: 'string' },
   },
 });
 if (!v.model || !v.prompts) throw new Error('--model DIR (a make-checkpoint folder) and --prompts prompts.json are required');
@@ -78,7 +78,7 @@ const runs: PolicyRun[] = [];
 const t0 = performance.now();
 // All hot: fit the maps (en+code for fixed, every domain for seed), then the all-hot lane.
 /** The product's backend: cuda (the op path, KV sized for the documents) or cpu (tiny models: a dry run of the bench). */
-const hostExperts = parseMemoryFlags({ 'host-experts': v['host-experts'], 'host-expert-share': v['host-expert-share'] }).hostExperts;
+const hostExperts = parseMemoryFlags({ 'host-experts': v['host-experts'], 'host-expert-share': v['host-expert-share'], 'host-expert-parts': v['host-expert-parts'] }).hostExperts;
 const makeBackend = async (placement?: RowMap): Promise<Backend> => backendName === 'cpu'
   ? createBackend('cpu', m as BackendModel, { ...(placement ? { placement } : {}), threads: 'auto' })
   : createCuda(m, { path: 'op', ...(placement ? { placement } : {}), maxModelLen: maxDoc + 8, maxNumSeqs: seqs, ...(placement && hostExperts ? { hostExperts } : {}) });

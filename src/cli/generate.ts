@@ -83,7 +83,7 @@ export interface GenerateOptions {
   readonly threads?: number | 'auto';
   readonly gpuMemoryUtilization?: number;
   /** cuda: the host expert lane (--host-experts). */
-  readonly hostExperts?: { readonly threads?: number; readonly share?: number };
+  readonly hostExperts?: { readonly threads?: number; readonly share?: number; readonly parts?: number };
   readonly maxModelLen?: number;
 }
 

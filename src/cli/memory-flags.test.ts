@@ -23,4 +23,8 @@ it('--host-experts: a thread count or auto, with an optional share; bad values a
   assert.throws(() => parseMemoryFlags({ 'host-experts': 'many' }), /--host-experts 'many'/);
   assert.throws(() => parseMemoryFlags({ 'host-experts': 'auto', 'host-expert-share': '1.2' }), /--host-expert-share '1.2': expected a fraction in \(0, 1\]/);
   assert.throws(() => parseMemoryFlags({ 'host-expert-share': '0.5' }), /--host-expert-share needs --host-experts/);
+  assert.deepEqual(parseMemoryFlags({ 'host-experts': 'auto', 'host-expert-parts': '1' }).hostExperts, { parts: 1 });
+  assert.throws(() => parseMemoryFlags({ 'host-experts': 'auto', 'host-expert-parts': '3.5' }), /--host-expert-parts '3.5': expected an integer in 1\.\.4/);
+  assert.throws(() => parseMemoryFlags({ 'host-experts': 'auto', 'host-expert-parts': '8' }), /--host-expert-parts '8': expected an integer in 1\.\.4/);
+  assert.throws(() => parseMemoryFlags({ 'host-expert-parts': '2' }), /--host-expert-parts needs --host-experts/);
 });

@@ -3,12 +3,14 @@
 import { ResidencyError } from '../errors.ts';
 import type { ModelSpec } from '../model/spec.ts';
 import { checkUtilization } from '../backend/cuda/op/memory.ts';
+import { MAX_PARTS } from '../backend/cuda/host-split.ts';
 
 export const MEMORY_OPTIONS = {
   'gpu-memory-utilization': { type: 'string' },
   'max-model-len': { type: 'string' },
   'host-experts': { type: 'string' },
   'host-expert-share': { type: 'string' },
+  'host-expert-parts': { type: 'string' },
 } as const;
 
 export const MEMORY_HELP = `  --gpu-memory-utilization F  cuda: share of the GPU's memory for weights, KV cache and workspace (default 0.9);
@@ -18,8 +20,11 @@ export const MEMORY_HELP = `  --gpu-memory-utilization F  cuda: share of the GPU
   --host-experts N|auto cuda: N host threads ('auto': the CPUs less 2) compute a share of each layer's cold
                        experts at decode steps of up to 32 picks (4 rows at top-8), from host memory, beside
                        the GPU (bf16 experts; same bits)
-  --host-expert-share F of a layer's distinct cold experts, the share the host computes, rounded up: a fixed split
-                       (default: the split is chosen from the host's and the GPU's times as measured while serving)`;
+  --host-expert-share F of a layer's distinct cold experts, the share the host computes, rounded up to a part: a
+                       fixed split (default: the split is chosen from the host's and the GPU's times as measured
+                       while serving)
+  --host-expert-parts N the parts an expert counts in the split, 1..4 (default 4): one expert a layer may be
+                       split between the host and the GPU in quarters; 1 sends whole experts only`;
 
 export interface MemoryFlags {
   readonly gpuMemoryUtilization?: number;
@@ -27,13 +32,17 @@ export interface MemoryFlags {
   readonly hostExperts?: HostExpertFlags;
 }
 
-/** --host-experts and --host-expert-share: the host expert lane's threads (absent: the default) and share. */
+/** --host-experts, --host-expert-share and --host-expert-parts: the host expert lane's threads (absent: the default), share and parts. */
 export interface HostExpertFlags {
   readonly threads?: number;
   readonly share?: number;
+  readonly parts?: number;
 }
 
-type FlagValues = { 'gpu-memory-utilization'?: string | boolean; 'max-model-len'?: string | boolean; 'host-experts'?: string | boolean; 'host-expert-share'?: string | boolean };
+type FlagValues = {
+  'gpu-memory-utilization'?: string | boolean; 'max-model-len'?: string | boolean; 'host-experts'?: string | boolean; 'host-expert-share'?: string | boolean;
+  'host-expert-parts'?: string | boolean;
+};
 
 export function parseMemoryFlags(values: FlagValues): MemoryFlags {
   const out: { gpuMemoryUtilization?: number; maxModelLen?: number; hostExperts?: HostExpertFlags } = {};
@@ -49,8 +58,9 @@ export function parseMemoryFlags(values: FlagValues): MemoryFlags {
     if (m.trim() === '' || !Number.isInteger(n) || n < 2) throw new ResidencyError('BAD_ARGUMENT', `--max-model-len '${m}': expected an integer >= 2`);
     out.maxModelLen = n;
   }
-  const h = values['host-experts'], share = values['host-expert-share'];
+  const h = values['host-experts'], share = values['host-expert-share'], parts = values['host-expert-parts'];
   if (typeof share === 'string' && typeof h !== 'string') throw new ResidencyError('BAD_ARGUMENT', '--host-expert-share needs --host-experts');
+  if (typeof parts === 'string' && typeof h !== 'string') throw new ResidencyError('BAD_ARGUMENT', '--host-expert-parts needs --host-experts');
   if (typeof h === 'string') {
     const n = Number(h);
     if (h.trim() !== 'auto' && (h.trim() === '' || !Number.isInteger(n) || n < 1 || n > 1024)) {
@@ -61,7 +71,12 @@ export function parseMemoryFlags(values: FlagValues): MemoryFlags {
       f = Number(share);
       if (share.trim() === '' || !(f > 0 && f <= 1)) throw new ResidencyError('BAD_ARGUMENT', `--host-expert-share '${share}': expected a fraction in (0, 1]`);
     }
-    out.hostExperts = { ...(h.trim() === 'auto' ? {} : { threads: n }), ...(f !== undefined ? { share: f } : {}) };
+    let p: number | undefined;
+    if (typeof parts === 'string') {
+      p = Number(parts);
+      if (parts.trim() === '' || !Number.isInteger(p) || p < 1 || p > MAX_PARTS) throw new ResidencyError('BAD_ARGUMENT', `--host-expert-parts '${parts}': expected an integer in 1..${MAX_PARTS}`);
+    }
+    out.hostExperts = { ...(h.trim() === 'auto' ? {} : { threads: n }), ...(f !== undefined ? { share: f } : {}), ...(p !== undefined ? { parts: p } : {}) };
   }
   return out;
 }

@@ -117,8 +117,11 @@ function hostLaneMetrics(registry: Registry, lane: HostLaneView): void {
   mirrorCounter(registry, 'residency_host_lane_requests_total', 'Requests the host expert lane answered (a layer\'s cold experts handed to the host at a decode step)', () => read().requests);
   mirrorCounter(registry, 'residency_host_lane_busy_seconds_total', 'Time the host expert lane\'s threads spent answering', () => (snap ?? read()).busyMs / 1e3);
   new Gauge({
-    name: 'residency_host_lane_take', help: 'Of a layer\'s cold experts at a decode step (cold_experts), how many the host computes', labelNames: ['cold_experts'] as const, registers: [registry],
-    collect() { (snap ?? read()).split.take.slice(1, LANE_TAKE_SHOWN + 1).forEach((v, i) => this.set({ cold_experts: String(i + 1) }, v)); },
+    name: 'residency_host_lane_take', help: 'Of a layer\'s cold experts at a decode step (cold_experts), how many the host computes (a fraction: one expert split with the GPU)', labelNames: ['cold_experts'] as const, registers: [registry],
+    collect() {
+      const { take, parts } = (snap ?? read()).split;
+      take.slice(1, LANE_TAKE_SHOWN + 1).forEach((v, i) => this.set({ cold_experts: String(i + 1) }, v / parts));
+    },
   });
   new Gauge({
     name: 'residency_host_lane_layer_seconds', help: 'A layer\'s cold experts on both sides at the split (routing to answer; recent layers), by its cold experts', labelNames: ['cold_experts'] as const, registers: [registry],

@@ -126,6 +126,8 @@ export interface HostLaneView {
     readonly requests: number;
     readonly busyMs: number;
     readonly split: {
+      /** take[c] in parts of an expert (parts an expert). */
+      readonly parts: number;
       readonly take: readonly number[];
       readonly layerUs: readonly (number | null)[];
       readonly hostLayers: number;

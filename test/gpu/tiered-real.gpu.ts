@@ -106,7 +106,7 @@ test('real shapes, 64/128 hot: thousands of background moves land while greedy d
   assert.equal(afterDigest, bootDigest, 'restore gives back the boot digest');
 });
 
-test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4: tokens and logits == all-hot while moves land', { skip }, async () => {
+test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4 (an expert a layer split with the GPU): tokens and logits == all-hot while moves land', { skip }, async () => {
   const refs = (JSON.parse(readFileSync(join(dir!, 'refs.json'), 'utf8')) as { cases: { prompt_ids: number[] }[] }).cases;
   const prompts = refs.slice(0, 4).map((c) => c.prompt_ids);
   const steps = Math.max(16, Math.floor(STEPS / 4));
@@ -153,8 +153,11 @@ test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4: tokens and
     // Every 17th layer (HOST_EXPLORE) tried a neighbour of the split (the bits stayed all-hot's above); with two
     // updates or more the GPU's counts came back: the layers' cold phases measured where the split stands.
     assert.equal(stats.split.mode, 'measured');
+    assert.equal(stats.split.parts, 4);
     if (groups.length * (steps + 1) >= 2 * SPLIT_UPDATE_STEPS) {
       assert.ok(stats.split.hostLayers > 0, `batch ${B}: the GPU's waits were counted`);
+      // In quarters (the default) most layers split an expert with the GPU: those exchanged their units.
+      assert.ok(stats.split.splitLayers > 0, `batch ${B}: layers split an expert (${stats.split.splitLayers})`);
       const measured = stats.split.layerUs.filter((u): u is number => u !== null);
       assert.ok(measured.length > 0 && measured.every((u) => u > 1 && u < 10_000), `batch ${B}: layers' cold phases measured at the split (${stats.split.layerUs.join(' ')} us)`);
     }

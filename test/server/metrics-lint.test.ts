@@ -57,7 +57,7 @@ test('with the host expert lane: its requests, busy time, split and layer times,
   const hostLane = {
     stats: () => ({
       requests: (requests += 10), busyMs: requests * 0.12,
-      split: { take: [0, 1, 1, 2, 3, 3, 4, 5, 5, ...new Array<number>(24).fill(6)], layerUs: [null, 120, 182, null, ...new Array<number>(29).fill(400)], hostLayers: 40, meanWaitUs: 12.5 },
+      split: { parts: 4, take: [0, 3, 4, 9, 12, 12, 16, 20, 20, ...new Array<number>(24).fill(24)], layerUs: [null, 120, 182, null, ...new Array<number>(29).fill(400)], hostLayers: 40, meanWaitUs: 12.5 },
     }),
   };
   const s = await startServer({ engine: new FakeEngine(), model: fakeModel, config: defaultServerConfig, hostLane }, { port: 0, host: '127.0.0.1' }, { defaultMetrics: false });
@@ -66,6 +66,7 @@ test('with the host expert lane: its requests, busy time, split and layer times,
     assert.deepEqual(lintMetrics(text), []);
     assert.match(text, /^residency_host_lane_requests_total\{model_name="fake-moe"\} 10$/m);
     assert.match(text, /^residency_host_lane_take\{cold_experts="2",model_name="fake-moe"\} 1$/m);
+    assert.match(text, /^residency_host_lane_take\{cold_experts="3",model_name="fake-moe"\} 2\.25$/m, 'in experts: 9 quarters');
     assert.match(text, /^residency_host_lane_take\{cold_experts="4",model_name="fake-moe"\} 3$/m);
     assert.doesNotMatch(text, /cold_experts="17"/, 'the first 16 counts shown');
     assert.match(text, /^residency_host_lane_layer_seconds\{cold_experts="2",model_name="fake-moe"\} 0\.000182$/m);

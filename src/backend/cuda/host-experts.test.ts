@@ -346,7 +346,7 @@ test('exp and silu at their edges: gate sums fed one-hot, the C library against 
 
 // ---- The threaded lane: requests through the mailbox (Buffers standing in for the pinned mailbox and cold banks) ----
 
-test('the lane\'s threads answer mailbox requests with each pick\'s expert (the bits he_expert gives), refuse a bad slot, and stop (a request pending too)', { skip: noCompiler, timeout: 120_000 }, async () => {
+test('the lane\'s threads answer mailbox requests with each pick\'s expert (the bits he_expert gives), split an expert with the GPU\'s side, refuse a bad slot or split, and stop (requests pending too)', { skip: noCompiler, timeout: 120_000 }, async () => {
   const l = await lib();
   const H = 256, I = 256, layers = 2, hotRows = 5, coldRows = 3;
   const experts = Array.from({ length: layers * coldRows }, (_, i) => randomExpert(900 + i, H, I));
@@ -398,18 +398,54 @@ test('the lane\'s threads answer mailbox requests with each pick\'s expert (the 
         assert.deepEqual(new Uint32Array(y.slice(p * H, (p + 1) * H).buffer), new Uint32Array(want.buffer), `simd ${simd}, layer ${layer}, k ${k}, pick ${p} (cold row ${c})`);
       });
     }
+    // A split expert (playing the GPU's side as op_host_exchange does): the host's units of it come first, in plain
+    // order; with the GPU's in, the host's features of its down product have he_expert's bits, the rest are not
+    // written; whole experts beside it as before. Its picks may be any of the rows'.
+    for (const [layer, k, cold, split, units, features] of [[1, 2, [0, 2, 2, 1], 2, 64, 128], [0, 1, [1], 1, 192, 8], [1, 1, [2, 0], 2, 8, 248]] as const) {
+      const rowsIn = cold.length / k;
+      const xs = Array.from({ length: rowsIn }, (_, r) => experts[(r + 2 * layer + 1) % experts.length]!.x);
+      const x = new Float32Array(rowsIn * H);
+      xs.forEach((xr, r) => x.set(xr, r * H));
+      y.fill(NaN);
+      const act = lane.units();
+      act.fill(NaN);
+      const seq = lane.post(layer, cold.map((c) => hotRows + c), { k, x, split: { slot: hotRows + split, units, features } });
+      const want = cold.map((c, p) => { const e = experts[layer * coldRows + c]!; return l.expert(e.row, e.at, H, I, xs[Math.floor(p / k)]!, simd); });
+      const t0 = Date.now();
+      while (!lane.hostUnitsIn(seq)) if (Date.now() - t0 > 10_000) throw new Error(`request ${seq}: the host's units not in in 10 s`);
+      assert.equal(lane.answered(seq), false, 'no answer before the GPU\'s units are in');
+      const splitPicks = cold.flatMap((c, p) => (c === split ? [p] : []));
+      for (const p of splitPicks) {
+        const row = act.subarray(p * I, (p + 1) * I);
+        assert.deepEqual(new Uint32Array(row.slice(0, units).buffer), new Uint32Array(want[p]!.h.slice(0, units).buffer), `simd ${simd}: the host's units of pick ${p}`);
+        row.set(want[p]!.h.subarray(units), units);
+      }
+      lane.gpuUnitsIn(seq);
+      wait(seq);
+      cold.forEach((c, p) => {
+        const n = c === split ? features : H;
+        const got = y.slice(p * H, (p + 1) * H);
+        assert.deepEqual(new Uint32Array(got.slice(0, n).buffer), new Uint32Array(want[p]!.y.slice(0, n).buffer), `simd ${simd}, layer ${layer}, k ${k}, pick ${p}${c === split ? ' (split)' : ''}`);
+        assert.ok(got.slice(n).every(Number.isNaN), `pick ${p}: the GPU's features left alone`);
+      });
+    }
     assert.deepEqual(lane.faults(), { refused: 0, gpuTimeouts: 0 });
     wait(lane.post(0, [hotRows - 1])); // a hot slot: not the lane's
     wait(lane.post(0, [hotRows + coldRows])); // past the cold bank
     wait(lane.post(0, [-1, -1])); // nothing for the host
     wait(lane.post(0, [hotRows, hotRows], { k: 3 })); // more picks a row than picks
-    assert.deepEqual(lane.faults(), { refused: 4, gpuTimeouts: 0 });
-    assert.throws(() => lane.check(), /host experts: 4 request\(s\) refused/);
-    assert.equal(lane.stats().requests, 10);
+    wait(lane.post(0, [hotRows], { split: { slot: hotRows + 1, units: 8, features: 8 } })); // a split expert none of the picks'
+    wait(lane.post(0, [hotRows], { split: { slot: hotRows, units: I, features: 8 } })); // all of its units
+    wait(lane.post(0, [hotRows], { split: { slot: hotRows, units: 8, features: 0 } })); // none of its features
+    assert.deepEqual(lane.faults(), { refused: 7, gpuTimeouts: 0 });
+    assert.throws(() => lane.check(), /host experts: 7 request\(s\) refused/);
+    assert.equal(lane.stats().requests, 16);
     assert.throws(() => lane.post(0, new Array<number>(MAILBOX.maxPicks + 1).fill(hotRows)), /post\(\) takes at most 32 picks, got 33/);
-    // Many requests back to back, then one left pending when the lane stops: every thread leaves at the same point.
+    // Many requests back to back, then one left pending when the lane stops (a split one whose GPU units never come,
+    // or a plain one): every thread leaves at the same point.
     for (let r = 0; r < 200; r++) wait(lane.post(r % layers, [hotRows + (r % coldRows)]));
-    lane.post(1, [hotRows, hotRows + 1, hotRows + 2]);
+    if (simd) lane.post(1, [hotRows, hotRows + 1], { split: { slot: hotRows + 1, units: 8, features: 8 } });
+    else lane.post(1, [hotRows, hotRows + 1, hotRows + 2]);
     lane.dispose();
     assert.throws(() => lane.post(0, [hotRows]), /the lane was used after dispose\(\)/);
   }

@@ -1,7 +1,9 @@
 // The host expert lane (native/host_experts.c) through koffi: threads of the host CPU that compute some of a decode
 // step's cold experts (each once for every row that picked it) from the cold bank's pinned memory while the GPU
 // computes the rest, answering requests the routing kernel posts in a mailbox of mapped memory (kernels/op_host.cuh).
-// Their sums keep the GPU's order, so a pick computed here has the bits the GPU would give it.
+// Their sums keep the GPU's order, so a pick computed here has the bits the GPU would give it. One expert a layer
+// may be split between the sides (the first units of its gate | up and features of its down product here, the rest
+// on the GPU), the two exchanging their units through the mailbox in between.
 import { existsSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
@@ -10,7 +12,7 @@ import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertRowLayout } from './device-weights.ts';
 import type { CudaDriver } from './driver.ts';
 import { kernelDirCandidates } from './kernels.ts';
-import { HostSplit, type SplitCells, type SplitReport } from './host-split.ts';
+import { HostSplit, MAX_PARTS, type SplitCells, type SplitReport } from './host-split.ts';
 import { ResourceScope } from './resource-scope.ts';
 
 const MAX_PICKS = 32;
@@ -24,25 +26,41 @@ export const MAILBOX = {
   n: 8,
   /** Picks a row: pick p is row floor(p / k)'s. */
   k: 12,
-  /** Pick p's physical slot when the host computes it, else -1. */
+  /** Pick p's physical slot when the host computes it (whole or split), else -1. */
   slots: 16,
+  /** The split expert's slot (-1: none), and the units of its gate | up and the features of its down product the host computes. */
+  splitSlot: 144,
+  splitUnits: 148,
+  splitFeatures: 152,
+  /** Written by the GPU: its units of the split expert are in `act`. */
+  gpuActSeq: 156,
   doneSeq: 256,
   refused: 260,
   gpuTimeouts: 264,
+  /** Written by the host: its units of the split expert are in `act`. */
+  hostActSeq: 268,
   /** The rows' inputs, maxPicks rows of H floats. */
   x: 512,
   /** The picks' outputs, maxPicks rows of H floats (pick p's at row p). */
   y: (H: number): number => 512 + Math.ceil((4 * H * MAX_PICKS) / 64) * 64,
-  bytes: (H: number): number => MAILBOX.y(H) + 4 * MAX_PICKS * H,
+  /** The split expert's units, maxPicks rows of I floats (pick p's at row p). */
+  act: (H: number): number => MAILBOX.y(H) + Math.ceil((4 * H * MAX_PICKS) / 64) * 64,
+  bytes: (H: number, I: number): number => MAILBOX.act(H) + 4 * MAX_PICKS * I,
 } as const;
 
 /**
- * The lane's device state (op_host.cuh), int32 words: [0] request sequence, [1] the layer's host picks, [2] stalled,
- * [3] / [4] the layer's cold experts c and the host's h, [5] layers routed, [6..7] the routing's time; the split table
- * take[0..32] at `take`; the GPU's waits by h at `waitStats` (33 x {layers, ns}) and the layers' cold phases by (c, h)
- * at `cells` (33 x 33 x {layers, ns}), uint64. Every `explore`-th layer the routing tries one more or one fewer.
+ * The lane's device state (op_host.cuh), int32 words: [0] request sequence, [1] the layer's whole host picks, [2]
+ * stalled, [3] / [4] the layer's cold experts c and the host's parts h, [5] layers routed, [6..7] the routing's time;
+ * the split expert's {slot, first unit the GPU computes} at `splitGateUp`, {slot, first feature} at `splitDown`, its
+ * picks at `splitMask`; the parts an expert counts at `parts`; the split table take[0..32] (parts) at `take`; the GPU's
+ * waits for the answer and for the host's units at `waitStats` (2 x {layers, ns}) and the layers' cold phases by (c, h)
+ * at `cells` (33 x (MAX_PARTS x 32 + 1) x {layers, ns}), uint64. Every `explore`-th layer the routing tries one part
+ * more or fewer.
  */
-export const HOST_STATE = { take: 16, waitStats: 64, cells: 196, words: 196 + 4 * (MAX_PICKS + 1) ** 2, explore: 17 } as const;
+export const HOST_STATE = {
+  splitGateUp: 8, splitDown: 10, splitMask: 12, parts: 13, take: 16, waitStats: 64, cells: 72,
+  words: 72 + 4 * (MAX_PICKS + 1) * (MAX_PARTS * MAX_PICKS + 1), explore: 17,
+} as const;
 /** Decode steps between two updates of the split table from the measured times. */
 export const SPLIT_UPDATE_STEPS = 64;
 
@@ -120,10 +138,15 @@ export interface HostLaneOptions {
   readonly prefetch?: boolean;
   /**
    * Of a layer's distinct cold experts at a decode step (of at most MAILBOX.maxPicks picks), the share the host
-   * computes, rounded up, each for every row that picked it: a fixed split. Absent: the split starts at START_SHARE and
-   * follows the layers' measured times (host-split.ts), updated every SPLIT_UPDATE_STEPS steps.
+   * computes, rounded up to a part, each for every row that picked it: a fixed split. Absent: the split starts at
+   * START_SHARE and follows the layers' measured times (host-split.ts), updated every SPLIT_UPDATE_STEPS steps.
    */
   readonly share?: number;
+  /**
+   * The parts an expert counts in the split, 1..MAX_PARTS (default MAX_PARTS): 1 sends whole experts only; more lets
+   * one expert a layer be split between the host and the GPU, in that many steps.
+   */
+  readonly parts?: number;
 }
 
 /** Default threads: all but two CPUs (the engine's thread and the driver's), at least one. */
@@ -149,7 +172,10 @@ export class HostExpertLane {
   readonly stateDev: bigint;
   readonly threads: number;
   readonly simd: boolean = false;
+  /** Parts an expert counts in the split (1: whole experts only). */
+  readonly parts: number;
   private readonly hidden: number;
+  private readonly intermediate: number;
   private readonly mailbox: { host: Uint8Array; dev: bigint; hostPtr: bigint };
   private readonly words: DataView;
   private handle = 0n;
@@ -166,6 +192,12 @@ export class HostExpertLane {
   constructor(private readonly lib: HostLaneLib, private readonly d: CudaDriver, banks: HostLaneBanks, opts: HostLaneOptions = {}) {
     const H = banks.hiddenSize;
     this.hidden = H;
+    this.intermediate = banks.intermediate;
+    const parts = opts.parts ?? MAX_PARTS;
+    if (!Number.isInteger(parts) || parts < 1 || parts > MAX_PARTS) {
+      throw new ResidencyError('BAD_ARGUMENT', `--host-expert-parts: expected an integer in 1..${MAX_PARTS}, got ${opts.parts}`);
+    }
+    this.parts = parts;
     this.threads = opts.threads ?? defaultHostThreads();
     const cpus = availableParallelism();
     if (!Number.isInteger(this.threads) || this.threads < 1 || this.threads > cpus) {
@@ -175,14 +207,16 @@ export class HostExpertLane {
     // Acquired in order, released in reverse (the threads first): a failed start leaves nothing behind.
     const scope = this.scope;
     try {
-      this.mailbox = scope.acquire('host expert mailbox', () => d.allocMappedHost(MAILBOX.bytes(H), 'host expert mailbox'), (m) => d.freeHost(m.hostPtr));
+      this.mailbox = scope.acquire('host expert mailbox', () => d.allocMappedHost(MAILBOX.bytes(H, banks.intermediate), 'host expert mailbox'), (m) => d.freeHost(m.hostPtr));
       this.mailbox.host.fill(0);
       this.words = new DataView(this.mailbox.host.buffer, this.mailbox.host.byteOffset, this.mailbox.host.byteLength);
       this.mailboxDev = this.mailbox.dev;
-      this.split = new HostSplit(MAX_PICKS, opts.share);
+      this.split = new HostSplit(MAX_PICKS, parts, opts.share);
       this.stateDev = scope.acquire('host expert state', () => d.alloc(4 * HOST_STATE.words, 'host expert state'), (p) => d.free(p));
       const state = new Int32Array(HOST_STATE.words);
       state[3] = -1; // no layer stamped yet
+      state[HOST_STATE.splitGateUp] = state[HOST_STATE.splitDown] = -1; // no split expert
+      state[HOST_STATE.parts] = parts;
       state.set(this.split.table(), HOST_STATE.take);
       d.htod(this.stateDev, state);
       this.io = scope.acquire('host expert split io', () => d.allocPinned(STATS_AT + STATS_BYTES, 'host expert split'), (h) => d.freeHost(h.hostPtr));
@@ -224,10 +258,12 @@ export class HostExpertLane {
   /**
    * Posts a request from the host, as op_route_group posts one: for benchmarks and tests driving the lane without a
    * GPU. slots: each pick's physical slot, -1 for a pick the host does not compute; k picks a row (default all: one
-   * row); x: the rows' inputs (rows x H floats; default: those already in the mailbox). Returns its sequence number;
-   * answered(seq) says when its outputs are in.
+   * row); x: the rows' inputs (rows x H floats; default: those already in the mailbox); split: the slot of an expert
+   * among `slots` the host computes the first `units` units and `features` features of (the caller then plays the
+   * GPU's side: units() holds the exchanged units, hostUnitsIn(seq) says when the host's are in, gpuUnitsIn(seq) hands
+   * over the rest). Returns its sequence number; answered(seq) says when its outputs are in.
    */
-  post(layer: number, slots: readonly number[], opts: { k?: number; x?: Float32Array } = {}): number {
+  post(layer: number, slots: readonly number[], opts: { k?: number; x?: Float32Array; split?: { slot: number; units: number; features: number } } = {}): number {
     this.live();
     if (slots.length > MAILBOX.maxPicks) throw new ResidencyError('BAD_ARGUMENT', `host experts: post() takes at most ${MAILBOX.maxPicks} picks, got ${slots.length}`);
     if (opts.x && opts.x.length > MAILBOX.maxPicks * this.hidden) throw new ResidencyError('BAD_ARGUMENT', `host experts: post()'s x holds at most ${MAILBOX.maxPicks} rows of ${this.hidden}, got ${opts.x.length} values`);
@@ -236,6 +272,9 @@ export class HostExpertLane {
     this.words.setInt32(MAILBOX.n, slots.length, true);
     this.words.setInt32(MAILBOX.k, opts.k ?? slots.length, true);
     slots.forEach((s, j) => this.words.setInt32(MAILBOX.slots + 4 * j, s, true));
+    this.words.setInt32(MAILBOX.splitSlot, opts.split?.slot ?? -1, true);
+    this.words.setInt32(MAILBOX.splitUnits, opts.split?.units ?? 0, true);
+    this.words.setInt32(MAILBOX.splitFeatures, opts.split?.features ?? 0, true);
     const seq = (this.words.getUint32(MAILBOX.reqSeq, true) + 1) >>> 0;
     this.words.setUint32(MAILBOX.reqSeq, seq, true);
     return seq;
@@ -244,6 +283,24 @@ export class HostExpertLane {
   answered(seq: number): boolean {
     this.live();
     return this.words.getUint32(MAILBOX.doneSeq, true) === seq;
+  }
+
+  /** The mailbox's exchange of a split expert's units: maxPicks rows of I floats, pick p's at row p (for post()'s callers). */
+  units(): Float32Array {
+    this.live();
+    return new Float32Array(this.mailbox.host.buffer, this.mailbox.host.byteOffset + MAILBOX.act(this.hidden), MAILBOX.maxPicks * this.intermediate);
+  }
+
+  /** Whether the host's units of request seq's split expert are in units(). */
+  hostUnitsIn(seq: number): boolean {
+    this.live();
+    return this.words.getUint32(MAILBOX.hostActSeq, true) === seq;
+  }
+
+  /** Says the GPU's units of request seq's split expert are in units() (what op_host_exchange does). */
+  gpuUnitsIn(seq: number): void {
+    this.live();
+    this.words.setUint32(MAILBOX.gpuActSeq, seq, true);
   }
 
   /** Requests answered and the threads' busy time since the start; the split and the times it was chosen from. */
@@ -271,9 +328,9 @@ export class HostExpertLane {
       const pairs = (from: number, count: number): SplitCells => ({
         n: Float64Array.from({ length: count }, (_, i) => d[from + 2 * i]!), ns: Float64Array.from({ length: count }, (_, i) => d[from + 2 * i + 1]!),
       });
-      const waits = pairs(0, MAX_PICKS + 1);
-      const cells = pairs((HOST_STATE.cells - HOST_STATE.waitStats) / 2, (MAX_PICKS + 1) ** 2);
-      const changed = this.split.update(cells, { n: waits.n.reduce((a, b) => a + b, 0), ns: waits.ns.reduce((a, b) => a + b, 0) });
+      const waits = pairs(0, 2);
+      const cells = pairs((HOST_STATE.cells - HOST_STATE.waitStats) / 2, (MAX_PICKS + 1) * (MAX_PARTS * MAX_PICKS + 1));
+      const changed = this.split.update(cells, { n: waits.n[0]!, ns: waits.ns[0]! }, { n: waits.n[1]!, ns: waits.ns[1]! });
       if (changed) {
         new Int32Array(this.io.host.buffer, this.io.host.byteOffset, MAX_PICKS + 1).set(this.split.table());
         this.d.htodAsync(this.stateDev + BigInt(4 * HOST_STATE.take), this.io.hostPtr, 4 * (MAX_PICKS + 1), stream);

@@ -1,27 +1,36 @@
 // The host lane's split from measured layer times: a fixed share, the start, moves toward the fastest measured
-// neighbour (not on noise, not on too few layers), and a split that follows a host whose speed moves.
+// neighbour (not on noise, not on too few layers), and a split that follows a host whose speed moves; in whole
+// experts (1 part an expert) and in quarters (one expert a layer split with the GPU).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { HOST_STATE } from './host-experts.ts';
-import { fixedTakes, HostSplit, MIN_GAIN, MIN_LAYERS, splitText, START_SHARE, type SplitCells } from './host-split.ts';
+import { fixedTakes, HostSplit, MAX_PARTS, MIN_GAIN, MIN_LAYERS, splitText, START_SHARE, type SplitCells } from './host-split.ts';
 
 const P = 32;
-const at = (c: number, h: number): number => c * (P + 1) + h;
+const CELLS = (P + 1) * (MAX_PARTS * P + 1);
+const at = (c: number, h: number): number => c * (MAX_PARTS * P + 1) + h;
 
-/** A model machine: a layer of c cold experts, h on the host, takes max(host, GPU) us. */
-const machine = (hostUs: number, gpuUs: number) => (c: number, h: number): number => Math.max(h ? 5 + hostUs * h : 0, 25 + gpuUs * (c - h));
+/**
+ * A model machine: a layer of c cold experts, h parts of them on the host (parts an expert), takes max(host, GPU) us;
+ * a split expert costs the exchange of its units (3 us) on both sides.
+ */
+const machine = (hostUs: number, gpuUs: number, parts = 1) => (c: number, h: number): number => {
+  const x = h % parts ? 3 : 0;
+  return Math.max(h ? 5 + x + (hostUs * h) / parts : 0, 25 + x + gpuUs * (c - h / parts));
+};
 
 /**
  * The layers of one update as the kernels count them: `per` layers at each c in cs, most at the table's split and
- * every HOST_STATE.explore-th at a neighbour (one fewer, then one more), each taking time(c, h).
+ * every HOST_STATE.explore-th at a neighbour (one part fewer, then one more), each taking time(c, h).
  */
 function measure(split: HostSplit, time: (c: number, h: number) => number, cs: number[], per = 160): SplitCells {
-  const n = new Float64Array((P + 1) ** 2), ns = new Float64Array((P + 1) ** 2);
+  const n = new Float64Array(CELLS), ns = new Float64Array(CELLS);
+  const parts = split.report().parts;
   for (const c of cs) {
     const t = split.table()[c]!;
     for (let i = 0; i < per; i++) {
       const e = HOST_STATE.explore;
-      const h = Math.min(c, Math.max(0, i % e === 0 ? t + ((i / e) & 1 ? 1 : -1) : t));
+      const h = Math.min(c * parts, Math.max(0, i % e === 0 ? t + ((i / e) & 1 ? 1 : -1) : t));
       n[at(c, h)]! += 1;
       ns[at(c, h)]! += time(c, h) * 1e3;
     }
@@ -30,10 +39,12 @@ function measure(split: HostSplit, time: (c: number, h: number) => number, cs: n
 }
 const noWait = { n: 0, ns: 0 };
 
-test('fixedTakes: ceil(share x c), a share outside (0, 1] refused by name', () => {
+test('fixedTakes: ceil(share x c x parts) parts, a share outside (0, 1] refused by name', () => {
   assert.deepEqual(Array.from(fixedTakes(0.6, P).slice(0, 6)), [0, 1, 2, 2, 3, 3]);
   assert.deepEqual(Array.from(fixedTakes(1, 4)), [0, 1, 2, 3, 4]);
   assert.deepEqual(Array.from(fixedTakes(0.5, 4)), [0, 1, 1, 2, 2]);
+  assert.deepEqual(Array.from(fixedTakes(0.6, 4, 4)), [0, 3, 5, 8, 10], 'quarters: 0.75, 1.25, 2, 2.5 experts');
+  assert.deepEqual(Array.from(fixedTakes(1, 2, 4)), [0, 4, 8]);
   assert.throws(() => fixedTakes(0, P), /host experts: share must be in \(0, 1\], got 0/);
   assert.throws(() => fixedTakes(Number.NaN, P), /share must be in \(0, 1\]/);
 });
@@ -41,6 +52,7 @@ test('fixedTakes: ceil(share x c), a share outside (0, 1] refused by name', () =
 test('HostSplit starts at ceil(0.6 c) and moves each take[c] to its fastest measured neighbour, one step an update', () => {
   const split = new HostSplit(P);
   assert.deepEqual(Array.from(split.table()), Array.from(fixedTakes(START_SHARE, P)));
+  assert.throws(() => new HostSplit(P, 5), /parts must be an integer in 1\.\.4, got 5/);
   // A host much slower than the bus: the best split gives the host nothing, so take[4] walks 3 -> 2 -> 1 -> 0.
   const slowHost = machine(1000, 180);
   const walk: number[] = [];
@@ -51,23 +63,42 @@ test('HostSplit starts at ceil(0.6 c) and moves each take[c] to its fastest meas
   assert.ok(Math.abs(split.report().layerUs[4]! - slowHost(4, 0)) < 1, 'the layer time reported where the split stands');
 });
 
-test('HostSplit converges to the best split of each count on a model machine, and follows it when the host slows and recovers', () => {
-  const split = new HostSplit(P);
-  const best = (time: (c: number, h: number) => number, c: number): number => {
-    let b = 0;
-    for (let h = 1; h <= c; h++) if (time(c, h) < time(c, b)) b = h;
-    return b;
-  };
-  const cs = [1, 2, 3, 4, 5, 6];
-  for (const [hostUs, label] of [[90, 'fast host'], [160, 'slow host'], [90, 'fast again']] as const) {
-    const time = machine(hostUs, 180);
-    for (let u = 0; u < 12; u++) split.update(measure(split, time, cs), noWait);
-    // Each count's split is its best or within MIN_GAIN of it (a neighbour must win by that much to move it).
-    for (const c of cs) {
-      const t = split.table()[c]!;
-      assert.ok(time(c, t) <= time(c, best(time, c)) * (1 + MIN_GAIN) + 1e-9, `${label}, c ${c}: take ${t} (${time(c, t)} us), best ${best(time, c)} (${time(c, best(time, c))} us)`);
+for (const parts of [1, MAX_PARTS]) {
+  test(`HostSplit converges to the best split of each count on a model machine, and follows it when the host slows and recovers (${parts} part${parts > 1 ? 's' : ''} an expert)`, () => {
+    const split = new HostSplit(P, parts);
+    const best = (time: (c: number, h: number) => number, c: number): number => {
+      let b = 0;
+      for (let h = 1; h <= c * parts; h++) if (time(c, h) < time(c, b)) b = h;
+      return b;
+    };
+    const cs = [1, 2, 3, 4, 5, 6];
+    for (const [hostUs, label] of [[90, 'fast host'], [160, 'slow host'], [90, 'fast again']] as const) {
+      const time = machine(hostUs, 180, parts);
+      for (let u = 0; u < 12 * parts; u++) split.update(measure(split, time, cs), noWait);
+      // Each count's split is its best or within MIN_GAIN of it (a neighbour must win by that much to move it; the
+      // model machine's time falls toward the balance point, so a hill climb finds it).
+      for (const c of cs) {
+        const t = split.table()[c]!;
+        assert.ok(time(c, t) <= time(c, best(time, c)) * (1 + MIN_GAIN) + 1e-9, `${label}, c ${c}: take ${t} (${time(c, t)} us), best ${best(time, c)} (${time(c, best(time, c))} us)`);
+      }
     }
+  });
+}
+
+test('in quarters the split balances the sides closer than whole experts can: a layer of 1-3 cold experts on the model machine', () => {
+  const whole = new HostSplit(P, 1), quarters = new HostSplit(P, MAX_PARTS);
+  const wt = machine(105, 184, 1), qt = machine(105, 184, MAX_PARTS);
+  for (let u = 0; u < 48; u++) {
+    whole.update(measure(whole, wt, [1, 2, 3]), noWait);
+    quarters.update(measure(quarters, qt, [1, 2, 3]), noWait);
   }
+  // 1 cold expert: whole, the host's 110 us; in quarters 3 of 4 parts on the host, 87 us. 2: 209 us against 166.
+  assert.deepEqual(Array.from(whole.table().slice(1, 4)), [1, 1, 2]);
+  assert.equal(quarters.table()[1], 3);
+  assert.ok([5, 6].includes(quarters.table()[2]!), `c 2: ${quarters.table()[2]}`);
+  assert.equal(quarters.table()[3], 8);
+  for (const c of [1, 2]) assert.ok(qt(c, quarters.table()[c]!) < 0.85 * wt(c, whole.table()[c]!), `c ${c}`);
+  assert.ok(qt(3, quarters.table()[3]!) <= wt(3, whole.table()[3]!));
 });
 
 test('HostSplit does not move on too few layers or on a gain below MIN_GAIN; a fixed share never moves; waits are averaged', () => {
@@ -83,7 +114,7 @@ test('HostSplit does not move on too few layers or on a gain below MIN_GAIN; a f
   assert.equal(split.report().hostLayers, 40);
   assert.equal(split.report().meanWaitUs, 5);
 
-  const fixed = new HostSplit(P, 0.5);
+  const fixed = new HostSplit(P, 1, 0.5);
   for (let u = 0; u < 4; u++) assert.equal(fixed.update(measure(fixed, machine(600, 180), [1, 2, 3, 4]), noWait), false);
   assert.deepEqual(Array.from(fixed.table()), Array.from(fixedTakes(0.5, P)));
   assert.equal(fixed.report().mode, 'fixed');
@@ -98,7 +129,7 @@ test('the exploring layers rotate (op_host.cuh\'s rule over the routed-layer cou
   assert.equal(split.table()[3], 2);
   let routed = 0;
   for (let u = 0; u < 8; u++) {
-    const n = new Float64Array((P + 1) ** 2), ns = new Float64Array((P + 1) ** 2);
+    const n = new Float64Array(CELLS), ns = new Float64Array(CELLS);
     for (let step = 0; step < 64; step++) {
       for (let layer = 0; layer < L; layer++, routed++) {
         const e = HOST_STATE.explore, t = split.table()[3]!;
@@ -112,8 +143,11 @@ test('the exploring layers rotate (op_host.cuh\'s rule over the routed-layer cou
   assert.equal(split.table()[3], 1);
 });
 
-test('splitText: the table for 1-8 cold experts, the layer times measured there, the moves and the wait', () => {
+test('splitText: the table for 1-8 cold experts (in experts), the layer times measured there, the moves and the waits', () => {
   const split = new HostSplit(P);
   split.update(measure(split, machine(90, 180), [1]), { n: 4, ns: 4 * 2_500 });
-  assert.equal(splitText(split.report()), `split (measured) of 1-8 cold experts 1 2 2 3 3 4 5 5 to the host (a layer's cold phase there ${machine(90, 180)(1, 1)} - - - - - - - us; 0 table moves), the GPU waited 2.5 us a host layer`);
+  assert.equal(splitText(split.report()), `split (measured, 1 part an expert) of 1-8 cold experts 1 2 2 3 3 4 5 5 to the host (a layer's cold phase there ${machine(90, 180)(1, 1)} - - - - - - - us; 0 table moves), the GPU waited 2.5 us a host layer`);
+  const quarters = new HostSplit(P, MAX_PARTS, 0.6);
+  quarters.update(measure(quarters, machine(90, 180, MAX_PARTS), [1]), { n: 4, ns: 4 * 2_500 }, { n: 2, ns: 2 * 1_500 });
+  assert.equal(splitText(quarters.report()), `split (fixed, 4 parts an expert) of 1-8 cold experts 0.75 1.25 2 2.5 3 3.75 4.25 5 to the host (a layer's cold phase there ${machine(90, 180, MAX_PARTS)(1, 3).toFixed(0)} - - - - - - - us; 0 table moves), the GPU waited 2.5 us a host layer, 1.5 us for the host's units at 2 split layers`);
 });

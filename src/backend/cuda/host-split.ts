@@ -1,14 +1,16 @@
 // How the host expert lane splits a layer's cold experts with the GPU: of c distinct cold experts at a decode step the
-// host computes take[c] (from DRAM at the host's speed) while the GPU reads the other c - take[c] in place over the
-// bus, and the layer waits for the slower side. Which split is fastest moves with the machine (the host's speed
+// host computes take[c] parts (from DRAM at the host's speed; an expert counts `parts` parts: whole experts, and of
+// one more expert the first take[c] % parts parts of its units and features) while the GPU reads the rest in place over
+// the bus, and the layer waits for the slower side. Which split is fastest moves with the machine (the host's speed
 // drifted 10-20% between runs on the H200's host) and with contention (the GPU's in-place reads take DRAM bandwidth
 // from the host's threads), so no model of the two sides is trusted: op_host_collect times every layer's cold phase
-// (routing to answer) by its cell (c, h), every HOST_EXPLORE-th layer tries a neighbour of take[c] (one more or one
+// (routing to answer) by its cell (c, h), every HOST_EXPLORE-th layer tries a neighbour of take[c] (one part more or
 // fewer on the host), and each update moves take[c] to whichever of take[c] - 1, take[c], take[c] + 1 measured
-// fastest. The split only moves work between the sides: every pick has the same bits wherever it is computed.
+// fastest. The split only moves work between the sides: every unit and feature has the same bits wherever it is
+// computed.
 import { ResidencyError } from '../../errors.ts';
 
-/** Cell (c, h)'s layers and summed nanoseconds, row-major over c = 0..maxPicks, h = 0..maxPicks. */
+/** Cell (c, h)'s layers and summed nanoseconds, row-major over c = 0..maxPicks, h = 0..MAX_PARTS x maxPicks. */
 export interface SplitCells {
   readonly n: Float64Array;
   readonly ns: Float64Array;
@@ -21,10 +23,13 @@ export const MIN_LAYERS = 4;
 /** A neighbour must beat the current choice by this much (relative) to take its place: noise does not move the table. */
 export const MIN_GAIN = 0.02;
 
-/** take[c] = ceil(share c): a fixed share (--host-expert-share), and the measured split's start at 0.6. */
-export function fixedTakes(share: number, maxPicks: number): Int32Array {
+/** The most parts an expert counts (op_host.cuh HOST_PARTS): the cells' h runs to MAX_PARTS x maxPicks. */
+export const MAX_PARTS = 4;
+
+/** take[c] = ceil(share c parts) parts: a fixed share (--host-expert-share), and the measured split's start. */
+export function fixedTakes(share: number, maxPicks: number, parts = 1): Int32Array {
   if (!(share > 0 && share <= 1)) throw new ResidencyError('BAD_ARGUMENT', `host experts: share must be in (0, 1], got ${share}`);
-  return Int32Array.from({ length: maxPicks + 1 }, (_, c) => Math.min(c, Math.ceil(c * share - 1e-9)));
+  return Int32Array.from({ length: maxPicks + 1 }, (_, c) => Math.min(c * parts, Math.ceil(c * parts * share - 1e-9)));
 }
 
 /**
@@ -37,6 +42,8 @@ export const START_SHARE = 0.6;
 export interface SplitReport {
   /** 'measured': take[] follows the measured cells; 'fixed': a share given. */
   readonly mode: 'measured' | 'fixed';
+  /** Parts an expert counts; take[c] is in parts. */
+  readonly parts: number;
   readonly take: readonly number[];
   /** Mean cold phase of a layer (us) at take[c], by c (null: not measured). */
   readonly layerUs: readonly (number | null)[];
@@ -44,6 +51,9 @@ export interface SplitReport {
    * SPLIT_UPDATE_STEPS steps, one update behind); a wait that timed out is not among them. */
   readonly hostLayers: number;
   readonly meanWaitUs: number;
+  /** Layers with a split expert and the GPU's mean wait for the host's units of it (us), counted as hostLayers. */
+  readonly splitLayers: number;
+  readonly meanUnitsWaitUs: number;
   /** Updates that moved the table. */
   readonly moves: number;
 }
@@ -53,13 +63,15 @@ export class HostSplit {
   private readonly acc: SplitCells;
   private takes: Int32Array;
   private readonly waited = { n: 0, ns: 0 };
+  private readonly unitsWaited = { n: 0, ns: 0 };
   private moves = 0;
 
-  /** share: a fixed share (the table never moves); absent: measured, from START_SHARE. */
-  constructor(private readonly maxPicks: number, private readonly share?: number) {
-    const cells = (maxPicks + 1) ** 2;
+  /** parts: an expert's (1..MAX_PARTS); share: a fixed share (the table never moves); absent: measured, from START_SHARE. */
+  constructor(private readonly maxPicks: number, private readonly parts = 1, private readonly share?: number) {
+    if (!Number.isInteger(parts) || parts < 1 || parts > MAX_PARTS) throw new ResidencyError('BAD_ARGUMENT', `host experts: parts must be an integer in 1..${MAX_PARTS}, got ${parts}`);
+    const cells = (maxPicks + 1) * (MAX_PARTS * maxPicks + 1);
     this.acc = { n: new Float64Array(cells), ns: new Float64Array(cells) };
-    this.takes = fixedTakes(share ?? START_SHARE, maxPicks);
+    this.takes = fixedTakes(share ?? START_SHARE, maxPicks, parts);
   }
 
   get measured(): boolean {
@@ -71,22 +83,24 @@ export class HostSplit {
   }
 
   private mean(c: number, h: number): number | null {
-    const i = c * (this.maxPicks + 1) + h;
+    const i = c * (MAX_PARTS * this.maxPicks + 1) + h;
     return this.acc.n[i]! >= MIN_LAYERS ? this.acc.ns[i]! / this.acc.n[i]! / 1e3 : null;
   }
 
   /**
-   * What was measured since the last update: the cells' layers and times, the GPU's waits (layers, ns; summed over h).
-   * Decays the older measurements and (measured) moves each take[c] to its fastest measured neighbour. Returns whether
-   * the table changed.
+   * What was measured since the last update: the cells' layers and times, the GPU's waits for the answers and for the
+   * host's units of split experts (layers, ns). Decays the older measurements and (measured) moves each take[c] to its
+   * fastest measured neighbour. Returns whether the table changed.
    */
-  update(cells: SplitCells, wait: { n: number; ns: number }): boolean {
+  update(cells: SplitCells, wait: { n: number; ns: number }, unitsWait = { n: 0, ns: 0 }): boolean {
     for (let i = 0; i < this.acc.n.length; i++) {
       this.acc.n[i] = KEEP * this.acc.n[i]! + cells.n[i]!;
       this.acc.ns[i] = KEEP * this.acc.ns[i]! + cells.ns[i]!;
     }
     this.waited.n += wait.n;
     this.waited.ns += wait.ns;
+    this.unitsWaited.n += unitsWait.n;
+    this.unitsWaited.ns += unitsWait.ns;
     if (!this.measured) return false;
     let changed = false;
     for (let c = 1; c <= this.maxPicks; c++) {
@@ -95,7 +109,7 @@ export class HostSplit {
       if (here === null) continue;
       let best = t, bestUs = here * (1 - MIN_GAIN);
       for (const h of [t - 1, t + 1]) {
-        if (h < 0 || h > c) continue;
+        if (h < 0 || h > c * this.parts) continue;
         const us = this.mean(c, h);
         if (us !== null && us < bestUs) { best = h; bestUs = us; }
       }
@@ -107,16 +121,19 @@ export class HostSplit {
 
   report(): SplitReport {
     return {
-      mode: this.measured ? 'measured' : 'fixed', take: Array.from(this.takes),
+      mode: this.measured ? 'measured' : 'fixed', parts: this.parts, take: Array.from(this.takes),
       layerUs: Array.from(this.takes, (h, c) => (c === 0 ? null : this.mean(c, h))),
-      hostLayers: this.waited.n, meanWaitUs: this.waited.n ? this.waited.ns / this.waited.n / 1e3 : 0, moves: this.moves,
+      hostLayers: this.waited.n, meanWaitUs: this.waited.n ? this.waited.ns / this.waited.n / 1e3 : 0,
+      splitLayers: this.unitsWaited.n, meanUnitsWaitUs: this.unitsWaited.n ? this.unitsWaited.ns / this.unitsWaited.n / 1e3 : 0, moves: this.moves,
     };
   }
 }
 
-/** The split in a line (logs): the table for 1-8 cold experts, a layer's time there, the table's moves, the GPU's wait. */
+/** The split in a line (logs): the table for 1-8 cold experts (in experts), a layer's time there, the table's moves, the GPU's waits. */
 export function splitText(r: SplitReport): string {
   const us = r.layerUs.slice(1, 9).map((u) => (u === null ? '-' : u.toFixed(0))).join(' ');
-  return `split (${r.mode}) of 1-8 cold experts ${r.take.slice(1, 9).join(' ')} to the host (a layer's cold phase there ${us} us; ` +
-    `${r.moves} table moves), the GPU waited ${r.meanWaitUs.toFixed(1)} us a host layer`;
+  const experts = r.take.slice(1, 9).map((t) => +(t / r.parts).toFixed(2)).join(' ');
+  return `split (${r.mode}, ${r.parts} part${r.parts === 1 ? '' : 's'} an expert) of 1-8 cold experts ${experts} to the host (a layer's cold phase there ${us} us; ` +
+    `${r.moves} table moves), the GPU waited ${r.meanWaitUs.toFixed(1)} us a host layer` +
+    (r.splitLayers ? `, ${r.meanUnitsWaitUs.toFixed(1)} us for the host's units at ${r.splitLayers} split layers` : '');
 }

@@ -29,7 +29,7 @@ const GEMM_TC_NAMES = INFIXES.flatMap((w) => EPILOGUES.map((e): GemmTcName => `o
 const ATTEND_NAMES = (['', '_decode'] as const).flatMap((v) => ([32, 64, 128] as const).flatMap((hd) => ([1, 2, 4, 8, 16] as const).map((g): AttendName => `op_attend${v}_hd${hd}_g${g}`)));
 const OP_KERNELS = [
   ...GEMV_NAMES, ...GEMV_COMBINE_NAMES, ...GEMV_EVEN_NAMES, ...GEMM_TC_NAMES, 'op_qk_norm_whole', 'op_qk_rope_kv', ...ATTEND_NAMES, 'op_attend_merge',
-  'op_route_group', 'op_route_rows', 'op_group', 'op_residual_norm', 'op_argmax_rows', 'op_host_collect',
+  'op_route_group', 'op_route_rows', 'op_group', 'op_residual_norm', 'op_argmax_rows', 'op_host_exchange', 'op_host_collect',
   'op_mla_norm_rope_kv', 'op_mla_q_absorb', 'op_mla_q_absorb_fp8', 'op_mla_attend', 'op_mla_o_absorb', 'op_mla_o_absorb_fp8',
 ] as const;
 

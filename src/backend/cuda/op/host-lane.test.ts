@@ -14,7 +14,7 @@ import { FakeCudaDriver } from '../fake-driver.ts';
 import { KERNEL_GROUPS } from '../kernels.ts';
 import { CudaOpBackend, type OpBackendOptions } from './op-backend.ts';
 import { HOST_STATE, hostLaneRefusal, hostThreadsNote, MAILBOX, SPLIT_UPDATE_STEPS, type HostLaneLib } from '../host-experts.ts';
-import { fixedTakes, START_SHARE } from '../host-split.ts';
+import { fixedTakes, MAX_PARTS, START_SHARE } from '../host-split.ts';
 import { expertRowLayout } from '../device-weights.ts';
 
 const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-host-lane-'));
@@ -77,13 +77,13 @@ function decodeSteps(be: CudaOpBackend) {
 
 const hostPost = (l: { args: unknown[] }): Buffer => Buffer.from((l.args[2] as { bytes: Uint8Array }).bytes);
 
-test('host lane: a decode step posts each MoE layer\'s cold experts (route_group\'s HostPost), collects them after the down product, and combines in the next norm, at batch 1 and 2', () => {
+test('host lane: a decode step posts each MoE layer\'s cold experts (route_group\'s HostPost), exchanges a split expert\'s units between the products, collects after the down product, and combines in the next norm, at batch 1 and 2', () => {
   const { lib, calls } = stubLib();
   const threads = availableParallelism();
   const { d, be } = build({ hostExperts: { lib, threads, share: 0.5 } });
   const lane = be.hostLane!;
   assert.ok(lane && lane.threads === threads && lane.simd);
-  assert.match(be.hotReason, new RegExp(`host expert lane: ${threads} threads \\(AVX-512\\) compute 50% of each layer's cold experts at decode steps of up to 8 rows`));
+  assert.match(be.hotReason, new RegExp(`host expert lane: ${threads} threads \\(AVX-512\\) compute 50% of each layer's cold experts \\(in 4 parts an expert: one a layer may be split with the GPU\\) at decode steps of up to 8 rows`));
   const note = hostThreadsNote(threads); // every CPU a lane thread (null on a 1-CPU machine)
   if (note) assert.ok(be.hotReason.endsWith(`(${note})`), 'serve says what that leaves the engine');
   const [t0, H, I, layers, hotRows, coldRows, rowBytes] = calls.start[0]! as number[];
@@ -98,7 +98,7 @@ test('host lane: a decode step posts each MoE layer\'s cold experts (route_group
       const p = hostPost(r);
       assert.equal(p.readBigUInt64LE(0), lane.mailboxDev);
       assert.equal(p.readBigUInt64LE(8), lane.stateDev);
-      assert.deepEqual([p.readInt32LE(24), p.readInt32LE(28), p.readInt32LE(32), p.readInt32LE(36)], [be.banks.hotRowsAllocated, 0, 64, m], 'hot rows, (unused), H, layer');
+      assert.deepEqual([p.readInt32LE(24), p.readInt32LE(28), p.readInt32LE(32), p.readInt32LE(36)], [be.banks.hotRowsAllocated, 32, 64, m], 'hot rows, I, H, layer');
     });
     assert.equal(step.filter((l) => /_combine$/.test(l.name)).length, 0, 'no fused combine: the next norm combines');
     const names = step.map((l) => l.name);
@@ -107,7 +107,14 @@ test('host lane: a decode step posts each MoE layer\'s cold experts (route_group
     for (const i of collects) {
       assert.match(names[i - 1]!, new RegExp(`^op_gemv_b${rows}_r[12]_store$`), 'right after the down product');
       assert.equal(step[i]!.args[0] && (step[i]!.args[0] as { u64: bigint }).u64, lane.mailboxDev);
+      // Between gate | up and down: the split expert's exchange; each product computes it from the split on.
+      assert.equal(names[i - 2], 'op_host_exchange');
+      assert.match(names[i - 3]!, new RegExp(`^op_gemv_b${rows}_r[12]_swiglu$`));
+      const part = (l: { args: unknown[] }): bigint => Buffer.from((l.args[0] as { bytes: Uint8Array }).bytes).readBigUInt64LE(256);
+      assert.equal(part(step[i - 3]!), lane.stateDev + BigInt(4 * HOST_STATE.splitGateUp), 'gate | up: {slot, first unit}');
+      assert.equal(part(step[i - 1]!), lane.stateDev + BigInt(4 * HOST_STATE.splitDown), 'down: {slot, first feature}');
     }
+    assert.equal(names.filter((n) => n === 'op_host_exchange').length, spec.numLayers);
     assert.equal(names.filter((n) => n === 'op_residual_norm').length, spec.numLayers + 1, 'each layer\'s picks combined by the next norm');
   }
 
@@ -123,7 +130,8 @@ test('host lane: every 64 steps the GPU\'s counts come back, and a split they mo
   assert.match(be.hotReason, /compute a share chosen from the layers' measured times of each layer's cold experts/);
   const before = lane.stats().split;
   assert.equal(before.mode, 'measured');
-  assert.deepEqual(before.take, Array.from(fixedTakes(START_SHARE, MAILBOX.maxPicks)));
+  assert.deepEqual(before.take, Array.from(fixedTakes(START_SHARE, MAILBOX.maxPicks, MAX_PARTS)));
+  assert.deepEqual(before.take.slice(0, 4), [0, 3, 5, 8], 'in quarters');
   const statsBytes = 4 * (HOST_STATE.words - HOST_STATE.waitStats);
   const steps = decodeSteps(be);
   steps(SPLIT_UPDATE_STEPS - 1);
@@ -132,21 +140,24 @@ test('host lane: every 64 steps the GPU\'s counts come back, and a split they mo
   assert.equal(d.dtohBytes.filter((b) => b === statsBytes).length, 1, 'the GPU\'s counts copied back at the first update');
   const takeAt = lane.stateDev + BigInt(4 * HOST_STATE.take);
   assert.equal(d.htodCarried.filter((c) => c.dst === takeAt).length, 0, 'no table before anything is measured');
-  // What that copy brought back (the fake driver copies nothing): layers of one cold expert ran 200 us on the host
-  // (c 1, h 1) and 150 us on the GPU (h 0), and the GPU waited 5 us over the host's 20 layers.
+  // What that copy brought back (the fake driver copies nothing): layers of one cold expert ran 200 us with 3 of its
+  // 4 parts on the host (c 1, h 3) and 150 us with 2 (h 2), and the GPU waited 5 us over the host's 20 layers, 2 us
+  // for the host's units at 10 of them.
   const io = (lane as unknown as { io: { host: Uint8Array } }).io.host;
   const counts = new BigUint64Array(io.buffer, io.byteOffset + 256, statsBytes / 8);
-  const cell = (c: number, h: number): number => 2 * (33 + c * 33 + h);
-  counts[2] = 20n;
-  counts[3] = 20n * 5000n;
-  [[1, 1, 20n, 200_000n], [1, 0, 10n, 150_000n]].forEach(([c, h, n, ns]) => { counts[cell(Number(c), Number(h))] = BigInt(n!); counts[cell(Number(c), Number(h)) + 1] = BigInt(n!) * BigInt(ns!); });
+  const cell = (c: number, h: number): number => 4 + 2 * (c * (MAX_PARTS * MAILBOX.maxPicks + 1) + h);
+  counts[0] = 20n;
+  counts[1] = 20n * 5000n;
+  counts[2] = 10n;
+  counts[3] = 10n * 2000n;
+  [[1, 3, 20n, 200_000n], [1, 2, 10n, 150_000n]].forEach(([c, h, n, ns]) => { counts[cell(Number(c), Number(h))] = BigInt(n!); counts[cell(Number(c), Number(h)) + 1] = BigInt(n!) * BigInt(ns!); });
   steps(SPLIT_UPDATE_STEPS - 1);
   const launchesBefore = d.launches.length;
   steps(1); // the second update: the new table is queued ahead of this step's launches, on its stream
   const after = lane.stats().split;
-  assert.deepEqual(after.take.slice(0, 4), [0, 0, 2, 2], 'one cold expert: the GPU\'s, measured faster');
+  assert.deepEqual(after.take.slice(0, 4), [0, 2, 5, 8], 'one cold expert: half on each side, measured faster');
   assert.equal(after.layerUs[1], 150);
-  assert.deepEqual([after.hostLayers, after.meanWaitUs], [20, 5]);
+  assert.deepEqual([after.hostLayers, after.meanWaitUs, after.splitLayers, after.meanUnitsWaitUs], [20, 5, 10, 2]);
   const sent = d.htodCarried.filter((c) => c.dst === takeAt);
   assert.equal(sent.length, 1, 'the new table queued once');
   assert.equal(sent[0]!.afterLaunches, launchesBefore, 'before the step\'s first kernel');
@@ -161,7 +172,7 @@ test('host lane: every 64 steps the GPU\'s counts come back, and a split they mo
   decodeSteps(f.be)(2 * SPLIT_UPDATE_STEPS);
   const split = f.be.hostLane!.stats().split;
   assert.equal(split.mode, 'fixed');
-  assert.deepEqual(split.take.slice(0, 5), [0, 1, 1, 2, 2], 'ceil(0.5 c)');
+  assert.deepEqual(split.take.slice(0, 5), [0, 2, 4, 6, 8], 'ceil(0.5 c) experts in quarters');
   assert.equal(f.d.htodCarried.filter((c) => c.dst === f.be.hostLane!.stateDev + BigInt(4 * HOST_STATE.take)).length, 0);
   f.be.dispose();
 });
@@ -176,10 +187,18 @@ test('host lane: the device state\'s layout is op_host.cuh\'s (HOST_STATE)', () 
     return Function(`return ${expr}`)() as number;
   };
   assert.deepEqual(
-    { take: value('HOST_TAKE'), waitStats: value('HOST_WAIT_STATS'), cells: value('HOST_CELLS'), words: value('HOST_STATE_WORDS'), explore: value('HOST_EXPLORE') },
+    {
+      splitGateUp: value('HOST_SPLIT_GU'), splitDown: value('HOST_SPLIT_DOWN'), splitMask: value('HOST_SPLIT_MASK'), parts: value('HOST_PARTS_AT'),
+      take: value('HOST_TAKE'), waitStats: value('HOST_WAIT_STATS'), cells: value('HOST_CELLS'), words: value('HOST_STATE_WORDS'), explore: value('HOST_EXPLORE'),
+    },
     { ...HOST_STATE },
   );
   assert.equal(value('HOST_MAX_PICKS'), MAILBOX.maxPicks);
+  assert.equal(value('HOST_PARTS'), MAX_PARTS);
+  // The mailbox's fields where op_host.cuh's static_assert puts them.
+  for (const [field, at] of [['split_slot', MAILBOX.splitSlot], ['gpu_act_seq', MAILBOX.gpuActSeq], ['done_seq', MAILBOX.doneSeq], ['gpu_timeouts', MAILBOX.gpuTimeouts], ['host_act_seq', MAILBOX.hostActSeq]] as const) {
+    assert.match(header, new RegExp(`offsetof\\(HostMailbox, ${field}\\) == ${at}\\b`), field);
+  }
 });
 
 test('host lane: serve names a thread count above the default (the CPUs less 2) and what it leaves the engine', () => {
@@ -196,10 +215,11 @@ test('host lane: a decode step of more than 32 picks (16 rows at top-4) posts no
   const { lib } = stubLib();
   // Every decode bucket on the gemv path (the 16-row one too), so only the 32-pick bound keeps the lane off there.
   const { d, be } = build({ hostExperts: { lib }, maxNumSeqs: 16, tensorCoreDecodeRows: 0 }, m4);
-  assert.match(be.hotReason, /cold experts at decode steps of up to 8 rows/);
+  assert.match(be.hotReason, /cold experts \(in 4 parts an expert: one a layer may be split with the GPU\) at decode steps of up to 8 rows/);
   const wide = decodeLaunches(d, be, 9); // the 16-row bucket: 64 picks
   assert.ok(wide.filter((l) => l.name === 'op_route_group').every((r) => hostPost(r).every((b) => b === 0)), '16 rows: no host lane');
-  assert.equal(wide.filter((l) => l.name === 'op_host_collect').length, 0);
+  assert.equal(wide.filter((l) => l.name === 'op_host_collect' || l.name === 'op_host_exchange').length, 0);
+  assert.ok(wide.filter((l) => /^op_gemv/.test(l.name)).every((l) => Buffer.from((l.args[0] as { bytes: Uint8Array }).bytes).readBigUInt64LE(256) === 0n), 'no split for the products');
   const eight = decodeLaunches(d, be, 8);
   assert.equal(eight.filter((l) => l.name === 'op_host_collect').length, m4.spec.numLayers);
   be.dispose();
@@ -219,6 +239,11 @@ test('host lane: with every expert hot there is nothing to compute (no lane, and
   assert.equal(calls.start.length, 0);
   be.dispose();
   assert.throws(() => build({ hostExperts: { lib, share: 0 } }), /host experts: share must be in \(0, 1\], got 0/);
+  assert.throws(() => build({ hostExperts: { lib, parts: 5 } }), /--host-expert-parts: expected an integer in 1\.\.4, got 5/);
+  const whole = build({ hostExperts: { lib, parts: 1 } });
+  assert.match(whole.be.hotReason, /of each layer's cold experts at decode steps/, 'whole experts: no split named');
+  assert.equal(whole.be.hostLane!.stats().split.parts, 1);
+  whole.be.dispose();
   assert.throws(() => build({ hostExperts: { lib, share: 1.5 } }), /share must be in \(0, 1\]/);
   assert.throws(() => build({ hostExperts: { lib, threads: availableParallelism() + 1 } }), /--host-experts: threads must be an integer in 1\.\.\d+ \(the CPUs this process may use\)/);
 });

@@ -25,9 +25,11 @@ export interface GemmArgs {
   early?: boolean;
   /** Gemv: op_common.cuh's L2_* bits (evict-first weight loads). */
   l2?: number;
+  /** Grouped gemv at a host lane step: device {slot, first feature} of the expert split with the host (op_host.cuh). */
+  part?: bigint;
 }
 
-export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8 + 2 * 8 + 4 * 4 + 2 * 8 + 4 * 4 + 2 * 4;
+export const GEMM_PROBLEM_BYTES = 14 * 8 + 2 * 8 + 8 * 4 + 2 * 8 + 8 + 2 * 8 + 4 * 4 + 2 * 8 + 4 * 4 + 2 * 4 + 8;
 
 export function encodeGemm(a: GemmArgs): Uint8Array {
   const b = Buffer.alloc(GEMM_PROBLEM_BYTES);
@@ -49,6 +51,7 @@ export function encodeGemm(a: GemmArgs): Uint8Array {
   b.writeInt32LE(a.guInterleave ? 1 : 0, 240);
   b.writeInt32LE(a.early ? 1 : 0, 248);
   b.writeInt32LE(a.l2 ?? 0, 252);
+  b.writeBigUInt64LE(a.part ?? 0n, 256);
   return b;
 }
 
@@ -164,7 +167,7 @@ export function encodeGroups(g: GroupArrays): Uint8Array {
 }
 
 /** op_host.cuh's HostPost: what a decode step's routing needs to hand picks to the host expert lane (mailbox 0n: none). */
-export interface HostPostArgs { mailbox: bigint; state: bigint; x: bigint; hotRows: number; H: number; layer: number }
+export interface HostPostArgs { mailbox: bigint; state: bigint; x: bigint; hotRows: number; I: number; H: number; layer: number }
 export const HOST_POST_BYTES = 40;
 export function encodeHostPost(h: HostPostArgs | null): Uint8Array {
   const b = Buffer.alloc(HOST_POST_BYTES);
@@ -172,7 +175,7 @@ export function encodeHostPost(h: HostPostArgs | null): Uint8Array {
   b.writeBigUInt64LE(h.mailbox, 0);
   b.writeBigUInt64LE(h.state, 8);
   b.writeBigUInt64LE(h.x, 16);
-  [h.hotRows, 0, h.H, h.layer].forEach((v, i) => b.writeInt32LE(v, 24 + 4 * i));
+  [h.hotRows, h.I, h.H, h.layer].forEach((v, i) => b.writeInt32LE(v, 24 + 4 * i));
   return b;
 }
 

@@ -252,7 +252,7 @@ export class CudaOpBackend implements Backend {
       if (opts.hostExperts) {
         this.hostLane = this.startHostLane(opts.hostExperts, scope);
         this.hotReason += this.hostLane
-          ? `; host expert lane: ${this.hostLane.threads} threads (${this.hostLane.simd ? 'AVX-512' : 'reference loop'}) compute ${opts.hostExperts.share !== undefined ? `${+(opts.hostExperts.share * 100).toFixed(1)}%` : 'a share chosen from the layers\' measured times'} of each layer's cold experts at decode steps of up to ${Math.max(0, ...this.buckets.filter((b) => b * spec.topK <= MAILBOX.maxPicks && this.gemvFor(true, b)))} rows`
+          ? `; host expert lane: ${this.hostLane.threads} threads (${this.hostLane.simd ? 'AVX-512' : 'reference loop'}) compute ${opts.hostExperts.share !== undefined ? `${+(opts.hostExperts.share * 100).toFixed(1)}%` : 'a share chosen from the layers\' measured times'} of each layer's cold experts${this.hostLane.parts > 1 ? ` (in ${this.hostLane.parts} parts an expert: one a layer may be split with the GPU)` : ''} at decode steps of up to ${Math.max(0, ...this.buckets.filter((b) => b * spec.topK <= MAILBOX.maxPicks && this.gemvFor(true, b)))} rows`
           : '; host expert lane: off (no expert is cold)';
         const note = this.hostLane ? hostThreadsNote(this.hostLane.threads) : null;
         if (note) this.hotReason += ` (${note})`;

@@ -48,9 +48,9 @@ describe('op path planning', () => {
     assert.equal(oneWaveFeatureBlocks(32, 2, 1, 132), 4); // no more blocks than a feature a warp
   });
   it('layouts: GemmProblem fields at the C offsets (op_common.cuh), step rows 8-aligned and compact', () => {
-    const b = Buffer.from(encodeGemm({ x: 1n, y: 2n, pickW: 21n, tileRow0: 14n, rowBytes: 99, wOff: 7, ldx: 3, ldy: 4, O: 5, K: 6, rows: 8, xDiv: 9, hotRows: 10, normW: 11n, normOut: 12n, eps: 0.5, scales: 13n, sOff: 15, sRows: 128, sCols: 64, sLd: 16, bias: 17n, bOff: 18, limit: 7, alpha: 1.5, guInterleave: true, early: true, l2: 1 }));
+    const b = Buffer.from(encodeGemm({ x: 1n, y: 2n, pickW: 21n, tileRow0: 14n, rowBytes: 99, wOff: 7, ldx: 3, ldy: 4, O: 5, K: 6, rows: 8, xDiv: 9, hotRows: 10, normW: 11n, normOut: 12n, eps: 0.5, scales: 13n, sOff: 15, sRows: 128, sCols: 64, sLd: 16, bias: 17n, bOff: 18, limit: 7, alpha: 1.5, guInterleave: true, early: true, l2: 1, part: 19n }));
     assert.equal(b.byteLength, GEMM_PROBLEM_BYTES);
-    assert.equal(b.byteLength, 256);
+    assert.equal(b.byteLength, 264);
     assert.equal(b.readBigUInt64LE(8 * 13), 14n);
     assert.equal(b.readBigUInt64LE(64), 21n); // pick_w
     assert.equal(b.readBigInt64LE(112), 99n);
@@ -67,6 +67,7 @@ describe('op path planning', () => {
     assert.deepEqual([b.readFloatLE(232), b.readFloatLE(236), b.readInt32LE(240)], [7, 1.5, 1]);
     assert.equal(b.readInt32LE(248), 1);
     assert.equal(b.readInt32LE(252), 1);
+    assert.equal(b.readBigUInt64LE(256), 19n); // part
     // No bias given: b_off -1 (none), a bank row's bias is never at byte 0.
     assert.equal(Buffer.from(encodeGemm({ x: 1n, y: 2n, ldx: 1, ldy: 1, O: 1, K: 32 })).readBigInt64LE(224), -1n);
     for (const T of [1, 2, 4, 16, 2048]) {

@@ -14,7 +14,7 @@ import type { CudaDriver, KernelArg } from '../driver.ts';
 import type { AttendHeadDim, KernelName, WeightInfix } from '../kernels.ts';
 import { bucketFor } from '../plan.ts';
 import { combineSmemBytes, encodeAttn, encodeGemm, encodeGroups, encodeHostPost, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, groupSmemBytes, maxGroupedTiles, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type GemmArgs, type RouteMode } from './layout.ts';
-import { MAILBOX } from '../host-experts.ts';
+import { HOST_STATE, MAILBOX } from '../host-experts.ts';
 import { combineRowsPerWarp, DECODE_MAX_ROWS, gemvRowsPerWarp, oneWaveFeatureBlocks } from './plan.ts';
 import type { DenseDev, LayerDev } from './resident-weights.ts';
 import { ARGMAX_BLOCKS } from './workspace.ts';
@@ -207,7 +207,7 @@ export class OpStepKernels {
       });
       const groups = encodeGroups({ n: this.ptr('grpN'), slot: this.ptr('grpSlot'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
       if (gemv) {
-        const post = lane ? { mailbox: lane.mailboxDev, state: lane.stateDev, x: this.ptr('xn'), hotRows: banks.hotRowsAllocated, H, layer: m } : null;
+        const post = lane ? { mailbox: lane.mailboxDev, state: lane.stateDev, x: this.ptr('xn'), hotRows: banks.hotRowsAllocated, I, H, layer: m } : null;
         this.launch('op_route_group', [1, 1, 1], 32 * Math.max(4, T), routeGroupSmemBytes(T, K, E, this.routeMode), [{ bytes: route }, { bytes: groups }, { bytes: encodeHostPost(post) }]);
       } else {
         this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, routeRowsSmemBytes(this.routeMode, E), [{ bytes: route }]);
@@ -221,12 +221,20 @@ export class OpStepKernels {
       };
       const row = this.rowLayout;
       const act = s.expertAct ? { limit: s.expertAct.limit, alpha: s.expertAct.alpha } : {};
+      // With the lane an expert may be split with the host: each product computes its units / features from the split on.
+      const part = (at: number) => (lane ? { part: lane.stateDev + BigInt(4 * at) } : {});
       this.product('experts_gate_up', gemv, T, 'swiglu', {
         ...grouped, x: this.ptr('xn'), y: this.ptr('act'), ldx: H, ldy: I, O: I, K: H, xDiv: K, wOff: row.gateUpAt, sOff: row.gateUpGridAt, ...gridArgs(row.gateUp),
-        bOff: row.gateUpBiasAt, guInterleave: row.interleaved, ...act,
+        bOff: row.gateUpBiasAt, guInterleave: row.interleaved, ...act, ...part(HOST_STATE.splitGateUp),
       }, row.format);
+      if (lane) {
+        // The split expert's units: the GPU's to the host, the host's into act.
+        this.role = 'host_exchange';
+        this.launch('op_host_exchange', [1, 1, 1], 256, 0, [u64(lane.mailboxDev), u64(lane.stateDev), u64(this.ptr('act')), i32(H), i32(I)]);
+        this.role = '';
+      }
       // The down product's groups were written by the routing, before gate/up: its weights may load early.
-      const down = { ...grouped, x: this.ptr('act'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down), bOff: row.downBiasAt };
+      const down = { ...grouped, x: this.ptr('act'), ldx: I, ldy: H, O: H, K: I, xDiv: 1, wOff: row.downAt, sOff: row.downGridAt, ...gridArgs(row.down), bOff: row.downBiasAt, ...part(HOST_STATE.splitDown) };
       if (combine) {
         // Each pick's bank row from the routing's pick slots; the picks combined onto hidden in the epilogue.
         const pickW = this.ptr('pickW') + BigInt(4 * m * K);
