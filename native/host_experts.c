@@ -393,7 +393,21 @@ static void answer(Lane* L, int t) {
   // computing it was slower: 1 / 4 picks 120-132 / 459-496 against 118-122 / 427-443 us; 4 rows each 148-158 /
   // 587-741 against 135-138 / 457-513; bench/tiered/results/host-lane-2026-12-02.md, session 7 call 4).
   const int spread = simd && (L->flags & HE_PREFETCH);
-  share(mw * I + su, t, T, &b, &e);
+  // The split expert's picks: hs[q0 .. q0 + sp).
+  const int q0 = L->job.ex_start[mw], sp = L->job.ex_start[m] - q0;
+  if (split) {
+    // Its units first, each also written to the mailbox (plain order), so the GPU, which needs them for its features
+    // of the down product, has them while the host goes on with its whole experts.
+    share(su, t, T, &b, &e);
+    for (int j = b; j < e; j++) {
+      const NextUnit next = {rows[mw], j + 1};
+      gate_up_unit(rows[mw], L->rl, H, j, xs + q0, hs + q0, sp, simd, spread && j + 1 < e ? &next : NULL);
+      for (int q = q0; q < q0 + sp; q++) L->act[(size_t)L->job.pick_of[q] * I + j] = hs[q][simd ? lane_major(j) : (size_t)j];
+    }
+    barrier(L);
+    if (t == 0) atomic_store_explicit(&L->mb->host_act_seq, L->job.seq, memory_order_release);
+  }
+  share(mw * I, t, T, &b, &e);
   for (int u = b; u < e; u++) {
     const int v = u + 1;
     const NextUnit next = {v < e ? rows[v / I] : NULL, v % I};
@@ -401,18 +415,6 @@ static void answer(Lane* L, int t) {
     gate_up_unit(rows[u / I], L->rl, H, u % I, xs + x0, hs + x0, L->job.ex_start[u / I + 1] - x0, simd, spread && v < e ? &next : NULL);
   }
   barrier(L);
-  // The split expert's picks: hs[q0 .. q0 + sp).
-  const int q0 = L->job.ex_start[mw], sp = L->job.ex_start[m] - q0;
-  if (split) {
-    // The host's units of it to the GPU (plain order), then their sequence number.
-    share(sp * su, t, T, &b, &e);
-    for (int i = b; i < e; i++) {
-      const int q = q0 + i / su, j = i % su;
-      L->act[(size_t)L->job.pick_of[q] * I + j] = hs[q][simd ? lane_major(j) : (size_t)j];
-    }
-    barrier(L);
-    if (t == 0) atomic_store_explicit(&L->mb->host_act_seq, L->job.seq, memory_order_release);
-  }
   share(mw * H, t, T, &b, &e);
   for (int u = b; u < e; u++) {
     const int v = u + 2;

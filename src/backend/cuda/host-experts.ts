@@ -12,7 +12,7 @@ import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertRowLayout } from './device-weights.ts';
 import type { CudaDriver } from './driver.ts';
 import { kernelDirCandidates } from './kernels.ts';
-import { HostSplit, MAX_PARTS, type SplitCells, type SplitReport } from './host-split.ts';
+import { checkParts, HostSplit, MAX_PARTS, type SplitCells, type SplitReport } from './host-split.ts';
 import { ResourceScope } from './resource-scope.ts';
 
 const MAX_PICKS = 32;
@@ -193,10 +193,7 @@ export class HostExpertLane {
     const H = banks.hiddenSize;
     this.hidden = H;
     this.intermediate = banks.intermediate;
-    const parts = opts.parts ?? MAX_PARTS;
-    if (!Number.isInteger(parts) || parts < 1 || parts > MAX_PARTS) {
-      throw new ResidencyError('BAD_ARGUMENT', `--host-expert-parts: expected an integer in 1..${MAX_PARTS}, got ${opts.parts}`);
-    }
+    const parts = checkParts(opts.parts ?? MAX_PARTS);
     this.parts = parts;
     this.threads = opts.threads ?? defaultHostThreads();
     const cpus = availableParallelism();

@@ -52,7 +52,7 @@ test('fixedTakes: ceil(share x c x parts) parts, a share outside (0, 1] refused 
 test('HostSplit starts at ceil(0.6 c) and moves each take[c] to its fastest measured neighbour, one step an update', () => {
   const split = new HostSplit(P);
   assert.deepEqual(Array.from(split.table()), Array.from(fixedTakes(START_SHARE, P)));
-  assert.throws(() => new HostSplit(P, 5), /parts must be an integer in 1\.\.4, got 5/);
+  assert.throws(() => new HostSplit(P, 5), /--host-expert-parts: expected an integer in 1\.\.4, got 5/);
   // A host much slower than the bus: the best split gives the host nothing, so take[4] walks 3 -> 2 -> 1 -> 0.
   const slowHost = machine(1000, 180);
   const walk: number[] = [];

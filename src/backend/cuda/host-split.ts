@@ -26,6 +26,12 @@ export const MIN_GAIN = 0.02;
 /** The most parts an expert counts (op_host.cuh HOST_PARTS): the cells' h runs to MAX_PARTS x maxPicks. */
 export const MAX_PARTS = 4;
 
+/** parts (an expert's in the split) if an integer in 1..MAX_PARTS, else refused by name. */
+export function checkParts(parts: number): number {
+  if (!Number.isInteger(parts) || parts < 1 || parts > MAX_PARTS) throw new ResidencyError('BAD_ARGUMENT', `--host-expert-parts: expected an integer in 1..${MAX_PARTS}, got ${parts}`);
+  return parts;
+}
+
 /** take[c] = ceil(share c parts) parts: a fixed share (--host-expert-share), and the measured split's start. */
 export function fixedTakes(share: number, maxPicks: number, parts = 1): Int32Array {
   if (!(share > 0 && share <= 1)) throw new ResidencyError('BAD_ARGUMENT', `host experts: share must be in (0, 1], got ${share}`);
@@ -68,7 +74,7 @@ export class HostSplit {
 
   /** parts: an expert's (1..MAX_PARTS); share: a fixed share (the table never moves); absent: measured, from START_SHARE. */
   constructor(private readonly maxPicks: number, private readonly parts = 1, private readonly share?: number) {
-    if (!Number.isInteger(parts) || parts < 1 || parts > MAX_PARTS) throw new ResidencyError('BAD_ARGUMENT', `host experts: parts must be an integer in 1..${MAX_PARTS}, got ${parts}`);
+    checkParts(parts);
     const cells = (maxPicks + 1) * (MAX_PARTS * maxPicks + 1);
     this.acc = { n: new Float64Array(cells), ns: new Float64Array(cells) };
     this.takes = fixedTakes(share ?? START_SHARE, maxPicks, parts);

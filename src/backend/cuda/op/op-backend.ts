@@ -28,7 +28,7 @@ import { checkStepChunks } from '../step-chunks.ts';
 import { OpStepKernels, raiseSharedMemoryLimits, type RecordedLaunch } from './step-kernels.ts';
 import { scatterRouting } from '../routing-record.ts';
 import { HostExpertLane, hostLaneRefusal, hostThreadsNote, MAILBOX, type HostExpertsOptions } from '../host-experts.ts';
-import { fixedTakes } from '../host-split.ts';
+import { checkParts, fixedTakes } from '../host-split.ts';
 
 export interface OpBackendOptions {
   readonly placement?: BankPlacement;
@@ -189,6 +189,7 @@ export class CudaOpBackend implements Backend {
     const refusal = opts.hostExperts ? hostLaneRefusal(s, this.rowLayout) : null;
     if (refusal) throw new ResidencyError('BAD_ARGUMENT', `--host-experts: this model's experts cannot go to the host lane: ${refusal}`);
     if (opts.hostExperts?.share !== undefined) fixedTakes(opts.hostExperts.share, MAILBOX.maxPicks); // refused before anything is allocated
+    if (opts.hostExperts?.parts !== undefined) checkParts(opts.hostExperts.parts);
     const needsAt = (h: number) => memoryNeeds(s, allocatedRows(h), T, this.maxSplits, weightBytes);
     const total = d.memInfo().total;
     const util = opts.gpuMemoryUtilization ?? 0.9;
