@@ -167,7 +167,8 @@ extern "C" __global__ void op_host_exchange(HostMailbox* mb, int32_t* state, flo
   __shared__ bool came;
   if (threadIdx.x == 0) {
     *reinterpret_cast<volatile uint32_t*>(&mb->gpu_act_seq) = seq;
-    came = host_wait(mb, state, &mb->host_act_seq, seq, reinterpret_cast<uint64_t*>(state + HOST_WAIT_STATS) + 2);
+    came = host_wait(mb, state, &mb->host_act_seq, seq, reinterpret_cast<uint64_t*>(state + HOST_WAIT_STATS) + 2) &&
+           *reinterpret_cast<volatile uint32_t*>(&mb->host_act_seq) == seq; // (not a refusal's answer)
   }
   __syncthreads();
   if (!came) return;

@@ -290,10 +290,12 @@ static int request_posted(Lane* L, uint32_t seen, uint32_t* got) {
   return 1;
 }
 
-// Every thread's, at a split expert: the GPU's units of request `seq` are in the mailbox.
+// Every thread's, at a split expert: the GPU's units of request `seq` are in the mailbox (*got 1), or the GPU has
+// posted a newer request (*got 0: it gave up on this one, or never ran its exchange).
 static int gpu_units_in(Lane* L, uint32_t seq, uint32_t* got) {
-  (void)got;
-  return atomic_load_explicit(&L->mb->gpu_act_seq, memory_order_acquire) == seq;
+  if (atomic_load_explicit(&L->mb->gpu_act_seq, memory_order_acquire) == seq) { *got = 1; return 1; }
+  if (atomic_load_explicit(&L->mb->req_seq, memory_order_acquire) != seq) { *got = 0; return 1; }
+  return 0;
 }
 
 // The other threads': thread 0 handed out job `seen + 1` or later.
@@ -426,9 +428,10 @@ static void answer(Lane* L, int t) {
   }
   if (split) {
     // The GPU's units of the split expert (posted after its gate | up, usually long in by now), then the host's
-    // features of its down product. (A lane stopping meanwhile skips them: its answer no longer matters.)
-    uint32_t got;
-    const int in = spin_until(L, gpu_units_in, L->job.seq, &got), gu = I - su;
+    // features of its down product. (A lane stopping meanwhile, or a GPU that posted a newer request, skips them: the
+    // answer no longer matters, but it is still given, so the GPU's stalled lane resumes.)
+    uint32_t got = 0;
+    const int in = spin_until(L, gpu_units_in, L->job.seq, &got) && got, gu = I - su;
     if (in) {
       share(sp * gu, t, T, &b, &e);
       for (int i = b; i < e; i++) {

@@ -36,7 +36,7 @@ export interface CreateBackendOptions {
   /** cuda: upload progress in bytes. */
   readonly onProgress?: (done: number, total: number, what: string) => void;
   /** cuda: the host expert lane (threads absent: the CPUs less 2; share absent: chosen from measured times, host-split.ts). */
-  readonly hostExperts?: { readonly threads?: number; readonly share?: number };
+  readonly hostExperts?: { readonly threads?: number; readonly share?: number; readonly parts?: number };
 }
 
 /** Parses a `--threads` value: a count in 1..64 or `auto`. */

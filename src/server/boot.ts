@@ -37,7 +37,7 @@ export interface ServeOptions {
   /** Positions a sequence may hold (--max-model-len; default the model's). */
   readonly maxModelLen?: number;
   /** cuda: the host expert lane (--host-experts). */
-  readonly hostExperts?: { readonly threads?: number; readonly share?: number };
+  readonly hostExperts?: { readonly threads?: number; readonly share?: number; readonly parts?: number };
   /** Hot experts per layer; equal to the expert count means all hot and no residency controller. */
   readonly hot?: number;
   readonly map?: RowMap;

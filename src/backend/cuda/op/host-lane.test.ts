@@ -243,6 +243,9 @@ test('host lane: with every expert hot there is nothing to compute (no lane, and
   const whole = build({ hostExperts: { lib, parts: 1 } });
   assert.match(whole.be.hotReason, /of each layer's cold experts at decode steps/, 'whole experts: no split named');
   assert.equal(whole.be.hostLane!.stats().split.parts, 1);
+  const step = decodeLaunches(whole.d, whole.be, 1);
+  assert.equal(step.filter((l) => l.name === 'op_host_collect').length, spec.numLayers);
+  assert.equal(step.filter((l) => l.name === 'op_host_exchange').length, 0, 'whole experts: no exchange');
   whole.be.dispose();
   assert.throws(() => build({ hostExperts: { lib, share: 1.5 } }), /share must be in \(0, 1\]/);
   assert.throws(() => build({ hostExperts: { lib, threads: availableParallelism() + 1 } }), /--host-experts: threads must be an integer in 1\.\.\d+ \(the CPUs this process may use\)/);

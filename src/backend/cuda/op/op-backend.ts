@@ -264,7 +264,7 @@ export class CudaOpBackend implements Backend {
         ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,
         routeMode, QKV: this.QKV, pdl: opts.pdl ?? true, earlyWeights: opts.earlyWeights ?? true, evictFirst: opts.evictFirst ?? true,
         fuseResidual: opts.fuseResidual ?? true, ...(opts.combineRows ? { combineRows: opts.combineRows } : {}),
-        oneWaveDense: opts.oneWaveDense ?? true, ...(this.hostLane ? { hostLane: { mailboxDev: this.hostLane.mailboxDev, stateDev: this.hostLane.stateDev } } : {}),
+        oneWaveDense: opts.oneWaveDense ?? true, ...(this.hostLane ? { hostLane: { mailboxDev: this.hostLane.mailboxDev, stateDev: this.hostLane.stateDev, parts: this.hostLane.parts } } : {}),
       });
       uploader.finish(); // every weight landed and is finite, before the first step
     } catch (e) {

@@ -81,7 +81,7 @@ export interface StepDevice {
    * each layer's distinct cold experts (the state's split table) to the host's threads, and op_host_collect brings their
    * picks' outputs into the partial rows.
    */
-  readonly hostLane?: { readonly mailboxDev: bigint; readonly stateDev: bigint };
+  readonly hostLane?: { readonly mailboxDev: bigint; readonly stateDev: bigint; readonly parts: number };
 }
 
 /**
@@ -222,15 +222,16 @@ export class OpStepKernels {
       const row = this.rowLayout;
       const act = s.expertAct ? { limit: s.expertAct.limit, alpha: s.expertAct.alpha } : {};
       // With the lane an expert may be split with the host: each product computes its units / features from the split on.
-      const part = (at: number) => (lane ? { part: lane.stateDev + BigInt(4 * at) } : {});
+      const splits = lane && lane.parts > 1 ? lane : undefined;
+      const part = (at: number) => (splits ? { part: splits.stateDev + BigInt(4 * at) } : {});
       this.product('experts_gate_up', gemv, T, 'swiglu', {
         ...grouped, x: this.ptr('xn'), y: this.ptr('act'), ldx: H, ldy: I, O: I, K: H, xDiv: K, wOff: row.gateUpAt, sOff: row.gateUpGridAt, ...gridArgs(row.gateUp),
         bOff: row.gateUpBiasAt, guInterleave: row.interleaved, ...act, ...part(HOST_STATE.splitGateUp),
       }, row.format);
-      if (lane) {
+      if (splits) {
         // The split expert's units: the GPU's to the host, the host's into act.
         this.role = 'host_exchange';
-        this.launch('op_host_exchange', [1, 1, 1], 256, 0, [u64(lane.mailboxDev), u64(lane.stateDev), u64(this.ptr('act')), i32(H), i32(I)]);
+        this.launch('op_host_exchange', [1, 1, 1], 256, 0, [u64(splits.mailboxDev), u64(splits.stateDev), u64(this.ptr('act')), i32(H), i32(I)]);
         this.role = '';
       }
       // The down product's groups were written by the routing, before gate/up: its weights may load early.
