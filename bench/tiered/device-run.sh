@@ -24,13 +24,16 @@ if [ "$which" = formats ]; then
 fi
 if [ "$which" = host ]; then
   # The host expert lane (issue 12): the fixed map and adaptive at 64/128 hot, 1 user (HOST_USERS), without the lane
-  # and with it, its split measured (the default) or a fixed share of each layer's cold experts (HOST_SPLITS, e.g.
-  # "off measured 0.5 0.6"), on HOST_THREADS threads (default auto).
+  # and with it, its split measured (the default) or a fixed share of each layer's cold experts, each in quarters of an
+  # expert or, with a suffix /N, N parts an expert (HOST_SPLITS, e.g. "off measured measured/1 0.6/1"), on
+  # HOST_THREADS threads (default auto).
   [ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
-  for sh in ${HOST_SPLITS:-off measured 0.6}; do
+  for split in ${HOST_SPLITS:-off measured measured/1 0.6/1}; do
+    sh=${split%/*}; parts=""; [ "$sh" != "$split" ] && parts="--host-expert-parts ${split#*/}"
     lane=""
-    [ "$sh" != off ] && lane="--host-experts ${HOST_THREADS:-auto}"
+    [ "$sh" != off ] && lane="--host-experts ${HOST_THREADS:-auto} $parts"
     [ "$sh" != off ] && [ "$sh" != measured ] && lane="$lane --host-expert-share $sh"
+    sh=${split/\//-parts}
     timeout 150 node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 \
       --users ${HOST_USERS:-1} --phases ${HOST_PHASES:-en+code:800,de+ja:800} --policies ${HOST_POLICIES:-fixed,adaptive} --tag host-$sh $lane --out "$OUT" > "$OUT/host-$sh.log" 2>&1
     echo "host lane $sh rc=$?"
