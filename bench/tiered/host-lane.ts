@@ -2,14 +2,16 @@
 // them), answered by its threads from a cold bank of real-size experts in pinned memory, timed one by one. What a
 // layer's host share costs on this machine (the figures of the hardware probe it replaced: results/host-lane-2026-12-02.md).
 // --batch B: each expert picked by each of B rows (a decode step of B sequences that share its cold experts).
-//   node dist/bench-host-lane.mjs [--hidden 2048] [--inter 768] [--rows 256] [--threads N] [--reps 200] [--no-prefetch] [--batch 1,4]
+// --quarters: at batch 1, 0.25 to 3 experts in quarters (whole experts and the first quarters of one more, split with
+// a GPU that hands its units over at once: the host's side of a split expert, exchange included).
+//   node dist/bench-host-lane.mjs [--hidden 2048] [--inter 768] [--rows 256] [--threads N] [--reps 200] [--no-prefetch] [--batch 1,4] [--quarters]
 import { parseArgs } from 'node:util';
 import { loadDriver } from '../../src/backend/cuda/driver.ts';
 import { HostExpertLane, loadHostLaneLib } from '../../src/backend/cuda/host-experts.ts';
 
 const { values: v } = parseArgs({ options: {
   hidden: { type: 'string', default: '2048' }, inter: { type: 'string', default: '768' }, rows: { type: 'string', default: '256' }, threads: { type: 'string' }, reps: { type: 'string', default: '200' },
-  'no-prefetch': { type: 'boolean', default: false }, batch: { type: 'string', default: '1,4' },
+  'no-prefetch': { type: 'boolean', default: false }, batch: { type: 'string', default: '1,4' }, quarters: { type: 'boolean', default: false },
 } });
 const H = Number(v.hidden), I = Number(v.inter), rows = Number(v.rows), reps = Number(v.reps);
 const rowBytes = 3 * H * I * 2;
@@ -42,6 +44,28 @@ for (const b of batches) for (const n of [1, 2, 3, 4]) {
   us.sort((p, q) => p - q);
   const med = us[us.length >> 1]!;
   console.log(`| ${b} | ${n} | ${med.toFixed(0)} | ${us[Math.floor(us.length * 0.9)]!.toFixed(0)} | ${((n * rowBytes) / (med * 1e-6) / 1e9).toFixed(1)} |`);
+}
+if (v.quarters) {
+  console.log('| experts (in quarters) | us a request (median) | p90 |');
+  console.log('|---|---|---|');
+  for (let q = 1; q <= 12; q++) {
+    const whole = Math.floor(q / 4), part = q % 4;
+    const us: number[] = [];
+    for (let r = 0; r < reps + 10; r++) {
+      const experts = Array.from({ length: whole + (part ? 1 : 0) }, () => next++ % per);
+      const split = part ? { slot: experts[whole]!, units: (part * I) / 4, features: (part * H) / 4 } : undefined;
+      const t0 = performance.now();
+      const seq = lane.post(r % layers, experts, { k: experts.length, ...(split ? { split } : {}) });
+      if (split) {
+        while (!lane.hostUnitsIn(seq)) { /* spin */ }
+        lane.gpuUnitsIn(seq);
+      }
+      while (!lane.answered(seq)) { /* spin */ }
+      if (r >= 10) us.push((performance.now() - t0) * 1000);
+    }
+    us.sort((a, b) => a - b);
+    console.log(`| ${q / 4} | ${us[us.length >> 1]!.toFixed(0)} | ${us[Math.floor(us.length * 0.9)]!.toFixed(0)} |`);
+  }
 }
 lane.check();
 lane.dispose();
