@@ -134,4 +134,8 @@ function hostLaneMetrics(registry: Registry, lane: HostLaneView): void {
     name: 'residency_host_lane_gpu_wait_seconds', help: 'The GPU\'s mean wait for the host\'s answer per layer posted to it, since start (counted every 64 steps)',
     registers: [registry], collect() { this.set((snap ?? read()).split.meanWaitUs / 1e6); },
   });
+  new Gauge({
+    name: 'residency_host_lane_units_wait_seconds', help: 'The GPU\'s mean wait for the host\'s units of the expert split between them, per split layer, since start (counted every 64 steps)',
+    registers: [registry], collect() { this.set((snap ?? read()).split.meanUnitsWaitUs / 1e6); },
+  });
 }

@@ -132,6 +132,8 @@ export interface HostLaneView {
       readonly layerUs: readonly (number | null)[];
       readonly hostLayers: number;
       readonly meanWaitUs: number;
+      readonly splitLayers: number;
+      readonly meanUnitsWaitUs: number;
     };
   };
 }

@@ -57,7 +57,7 @@ test('with the host expert lane: its requests, busy time, split and layer times,
   const hostLane = {
     stats: () => ({
       requests: (requests += 10), busyMs: requests * 0.12,
-      split: { parts: 4, take: [0, 3, 4, 9, 12, 12, 16, 20, 20, ...new Array<number>(24).fill(24)], layerUs: [null, 120, 182, null, ...new Array<number>(29).fill(400)], hostLayers: 40, meanWaitUs: 12.5 },
+      split: { parts: 4, take: [0, 3, 4, 9, 12, 12, 16, 20, 20, ...new Array<number>(24).fill(24)], layerUs: [null, 120, 182, null, ...new Array<number>(29).fill(400)], hostLayers: 40, meanWaitUs: 12.5, splitLayers: 30, meanUnitsWaitUs: 3.5 },
     }),
   };
   const s = await startServer({ engine: new FakeEngine(), model: fakeModel, config: defaultServerConfig, hostLane }, { port: 0, host: '127.0.0.1' }, { defaultMetrics: false });
@@ -72,6 +72,7 @@ test('with the host expert lane: its requests, busy time, split and layer times,
     assert.match(text, /^residency_host_lane_layer_seconds\{cold_experts="2",model_name="fake-moe"\} 0\.000182$/m);
     assert.doesNotMatch(text, /residency_host_lane_layer_seconds\{cold_experts="3"/, 'a count not measured is not shown');
     assert.match(text, /^residency_host_lane_gpu_wait_seconds\{model_name="fake-moe"\} 0\.0000125$/m);
+    assert.match(text, /^residency_host_lane_units_wait_seconds\{model_name="fake-moe"\} 0\.0000035$/m);
     const again = await (await fetch(`${s.url}/metrics`)).text();
     const count = Number(/^residency_host_lane_requests_total\{model_name="fake-moe"\} (\d+)$/m.exec(again)?.[1]);
     assert.ok(count > 10, `the counter follows the lane's count (${count})`);
