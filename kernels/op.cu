@@ -194,9 +194,11 @@ extern "C" __global__ void op_host_collect(HostMailbox* mb, int32_t* state, floa
     // The statistics the host chooses the split from (op_host.cuh's state): one thread, one kernel at a time.
     const int c = state[3], h = state[4];
     if (c > 0 && c <= HOST_MAX_PICKS && h >= 0 && h <= HOST_MAX_TAKE) {
-      uint64_t* cell = reinterpret_cast<uint64_t*>(state + HOST_CELLS) + 2 * (c * (HOST_MAX_TAKE + 1) + h);
+      uint64_t* cell = reinterpret_cast<uint64_t*>(state + HOST_CELLS) + HOST_CELL_WORDS / 2 * (c * (HOST_MAX_TAKE + 1) + h);
+      const uint64_t ns = global_ns() - *reinterpret_cast<const uint64_t*>(state + 6), q = ns >> 10;
       cell[0] += 1ull;
-      cell[1] += global_ns() - *reinterpret_cast<const uint64_t*>(state + 6);
+      cell[1] += ns;
+      cell[2] += q * q;
     }
     state[3] = -1;
   }

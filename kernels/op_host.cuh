@@ -61,7 +61,7 @@ __device__ __forceinline__ size_t host_act_offset(int H) { return host_y_offset(
 // faster one between steps (host-split.ts). 64-bit sums of what the GPU measured: at HOST_WAIT_STATS {layers, ns}
 // op_host_collect waited for the answer, then {layers, ns} op_host_exchange waited for the host's units; at HOST_CELLS
 // [c][h] (h < HOST_MAX_TAKE + 1) {layers, ns from the routing to the end of the wait: the layer's cold experts on both
-// sides}.
+// sides, the sum of (ns / 1024)^2: their spread, so a neighbour wins only by more than the noise}.
 #define HOST_STALLED 2
 #define HOST_SPLIT_GU 8
 #define HOST_SPLIT_DOWN 10
@@ -73,7 +73,8 @@ __device__ __forceinline__ size_t host_act_offset(int H) { return host_y_offset(
 #define HOST_TAKE 16
 #define HOST_WAIT_STATS 64
 #define HOST_CELLS 72
-#define HOST_STATE_WORDS (HOST_CELLS + 4 * (HOST_MAX_PICKS + 1) * (HOST_MAX_TAKE + 1))
+#define HOST_CELL_WORDS 6
+#define HOST_STATE_WORDS (HOST_CELLS + HOST_CELL_WORDS * (HOST_MAX_PICKS + 1) * (HOST_MAX_TAKE + 1))
 struct HostPost {
   HostMailbox* mb;   // device address of the mapped mailbox
   int32_t* state;

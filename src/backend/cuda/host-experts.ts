@@ -54,12 +54,12 @@ export const MAILBOX = {
  * the split expert's {slot, first unit the GPU computes} at `splitGateUp`, {slot, first feature} at `splitDown`, its
  * picks at `splitMask`; the parts an expert counts at `parts`; the split table take[0..32] (parts) at `take`; the GPU's
  * waits for the answer and for the host's units at `waitStats` (2 x {layers, ns}) and the layers' cold phases by (c, h)
- * at `cells` (33 x (MAX_PARTS x 32 + 1) x {layers, ns}), uint64. Every `explore`-th layer the routing tries one part
- * more or fewer.
+ * at `cells` (33 x (MAX_PARTS x 32 + 1) x {layers, ns, sum of (ns / 1024)^2}), uint64. Every `explore`-th layer the
+ * routing tries one part more or fewer.
  */
 export const HOST_STATE = {
-  splitGateUp: 8, splitDown: 10, splitMask: 12, parts: 13, take: 16, waitStats: 64, cells: 72,
-  words: 72 + 4 * (MAX_PICKS + 1) * (MAX_PARTS * MAX_PICKS + 1), explore: 17,
+  splitGateUp: 8, splitDown: 10, splitMask: 12, parts: 13, take: 16, waitStats: 64, cells: 72, cellWords: 6,
+  words: 72 + 6 * (MAX_PICKS + 1) * (MAX_PARTS * MAX_PICKS + 1), explore: 17,
 } as const;
 /** Decode steps between two updates of the split table from the measured times. */
 export const SPLIT_UPDATE_STEPS = 64;
@@ -186,7 +186,7 @@ export class HostExpertLane {
   private readonly ioDone: bigint;
   private steps = 0;
   private statsInFlight = false;
-  /** The GPU's cumulative counts at the last update ({layers, ns} pairs: the waits, then the cells). */
+  /** The GPU's cumulative counts at the last update ({layers, ns} pairs: the waits; {layers, ns, (ns / 1024)^2}: the cells). */
   private readonly seen = new Float64Array(STATS_BYTES / 8);
 
   constructor(private readonly lib: HostLaneLib, private readonly d: CudaDriver, banks: HostLaneBanks, opts: HostLaneOptions = {}) {
@@ -322,12 +322,10 @@ export class HostExpertLane {
       const now = Float64Array.from(new BigUint64Array(this.io.host.buffer, this.io.host.byteOffset + STATS_AT, STATS_BYTES / 8), Number);
       const d = now.map((v, i) => v - this.seen[i]!);
       this.seen.set(now);
-      const pairs = (from: number, count: number): SplitCells => ({
-        n: Float64Array.from({ length: count }, (_, i) => d[from + 2 * i]!), ns: Float64Array.from({ length: count }, (_, i) => d[from + 2 * i + 1]!),
-      });
-      const waits = pairs(0, 2);
-      const cells = pairs((HOST_STATE.cells - HOST_STATE.waitStats) / 2, (MAX_PICKS + 1) * (MAX_PARTS * MAX_PICKS + 1));
-      const changed = this.split.update(cells, { n: waits.n[0]!, ns: waits.ns[0]! }, { n: waits.n[1]!, ns: waits.ns[1]! });
+      const column = (from: number, stride: number, count: number) => Float64Array.from({ length: count }, (_, i) => d[from + stride * i]!);
+      const at = (HOST_STATE.cells - HOST_STATE.waitStats) / 2, stride = HOST_STATE.cellWords / 2, count = (MAX_PICKS + 1) * (MAX_PARTS * MAX_PICKS + 1);
+      const cells: SplitCells = { n: column(at, stride, count), ns: column(at + 1, stride, count), sq: column(at + 2, stride, count) };
+      const changed = this.split.update(cells, { n: d[0]!, ns: d[1]! }, { n: d[2]!, ns: d[3]! });
       if (changed) {
         new Int32Array(this.io.host.buffer, this.io.host.byteOffset, MAX_PICKS + 1).set(this.split.table());
         this.d.htodAsync(this.stateDev + BigInt(4 * HOST_STATE.take), this.io.hostPtr, 4 * (MAX_PICKS + 1), stream);

@@ -6,22 +6,29 @@
 // from the host's threads), so no model of the two sides is trusted: op_host_collect times every layer's cold phase
 // (routing to answer) by its cell (c, h), every HOST_EXPLORE-th layer tries a neighbour of take[c] (one part more or
 // fewer on the host), and each update moves take[c] to whichever of take[c] - 1, take[c], take[c] + 1 measured
-// fastest. The split only moves work between the sides: every unit and feature has the same bits wherever it is
-// computed.
+// fastest, by more than the noise (a layer's time spreads 20-40% with its experts and the host): a table moved by
+// noise walks from split to split and loses to a fixed share. The split only moves work between the sides: every unit
+// and feature has the same bits wherever it is computed.
 import { ResidencyError } from '../../errors.ts';
 
-/** Cell (c, h)'s layers and summed nanoseconds, row-major over c = 0..maxPicks, h = 0..MAX_PARTS x maxPicks. */
+/**
+ * Cell (c, h)'s layers, summed nanoseconds and summed (ns / 1024)^2 (their spread), row-major over c = 0..maxPicks,
+ * h = 0..MAX_PARTS x maxPicks.
+ */
 export interface SplitCells {
   readonly n: Float64Array;
   readonly ns: Float64Array;
+  readonly sq: Float64Array;
 }
 
-/** Each update keeps this much of what was measured before it (64-step updates: a half-life of 64 steps). */
-const KEEP = 0.5;
+/** Each update keeps this much of what was measured before it (64-step updates: a half-life of 154 steps). */
+const KEEP = 0.75;
 /** Decayed layers a cell needs before its mean is compared. */
 export const MIN_LAYERS = 4;
-/** A neighbour must beat the current choice by this much (relative) to take its place: noise does not move the table. */
+/** A neighbour must beat the current choice by this much (relative) to take its place... */
 export const MIN_GAIN = 0.02;
+/** ...and by this many standard errors of the difference of the two means: noise does not move the table. */
+export const MIN_Z = 2.5;
 
 /** The most parts an expert counts (op_host.cuh HOST_PARTS): the cells' h runs to MAX_PARTS x maxPicks. */
 export const MAX_PARTS = 4;
@@ -76,7 +83,7 @@ export class HostSplit {
   constructor(private readonly maxPicks: number, private readonly parts = 1, private readonly share?: number) {
     checkParts(parts);
     const cells = (maxPicks + 1) * (MAX_PARTS * maxPicks + 1);
-    this.acc = { n: new Float64Array(cells), ns: new Float64Array(cells) };
+    this.acc = { n: new Float64Array(cells), ns: new Float64Array(cells), sq: new Float64Array(cells) };
     this.takes = fixedTakes(share ?? START_SHARE, maxPicks, parts);
   }
 
@@ -88,20 +95,31 @@ export class HostSplit {
     return this.takes;
   }
 
-  private mean(c: number, h: number): number | null {
+  /** Cell (c, h)'s mean (us) and its mean's variance (us^2), once it has MIN_LAYERS layers. */
+  private stat(c: number, h: number): { us: number; v: number } | null {
     const i = c * (MAX_PARTS * this.maxPicks + 1) + h;
-    return this.acc.n[i]! >= MIN_LAYERS ? this.acc.ns[i]! / this.acc.n[i]! / 1e3 : null;
+    const n = this.acc.n[i]!;
+    if (n < MIN_LAYERS) return null;
+    const us = this.acc.ns[i]! / n / 1e3;
+    const spread = Math.max(0, (this.acc.sq[i]! * 1.024 ** 2) / n - us * us);
+    return { us, v: spread / n };
+  }
+
+  private mean(c: number, h: number): number | null {
+    return this.stat(c, h)?.us ?? null;
   }
 
   /**
-   * What was measured since the last update: the cells' layers and times, the GPU's waits for the answers and for the
-   * host's units of split experts (layers, ns). Decays the older measurements and (measured) moves each take[c] to its
-   * fastest measured neighbour. Returns whether the table changed.
+   * What was measured since the last update: the cells' layers, times and spread, the GPU's waits for the answers and
+   * for the host's units of split experts (layers, ns). Decays the older measurements and (measured) moves each take[c]
+   * to its fastest measured neighbour, where it is faster by MIN_GAIN and by MIN_Z standard errors. Returns whether the
+   * table changed.
    */
   update(cells: SplitCells, wait: { n: number; ns: number }, unitsWait = { n: 0, ns: 0 }): boolean {
     for (let i = 0; i < this.acc.n.length; i++) {
       this.acc.n[i] = KEEP * this.acc.n[i]! + cells.n[i]!;
       this.acc.ns[i] = KEEP * this.acc.ns[i]! + cells.ns[i]!;
+      this.acc.sq[i] = KEEP * this.acc.sq[i]! + cells.sq[i]!;
     }
     this.waited.n += wait.n;
     this.waited.ns += wait.ns;
@@ -111,13 +129,13 @@ export class HostSplit {
     let changed = false;
     for (let c = 1; c <= this.maxPicks; c++) {
       const t = this.takes[c]!;
-      const here = this.mean(c, t);
+      const here = this.stat(c, t);
       if (here === null) continue;
-      let best = t, bestUs = here * (1 - MIN_GAIN);
+      let best = t, bestUs = here.us * (1 - MIN_GAIN);
       for (const h of [t - 1, t + 1]) {
         if (h < 0 || h > c * this.parts) continue;
-        const us = this.mean(c, h);
-        if (us !== null && us < bestUs) { best = h; bestUs = us; }
+        const s = this.stat(c, h);
+        if (s !== null && s.us < bestUs && here.us - s.us > MIN_Z * Math.sqrt(here.v + s.v)) { best = h; bestUs = s.us; }
       }
       if (best !== t) { this.takes[c] = best; changed = true; }
     }

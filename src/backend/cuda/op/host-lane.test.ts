@@ -145,12 +145,14 @@ test('host lane: every 64 steps the GPU\'s counts come back, and a split they mo
   // for the host's units at 10 of them.
   const io = (lane as unknown as { io: { host: Uint8Array } }).io.host;
   const counts = new BigUint64Array(io.buffer, io.byteOffset + 256, statsBytes / 8);
-  const cell = (c: number, h: number): number => 4 + 2 * (c * (MAX_PARTS * MAILBOX.maxPicks + 1) + h);
+  const cell = (c: number, h: number): number => 4 + (HOST_STATE.cellWords / 2) * (c * (MAX_PARTS * MAILBOX.maxPicks + 1) + h);
   counts[0] = 20n;
   counts[1] = 20n * 5000n;
   counts[2] = 10n;
   counts[3] = 10n * 2000n;
-  [[1, 3, 20n, 200_000n], [1, 2, 10n, 150_000n]].forEach(([c, h, n, ns]) => { counts[cell(Number(c), Number(h))] = BigInt(n!); counts[cell(Number(c), Number(h)) + 1] = BigInt(n!) * BigInt(ns!); });
+  for (const [c, h, n, ns] of [[1, 3, 20n, 200_000n], [1, 2, 10n, 150_000n]] as const) {
+    counts.set([n, n * ns, n * (ns >> 10n) ** 2n], cell(c, h)); // {layers, ns, (ns / 1024)^2}: no spread
+  }
   steps(SPLIT_UPDATE_STEPS - 1);
   const launchesBefore = d.launches.length;
   steps(1); // the second update: the new table is queued ahead of this step's launches, on its stream
@@ -189,7 +191,7 @@ test('host lane: the device state\'s layout is op_host.cuh\'s (HOST_STATE)', () 
   assert.deepEqual(
     {
       splitGateUp: value('HOST_SPLIT_GU'), splitDown: value('HOST_SPLIT_DOWN'), splitMask: value('HOST_SPLIT_MASK'), parts: value('HOST_PARTS_AT'),
-      take: value('HOST_TAKE'), waitStats: value('HOST_WAIT_STATS'), cells: value('HOST_CELLS'), words: value('HOST_STATE_WORDS'), explore: value('HOST_EXPLORE'),
+      take: value('HOST_TAKE'), waitStats: value('HOST_WAIT_STATS'), cells: value('HOST_CELLS'), cellWords: value('HOST_CELL_WORDS'), words: value('HOST_STATE_WORDS'), explore: value('HOST_EXPLORE'),
     },
     { ...HOST_STATE },
   );
