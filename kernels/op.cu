@@ -189,11 +189,16 @@ extern "C" __global__ void op_host_collect(HostMailbox* mb, int32_t* state, floa
   if (threadIdx.x == 0) {
     whole = (unsigned)state[1];
     split = (unsigned)state[HOST_SPLIT_MASK];
-    if (state[HOST_STALLED]) whole = split = 0u; // this layer's wait (the exchange's) gave up
-    if ((whole | split) && !host_wait(mb, state, &mb->done_seq, (uint32_t)state[0], reinterpret_cast<uint64_t*>(state + HOST_WAIT_STATS))) whole = split = 0u;
-    // The statistics the host chooses the split from (op_host.cuh's state): one thread, one kernel at a time.
+    bool gave_up = state[HOST_STALLED] != 0; // this layer's wait (the exchange's) gave up
+    if (gave_up) whole = split = 0u;
+    if ((whole | split) && !host_wait(mb, state, &mb->done_seq, (uint32_t)state[0], reinterpret_cast<uint64_t*>(state + HOST_WAIT_STATS))) {
+      whole = split = 0u;
+      gave_up = true;
+    }
+    // The statistics the host chooses the split from (op_host.cuh's state): one thread, one kernel at a time. A layer
+    // whose wait gave up (2 s) is no measure of its split.
     const int c = state[3], h = state[4];
-    if (c > 0 && c <= HOST_MAX_PICKS && h >= 0 && h <= HOST_MAX_TAKE) {
+    if (!gave_up && c > 0 && c <= HOST_MAX_PICKS && h >= 0 && h <= HOST_MAX_TAKE) {
       uint64_t* cell = reinterpret_cast<uint64_t*>(state + HOST_CELLS) + HOST_CELL_WORDS / 2 * (c * (HOST_MAX_TAKE + 1) + h);
       const uint64_t ns = global_ns() - *reinterpret_cast<const uint64_t*>(state + 6), q = ns >> 10;
       cell[0] += 1ull;
