@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { mulberry32 } from '../../util/rng.ts';
 import { exactExpf, exactSilu, expertSpec, fmaf32, gpuDot } from './host-expert-spec.ts';
 import { HostExpertLane, loadHostLaneLib, MAILBOX, type HostLaneLib } from './host-experts.ts';
 import type { CudaDriver } from './driver.ts';
@@ -20,15 +21,7 @@ const bitsOf = (v: number): number => ((f32[0] = v), u32[0]!);
 const fromBits = (b: number): number => ((u32[0] = b >>> 0), f32[0]!);
 const isNaNBits = (b: number): boolean => (b & 0x7f800000) === 0x7f800000 && (b & 0x7fffff) !== 0;
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(s ^ (s >>> 15), 1 | s);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = mulberry32;
 const int = (r: () => number, lo: number, hi: number): number => lo + Math.floor(r() * (hi - lo + 1)); // [lo, hi]
 const sign = (r: () => number): number => (r() < 0.5 ? -1 : 1);
 /** A float32 with a random 24-bit significand and exponent e (2^e <= |v| < 2^(e+1); e in -126..127). */

@@ -3,6 +3,7 @@
 // experts (1 part an expert) and in quarters (one expert a layer split with the GPU).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { mulberry32 } from '../../util/rng.ts';
 import { HOST_STATE } from './host-experts.ts';
 import { fixedTakes, HostSplit, MAX_PARTS, MIN_GAIN, MIN_LAYERS, splitText, START_SHARE, type SplitCells } from './host-split.ts';
 
@@ -26,17 +27,6 @@ function count(cells: SplitCells, c: number, h: number, us: number): void {
   cells.n[at(c, h)]! += 1;
   cells.ns[at(c, h)]! += us * 1e3;
   cells.sq[at(c, h)]! += q * q;
-}
-
-/** A seeded uniform generator in [0, 1) (mulberry32): noise the tests can repeat. */
-function uniform(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
 }
 
 /**
@@ -142,7 +132,7 @@ test('HostSplit does not move on too few layers or on a gain below MIN_GAIN; a f
 });
 
 test('HostSplit does not walk on noise: with layers spread +-35%, a split 5% faster than its neighbours stays; a neighbour 12% faster is found', () => {
-  const noise = { spread: 0.35, draw: uniform(12) };
+  const noise = { spread: 0.35, draw: mulberry32(12) };
   const split = new HostSplit(P);
   const start = Array.from(split.table());
   // Each count's start is 5% faster than one part more or fewer, 160 layers a count an update (its share of 64 steps x
