@@ -5,7 +5,7 @@
 // documents, counted by the product's own counter.
 //   node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json [--hot 64] [--users 1]
 //     [--phases en+code:3000,de+ja:3000,en+code:3000] [--policies all-hot,fixed,seed,adaptive,lru,oracle-phase]
-//     [--budgets JSON] [--fit-steps 1500] [--max-doc 512] [--out DIR] [--trace-out FILE.jsonl]
+//     [--budgets JSON] [--fit-steps 1500] [--max-doc 512] [--out DIR] [--trace-out DIR]
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -89,12 +89,15 @@ const fixedMap = topHMap(countTraffic(allHot, fit, phases[0]!.domains, fitSteps)
 const seedMap = topHMap(countTraffic(allHot, fit, [...fit.keys()], fitSteps), g, s.name);
 let phaseMaps: RowMap[] | null = null;
 if (policies.includes('all-hot') || policies.includes('oracle-phase')) {
-  // --trace-out: the all-hot lane's routing as a JSONL trace (src/sim/traces), so the simulator can replay
-  // exactly these steps (`residency simulate --traces FILE --phases recorded`) to tune budgets off the device.
-  const trace = v['trace-out'] ? openTraceFile(v['trace-out'], g, `bench:tiered ${s.name} ${users} user(s) ${v.phases}`) : null;
+  // --trace-out DIR: the all-hot lane's routing as JSONL traces (src/sim/traces), one a phase, so the simulator can
+  // replay exactly these steps phase by phase (`residency simulate --traces DIR --phases recorded`) to tune budgets
+  // off the device.
+  const traceDir = v['trace-out'];
+  if (traceDir) mkdirSync(traceDir, { recursive: true });
+  const traces = phases.map((ph, i) => (traceDir ? openTraceFile(join(traceDir, `phase-${i + 1}-${ph.domains.join('+')}.jsonl`), g, `bench:tiered ${s.name} ${users} user(s) ${v.phases}, phase ${i + 1}`) : null));
   const r = runPolicy(allHot, { name: 'all-hot', kind: 'static' }, phases, walk, users,
-    trace ? (chunks, routing) => trace.recorder.recordStep(chunks.map((c) => ({ seq: c.seq, startPos: c.startPos, tokens: c.tokens.length })), routing) : undefined);
-  trace?.close();
+    traceDir ? (chunks, routing, ph) => traces[ph]!.recorder.recordStep(chunks.map((c) => ({ seq: c.seq, startPos: c.startPos, tokens: c.tokens.length })), routing) : undefined);
+  for (const t of traces) t?.close();
   if (policies.includes('all-hot')) runs.push(r);
   phaseMaps = r.phaseCounts.map((c) => topHMap(c, g, s.name));
   log(`all-hot: median ${median(r.stepMs).toFixed(3)} ms/step`);

@@ -28,8 +28,8 @@ export interface PolicyRun extends ReplayResult {
   landed: number;
 }
 
-/** Sees every step's chunks and routing (the benchmark records the all-hot lane's as a trace). */
-export type StepSink = (chunks: readonly SequenceChunk[], routing: Int32Array) => void;
+/** Sees every step's chunks and routing and its phase's index (the benchmark records the all-hot lane's as traces). */
+export type StepSink = (chunks: readonly SequenceChunk[], routing: Int32Array, phase: number) => void;
 
 export function runPolicy(be: Backend, p: PolicyKind, phases: readonly Phase[], docs: Docs, users: number, onStep?: StepSink): PolicyRun {
   const banks = be.banks;
@@ -64,7 +64,7 @@ export function runPolicy(be: Backend, p: PolicyKind, phases: readonly Phase[], 
       const forwardMs = performance.now() - t0;
       // Cold share against the placement this step ran with (before the residency work after it lands or starts moves).
       const routing = out.routing!;
-      onStep?.(chunks, routing);
+      onStep?.(chunks, routing, ph);
       r.tokens[step] = chunks.length;
       r.phase[step] = ph;
       r.picks[step] = chunks.length * L * K;
