@@ -51,6 +51,8 @@ const tag = v.tag ?? `${users}u`;
 const tok = await loadTokenizer(v.model);
 const { fit, walk } = loadDocs(v.prompts, tok, maxDoc);
 const phases = parsePhases(v.phases, walk);
+const cs = Number(v['counter-steps']);
+if (!Number.isInteger(cs) || cs < 40) throw new Error(`--counter-steps: expected an integer >= 40 (blocks of 20 steps off, then on), got ${v['counter-steps']}`);
 const backendName = v.backend === 'cpu' ? 'cpu' : 'cuda';
 const m = await loadModelFor(v.model, backendName);
 const s = m.spec;
@@ -104,7 +106,6 @@ if (policies.includes('all-hot') || policies.includes('oracle-phase')) {
 }
 // The counter's cost on the all-hot backend (its steps have no cold reads to drown the difference): the same
 // steps with counting off and on, interleaved in blocks of 20, median step of each.
-const cs = Number(v['counter-steps']);
 const counter = { off: [] as number[], on: [] as number[] };
 {
   const w = new Walk(walk, users);
