@@ -50,6 +50,13 @@ describe('residency simulate / compare', () => {
     assert.equal(r.coldShare, (200 + 48 + 49) / 400);
   });
 
+  it('takes any adaptive budget with --budgets, as a control file gives it: a move budget of 1 a layer a drain moves fewer', async () => {
+    const run = async (...extra: string[]) => JSON.parse(await captured(() => simulateCommand.run(['--traces', FIXTURE_TRACES, '--phases', 'en+code:400,de+ja:400', '--fit', 'en+code', '--policy', 'adaptive', '--profile', 'h200-pcie', '--json', ...extra])));
+    const base = await run(), one = await run('--budgets', '{"swaps_per_layer_per_drain":1}');
+    assert.ok(one.swaps < base.swaps, `${one.swaps} swaps at 1 a layer a drain, ${base.swaps} at the default`);
+    assert.deepEqual(await run('--drain-every', '32'), await run('--budgets', '{"drain_every":32}'), 'the same budget by flag or JSON');
+  });
+
   it('rejects bad flags with a named error', async () => {
     await assert.rejects(simulateCommand.run(['--phases', 'en:10']), /--traces DIR\|FILE is required/);
     const t = ['--traces', FIXTURE_TRACES];
@@ -57,6 +64,9 @@ describe('residency simulate / compare', () => {
     await assert.rejects(simulateCommand.run([...t, '--hot', '64']), /--hot must be an integer in 1\.\.63/);
     await assert.rejects(simulateCommand.run([...t, '--phases', 'en:10,klingon:5']), /no trace 'klingon'/);
     await assert.rejects(simulateCommand.run([...t, '--profile', 'tpu']), /--profile: unknown 'tpu'/);
+    await assert.rejects(simulateCommand.run([...t, '--budgets', '{"drain_every":0}']), /--budgets\.drain_every: /);
+    await assert.rejects(simulateCommand.run([...t, '--budgets', '{"drains":4}']), /--budgets: .*drains/);
+    await assert.rejects(simulateCommand.run([...t, '--budgets', 'drain 4']), /--budgets: expected a JSON object of budgets/);
     await assert.rejects(analyzeCommand.run(['--residency-dir', join(tmpdir(), 'no-such-residency-dir')]), /no telemetry\.jsonl/);
   });
 });

@@ -2,7 +2,7 @@
 import { parseArgs } from 'node:util';
 import { ResidencyError } from '../errors.ts';
 import { loadCountsDump } from '../residency/files.ts';
-import type { Budgets } from '../residency/policy.ts';
+import { budgetsPatchSchema, type Budgets } from '../residency/policy.ts';
 import { priorFromDump } from '../residency/prior.ts';
 import type { Geometry } from '../sim/policies/policy.ts';
 import { policyFactory, POLICY_NAMES, type PolicyOptions } from '../sim/policies/registry.ts';
@@ -24,6 +24,7 @@ export const SIM_FLAGS = {
   'drain-every': { type: 'string' },
   'half-life': { type: 'string' },
   'swaps-per-step': { type: 'string' },
+  budgets: { type: 'string' },
   inserts: { type: 'string' },
   'oracle-window': { type: 'string' },
   prior: { type: 'string' },
@@ -42,6 +43,8 @@ export const SIM_HELP = `  --traces DIR|FILE     (required) fixture trace dir (i
   --seed-from DOMAINS   traces the seed policy's map is fitted on (default: every domain of the protocol)
   --profile NAME        h200-pcie | gb300-c2c | sidecar (default: all)
   --drain-every N, --half-life N, --swaps-per-step N   adaptive budgets (defaults: the controller's)
+  --budgets JSON        any adaptive budgets as a control file gives them, e.g. '{"swaps_per_layer_per_drain":4}'
+                        (over the flags above)
   --inserts N           copy-on-miss inserts per step for lru/lfu/lfru (default 8)
   --oracle-window N     steps per oracle window (default 512)
   --prior COUNTS.json   adaptive: seed prior from a counts dump of the traces' geometry (budget prior_picks_per_expert, default 1)
@@ -52,6 +55,22 @@ function int(v: string | undefined, flag: string): number | undefined {
   const n = Number(v);
   if (!Number.isInteger(n)) throw new ResidencyError('BAD_ARGUMENT', `--${flag} must be an integer, got '${v}'`);
   return n;
+}
+
+/** --budgets JSON, checked as a control file's budgets are (unknown keys and values out of range refused by name). */
+function budgetsFlag(text: string): Partial<Budgets> {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new ResidencyError('BAD_ARGUMENT', `--budgets: expected a JSON object of budgets, e.g. '{"drain_every":16}', got '${text}'`);
+  }
+  const r = budgetsPatchSchema.safeParse(json);
+  if (!r.success) {
+    const issue = r.error.issues[0]!;
+    throw new ResidencyError('BAD_ARGUMENT', `--budgets${issue.path.length ? '.' + issue.path.join('.') : ''}: ${issue.message}`);
+  }
+  return Object.fromEntries(Object.entries(r.data).filter(([, x]) => x !== undefined)) as Partial<Budgets>;
 }
 
 type SimValues = { [K in keyof typeof SIM_FLAGS]?: (typeof SIM_FLAGS)[K]['type'] extends 'boolean' ? boolean : string };
@@ -69,6 +88,7 @@ export function simOptions(v: SimValues): SimOptions {
   if (drain !== undefined) Object.assign(budgets, { drain_every: drain });
   if (half !== undefined) Object.assign(budgets, { half_life_steps: half });
   if (sps !== undefined) Object.assign(budgets, { swaps_per_step: sps });
+  if (v.budgets !== undefined) Object.assign(budgets, budgetsFlag(v.budgets));
   return {
     traces: v.traces, phases: v.phases!, hot: int(v.hot, 'hot')!, users: int(v.users, 'users')!, seed: int(v.seed, 'seed')!,
     map: v.map, fit: v.fit, seedFrom: v['seed-from'], profile: v.profile, budgets,
