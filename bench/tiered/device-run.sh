@@ -45,15 +45,16 @@ fi
 if [ "$which" = budgets ]; then
   # Adaptive's budgets on the device (bench/tiered/results/sim-budgets-2026-12-03.md: in the simulator drain 16 and
   # half-life 250 halve the cold share after the shift): the defaults beside BUDGETS, with the host expert lane, the
-  # shift at 1 user (1,500 steps a phase) and 4 users (600), the 4-user routing recorded for the simulator.
+  # shift at 1 user (1,500 steps a phase) and 4 users (600), the 4-user routing recorded for the simulator; within
+  # one call (~70 + 45 + 90 + 50 s, with the checkpoint's 40 s).
   [ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
   B="node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 --host-experts auto --out $OUT"
   NEW=${BUDGETS:-'{"drain_every":16,"half_life_steps":250}'}
   for u in 1 4; do
     if [ $u = 4 ]; then ph=en+code:600,de+ja:600,en+code:600; first="--policies all-hot,fixed,adaptive --trace-out $OUT/trace-4u"
     else ph=en+code:1500,de+ja:1500,en+code:1500; first="--policies fixed,adaptive"; fi
-    timeout 200 $B --users $u --phases $ph $first --tag budgets-default-${u}u > "$OUT/budgets-default-${u}u.log" 2>&1; echo "defaults, $u user(s) rc=$?"
-    timeout 150 $B --users $u --phases $ph --policies adaptive --budgets "$NEW" --tag budgets-new-${u}u > "$OUT/budgets-new-${u}u.log" 2>&1; echo "$NEW, $u user(s) rc=$?"
+    timeout 150 $B --users $u --phases $ph $first --tag budgets-default-${u}u > "$OUT/budgets-default-${u}u.log" 2>&1; echo "defaults, $u user(s) rc=$?"
+    timeout 100 $B --users $u --phases $ph --policies adaptive --budgets "$NEW" --tag budgets-new-${u}u > "$OUT/budgets-new-${u}u.log" 2>&1; echo "$NEW, $u user(s) rc=$?"
   done
   for f in "$OUT"/tiered-budgets-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive)" "$f" | cut -c1-130; done
   exit 0

@@ -91,12 +91,12 @@ const fixedMap = topHMap(countTraffic(allHot, fit, phases[0]!.domains, fitSteps)
 const seedMap = topHMap(countTraffic(allHot, fit, [...fit.keys()], fitSteps), g, s.name);
 let phaseMaps: RowMap[] | null = null;
 if (policies.includes('all-hot') || policies.includes('oracle-phase')) {
-  // --trace-out DIR: the all-hot lane's routing as JSONL traces (src/sim/traces), one a phase, so the simulator can
-  // replay exactly these steps phase by phase (`residency simulate --traces DIR --phases recorded`) to tune budgets
-  // off the device.
+  // --trace-out DIR: the all-hot lane's routing as JSONL traces (src/sim/traces), one a phase (phase-01-..., in order
+  // by name), so the simulator can replay exactly these steps phase by phase (`residency simulate --traces DIR
+  // --phases recorded`) to tune budgets off the device.
   const traceDir = v['trace-out'];
   if (traceDir) mkdirSync(traceDir, { recursive: true });
-  const traces = phases.map((ph, i) => (traceDir ? openTraceFile(join(traceDir, `phase-${i + 1}-${ph.domains.join('+')}.jsonl`), g, `bench:tiered ${s.name} ${users} user(s) ${v.phases}, phase ${i + 1}`) : null));
+  const traces = phases.map((ph, i) => (traceDir ? openTraceFile(join(traceDir, `phase-${String(i + 1).padStart(2, '0')}-${ph.domains.join('+')}.jsonl`), g, `bench:tiered ${s.name} ${users} user(s) ${v.phases}, phase ${i + 1}`) : null));
   const r = runPolicy(allHot, { name: 'all-hot', kind: 'static' }, phases, walk, users,
     traceDir ? (chunks, routing, ph) => traces[ph]!.recorder.recordStep(chunks.map((c) => ({ seq: c.seq, startPos: c.startPos, tokens: c.tokens.length })), routing) : undefined);
   for (const t of traces) t?.close();

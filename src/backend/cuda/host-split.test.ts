@@ -29,12 +29,15 @@ function count(cells: SplitCells, c: number, h: number, us: number): void {
   cells.sq[at(c, h)]! += q * q;
 }
 
+/** What a model machine's layers vary by: +-0.5%, about a microsecond (no real layer takes the same nanoseconds twice). */
+const jitter = { spread: 0.005, draw: mulberry32(7) };
+
 /**
  * The layers of one update as the kernels count them: `per` layers at each c in cs, most at the table's split and
- * every HOST_STATE.explore-th at a neighbour (one part fewer, then one more), each taking time(c, h), times
- * 1 + spread x (a uniform draw in [-1, 1)) when `noise` gives the draws.
+ * every HOST_STATE.explore-th at a neighbour (one part fewer, then one more), each taking time(c, h) times
+ * 1 + spread x (a uniform draw in [-1, 1)).
  */
-function measure(split: HostSplit, time: (c: number, h: number) => number, cs: number[], per = 160, noise?: { spread: number; draw: () => number }): SplitCells {
+function measure(split: HostSplit, time: (c: number, h: number) => number, cs: number[], per = 160, noise = jitter): SplitCells {
   const cells = emptyCells();
   const parts = split.report().parts;
   for (const c of cs) {
@@ -42,7 +45,7 @@ function measure(split: HostSplit, time: (c: number, h: number) => number, cs: n
     for (let i = 0; i < per; i++) {
       const e = HOST_STATE.explore;
       const h = Math.min(c * parts, Math.max(0, i % e === 0 ? t + ((i / e) & 1 ? 1 : -1) : t));
-      count(cells, c, h, time(c, h) * (noise ? 1 + noise.spread * (2 * noise.draw() - 1) : 1));
+      count(cells, c, h, time(c, h) * (1 + noise.spread * (2 * noise.draw() - 1)));
     }
   }
   return cells;
@@ -84,7 +87,9 @@ for (const parts of [1, MAX_PARTS]) {
     const cs = [1, 2, 3, 4, 5, 6];
     for (const [hostUs, label] of [[90, 'fast host'], [160, 'slow host'], [90, 'fast again']] as const) {
       const time = machine(hostUs, 180, parts);
-      for (let u = 0; u < 16 * parts; u++) split.update(measure(split, time, cs), noWait);
+      // 20 updates a whole step of the table: a neighbour measured on the host before it changed speed spreads
+      // widely (its old layers and its new) until the old decay, so the rule waits out a change of the host's speed.
+      for (let u = 0; u < 20 * parts; u++) split.update(measure(split, time, cs), noWait);
       // Each count's split is its best or within MIN_GAIN of it (a neighbour must win by that much to move it; the
       // model machine's time falls toward the balance point, so a hill climb finds it).
       for (const c of cs) {
