@@ -2,7 +2,7 @@
 import { parseArgs } from 'node:util';
 import { ResidencyError } from '../errors.ts';
 import { loadCountsDump } from '../residency/files.ts';
-import { budgetsPatchSchema, type Budgets } from '../residency/policy.ts';
+import { parseBudgets, type Budgets } from '../residency/policy.ts';
 import { priorFromDump } from '../residency/prior.ts';
 import type { Geometry } from '../sim/policies/policy.ts';
 import { policyFactory, POLICY_NAMES, type PolicyOptions } from '../sim/policies/registry.ts';
@@ -57,7 +57,7 @@ function int(v: string | undefined, flag: string): number | undefined {
   return n;
 }
 
-/** --budgets JSON, checked as a control file's budgets are (unknown keys and values out of range refused by name). */
+/** --budgets JSON, checked as the controller checks its budgets (unknown keys and values out of range refused by name). */
 function budgetsFlag(text: string): Partial<Budgets> {
   let json: unknown;
   try {
@@ -65,12 +65,7 @@ function budgetsFlag(text: string): Partial<Budgets> {
   } catch {
     throw new ResidencyError('BAD_ARGUMENT', `--budgets: expected a JSON object of budgets, e.g. '{"drain_every":16}', got '${text}'`);
   }
-  const r = budgetsPatchSchema.safeParse(json);
-  if (!r.success) {
-    const issue = r.error.issues[0]!;
-    throw new ResidencyError('BAD_ARGUMENT', `--budgets${issue.path.length ? '.' + issue.path.join('.') : ''}: ${issue.message}`);
-  }
-  return Object.fromEntries(Object.entries(r.data).filter(([, x]) => x !== undefined)) as Partial<Budgets>;
+  return parseBudgets(json, '--budgets', 'BAD_ARGUMENT');
 }
 
 type SimValues = { [K in keyof typeof SIM_FLAGS]?: (typeof SIM_FLAGS)[K]['type'] extends 'boolean' ? boolean : string };

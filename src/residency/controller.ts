@@ -1,8 +1,8 @@
 // The controller: drain counts into an EWMA, decide swaps, queue them, apply them stale-checked, obey control.
 import { ResidencyError } from '../errors.ts';
 import { countDelta, toRows, type CountSnapshot, type CountsDump } from './counts.ts';
-import { DEFAULT_BUDGETS, budgetsPatchSchema, decideSwaps, foldWindow, priorScores, priorShares, type Budgets, type Swap } from './policy.ts';
-import { assertRowMap, cloneRowMap, fieldPath, type RowMap } from './rowmap.ts';
+import { DEFAULT_BUDGETS, decideSwaps, parseBudgets, foldWindow, priorScores, priorShares, type Budgets, type Swap } from './policy.ts';
+import { assertRowMap, cloneRowMap, type RowMap } from './rowmap.ts';
 import { planRestore } from './restore.ts';
 import { parseControl, type ControlCommand, type ControlResult } from './control.ts';
 
@@ -124,12 +124,7 @@ export class Controller {
     this.layers = opts.boot.layers;
     this.experts = opts.boot.experts;
     this.hotPerLayer = opts.boot.hot_per_layer;
-    const budgets = budgetsPatchSchema.safeParse(opts.budgets ?? {});
-    if (!budgets.success) {
-      const issue = budgets.error.issues[0]!;
-      throw new ResidencyError('BAD_CONFIG', `budgets.${fieldPath(issue.path)}: ${issue.message}`);
-    }
-    this.budgetsNow = Object.freeze({ ...DEFAULT_BUDGETS, ...definedOnly(budgets.data) });
+    this.budgetsNow = Object.freeze({ ...DEFAULT_BUDGETS, ...parseBudgets(opts.budgets ?? {}, 'budgets') });
     this.frozenNow = opts.frozen ?? true;
     this.countingNow = opts.counting ?? true;
     this.hot = opts.boot.layers_map.map((r) => [...r.hot]);

@@ -2,7 +2,7 @@
 import { z } from 'zod';
 import { ResidencyError } from '../errors.ts';
 import { DEFAULT_COUNT_TMAX } from './counts.ts';
-import type { RowMap } from './rowmap.ts';
+import { fieldPath, type RowMap } from './rowmap.ts';
 
 /** The knobs of the adaptive policy (design.md section 2 gives the defaults). */
 export interface Budgets {
@@ -71,6 +71,19 @@ export const budgetsPatchSchema = z.strictObject({
   prior_picks_per_expert: numIn(0, 1e6).optional(),
 });
 export type BudgetsPatch = z.infer<typeof budgetsPatchSchema>;
+
+/**
+ * Budgets as given (a controller's options, a command-line flag): checked by budgetsPatchSchema, the error naming the
+ * field under `label` (`budgets.half_life_steps: ...`); the fields not given are left out.
+ */
+export function parseBudgets(json: unknown, label: string, code: 'BAD_CONFIG' | 'BAD_ARGUMENT' = 'BAD_CONFIG'): Partial<Budgets> {
+  const r = budgetsPatchSchema.safeParse(json);
+  if (!r.success) {
+    const issue = r.error.issues[0]!;
+    throw new ResidencyError(code, `${label}${issue.path.length ? `.${fieldPath(issue.path)}` : ''}: ${issue.message}`);
+  }
+  return Object.fromEntries(Object.entries(r.data).filter(([, v]) => v !== undefined)) as Partial<Budgets>;
+}
 
 /**
  * Folds one drain window into the EWMA state, in place.
