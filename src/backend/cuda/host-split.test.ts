@@ -87,7 +87,7 @@ for (const parts of [1, MAX_PARTS]) {
     const cs = [1, 2, 3, 4, 5, 6];
     for (const [hostUs, label] of [[90, 'fast host'], [160, 'slow host'], [90, 'fast again']] as const) {
       const time = machine(hostUs, 180, parts);
-      // 20 updates a whole step of the table: a neighbour measured on the host before it changed speed spreads
+      // 20 updates a phase (times the parts an expert): a neighbour measured before the host changed speed spreads
       // widely (its old layers and its new) until the old decay, so the rule waits out a change of the host's speed.
       for (let u = 0; u < 20 * parts; u++) split.update(measure(split, time, cs), noWait);
       // Each count's split is its best or within MIN_GAIN of it (a neighbour must win by that much to move it; the
