@@ -38,9 +38,15 @@ export interface Budgets {
   readonly prior_picks_per_expert: number;
 }
 
+/**
+ * design.md's reference defaults were drain 64 / half-life 500; drain 16 / half-life 250 since 2026-12-03: on the device
+ * (H200, 16-layer qwen3-30b-a3b, 64/128 hot, host lane, 1,500-step phases) adaptive went from 330 / 321 / 279 tok/s to
+ * 579 / 525 / 465 at 1 user, p99 with moves in flight 0.99x the others (bench/tiered/results/h200-2026-12-03b/): real
+ * text's experts change from document to document, and a 64-step drain decides on counts 32 steps old on average.
+ */
 export const DEFAULT_BUDGETS: Budgets = Object.freeze({
-  drain_every: 64,
-  half_life_steps: 500,
+  drain_every: 16,
+  half_life_steps: 250,
   hysteresis: 1.5,
   min_average: 8,
   move_cost_picks: 2,

@@ -8,7 +8,7 @@ import { makeFolder } from '../util/folders.ts';
 import { FOLDER_FILES } from './folder-files.ts';
 
 /**
- * Synchronous appends: a drain happens every 64 steps and a swap a few times per drain, so a blocking
+ * Synchronous appends: a drain happens every 16 steps (by default) and a swap a few times per drain, so a blocking
  * write of one line is cheap next to a step, and nothing is lost if the process dies.
  *
  * Telemetry is a record, not part of serving: a folder that vanishes mid-run is made again, and a write
