@@ -50,31 +50,33 @@ __device__ __forceinline__ void warp_topk_regs(const float* v, int E, int K, int
   __syncwarp();
 }
 
-// The k largest of `v` (E values) into out_e / out_w [K], largest first, ties to the lower id (torch.topk). Up to
-// 512 values from registers (warp_topk_regs); beyond, K rounds of a warp argmax (each lane scans its E / 32 values,
-// then 5 shuffles), the winner taken out (-inf in `v`, written by the lane that owns it, so `v` may be global).
-__device__ __forceinline__ void warp_topk(float* v, int E, int K, int32_t* out_e, float* out_w) {
+// The k largest of `v` (E <= 1024 values) into out_e / out_w [K], largest first, ties to the lower id (torch.topk), NaN
+// as -inf. Up to 512 values from registers (warp_topk_regs); beyond, the same rounds with each lane's values read
+// from `v` every round and the lane's taken ones in a 32-bit mask (bit m: value lane + 32 m), so `v` is left as it
+// is and a taken value is never taken again, whatever the rest hold (-inf, NaN).
+__device__ __forceinline__ void warp_topk(const float* v, int E, int K, int32_t* out_e, float* out_w) {
   if (E <= 128) return warp_topk_regs<4>(v, E, K, out_e, out_w);
   if (E <= 256) return warp_topk_regs<8>(v, E, K, out_e, out_w);
   if (E <= 512) return warp_topk_regs<16>(v, E, K, out_e, out_w);
   const int lane = threadIdx.x & 31;
+  unsigned taken = 0u;
   for (int k = 0; k < K; k++) {
-    float best = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int e = lane; e < E; e += 32) {
-      const float x = v[e];
-      if (x > best || (x == best && e < bi)) { best = x; bi = e; }
+    unsigned kb = 0u;
+    int mb = 0;
+    for (int m = 0, e = lane; e < E; m++, e += 32) {
+      const unsigned key = ((taken >> m) & 1u) ? 0u : order_key(v[e]);
+      if (key > kb) { kb = key; mb = m; }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ob > best || (ob == best && oi < bi)) { best = ob; bi = oi; }
+    const unsigned top = __reduce_max_sync(0xffffffffu, kb);
+    const int id = lane + 32 * mb;
+    const unsigned win = __reduce_min_sync(0xffffffffu, kb == top ? (unsigned)id : 0xffffffffu);
+    if ((int)win == id) {
+      out_e[k] = id;
+      out_w[k] = v[id];
+      taken |= 1u << mb;
     }
-    if (lane == 0) { out_e[k] = bi; out_w[k] = best; }
-    if ((bi & 31) == lane) v[bi] = -INFINITY;
-    __syncwarp();
   }
+  __syncwarp();
 }
 
 // `logits` (E values, shared memory; the softmax modes overwrite them with probabilities) -> out_e/out_w/out_slot

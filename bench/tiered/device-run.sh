@@ -2,6 +2,7 @@
 # bench:tiered on the lent H200, in one device call (see bench/tiered/README.md):
 #   ../shared/tools/gpu-bundle && npm run build   (then carry .gpu, dist, node_modules/koffi, node_modules/@koromix)
 #   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|host|budgets|all]
+#   (1u, 4u, mixed, all: with the host expert lane unless LANE= is given; mixed: MIXED_USERS="1 4" by default)
 # formats: the same 16-layer geometry in bf16 and in block FP8, 64/128 hot, a short shift (issue 14: a cold
 # expert read in place costs its stored bytes); it makes only the 16-layer checkpoints.
 # Makes the 2-layer and 16-layer qwen3-30b-a3b checkpoints, runs the tiered GPU test (moves landing while greedy
@@ -59,12 +60,17 @@ if [ "$which" = budgets ]; then
   for f in "$OUT"/tiered-budgets-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive)" "$f" | cut -c1-130; done
   exit 0
 fi
-python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 > /tmp/mk2.log 2>&1 &
-python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
+# (checkpoints already made by an earlier mode of the same call are used as they are)
+[ -e /tmp/q2/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 > /tmp/mk2.log 2>&1 &
+[ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
 wait
-REAL_CKPT=/tmp/q2 TIERED_STEPS=800 OUT=$OUT timeout 100 node --test-name-pattern="64/128 hot" dist/gpu-tests.mjs > "$OUT/t-tiered.log" 2>&1
-echo "tiered GPU test rc=$?"; grep -E "^# (tiered|pass|fail)|^not ok" "$OUT/t-tiered.log"
-B="node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000"
+if [ "$which" != mixed ]; then
+  # The tiered test (moves landing while greedy decode runs) and the router's top-k at every width.
+  REAL_CKPT=/tmp/q2 TIERED_STEPS=800 OUT=$OUT timeout 100 node --test-name-pattern="64/128 hot|op_route" dist/gpu-tests.mjs > "$OUT/t-tiered-$which.log" 2>&1
+  echo "tiered GPU test rc=$?"; grep -E "^# (tiered|pass|fail)|^not ok" "$OUT/t-tiered-$which.log"
+fi
+# LANE: the host expert lane's flags (default: on, its split measured; LANE= runs without it).
+B="node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 ${LANE---host-experts auto}"
 # Time per lane at 3,000 steps a phase, 1 user (H200, 2026-12-01): all-hot ~13 s, fixed ~94 s, seed ~88 s, adaptive
 # ~61 s, oracle-phase ~36 s, plus ~20 s of loading and fitting: one call holds the 1-user lanes or the 4-user ones.
 if [ "$which" = 1u ] || [ "$which" = all ]; then
@@ -75,7 +81,7 @@ if [ "$which" = 4u ] || [ "$which" = all ]; then
   timeout 400 $B --users 4 --phases en+code:1200,de+ja:1200,en+code:1200 --policies all-hot,fixed,adaptive,oracle-phase --out "$OUT" > "$OUT/shift-4u.log" 2>&1; echo "shift 4 users rc=$?"
 fi
 if [ "$which" = mixed ] || [ "$which" = all ]; then
-  for u in 1 4; do
+  for u in ${MIXED_USERS:-1 4}; do
     timeout 200 $B --users $u --phases en+code+de+ja+fr+zh_CN:3000 --policies fixed,adaptive --tag mixed-${u}u --out "$OUT" > "$OUT/mixed-${u}u.log" 2>&1; echo "mixed $u user(s) rc=$?"
   done
 fi

@@ -4,6 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { embedding, headNorm, linear, rmsnorm, rope, ropeTables, softmax, topk } from '../../src/backend/cpu/ops.ts';
+import { topkSoftmax } from '../../src/backend/cpu/routers.ts';
 import { getGpu, normErr, poisoned, randomBf16, randomF32, rng, upload } from './harness.ts';
 
 const TIGHT = 2e-6;
@@ -43,6 +44,48 @@ for (const [O, K, rows] of [[256, 128, 5], [128, 48, 3], [8192, 128, 2], [96, 12
     const e = normErr(got, ref);
     console.log(`# gemm ${rows}x${K}->${O}: normalized error ${e.toExponential(2)}`);
     assert.ok(e < TIGHT, `error ${e}`);
+  });
+}
+
+// warp_topk at every width: registers up to 512 experts, the rounds with a taken mask beyond (513-1024). Ties (values
+// on a 1/4 grid), NaN and -inf among them; the CPU's topkSoftmax is the spec where a row has k finite values. Where
+// it has fewer, the kernel's own rule (NaN as -inf, ties to the lower id) must still give k distinct experts in range:
+// the rounds it replaced took a taken expert again there, and wrote v[INT_MAX] on a row of NaN.
+for (const E of [384, 640, 1024]) {
+  test(`op_route top-k then softmax over ${E} experts: ties, NaN and -inf as the CPU's topkSoftmax; k distinct picks on a row of fewer than k finite values`, async () => {
+    const g = await getGpu();
+    const r = rng(`route topk ${E}`);
+    const rows = 40, K = 8;
+    const logits = Float32Array.from({ length: rows * E }, () => Math.round(r() * 16) / 4);
+    for (let i = 0; i < logits.length; i++) {
+      const u = r();
+      if (u > 0.9) logits[i] = Number.NaN;
+      else if (u < -0.9) logits[i] = -Infinity;
+    }
+    const sparse = rows - 2, nan = rows - 1; // three finite values, the rest -inf or NaN; all NaN
+    for (let e = 0; e < E; e++) logits[sparse * E + e] = e % 2 ? -Infinity : Number.NaN;
+    logits[sparse * E + E - 1] = 1; logits[sparse * E + 7] = 2; logits[sparse * E + 600 % E] = 1;
+    logits.fill(Number.NaN, nan * E, (nan + 1) * E);
+    const slots = Int32Array.from({ length: E }, (_, e) => E - 1 - e);
+    const counter = g.d.alloc(4 * E, 'counter');
+    g.d.memsetD8(counter, 0, 4 * E);
+    const ids = poisoned(g, 4 * rows * K, 'ids'), ws = poisoned(g, 4 * rows * K, 'ws'), sl = poisoned(g, 4 * rows * K, 'slots out');
+    g.d.launch(g.fns.get('op_route')!, 'op_route', [rows, 1, 1], 32, 0, g.stream,
+      [{ u64: upload(g, logits, 'logits') }, { i32: E }, { i32: K }, { i32: 2 }, { u64: upload(g, slots, 'slots') }, { u64: ids }, { u64: ws }, { u64: sl },
+        { u64: counter }, { u64: upload(g, Int32Array.of(1), 'flag') }]);
+    g.d.streamSync(g.stream, `op_route E=${E}`);
+    const gi = new Int32Array(rows * K), gw = new Float32Array(rows * K), gs = new Int32Array(rows * K);
+    g.d.dtoh(gi, ids); g.d.dtoh(gw, ws); g.d.dtoh(gs, sl);
+    const ri = new Int32Array(rows * K), rw = new Float32Array(rows * K);
+    for (let t = 0; t < sparse; t++) topkSoftmax(ri, t * K, rw, t * K, logits, t * E, E, K);
+    const n = sparse * K;
+    assert.deepEqual(gi.subarray(0, n), ri.subarray(0, n), 'routed ids (rows of >= k finite values)');
+    assert.ok(normErr(gw.subarray(0, n), rw.subarray(0, n)) < 1e-6, `weights error ${normErr(gw.subarray(0, n), rw.subarray(0, n))}`);
+    // The rest: the finite ones first (largest first, ties to the lower id), then the lowest ids of the others.
+    const rest = (finite: number[]) => [...finite, ...Array.from({ length: E }, (_, e) => e).filter((e) => !finite.includes(e))].slice(0, K);
+    assert.deepEqual([...gi.subarray(sparse * K, (sparse + 1) * K)], rest([7, 600 % E, E - 1].sort((a, b) => (a === 7 ? -1 : b === 7 ? 1 : a - b))), 'three finite values, then -inf / NaN by id');
+    assert.deepEqual([...gi.subarray(nan * K)], rest([]), 'a row of NaN: the first k ids');
+    assert.deepEqual(gs, Int32Array.from(gi, (e) => slots[e]!), 'slots = slot table of the ids');
   });
 }
 
