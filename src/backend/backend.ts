@@ -185,6 +185,12 @@ export interface ExpertBanks {
   takeLanded(): RowExchange[];
   /** Exchanges requested and not landed yet. */
   readonly moving: number;
+  /**
+   * Exchanges that a requestSwap now would start copying at once (Infinity where copies are instant). A caller that
+   * asks for no more keeps its decisions in its own queue, where later counts can replace them, rather than in
+   * a backlog of copies the banks start long after they were decided.
+   */
+  readonly startable: number;
   /** A content hash of every layer's hot and cold bank bytes (restore checks). */
   digest(): string;
 }
@@ -254,4 +260,6 @@ export class InstantMoves {
   get moving(): number {
     return this.landed.length;
   }
+
+  readonly startable = Infinity;
 }

@@ -34,6 +34,7 @@ export class FakeBanks implements ExpertBanks {
   requestSwap(layer: number, hotRow: number, coldRow: number): void { this.instant.request(layer, hotRow, coldRow); }
   takeLanded(): RowExchange[] { return this.instant.take(); }
   get moving(): number { return this.instant.moving; }
+  get startable(): number { return this.instant.startable; }
   digest(): string {
     const hash = createHash('sha256');
     for (const layer of this.rows) for (const row of layer) hash.update(row);

@@ -162,7 +162,7 @@ test('a prior (counts dump of this model) reaches the controller; another geomet
 test('banks that move in the background: moves land steps later, the map follows only on landing, restore gives the boot digest', () => {
   const backend = fakeBackend();
   const banks = backend.banks;
-  // Requests land two step boundaries after they were made (like the CUDA banks' two copies).
+  // Requests land four steps after they were made (takeLanded runs twice a step: before and after requesting).
   const pending: { layer: number; hotRow: number; coldRow: number; age: number }[] = [];
   const delayed: ExpertBanks = {
     layers: banks.layers, experts: banks.experts, hotPerLayer: banks.hotPerLayer,
@@ -176,14 +176,16 @@ test('banks that move in the background: moves land steps later, the map follows
     },
     takeLanded() {
       for (const p of pending) p.age++;
-      const out = pending.filter((p) => p.age > 2);
+      const out = pending.filter((p) => p.age > 8);
       for (const p of out) { pending.splice(pending.indexOf(p), 1); banks.swapRows(p.layer, p.hotRow, p.coldRow); }
       return out.map(({ layer, hotRow, coldRow }) => ({ layer, hotRow, coldRow }));
     },
     get moving() { return pending.length; },
+    // One exchange in flight at a time (a single copy slot): slower than the policy decides.
+    get startable() { return pending.length === 0 ? 1 : 0; },
   };
   const be = { ...backend, banks: delayed };
-  const driver = new ResidencyDriver({ backend: be, frozen: false, log: () => {}, budgets: { drain_every: 8, half_life_steps: 40, min_average: 1, swaps_per_step: 3 } });
+  const driver = new ResidencyDriver({ backend: be, frozen: false, log: () => {}, budgets: { drain_every: 8, half_life_steps: 40, min_average: 1, swaps_per_step: 3, swaps_per_layer_per_drain: 4 } });
   const bootDigest = banks.digest();
   const r = rng(5);
   let step = 0;
@@ -198,9 +200,11 @@ test('banks that move in the background: moves land steps later, the map follows
       // Between steps the controller's map is exactly the banks' (landed) map, moves in flight or not.
       assert.ok(rowMapsEqual(mapFromBanks(banks, 'fake-moe'), driver.controller.map()), `step ${s}: the map ran ahead of the banks`);
       sawInFlight ||= pending.length > 0;
+      assert.ok(pending.length <= 1, `step ${s}: ${pending.length} requested, more than the banks could start`);
     }
   }
   assert.ok(sawInFlight && banks.swaps > 20, `swaps ${banks.swaps}`);
+  assert.ok(driver.controller.stats.superseded > 0, 'swaps the banks could not start were decided again at the next drain');
   const res = driver.control({ restore_map: true });
   assert.ok(res.ok);
   for (let s = step; s < step + 400 && (driver.controller.queueDepth > 0 || pending.length > 0); s++) driver.afterStep({ step: s, tokens: 1, counted: false, durationNs: 1000 });

@@ -217,7 +217,8 @@ export class ResidencyDriver implements ResidencyHook {
       }
     };
     settle();
-    this.controller.requestSwaps(this.controller.budgets.swaps_per_step, (s: Swap) => {
+    // No more than the banks start now: the rest wait in the controller's queue, where the next drain decides again.
+    this.controller.requestSwaps(Math.min(this.controller.budgets.swaps_per_step, banks.startable), (s: Swap) => {
       banks.requestSwap(s.layer, s.hotRow, s.coldRow);
       this.requestedAt.set(`${s.layer}/${s.hotRow}/${s.coldRow}`, now());
     });

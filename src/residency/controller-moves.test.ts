@@ -72,3 +72,24 @@ test('a queued swap gone stale before its request is refused; one on a row still
   }
   assert.ok(rowMapsEqual(ctl.map(), identityRowMap('m', L, E, H)), 'boot map restored');
 });
+
+test('swaps not yet requested are decided again at the next drain, on its counts; swaps in flight are kept', () => {
+  const ctl = controller();
+  ctl.onStep({ step: 0, tokens: 1, counted: true });
+  const d = ctl.drain(0, busyCold());
+  assert.equal(d.decided.length, 2);
+  const flying = ctl.requestSwaps(1, () => {}).applied; // the banks could start one
+  assert.equal(flying.length, 1);
+  assert.equal(ctl.queueDepth, 1);
+  // The traffic turned: cold experts 4..7 went quiet, so the queued swap would now be a loss.
+  ctl.onStep({ step: 1, tokens: 1, counted: true });
+  const quiet = busyCold(); // cumulative counts: 4..7 gain nothing, the hot ones catch up
+  for (let e = 0; e < 4; e++) quiet[e] = 20_000;
+  const d2 = ctl.drain(1, quiet);
+  assert.equal(d2.decided.length, 0, 'nothing worth moving on the new counts');
+  assert.equal(ctl.queueDepth, 0, 'the old decision is gone from the queue');
+  assert.equal(ctl.stats.superseded, 1);
+  assert.equal(ctl.inFlightCount, 1, 'the requested swap still lands');
+  ctl.land(flying[0]!.layer, flying[0]!.hotRow, flying[0]!.coldRow);
+  assert.equal(ctl.stats.applied, 1);
+});

@@ -71,6 +71,8 @@ export interface ControllerStats {
   refused: number;
   /** Queued swaps dropped by freeze or restore before they were applied. */
   cancelled: number;
+  /** Queued swaps a later drain decided again before they were requested (dropped; that drain's decisions replace them). */
+  superseded: number;
 }
 
 /**
@@ -91,7 +93,7 @@ export class Controller {
   readonly experts: number;
   readonly hotPerLayer: number;
   readonly boot: RowMap;
-  readonly stats: ControllerStats = { drains: 0, decided: 0, applied: 0, refused: 0, cancelled: 0 };
+  readonly stats: ControllerStats = { drains: 0, decided: 0, applied: 0, refused: 0, cancelled: 0, superseded: 0 };
 
   private budgetsNow: Budgets;
   private frozenNow: boolean;
@@ -207,6 +209,11 @@ export class Controller {
     // A baseline asked without a counter snapshot leaves a window that straddles it: none of it is used.
     if (fold) foldWindow(this.decayed, delta, Math.max(1, w.steps), this.budgetsNow.half_life_steps);
     this.discardNextWindow = false;
+    // Swaps still queued from an earlier drain are decided again on these counts, not kept: where the banks move
+    // rows slower than the policy decides (background copies at batch > 1), a queue kept across drains fills
+    // with exchanges whose counts are long gone (bench/tiered, mixed traffic at 4 users). Swaps already requested
+    // from the banks (in flight) are not touched.
+    if (!this.frozenNow) this.cancel((s) => s.reason === 'adapt', 'superseded');
     const decided = this.frozenNow
       ? []
       : decideSwaps(this.mapView(), this.decisionScores(), this.budgetsNow, step, this.queued);
@@ -410,7 +417,7 @@ export class Controller {
     this.queued[s.layer * this.experts + s.coldExpert]!--;
   }
 
-  private cancel(which: (s: Swap) => boolean): number {
+  private cancel(which: (s: Swap) => boolean, stat: 'cancelled' | 'superseded' = 'cancelled'): number {
     const keep: Swap[] = [];
     let n = 0;
     for (const s of this.queue) {
@@ -420,7 +427,7 @@ export class Controller {
       } else keep.push(s);
     }
     this.queue = keep;
-    this.stats.cancelled += n;
+    this.stats[stat] += n;
     return n;
   }
 

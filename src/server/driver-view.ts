@@ -49,7 +49,7 @@ export class DriverView implements ResidencyView {
       swaps: { applied: ctl.stats.applied, refused: ctl.stats.refused, queued: ctl.queueDepth, in_flight: ctl.inFlightCount },
       controller: {
         frozen: ctl.frozen, counting: ctl.counting, budgets: ctl.budgets, prior: ctl.hasPrior,
-        drains: ctl.stats.drains, decided: ctl.stats.decided, cancelled: ctl.stats.cancelled,
+        drains: ctl.stats.drains, decided: ctl.stats.decided, cancelled: ctl.stats.cancelled, superseded: ctl.stats.superseded,
         last_drain_step: d?.step ?? null,
       },
       // Decayed counts as of the last drain (zero until the first one: the heatmap starts dark).

@@ -52,6 +52,7 @@ class FakeBanks implements ExpertBanks {
   requestSwap(layer: number, hotRow: number, coldRow: number): void { this.instant.request(layer, hotRow, coldRow); }
   takeLanded(): RowExchange[] { return this.instant.take(); }
   get moving(): number { return this.instant.moving; }
+  get startable(): number { return this.instant.startable; }
   digest(): string { return JSON.stringify(this.rows); }
 }
 

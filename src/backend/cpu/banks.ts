@@ -186,6 +186,10 @@ export class CpuExpertBanks implements ExpertBanks {
     return this.instant.moving;
   }
 
+  get startable(): number {
+    return this.instant.startable;
+  }
+
   digest(): string {
     // Pieces in bank order: the same bytes in the same order as one array per bank would hash.
     const h = createHash('sha256');

@@ -20,9 +20,9 @@ const { spec } = syntheticModel({ hiddenSize: 32, headDim: 8, numHeads: 4, numKv
 const raw = new Map<string, RawTensor>();
 for (const [name, shape] of expectedTensors(spec)) raw.set(name, { name, dtype: 'BF16', shape, bytes: new Uint8Array(shape.reduce((a, b) => a * b, 1) * 2) });
 
-function banksOn(opts: { copiesInFlight?: number } = {}) {
+function banksOn(opts: { copiesInFlight?: number } = { copiesInFlight: 2 }) {
   const d = new FakeCudaDriver();
-  const be = new CudaBackend(d, spec, raw, { kernelDir, placement: { hotPerLayer: 5 } });
+  const be = new CudaBackend(d, spec, raw, { kernelDir, placement: { hotPerLayer: 5 }, ...opts });
   return { d, be, banks: be.banks, opts };
 }
 
@@ -59,10 +59,13 @@ test('an exchange lands after both its copies report done, at a step boundary; t
 test('moves are paced: at most copiesInFlight copies queued, at most spareRows exchanges of a layer in flight', () => {
   const { d, be, banks } = banksOn();
   d.eventsComplete = false;
+  assert.equal(banks.startable, 2, 'two copy slots free');
   banks.requestSwap(0, 0, 0);
+  assert.equal(banks.startable, 1);
   banks.requestSwap(0, 1, 1);
   banks.requestSwap(1, 0, 0);
   assert.equal(d.copies.length, 2, 'two copies queued (copiesInFlight 2); the third request waits');
+  assert.equal(banks.startable, 0, 'no slot free, and one exchange already waits for one');
   d.eventsComplete = true;
   banks.takeLanded();
   assert.equal(banks.moving, 3);

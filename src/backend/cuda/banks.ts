@@ -182,6 +182,13 @@ export class CudaExpertBanks implements ExpertBanks {
     return this.moves.length;
   }
 
+  /** Copy slots free, less the exchanges already waiting for one (or for a spare row of their layer). */
+  get startable(): number {
+    let waiting = 0;
+    for (const m of this.moves) if (m.phase === 0) waiting++;
+    return Math.max(0, this.copiesInFlight - this.copiesQueued - waiting);
+  }
+
   /** The exchange at once: requested, then waited for (placement before serving; tests). */
   swapRows(layer: number, hotRow: number, coldRow: number): void {
     if (this.moves.length > 0) throw new ResidencyError('INTERNAL', `swapRows: ${this.moves.length} moves are in flight; wait for them to land first`);
