@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench:tiered on the lent H200, in one device call (see bench/tiered/README.md):
 #   ../shared/tools/gpu-bundle && npm run build   (then carry .gpu, dist, node_modules/koffi, node_modules/@koromix)
-#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|host|budgets|all]
+#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|host|budgets|traces|pipeline|all]
 #   (1u, 4u, mixed, all: with the host expert lane unless LANE= is given; mixed: MIXED_USERS="1 4" by default)
 # formats: the same 16-layer geometry in bf16 and in block FP8, 64/128 hot, a short shift (issue 14: a cold
 # expert read in place costs its stored bytes); it makes only the 16-layer checkpoints.
@@ -58,6 +58,41 @@ if [ "$which" = budgets ]; then
     timeout 100 $B --users $u --phases $ph --policies adaptive --budgets "$NEW" --tag budgets-new-${u}u > "$OUT/budgets-new-${u}u.log" 2>&1; echo "$NEW, $u user(s) rc=$?"
   done
   for f in "$OUT"/tiered-budgets-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive)" "$f" | cut -c1-130; done
+  exit 0
+fi
+if [ "$which" = traces ]; then
+  # Routing for the simulator (src/sim, `residency simulate --traces DIR --phases recorded`): the all-hot lane's steps of
+  # the shift and of mixed traffic, 1 and 4 users, 3,000 steps a phase (TRACE_STEPS), one folder each under $OUT.
+  [ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
+  n=${TRACE_STEPS:-3000}
+  for u in 1 4; do
+    for t in shift mixed; do
+      if [ $t = shift ]; then ph=en+code:$n,de+ja:$n,en+code:$n; else ph=en+code+de+ja+fr+zh_CN:$n; fi
+      timeout 150 node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 \
+        --users $u --phases $ph --policies all-hot --tag trace-$t-${u}u --trace-out "$OUT/trace-$t-${u}u" --out "$OUT" > "$OUT/trace-$t-${u}u.log" 2>&1
+      echo "trace $t $u user(s) rc=$?"
+    done
+  done
+  for d in "$OUT"/trace-*/; do gzip -9 "$d"/*.jsonl; done
+  du -sh "$OUT"/trace-*/
+  exit 0
+fi
+if [ "$which" = pipeline ]; then
+  # The move pipeline's width (banks' copies in flight, COPIES, default "2 4"): the tiered test, then mixed traffic at
+  # 4 users (2,000 steps) and the shift at 1 user (1,500-step phases), fixed and adaptive, with the host lane.
+  [ -e /tmp/q2/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 > /tmp/mk2.log 2>&1 &
+  [ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
+  wait
+  REAL_CKPT=/tmp/q2 TIERED_STEPS=800 OUT=$OUT timeout 100 node --test-name-pattern="64/128 hot" dist/gpu-tests.mjs > "$OUT/t-tiered.log" 2>&1
+  echo "tiered GPU test rc=$?"; grep -E "^# (tiered|pass|fail)|^not ok" "$OUT/t-tiered.log"
+  B="node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 --host-experts auto --out $OUT"
+  first=fixed,
+  for c in ${COPIES:-2 4}; do
+    timeout 130 $B --users 4 --phases en+code+de+ja+fr+zh_CN:2000 --policies ${first}adaptive --copies-in-flight $c --tag mixed-4u-c$c > "$OUT/mixed-4u-c$c.log" 2>&1; echo "mixed 4 users, $c copies rc=$?"
+    timeout 90 $B --users 1 --phases en+code:1500,de+ja:1500,en+code:1500 --policies ${first}adaptive --copies-in-flight $c --tag shift-1u-c$c > "$OUT/shift-1u-c$c.log" 2>&1; echo "shift 1 user, $c copies rc=$?"
+    first=
+  done
+  for f in "$OUT"/tiered-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive)" "$f" | cut -c1-150; done
   exit 0
 fi
 # (checkpoints already made by an earlier mode of the same call are used as they are)

@@ -5,7 +5,7 @@
 // documents, counted by the product's own counter.
 //   node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json [--hot 64] [--users 1]
 //     [--phases en+code:3000,de+ja:3000,en+code:3000] [--policies all-hot,fixed,seed,adaptive,lru,oracle-phase]
-//     [--budgets JSON] [--fit-steps 1500] [--max-doc 512] [--out DIR] [--trace-out DIR]
+//     [--budgets JSON] [--fit-steps 1500] [--max-doc 512] [--out DIR] [--trace-out DIR] [--copies-in-flight N]
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -37,6 +37,8 @@ const { values: v } = parseArgs({
     'trace-out': { type: 'string' },
     // The host expert lane on the tiered backends: threads ('auto': the CPUs less 2) and a fixed share (default: the split measured while serving).
     'host-experts': { type: 'string' }, 'host-expert-share': { type: 'string' }, 'host-expert-parts': { type: 'string' },
+    // Row copies the banks queue at once (the move pipeline's width; default: the banks').
+    'copies-in-flight': { type: 'string' },
   },
 });
 if (!v.model || !v.prompts) throw new Error('--model DIR (a make-checkpoint folder) and --prompts prompts.json are required');
@@ -81,9 +83,11 @@ const t0 = performance.now();
 // All hot: fit the maps (en+code for fixed, every domain for seed), then the all-hot lane.
 /** The product's backend: cuda (the op path, KV sized for the documents) or cpu (tiny models: a dry run of the bench). */
 const hostExperts = parseMemoryFlags({ 'host-experts': v['host-experts'], 'host-expert-share': v['host-expert-share'], 'host-expert-parts': v['host-expert-parts'] }).hostExperts;
+const copies = v['copies-in-flight'] === undefined ? undefined : Number(v['copies-in-flight']);
+if (copies !== undefined && !(Number.isInteger(copies) && copies >= 1)) throw new Error(`--copies-in-flight: expected an integer >= 1, got ${v['copies-in-flight']}`);
 const makeBackend = async (placement?: RowMap): Promise<Backend> => backendName === 'cpu'
   ? createBackend('cpu', m as BackendModel, { ...(placement ? { placement } : {}), threads: 'auto' })
-  : createCuda(m, { path: 'op', ...(placement ? { placement } : {}), maxModelLen: maxDoc + 8, maxNumSeqs: seqs, ...(placement && hostExperts ? { hostExperts } : {}) });
+  : createCuda(m, { path: 'op', ...(placement ? { placement } : {}), maxModelLen: maxDoc + 8, maxNumSeqs: seqs, ...(placement && hostExperts ? { hostExperts } : {}), ...(copies ? { copiesInFlight: copies } : {}) });
 let allHot = await makeBackend();
 log(`loaded all-hot in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
 const fitSteps = Number(v['fit-steps']);

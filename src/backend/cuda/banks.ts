@@ -26,13 +26,21 @@ export interface CudaBankOptions {
   readonly placement?: BankPlacement;
   /** Free hot rows per layer that moves land in (default 2 when there is a cold bank, else 0). */
   readonly spareRows?: number;
-  /** Copies queued on the copy stream at once, all layers together (default 2): paces moves beside in-place reads. */
+  /** Copies queued on the copy stream at once, all layers together (default DEFAULT_COPIES_IN_FLIGHT): paces moves beside in-place reads. */
   readonly copiesInFlight?: number;
   readonly onReleaseFailure?: ReleaseFailureSink;
 }
 
 /** Default spare rows per layer: two exchanges of a layer in flight at once (the policy's default per drain). */
 export const DEFAULT_SPARE_ROWS = 2;
+
+/**
+ * Default copies queued at once. A copy lands at a step boundary and an exchange is two copies, so this is how many
+ * exchanges a step can carry, halved: 2 let the map trail the policy at batch 1 (H200, 16-layer qwen3-30b-a3b, 64/128
+ * hot, 1,500-step shift: adaptive 623 / 574 / 528 tok/s with 2, 637 / 632 / 607 with 4, p99 with moves in flight
+ * 0.98x the others; bench/tiered/results/h200-2026-12-03d).
+ */
+export const DEFAULT_COPIES_IN_FLIGHT = 4;
 
 interface Move {
   readonly layer: number;
@@ -105,7 +113,7 @@ export class CudaExpertBanks implements ExpertBanks {
       if (!Number.isInteger(this.spareRows) || this.spareRows < 0 || (coldRows > 0 && this.spareRows < 1)) {
         throw new ResidencyError('BAD_ARGUMENT', `spareRows ${opts.spareRows}: expected an integer >= 1 with a cold bank`);
       }
-      this.copiesInFlight = opts.copiesInFlight ?? 2;
+      this.copiesInFlight = opts.copiesInFlight ?? DEFAULT_COPIES_IN_FLIGHT;
       if (!Number.isInteger(this.copiesInFlight) || this.copiesInFlight < 1) {
         throw new ResidencyError('BAD_ARGUMENT', `copiesInFlight ${opts.copiesInFlight}: expected an integer >= 1`);
       }
