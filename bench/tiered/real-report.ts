@@ -20,9 +20,10 @@ export interface PhaseFigures {
 export interface PolicyFigures {
   readonly policy: string;
   readonly phases: PhaseFigures[];
-  /** p99 step of steps with moves in flight vs without (after the first phase), and how many of each. */
+  /** p99 step of steps with moves in flight vs without (after the first phase; a one-phase run: all), how many of each. */
   readonly p99Moving: number;
   readonly p99Plain: number;
+  readonly plainSteps: number;
   readonly movingSteps: number;
   readonly landed: number;
 }
@@ -52,11 +53,11 @@ export function summarize(runs: readonly PolicyRun[], phases: readonly Phase[], 
         coldShare: pm[i]!.coldShare, converged: pm[i]!.converged, t90Steps: t90, t90S, landed,
       };
     });
-    const first = phases[0]!.steps;
+    const first = phases.length > 1 ? phases[0]!.steps : 0;
     const moving: number[] = [];
     const plain: number[] = [];
     for (let k = first; k < r.steps; k++) (r.moving[k] ? moving : plain).push(r.stepMs[k]!);
-    return { policy: r.policy, phases: figs, p99Moving: quantile(moving, 0.99), p99Plain: quantile(plain, 0.99), movingSteps: moving.length, landed: r.landed };
+    return { policy: r.policy, phases: figs, p99Moving: quantile(moving, 0.99), p99Plain: quantile(plain, 0.99), movingSteps: moving.length, plainSteps: plain.length, landed: r.landed };
   });
 }
 
@@ -77,7 +78,9 @@ export function tableMarkdown(sum: readonly PolicyFigures[], ctx: { H: number; E
   }
   lines.push('', '| policy | p99 step, moves in flight (ms) | p99 step, none (ms) | ratio | steps with moves in flight | moves landed |', '|---|---|---|---|---|---|');
   for (const p of sum) {
-    lines.push(`| ${p.policy} | ${p.movingSteps ? p.p99Moving.toFixed(3) : '-'} | ${p.p99Plain.toFixed(3)} | ${p.movingSteps ? (p.p99Moving / p.p99Plain).toFixed(2) + 'x' : '-'} | ${p.movingSteps} | ${p.landed} |`);
+    // '-' where a side has no steps (no moves at all, or moves in flight at every step).
+    const ratio = p.movingSteps && p.plainSteps ? (p.p99Moving / p.p99Plain).toFixed(2) + 'x' : '-';
+    lines.push(`| ${p.policy} | ${p.movingSteps ? p.p99Moving.toFixed(3) : '-'} | ${p.plainSteps ? p.p99Plain.toFixed(3) : '-'} | ${ratio} | ${p.movingSteps} | ${p.landed} |`);
   }
   lines.push('', `counter: ${(100 * ctx.counterShare).toFixed(2)}% of a step (median step counting on vs off, all hot)`, '');
   return lines.join('\n');

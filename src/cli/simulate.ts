@@ -27,6 +27,7 @@ export const SIM_FLAGS = {
   budgets: { type: 'string' },
   inserts: { type: 'string' },
   'oracle-window': { type: 'string' },
+  'copies-in-flight': { type: 'string' },
   prior: { type: 'string' },
   json: { type: 'boolean', default: false },
   help: { type: 'boolean', short: 'h', default: false },
@@ -47,6 +48,8 @@ export const SIM_HELP = `  --traces DIR|FILE     (required) fixture trace dir (i
                         (over the flags above)
   --inserts N           copy-on-miss inserts per step for lru/lfu/lfru (default 8)
   --oracle-window N     steps per oracle window (default 512)
+  --copies-in-flight N  adaptive: moves in the background as the CUDA banks make them, N row copies queued at
+                        once (the banks' default is 4), each done by the next step; default: moves land at once
   --prior COUNTS.json   adaptive: seed prior from a counts dump of the traces' geometry (budget prior_picks_per_expert, default 1)
   --json                print the report as JSON`;
 
@@ -88,7 +91,14 @@ export function simOptions(v: SimValues): SimOptions {
     traces: v.traces, phases: v.phases!, hot: int(v.hot, 'hot')!, users: int(v.users, 'users')!, seed: int(v.seed, 'seed')!,
     map: v.map, fit: v.fit, seedFrom: v['seed-from'], profile: v.profile, budgets,
     insertsPerStep: int(v.inserts, 'inserts'), oracleWindow: int(v['oracle-window'], 'oracle-window') ?? 512,
+    copiesInFlight: copiesFlag(v['copies-in-flight']),
   };
+}
+
+function copiesFlag(v: string | undefined): number | undefined {
+  const n = int(v, 'copies-in-flight');
+  if (n !== undefined && n < 1) throw new ResidencyError('BAD_ARGUMENT', `--copies-in-flight must be an integer >= 1, got '${v}'`);
+  return n;
 }
 
 /** Policy options with --prior's counts added (checked against the traces' geometry), or as they were. */

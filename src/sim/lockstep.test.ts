@@ -17,7 +17,8 @@ import { loadTraces, FIXTURE_TRACES } from './traces/load.ts';
 import { openTraceFile } from './traces/recorder.ts';
 import { buildTraffic, parsePhases, recordedSteps, type SimStep } from './traffic.ts';
 import { topHMap, traceCounts } from './fit.ts';
-import { adaptivePolicy } from './policies/adaptive.ts';
+import { adaptivePolicy, type AdaptiveOptions } from './policies/adaptive.ts';
+import { MovePipeline, type MoveSteps, type PipelineMove } from '../backend/move-pipeline.ts';
 import type { Geometry } from './policies/policy.ts';
 import { replay } from './replay.ts';
 
@@ -56,6 +57,36 @@ class FakeBanks implements ExpertBanks {
   digest(): string { return JSON.stringify(this.rows); }
 }
 
+/** The same tables, moved in the background on the CUDA banks' schedule: a copy is done by the next step. */
+class PipelineBanks extends FakeBanks {
+  private readonly pipeline: MovePipeline<PipelineMove & { queuedAt: number }>;
+  private done: RowExchange[] = [];
+  private readonly moveSteps: MoveSteps<PipelineMove & { queuedAt: number }>;
+  constructor(map: RowMap, copiesInFlight: number) {
+    super(map);
+    this.pipeline = new MovePipeline(Array.from({ length: map.layers }, () => [0, 1]), copiesInFlight);
+    this.moveSteps = {
+      copyDone: (m) => m.queuedAt < this.step,
+      copyIn: (m) => { m.queuedAt = this.step; },
+      landIn: () => {},
+      copyOut: (m) => { m.queuedAt = this.step; },
+      landOut: (m) => { this.swapRows(m.layer, m.hotRow, m.coldRow); return m.spare; },
+      landed: () => {},
+    };
+  }
+  override requestSwap(layer: number, hotRow: number, coldRow: number): void {
+    const leave = this.expertAt(layer, 'hot', hotRow), enter = this.expertAt(layer, 'cold', coldRow);
+    this.pipeline.request({ layer, hotRow, coldRow, leave, enter, spare: -1, phase: 0, queuedAt: this.step });
+    this.done.push(...this.pipeline.advance(this.moveSteps));
+  }
+  override takeLanded(): RowExchange[] {
+    this.done.push(...this.pipeline.advance(this.moveSteps));
+    return this.done.splice(0);
+  }
+  override get moving(): number { return this.pipeline.moving; }
+  override get startable(): number { return this.pipeline.startable; }
+}
+
 /** A backend whose forward only feeds its counter with the picks it is handed (the step's trace rows). */
 class TraceBackend implements Backend {
   readonly name = 'trace';
@@ -63,9 +94,9 @@ class TraceBackend implements Backend {
   readonly banks: FakeBanks;
   private readonly counter: Uint32Array;
   next: SimStep | null = null;
-  constructor(private readonly g: Geometry, map: RowMap) {
+  constructor(private readonly g: Geometry, map: RowMap, banks: FakeBanks = new FakeBanks(map)) {
     this.spec = { name: map.model, numLayers: g.layers, numExperts: g.experts, topK: g.topK } as unknown as ModelSpec;
-    this.banks = new FakeBanks(map);
+    this.banks = banks;
     this.counter = new Uint32Array(g.layers * g.experts);
   }
   openSequence(): void {}
@@ -85,8 +116,8 @@ class TraceBackend implements Backend {
 }
 
 /** The simulator's decisions: (step, layer, hot row, cold row) of every applied swap. */
-function simulated(g: Geometry, boot: RowMap, steps: readonly SimStep[], budgets: Partial<Budgets>) {
-  const policy = adaptivePolicy(budgets)({ geometry: g, bootMap: boot, steps });
+function simulated(g: Geometry, boot: RowMap, steps: readonly SimStep[], budgets: Partial<Budgets>, opts: AdaptiveOptions = {}) {
+  const policy = adaptivePolicy(budgets, 'adaptive', opts)({ geometry: g, bootMap: boot, steps });
   replay(policy, steps);
   const swaps: Swapped[] = policy.log.map(({ step, swap }) => [step, swap.layer, swap.hotRow, swap.coldRow]);
   return { swaps, map: policy.controller.map(), controller: policy.controller };
@@ -132,6 +163,30 @@ describe('lockstep: engine-side driver vs simulator', () => {
     assert.deepEqual(driver.controller.map(), sim.map);
     sameState(driver.controller, sim.controller);
     assert.equal(driver.controller.stats.refused, 0);
+  });
+
+  it('makes identical decisions with moves in the background (the CUDA banks\' schedule on both sides)', () => {
+    const set = loadTraces(FIXTURE_TRACES, { only: ['en', 'de', 'ja'] });
+    const g: Geometry = { layers: set.layers, experts: set.experts, topK: set.topK, hotPerLayer: 49 };
+    const boot = topHMap(traceCounts([set.traces.get('en')!], g), g, 'tiny-moe');
+    const steps = buildTraffic(set, { phases: parsePhases('en:300,de+ja:900', set), users: 4, seed: 3, countTmax: 256 });
+    // One copy in flight: the banks are slower than the policy, so queued swaps wait and are decided again.
+    const budgets: Partial<Budgets> = { drain_every: 4, min_average: 2, swaps_per_layer_per_drain: 4 };
+    const sim = simulated(g, boot, steps, budgets, { copiesInFlight: 1 });
+    assert.ok(sim.swaps.length > 20 && sim.controller.stats.superseded > 0, `swaps ${sim.swaps.length}, superseded ${sim.controller.stats.superseded}`);
+    const banks = new PipelineBanks(boot, 1);
+    const backend = new TraceBackend(g, boot, banks);
+    const driver = new ResidencyDriver({ backend, budgets, frozen: false, log: () => {} });
+    for (const s of steps) {
+      backend.next = s;
+      const count = driver.countStep(s.tokens);
+      backend.forward({ chunks: [], count });
+      banks.step = s.index;
+      driver.afterStep({ step: s.index, tokens: s.tokens, counted: count, durationNs: 0 });
+    }
+    assert.deepEqual(banks.log, sim.swaps);
+    assert.deepEqual(driver.controller.map(), sim.map);
+    sameState(driver.controller, sim.controller);
   });
 
   it('makes identical decisions on routing recorded from the real CPU backend', { skip: existsSync(join(FIXTURE_MODEL, 'config.json')) ? false : 'fixture model not found' }, async () => {

@@ -29,6 +29,8 @@ export interface SimOptions {
   readonly budgets?: Partial<Budgets>;
   readonly insertsPerStep?: number;
   readonly oracleWindow?: number;
+  /** Adaptive's moves in the background, this many row copies queued at once (the CUDA banks'); unset: instant. */
+  readonly copiesInFlight?: number;
   readonly model?: string;
 }
 
@@ -93,6 +95,6 @@ export function prepare(o: SimOptions): Prepared {
   return {
     set,
     input: { geometry: g, bootMap, phases, steps, profiles },
-    policyOptions: { budgets: o.budgets, seedMap, insertsPerStep: o.insertsPerStep, oracleWindow: o.oracleWindow },
+    policyOptions: { budgets: o.budgets, seedMap, insertsPerStep: o.insertsPerStep, oracleWindow: o.oracleWindow, copiesInFlight: o.copiesInFlight },
   };
 }

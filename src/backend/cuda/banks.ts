@@ -3,9 +3,9 @@
 // stored in the checkpoint: bf16, or block FP8 values followed by their scale grids (device-weights.ts).
 // Moves copy a row's bytes whole, scales with them. The slot tables live on the device so a move never invalidates a graph.
 //
-// Moves run in the background on a copy stream, through spare hot rows: each layer's hot allocation holds
-// hotPerLayer rows plus `spareRows` free ones. An exchange of hot expert A (logical hot row h) and cold expert
-// B (cold row c) is two copies, each landing at a step boundary:
+// Moves run in the background on a copy stream, through spare hot rows (each layer's hot allocation holds
+// hotPerLayer rows plus `spareRows` free ones), on the schedule of ../move-pipeline.ts: an exchange of hot expert A
+// and cold expert B is two copies, each landing at a step boundary:
 //   1. B's cold row -> a spare hot row. Landed: the table points B at it (B is read from HBM from the next step).
 //   2. A's hot row -> B's old cold row, queued after the table upload that stopped steps reading it. Landed:
 //      the table points A at it, and A's old hot row becomes the spare (free once that upload has run).
@@ -21,6 +21,7 @@ import { moeTensorNames } from '../../model/architecture.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
 import type { CudaDriver } from './driver.ts';
 import { ResourceScope, type ReleaseFailureSink } from './resource-scope.ts';
+import { MovePipeline, type MoveSteps, type PipelineMove } from '../move-pipeline.ts';
 
 export interface CudaBankOptions {
   readonly placement?: BankPlacement;
@@ -42,15 +43,8 @@ export const DEFAULT_SPARE_ROWS = 2;
  */
 export const DEFAULT_COPIES_IN_FLIGHT = 4;
 
-interface Move {
-  readonly layer: number;
-  readonly hotRow: number;
-  readonly coldRow: number;
-  readonly leave: number; // the hot expert going cold
-  readonly enter: number; // the cold expert coming in
-  spare: number; // the spare hot row B lands in (-1 until phase 1 is queued)
-  phase: 0 | 1 | 2; // 0 waiting for a spare row / a copy slot; 1, 2 as above
-  event: bigint;
+interface Move extends PipelineMove {
+  event: bigint; // recorded after the move's last queued copy
 }
 
 export class CudaExpertBanks implements ExpertBanks {
@@ -72,16 +66,14 @@ export class CudaExpertBanks implements ExpertBanks {
   /** Per layer, expert -> physical slot (what the device table holds); its pinned mirror is the upload source. */
   private readonly phys: Int32Array[] = [];
   private readonly physHost: { host: Uint8Array; hostPtr: bigint };
-  /** Per layer, free rows of the hot allocation. */
-  private readonly spare: number[][] = [];
-  private readonly moves: Move[] = [];
+  /** The moves in flight and each layer's free rows of the hot allocation. */
+  private readonly pipeline: MovePipeline<Move>;
+  private readonly steps: MoveSteps<Move>;
   private landed: RowExchange[] = [];
   private readonly copyStream: bigint;
   /** Recorded on the compute stream after each table upload: copies into rows it freed wait for it. */
   private readonly tableEvent: bigint;
   private readonly freeEvents: bigint[] = [];
-  private readonly copiesInFlight: number;
-  private copiesQueued = 0;
   /** Every device and pinned block of the banks, released in reverse by dispose() or a failed constructor. */
   private readonly scope: ResourceScope;
 
@@ -113,10 +105,9 @@ export class CudaExpertBanks implements ExpertBanks {
       if (!Number.isInteger(this.spareRows) || this.spareRows < 0 || (coldRows > 0 && this.spareRows < 1)) {
         throw new ResidencyError('BAD_ARGUMENT', `spareRows ${opts.spareRows}: expected an integer >= 1 with a cold bank`);
       }
-      this.copiesInFlight = opts.copiesInFlight ?? DEFAULT_COPIES_IN_FLIGHT;
-      if (!Number.isInteger(this.copiesInFlight) || this.copiesInFlight < 1) {
-        throw new ResidencyError('BAD_ARGUMENT', `copiesInFlight ${opts.copiesInFlight}: expected an integer >= 1`);
-      }
+      const spare: number[][] = [];
+      this.pipeline = new MovePipeline(spare, opts.copiesInFlight ?? DEFAULT_COPIES_IN_FLIGHT);
+      this.steps = this.moveSteps();
       this.hotRowsAllocated = this.hotPerLayer + this.spareRows;
       this.rowBytes = row.bytes;
       this.slotTableDev = alloc(4 * this.layers * E, 'slot tables');
@@ -170,7 +161,7 @@ export class CudaExpertBanks implements ExpertBanks {
         hot.forEach((e, r) => { p[e] = r; });
         cold.forEach((e, r) => { p[e] = this.hotRowsAllocated + r; });
         this.phys.push(p);
-        this.spare.push(Array.from({ length: this.spareRows }, (_, i) => this.hotPerLayer + i));
+        spare.push(Array.from({ length: this.spareRows }, (_, i) => this.hotPerLayer + i));
       }
       d.htod(this.slotTableDev, this.physHost.host);
     } catch (e) {
@@ -187,24 +178,20 @@ export class CudaExpertBanks implements ExpertBanks {
   }
 
   get moving(): number {
-    return this.moves.length;
+    return this.pipeline.moving;
   }
 
-  /** Copy slots free, less the exchanges already waiting for one (or for a spare row of their layer). */
   get startable(): number {
-    let waiting = 0;
-    for (const m of this.moves) if (m.phase === 0) waiting++;
-    return Math.max(0, this.copiesInFlight - this.copiesQueued - waiting);
+    return this.pipeline.startable;
   }
 
   /** The exchange at once: requested, then waited for (placement before serving; tests). */
   swapRows(layer: number, hotRow: number, coldRow: number): void {
-    if (this.moves.length > 0) throw new ResidencyError('INTERNAL', `swapRows: ${this.moves.length} moves are in flight; wait for them to land first`);
+    if (this.pipeline.moving > 0) throw new ResidencyError('INTERNAL', `swapRows: ${this.pipeline.moving} moves are in flight; wait for them to land first`);
     this.requestSwap(layer, hotRow, coldRow);
     const before = this.landed.length;
-    while (this.moves.length > 0) {
-      const m = this.moves[0]!;
-      if (m.phase > 0) this.d.eventSync(m.event);
+    while (this.pipeline.moving > 0) {
+      this.d.streamSync(this.copyStream, 'swapRows');
       this.advance();
     }
     this.landed.splice(before); // landed now, not reported later
@@ -215,12 +202,7 @@ export class CudaExpertBanks implements ExpertBanks {
     this.tables.checkSwap(layer, hotRow, coldRow);
     const leave = this.tables.expertAt(layer, 'hot', hotRow);
     const enter = this.tables.expertAt(layer, 'cold', coldRow);
-    for (const m of this.moves) {
-      if (m.layer === layer && (m.hotRow === hotRow || m.coldRow === coldRow)) {
-        throw new ResidencyError('BAD_ARGUMENT', `requestSwap: layer ${layer} hot row ${hotRow} or cold row ${coldRow} is already moving`);
-      }
-    }
-    this.moves.push({ layer, hotRow, coldRow, leave, enter, spare: -1, phase: 0, event: 0n });
+    this.pipeline.request({ layer, hotRow, coldRow, leave, enter, spare: -1, phase: 0, event: 0n });
     this.advance();
   }
 
@@ -231,56 +213,42 @@ export class CudaExpertBanks implements ExpertBanks {
     return out;
   }
 
-  /**
-   * Moves every move whose copy completed to its next phase, uploads the changed tables on the compute stream
-   * (before the next step), then queues the copies that may start. Never blocks.
-   */
+  /** Lands the moves whose copies completed, uploads the changed tables (before the next step), queues the next copies. Never blocks. */
   private advance(): void {
-    const dirty = new Set<number>();
-    const freed: { layer: number; row: number }[] = [];
-    const phase2: Move[] = [];
-    for (const m of [...this.moves]) {
-      if (m.phase === 0 || !this.d.eventDone(m.event)) continue;
-      this.copiesQueued--;
-      const p = this.phys[m.layer]!;
-      if (m.phase === 1) {
-        // B is in the spare row: point it there. Its old cold row is written by phase 2 after this upload.
+    this.landed.push(...this.pipeline.advance(this.steps));
+  }
+
+  /** The pipeline's steps on this device: copies on the copy stream, the physical slot tables uploaded on the compute stream. */
+  private moveSteps(): MoveSteps<Move> {
+    return {
+      copyDone: (m) => this.d.eventDone(m.event),
+      copyIn: (m) => this.copy(m, this.hotAt(m.layer, m.spare), this.coldDev[m.layer]! + this.coldOffset(this.phys[m.layer]![m.enter]!)),
+      landIn: (m) => {
+        // B is in the spare row: point it there. Its old cold row is phase 2's destination, written after this upload.
+        const p = this.phys[m.layer]!;
         const oldCold = p[m.enter]!;
         p[m.enter] = m.spare;
-        m.spare = oldCold; // phase 2's destination
-        phase2.push(m);
-      } else {
+        m.spare = oldCold;
+      },
+      copyOut: (m) => this.copy(m, this.coldDev[m.layer]! + this.coldOffset(m.spare), this.hotAt(m.layer, this.phys[m.layer]![m.leave]!)),
+      landOut: (m) => {
         // A is in B's old cold row: point it there; A's old hot row becomes a spare once the upload has run.
-        freed.push({ layer: m.layer, row: p[m.leave]! });
+        const p = this.phys[m.layer]!;
+        const left = p[m.leave]!;
         p[m.leave] = m.spare;
         this.tables.exchange(m.layer, m.hotRow, m.coldRow);
-        this.moves.splice(this.moves.indexOf(m), 1);
         this.freeEvents.push(m.event);
-        this.landed.push({ layer: m.layer, hotRow: m.hotRow, coldRow: m.coldRow });
-      }
-      dirty.add(m.layer);
-    }
-    if (dirty.size > 0) {
-      const E = this.experts;
-      for (const l of dirty) {
-        this.d.htodAsync(this.slotTableDev + BigInt(4 * l * E), this.physHost.hostPtr + BigInt(4 * l * E), 4 * E, this.computeStream);
-      }
-      this.d.eventRecord(this.tableEvent, this.computeStream);
-      for (const f of freed) this.spare[f.layer]!.push(f.row);
-    }
-    for (const m of phase2) {
-      m.phase = 2;
-      this.copy(m, this.coldDev[m.layer]! + this.coldOffset(m.spare), this.hotAt(m.layer, this.phys[m.layer]![m.leave]!));
-    }
-    // Phase 1 of waiting moves, oldest first, while a spare row and a copy slot are free.
-    for (const m of this.moves) {
-      if (m.phase !== 0 || this.copiesQueued >= this.copiesInFlight) continue;
-      const row = this.spare[m.layer]!.shift();
-      if (row === undefined) continue;
-      m.spare = row;
-      m.phase = 1;
-      this.copy(m, this.hotAt(m.layer, row), this.coldDev[m.layer]! + this.coldOffset(this.phys[m.layer]![m.enter]!));
-    }
+        m.event = 0n;
+        return left;
+      },
+      landed: (layers) => {
+        const E = this.experts;
+        for (const l of layers) {
+          this.d.htodAsync(this.slotTableDev + BigInt(4 * l * E), this.physHost.hostPtr + BigInt(4 * l * E), 4 * E, this.computeStream);
+        }
+        this.d.eventRecord(this.tableEvent, this.computeStream);
+      },
+    };
   }
 
   /** One copy of a row on the copy stream, after the last table upload (rows it freed are not read any more). */
@@ -289,7 +257,6 @@ export class CudaExpertBanks implements ExpertBanks {
     this.d.copyAsync(dst, src, this.rowBytes, this.copyStream);
     if (m.event === 0n) m.event = this.freeEvents.pop() ?? this.scope.acquire('move event', () => this.d.eventCreate(), (e) => this.d.eventDestroy(e));
     this.d.eventRecord(m.event, this.copyStream);
-    this.copiesQueued++;
   }
 
   private hotAt(layer: number, row: number): bigint {
@@ -313,7 +280,7 @@ export class CudaExpertBanks implements ExpertBanks {
 
   /** A content hash of every layer's hot then cold rows in logical row order (independent of the spare rows' rotation). */
   digest(): string {
-    if (this.moves.length > 0) throw new ResidencyError('INTERNAL', `digest: ${this.moves.length} moves are in flight`);
+    if (this.pipeline.moving > 0) throw new ResidencyError('INTERNAL', `digest: ${this.pipeline.moving} moves are in flight`);
     this.d.streamSync(this.computeStream, 'digest');
     const h = createHash('sha256');
     const buf = new Uint8Array(this.rowBytes);

@@ -1,5 +1,7 @@
 // Adaptive: ours. The residency Controller itself (the object the engine drives), fed by the host twin of
 // the device counter; nothing of the policy is re-implemented here.
+import type { RowExchange } from '../../backend/backend.ts';
+import { MovePipeline, type MoveSteps, type PipelineMove } from '../../backend/move-pipeline.ts';
 import { Controller } from '../../residency/controller.ts';
 import { Counter } from '../../residency/counts.ts';
 import type { DrainReport } from '../../residency/controller.ts';
@@ -15,16 +17,30 @@ export interface AdaptivePolicy {
   readonly drains: DrainReport[];
 }
 
+export interface AdaptiveOptions {
+  /** A seed prior for the controller (cumulative pick counts, [layer * experts + expert]; ControllerOptions.prior). */
+  readonly prior?: ArrayLike<number>;
+  /**
+   * Moves in the background, as the CUDA banks make them (../../backend/move-pipeline.ts): this many row copies queued
+   * at once, each done by the next step boundary, two per exchange, `spareRows` (default 2) per layer. Unset: every
+   * swap lands between the steps it was decided in (the CPU banks).
+   */
+  readonly copiesInFlight?: number;
+  readonly spareRows?: number;
+}
+
 /**
  * Per step, exactly what the engine does: count the step's picks if the controller says so, then
  * `tick` (drain when due, decide, apply at most swaps_per_step, stale-checked). Starts adapting at once
  * (the controller boots frozen by default and waits for a GO; the simulator gives it at step 0).
- * `opts.prior`: a seed prior for the controller (cumulative pick counts, [layer * experts + expert]; see
- * ControllerOptions.prior), weighed by budgets.prior_picks_per_expert.
+ * `opts.prior` is weighed by budgets.prior_picks_per_expert. With `opts.copiesInFlight` the steps are the
+ * driver's with background banks instead (engine/residency-driver.ts `swap`): land what finished, request
+ * no more than the banks can start, land again; the map changes as exchanges land.
  */
-export function adaptivePolicy(budgets: Partial<Budgets> = {}, name = 'adaptive', opts: { prior?: ArrayLike<number> } = {}):
+export function adaptivePolicy(budgets: Partial<Budgets> = {}, name = 'adaptive', opts: AdaptiveOptions = {}):
   (ctx: PolicyContext) => Policy & AdaptivePolicy {
   return (ctx) => {
+    if (opts.copiesInFlight !== undefined) return backgroundAdaptive(ctx, budgets, name, opts);
     const g = ctx.geometry;
     const controller = new Controller({ boot: ctx.bootMap, budgets, frozen: false, ...(opts.prior ? { prior: opts.prior } : {}) });
     const counter = new Counter(g.layers, g.experts, g.topK);
@@ -52,5 +68,68 @@ export function adaptivePolicy(budgets: Partial<Budgets> = {}, name = 'adaptive'
         return { swaps: r.applied.length, copies: 0, refused: r.refused.length };
       },
     };
+  };
+}
+
+interface SimMove extends PipelineMove {
+  queuedAt: number; // the step boundary its last copy was queued at
+}
+
+function backgroundAdaptive(ctx: PolicyContext, budgets: Partial<Budgets>, name: string, opts: AdaptiveOptions): Policy & AdaptivePolicy {
+  const g = ctx.geometry;
+  const controller = new Controller({ boot: ctx.bootMap, budgets, frozen: false, ...(opts.prior ? { prior: opts.prior } : {}) });
+  const counter = new Counter(g.layers, g.experts, g.topK);
+  const hot = hotMaskOf(ctx.bootMap);
+  const log: AdaptivePolicy['log'] = [];
+  const drains: DrainReport[] = [];
+  const spareRows = opts.spareRows ?? 2;
+  const pipeline = new MovePipeline<SimMove>(Array.from({ length: g.layers }, () => Array.from({ length: spareRows }, (_, i) => i)), opts.copiesInFlight!);
+  let boundary = 0;
+  // Which row is spare does not matter here; the map changes when an exchange lands, as the banks' slotOf does.
+  const steps: MoveSteps<SimMove> = {
+    copyDone: (m) => m.queuedAt < boundary,
+    copyIn: (m) => { m.queuedAt = boundary; },
+    landIn: () => {},
+    copyOut: (m) => { m.queuedAt = boundary; },
+    landOut: (m) => {
+      hot[m.layer * g.experts + m.leave] = 0;
+      hot[m.layer * g.experts + m.enter] = 1;
+      return m.spare;
+    },
+    landed: () => {},
+  };
+  return {
+    name,
+    geometry: g,
+    hot,
+    // Each landing finishes a queued copy: no more land between two steps than copies are queued.
+    movesPerStep: pipeline.copiesInFlight,
+    controller,
+    log,
+    drains,
+    afterStep(step): Moves {
+      boundary = step.index;
+      const counted = controller.shouldCount(step.tokens)
+        && counter.addPicks(step.picks, step.tokens, controller.budgets.count_tmax);
+      controller.onStep({ step: step.index, tokens: step.tokens, counted });
+      if (controller.drainDue()) drains.push(controller.drain(step.index, counter.snapshot()));
+      // As the driver: exchanges that land while it requests are reported by the banks' next takeLanded.
+      const landing: RowExchange[] = [];
+      let swaps = 0;
+      const settle = (): void => {
+        landing.push(...pipeline.advance(steps));
+        for (const x of landing.splice(0)) {
+          log.push({ step: step.index, swap: controller.land(x.layer, x.hotRow, x.coldRow) });
+          swaps++;
+        }
+      };
+      settle();
+      const { refused } = controller.requestSwaps(Math.min(controller.budgets.swaps_per_step, pipeline.startable), (s) => {
+        pipeline.request({ layer: s.layer, hotRow: s.hotRow, coldRow: s.coldRow, leave: s.hotExpert, enter: s.coldExpert, spare: -1, phase: 0, queuedAt: boundary });
+        landing.push(...pipeline.advance(steps));
+      });
+      settle();
+      return { swaps, copies: 0, refused: refused.length };
+    },
   };
 }

@@ -25,12 +25,14 @@ export interface PolicyOptions {
   readonly oracleWindow?: number;
   /** Seed prior for 'adaptive': cumulative pick counts, [layer * experts + expert] (ControllerOptions.prior). */
   readonly prior?: ArrayLike<number>;
+  /** 'adaptive' with background moves, this many row copies queued at once (AdaptiveOptions.copiesInFlight). */
+  readonly copiesInFlight?: number;
 }
 
 export function policyFactory(name: string, o: PolicyOptions = {}): PolicyFactory {
   const inserts = o.insertsPerStep ?? 8;
   switch (name as PolicyName) {
-    case 'adaptive': return adaptivePolicy(o.budgets, 'adaptive', o.prior ? { prior: o.prior } : {});
+    case 'adaptive': return adaptivePolicy(o.budgets, 'adaptive', { ...(o.prior ? { prior: o.prior } : {}), ...(o.copiesInFlight !== undefined ? { copiesInFlight: o.copiesInFlight } : {}) });
     case 'static': return staticPolicy;
     case 'seed': return seedPolicy(o.seedMap);
     case 'lru': return lruPolicy({ insertsPerStep: inserts });
