@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench:tiered on the lent H200, in one device call (see bench/tiered/README.md):
 #   ../shared/tools/gpu-bundle && npm run build   (then carry .gpu, dist, node_modules/koffi, node_modules/@koromix)
-#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|host|budgets|traces|pipeline|all]
+#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|host|budgets|traces|pipeline|check|all]
 #   (1u, 4u, mixed, all: with the host expert lane unless LANE= is given; mixed: MIXED_USERS="1 4" by default)
 # formats: the same 16-layer geometry in bf16 and in block FP8, 64/128 hot, a short shift (issue 14: a cold
 # expert read in place costs its stored bytes); it makes only the 16-layer checkpoints.
@@ -92,6 +92,21 @@ if [ "$which" = pipeline ]; then
     timeout 90 $B --users 1 --phases en+code:1500,de+ja:1500,en+code:1500 --policies ${first}adaptive --copies-in-flight $c --tag shift-1u-c$c > "$OUT/shift-1u-c$c.log" 2>&1; echo "shift 1 user, $c copies rc=$?"
     first=
   done
+  for f in "$OUT"/tiered-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive)" "$f" | cut -c1-150; done
+  exit 0
+fi
+if [ "$which" = check ]; then
+  # After a change to the banks or the driver: every GPU test (the backend conformance suite with moves landing on
+  # both CUDA paths, the Controller swap churn, the tiered test at real shapes), then fixed vs adaptive on mixed
+  # traffic at 4 users (2,000 steps) and on a short shift at 4 users (600-step phases), with the host lane.
+  [ -e /tmp/q2/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 > /tmp/mk2.log 2>&1 &
+  [ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
+  wait
+  REAL_CKPT=/tmp/q2 TIERED_STEPS=800 OUT=$OUT timeout 200 node dist/gpu-tests.mjs > "$OUT/t-gpu.log" 2>&1
+  echo "GPU tests rc=$?"; grep -E "^# (tiered|pass|fail)|^not ok" "$OUT/t-gpu.log"
+  B="node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 --host-experts auto --out $OUT"
+  timeout 130 $B --users 4 --phases en+code+de+ja+fr+zh_CN:2000 --policies fixed,adaptive --tag mixed-4u > "$OUT/mixed-4u.log" 2>&1; echo "mixed 4 users rc=$?"
+  timeout 110 $B --users 4 --phases en+code:600,de+ja:600,en+code:600 --policies fixed,adaptive --tag shift-4u > "$OUT/shift-4u.log" 2>&1; echo "shift 4 users rc=$?"
   for f in "$OUT"/tiered-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive)" "$f" | cut -c1-150; done
   exit 0
 fi
