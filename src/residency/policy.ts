@@ -71,7 +71,7 @@ export const budgetsPatchSchema = z.strictObject({
   min_average: numIn(0, 1e9).optional(),
   move_cost_picks: numIn(0, 1e9).optional(),
   swaps_per_layer_per_drain: intIn(1, 65_536).optional(),
-  // 0 is allowed: it pauses applying without dropping the queue.
+  // 0 is allowed: it pauses applying; the queue stays (each drain decides it again on its counts).
   swaps_per_step: intIn(0, 65_536).optional(),
   count_tmax: intIn(1, 10_000_000).optional(),
   prior_picks_per_expert: numIn(0, 1e6).optional(),
