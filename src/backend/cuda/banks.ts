@@ -21,7 +21,7 @@ import { moeTensorNames } from '../../model/architecture.ts';
 import { placementRows, SlotTables, type BankPlacement } from '../slot-tables.ts';
 import type { CudaDriver } from './driver.ts';
 import { ResourceScope, type ReleaseFailureSink } from './resource-scope.ts';
-import { MovePipeline, type MoveSteps, type PipelineMove } from '../move-pipeline.ts';
+import { DEFAULT_COPIES_IN_FLIGHT, DEFAULT_SPARE_ROWS, MovePipeline, type MoveSteps, type PipelineMove } from '../move-pipeline.ts';
 
 export interface CudaBankOptions {
   readonly placement?: BankPlacement;
@@ -31,17 +31,6 @@ export interface CudaBankOptions {
   readonly copiesInFlight?: number;
   readonly onReleaseFailure?: ReleaseFailureSink;
 }
-
-/** Default spare rows per layer: two exchanges of a layer in flight at once (the policy's default per drain). */
-export const DEFAULT_SPARE_ROWS = 2;
-
-/**
- * Default copies queued at once. A copy lands at a step boundary and an exchange holds its slot for its two copies,
- * so steps land at most half this many exchanges each. With 2 the map trailed the policy (H200, 16-layer
- * qwen3-30b-a3b, 64/128 hot, 1 user, 1,500-step shift: adaptive 623 / 574 / 528 tok/s with 2, 637 / 632 / 607 with 4,
- * p99 with moves in flight 0.98x the other steps'; bench/tiered/results/h200-2026-12-03d).
- */
-export const DEFAULT_COPIES_IN_FLIGHT = 4;
 
 interface Move extends PipelineMove {
   event: bigint; // recorded after the move's last queued copy

@@ -1,7 +1,7 @@
 // Adaptive: ours. The residency Controller itself (the object the engine drives), fed by the host twin of
 // the device counter; nothing of the policy is re-implemented here.
 import type { RowExchange } from '../../backend/backend.ts';
-import { MovePipeline, type MoveSteps, type PipelineMove } from '../../backend/move-pipeline.ts';
+import { DEFAULT_SPARE_ROWS, MovePipeline, type MoveSteps, type PipelineMove } from '../../backend/move-pipeline.ts';
 import { Controller } from '../../residency/controller.ts';
 import { Counter } from '../../residency/counts.ts';
 import type { DrainReport } from '../../residency/controller.ts';
@@ -22,7 +22,7 @@ export interface AdaptiveOptions {
   readonly prior?: ArrayLike<number>;
   /**
    * Moves in the background, as the CUDA banks make them (../../backend/move-pipeline.ts): this many row copies queued
-   * at once, each done by the next step boundary, two per exchange, `spareRows` (default 2) per layer. Unset: every
+   * at once, each done by the next step boundary, two per exchange, `spareRows` (default the banks') per layer. Unset: every
    * swap lands between the steps it was decided in (the CPU banks).
    */
   readonly copiesInFlight?: number;
@@ -41,12 +41,7 @@ export function adaptivePolicy(budgets: Partial<Budgets> = {}, name = 'adaptive'
   (ctx: PolicyContext) => Policy & AdaptivePolicy {
   return (ctx) => {
     if (opts.copiesInFlight !== undefined) return backgroundAdaptive(ctx, budgets, name, opts);
-    const g = ctx.geometry;
-    const controller = new Controller({ boot: ctx.bootMap, budgets, frozen: false, ...(opts.prior ? { prior: opts.prior } : {}) });
-    const counter = new Counter(g.layers, g.experts, g.topK);
-    const hot = hotMaskOf(ctx.bootMap);
-    const log: AdaptivePolicy['log'] = [];
-    const drains: DrainReport[] = [];
+    const { g, controller, counter, hot, log, drains } = parts(ctx, budgets, opts);
     const exchange = (s: Swap) => {
       hot[s.layer * g.experts + s.hotExpert] = 0;
       hot[s.layer * g.experts + s.coldExpert] = 1;
@@ -75,14 +70,22 @@ interface SimMove extends PipelineMove {
   queuedAt: number; // the step boundary its last copy was queued at
 }
 
-function backgroundAdaptive(ctx: PolicyContext, budgets: Partial<Budgets>, name: string, opts: AdaptiveOptions): Policy & AdaptivePolicy {
+/** What both kinds of adaptive run on: the controller (adapting from step 0), the host counter, the hot mask, the logs. */
+function parts(ctx: PolicyContext, budgets: Partial<Budgets>, opts: AdaptiveOptions) {
   const g = ctx.geometry;
-  const controller = new Controller({ boot: ctx.bootMap, budgets, frozen: false, ...(opts.prior ? { prior: opts.prior } : {}) });
-  const counter = new Counter(g.layers, g.experts, g.topK);
-  const hot = hotMaskOf(ctx.bootMap);
-  const log: AdaptivePolicy['log'] = [];
-  const drains: DrainReport[] = [];
-  const spareRows = opts.spareRows ?? 2;
+  return {
+    g,
+    controller: new Controller({ boot: ctx.bootMap, budgets, frozen: false, ...(opts.prior ? { prior: opts.prior } : {}) }),
+    counter: new Counter(g.layers, g.experts, g.topK),
+    hot: hotMaskOf(ctx.bootMap),
+    log: [] as AdaptivePolicy['log'],
+    drains: [] as DrainReport[],
+  };
+}
+
+function backgroundAdaptive(ctx: PolicyContext, budgets: Partial<Budgets>, name: string, opts: AdaptiveOptions): Policy & AdaptivePolicy {
+  const { g, controller, counter, hot, log, drains } = parts(ctx, budgets, opts);
+  const spareRows = opts.spareRows ?? DEFAULT_SPARE_ROWS;
   const pipeline = new MovePipeline<SimMove>(Array.from({ length: g.layers }, () => Array.from({ length: spareRows }, (_, i) => i)), opts.copiesInFlight!);
   let boundary = 0;
   // Which row is spare does not matter here; the map changes when an exchange lands, as the banks' slotOf does.

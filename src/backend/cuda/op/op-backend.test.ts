@@ -18,7 +18,7 @@ import { stepLayout } from './layout.ts';
 import { FED_TOKEN } from '../../backend.ts';
 import { deviceWeightBytes } from '../device-weights.ts';
 import { DEVICE_SLACK_BYTES } from './memory.ts';
-import { DEFAULT_SPARE_ROWS } from '../banks.ts';
+import { DEFAULT_SPARE_ROWS } from '../../move-pipeline.ts';
 
 const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-op-'));
 for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');

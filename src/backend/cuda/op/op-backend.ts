@@ -11,7 +11,8 @@ import { argmaxOfRow, FED_TOKEN, logitsOut, withFedTokens, type Backend, type Pe
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { TensorSource } from '../../../model/tensor-source.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
-import { CudaExpertBanks, DEFAULT_SPARE_ROWS } from '../banks.ts';
+import { CudaExpertBanks } from '../banks.ts';
+import { DEFAULT_SPARE_ROWS } from '../../move-pipeline.ts';
 import { deviceWeightBytes, expertRowLayout, type ExpertRowLayout, type WeightFormat } from '../device-weights.ts';
 import { uploadResidentWeights } from './resident-weights.ts';
 import type { CudaDriver } from '../driver.ts';
