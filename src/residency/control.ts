@@ -1,7 +1,7 @@
 // Control: the control file / API command format, validated before anything changes.
 import { z } from 'zod';
 import { budgetsPatchSchema } from './policy.ts';
-import { fieldPath } from './rowmap.ts';
+import { fieldPath } from '../util/field-path.ts';
 import type { CountsDump } from './counts.ts';
 
 /**
@@ -45,7 +45,7 @@ export function parseControl(json: unknown): ParsedControl {
   if (!r.success) {
     const issue = r.error.issues[0]!;
     const keys = issue.code === 'unrecognized_keys' ? ` (${issue.keys.join(', ')})` : '';
-    return { ok: false, error: `${fieldPath(issue.path)}: ${issue.message}${keys}` };
+    return { ok: false, error: `${fieldPath(issue.path, '(root)')}: ${issue.message}${keys}` };
   }
   const command = r.data;
   if (command.restore_map && command.freeze === false) {

@@ -1,7 +1,7 @@
 // Counts: the [layers][experts] pick counter, its snapshots and deltas, and the counts dump format.
 import { z } from 'zod';
 import { ResidencyError } from '../errors.ts';
-import { fieldPath } from './rowmap.ts';
+import { fieldPath } from '../util/field-path.ts';
 
 /** Default largest step (in tokens) whose picks are counted: bigger steps are prefill, and prefill is noise. */
 export const DEFAULT_COUNT_TMAX = 256;
@@ -93,7 +93,7 @@ export function parseCountsDump(json: unknown, source = 'counts dump'): CountsDu
   const r = countsDumpSchema.safeParse(json);
   if (!r.success) {
     const issue = r.error.issues[0]!;
-    throw new ResidencyError('BAD_COUNTS', `${source}: ${fieldPath(issue.path)}: ${issue.message}`);
+    throw new ResidencyError('BAD_COUNTS', `${source}: ${fieldPath(issue.path, '(root)')}: ${issue.message}`);
   }
   const d = r.data as CountsDump;
   const layers = d.cumulative.length;

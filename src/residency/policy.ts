@@ -2,7 +2,8 @@
 import { z } from 'zod';
 import { ResidencyError } from '../errors.ts';
 import { DEFAULT_COUNT_TMAX } from './counts.ts';
-import { fieldPath, type RowMap } from './rowmap.ts';
+import { fieldPath } from '../util/field-path.ts';
+import type { RowMap } from './rowmap.ts';
 
 /** The knobs of the adaptive policy (design.md section 2 gives the defaults). */
 export interface Budgets {

@@ -1,6 +1,7 @@
 // The map: which experts sit in the hot bank and which in the cold bank, row by row (design.md section 4).
 import { z } from 'zod';
 import { ResidencyError } from '../errors.ts';
+import { fieldPath } from '../util/field-path.ts';
 
 /** Per layer, expert ids in hot-bank row order and in cold-bank row order. */
 export interface LayerRows {
@@ -31,19 +32,12 @@ const rowMapSchema = z.strictObject({
   layers_map: z.array(z.strictObject({ hot: idList, cold: idList })),
 });
 
-/** `a.b[3].c` from a zod issue path (the spelling every error in this module uses). */
-export function fieldPath(path: readonly PropertyKey[]): string {
-  let out = '';
-  for (const p of path) out += typeof p === 'number' ? `[${p}]` : out ? `.${String(p)}` : String(p);
-  return out || '(root)';
-}
-
 /** Validates untrusted JSON as a map: schema first, then the invariants. Throws BAD_MAP naming the field. */
 export function parseRowMap(json: unknown, source = 'map'): RowMap {
   const r = rowMapSchema.safeParse(json);
   if (!r.success) {
     const issue = r.error.issues[0]!;
-    throw new ResidencyError('BAD_MAP', `${source}: ${fieldPath(issue.path)}: ${issue.message}`);
+    throw new ResidencyError('BAD_MAP', `${source}: ${fieldPath(issue.path, '(root)')}: ${issue.message}`);
   }
   const map = r.data as RowMap;
   const problem = rowMapProblem(map);

@@ -3,6 +3,7 @@
 import type { Context } from 'hono';
 import type { z } from 'zod';
 import { ApiError } from './api-error.ts';
+import { fieldPath } from '../util/field-path.ts';
 
 /** Reads at most `limit` bytes; stops reading (and answers 413) as soon as the body is larger. */
 async function readLimited(c: Context, limit: number): Promise<Uint8Array> {
@@ -37,13 +38,6 @@ function tooLarge(limit: number): ApiError {
 }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
-
-/** Path of a zod issue as `messages[0].content`. */
-export function fieldPath(path: readonly PropertyKey[]): string {
-  let s = '';
-  for (const p of path) s += typeof p === 'number' ? `[${p}]` : s === '' ? String(p) : `.${String(p)}`;
-  return s;
-}
 
 /** The first zod issue as an ApiError naming the field (unknown keys are named themselves). */
 export function issueToError(error: z.ZodError): ApiError {
