@@ -93,3 +93,29 @@ test('swaps not yet requested are decided again at the next drain, on its counts
   ctl.land(flying[0]!.layer, flying[0]!.hotRow, flying[0]!.coldRow);
   assert.equal(ctl.stats.applied, 1);
 });
+
+test('a drain\'s plan is ordered by gain across layers: banks that start one swap take the best, whatever its layer', () => {
+  // Layers 0 and 1 have two cold experts each gaining 10 picks over their hot ones; layer 2 one gaining 30.
+  const c = new Controller({ boot: identityRowMap('m', 3, E, H), frozen: false, budgets: { drain_every: 1, min_average: 1, swaps_per_layer_per_drain: 2 } });
+  const counts = new Uint32Array(3 * E);
+  for (const l of [0, 1]) { counts[l * E + 4] = 11; counts[l * E + 5] = 11; counts[l * E + 0] = 1; counts[l * E + 1] = 1; }
+  counts[2 * E + 4] = 31; counts[2 * E + 0] = 1;
+  c.onStep({ step: 0, tokens: 1, counted: true });
+  assert.deepEqual(c.drain(0, counts).decided.map((s) => s.layer), [2, 0, 1, 0, 1], 'largest gain first; equal gains round the layers');
+  assert.deepEqual(c.requestSwaps(1, () => {}).applied.map((s) => [s.layer, s.coldExpert]), [[2, 4]]);
+});
+
+test('equal gains go round the layers from the one after the last swap started, so no layer waits for its number', () => {
+  // 6 layers, every one with the same two pairs to move; the banks start two swaps per drain.
+  const L6 = 6;
+  const c = new Controller({ boot: identityRowMap('m', L6, E, H), frozen: false, budgets: { drain_every: 1, min_average: 1, swaps_per_layer_per_drain: 2 } });
+  const counts = new Uint32Array(L6 * E);
+  for (let l = 0; l < L6; l++) { counts[l * E + 4] = 11; counts[l * E + 5] = 11; }
+  const firstStart: number[] = [];
+  for (let step = 0; step < 3; step++) {
+    c.onStep({ step, tokens: 1, counted: true });
+    c.drain(step, counts);
+    for (const s of c.requestSwaps(2, () => {}).applied) firstStart[s.layer] ??= step;
+  }
+  assert.deepEqual(firstStart, [0, 0, 1, 1, 2, 2], 'layers 2..5 start in the next drains, not after 0 and 1 are done');
+});

@@ -66,6 +66,7 @@ export interface TickReport extends ApplyReport {
 
 export interface ControllerStats {
   drains: number;
+  /** Swaps decided (one decided again at a later drain, see `superseded`, counts again). */
   decided: number;
   applied: number;
   refused: number;
@@ -115,6 +116,8 @@ export class Controller {
   /** Queued swaps naming each expert: the policy leaves those experts alone so queued swaps never conflict. */
   private readonly queued: Uint32Array;
   private discardNextWindow = false;
+  /** The layer after the last swap started: where equal-gain decisions start (decideSwaps' firstLayer). */
+  private nextLayer = 0;
   private lastStep = -1;
   private decodeSteps = 0;
   private window = { steps: 0, tokens: 0, countedSteps: 0, applied: 0, refused: 0 };
@@ -216,7 +219,7 @@ export class Controller {
     if (!this.frozenNow) this.cancel((s) => s.reason === 'adapt', 'superseded');
     const decided = this.frozenNow
       ? []
-      : decideSwaps(this.mapView(), this.decisionScores(), this.budgetsNow, step, this.queued);
+      : decideSwaps(this.mapView(), this.decisionScores(), this.budgetsNow, step, this.queued, this.nextLayer);
     for (const s of decided) this.enqueue(s);
     this.stats.drains++;
     this.stats.decided += decided.length;
@@ -248,6 +251,7 @@ export class Controller {
       exchange?.(s);
       this.exchangeInMap(s.layer, s.hotRow, s.coldRow);
       applied.push(s);
+      this.nextLayer = (s.layer + 1) % this.layers;
     }
     this.stats.applied += applied.length;
     this.stats.refused += refused.length;
@@ -280,6 +284,7 @@ export class Controller {
       request(s);
       this.inFlight.push(s);
       started.push(s);
+      this.nextLayer = (s.layer + 1) % this.layers;
     }
     this.stats.refused += refused.length;
     this.window.refused += refused.length;

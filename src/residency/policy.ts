@@ -169,8 +169,13 @@ export interface Swap {
 /**
  * Per layer, pairs the busiest cold experts with the least busy hot ones and keeps a pair only when the
  * cold one is at least `hysteresis` times busier, has at least `min_average` decayed picks, and has at least
- * `move_cost_picks` more than the hot one (the move pays for its copies); at most `swaps_per_layer_per_drain` per layer. Experts with `queued[layer * experts + e] > 0` are left out so queued swaps
- * never conflict. Ties go to the lower expert id. Pure: returns the plan, changes nothing.
+ * `move_cost_picks` more than the hot one (the move pays for its copies); at most `swaps_per_layer_per_drain` per layer.
+ * Experts with `queued[layer * experts + e] > 0` are left out so queued swaps never conflict. Ties go to the lower
+ * expert id. The plan is ordered by gain (the cold expert's score less the hot one's), largest first, equal gains in
+ * layer order from `firstLayer` on (the controller passes the layer after the last swap it started): banks that start fewer swaps than a drain
+ * decides (background copies) take the most valuable ones, and equal gains go round the layers (each layer's first
+ * pair, then each one's second...), so no layer waits behind the others' layer numbers.
+ * Pure: returns the plan, changes nothing.
  */
 export function decideSwaps(
   map: RowMap,
@@ -178,8 +183,11 @@ export function decideSwaps(
   budgets: Budgets,
   step: number,
   queued?: Uint32Array,
+  firstLayer = 0,
 ): Swap[] {
   const out: Swap[] = [];
+  const gains: number[] = [];
+  const ranks: number[] = [];
   const E = map.experts;
   const k = budgets.swaps_per_layer_per_drain;
   const hot: number[] = [];
@@ -202,9 +210,16 @@ export function decideSwaps(
       out.push({
         layer: l, hotExpert: rows.hot[h]!, hotRow: h, coldExpert: rows.cold[c]!, coldRow: c, decidedAtStep: step, reason: 'adapt',
       });
+      gains.push(ca - ha);
+      ranks.push(i);
     }
   }
-  return out;
+  // A layer's pairs come out in falling gain already; equal gains: first pairs before second ones, each round in
+  // layer order from firstLayer.
+  const L = map.layers;
+  const turn = (i: number): number => (out[i]!.layer - firstLayer + L) % L;
+  const order = out.map((_, i) => i).sort((a, b) => gains[b]! - gains[a]! || ranks[a]! - ranks[b]! || turn(a) - turn(b));
+  return order.map((i) => out[i]!);
 }
 
 /**
