@@ -24,8 +24,10 @@ export interface PhaseMetrics {
   /** Highest smoothed cold share in the first half of the phase (after a shift). */
   readonly peak: number;
   /**
-   * Steps from the phase start until the smoothed cold share first falls to converged + 10% of (peak -
-   * converged); null if never, and for the first phase (no shift precedes it).
+   * Steps from the phase start until the smoothed cold share first falls to settled + 10% of (peak - settled),
+   * settled being the median of the same smoothed series after the warm-up (not `converged`: with cold picks in
+   * bursts, at document changes, most 64-step windows sit far below the smoothed level and the crossing never
+   * came); null if never, and for the first phase (no shift precedes it).
    */
   readonly t90Steps: number | null;
   readonly coldShareByLayer: readonly number[];
@@ -88,7 +90,8 @@ export function phaseMetrics(r: ReplayResult, o: MetricOptions = DEFAULT_METRICS
     let peak = 0;
     let peakAt = 0;
     for (let s = 0; s < half; s++) if (smooth[s]! > peak) { peak = smooth[s]!; peakAt = s; }
-    const threshold = converged + 0.1 * (peak - converged);
+    const settled = median(Array.from(smooth.subarray(warm - a)));
+    const threshold = settled + 0.1 * (peak - settled);
     let t90: number | null = null;
     if (phase > 0) for (let s = peakAt; s < smooth.length; s++) if (smooth[s]! <= threshold) { t90 = s; break; }
     const byLayer: number[] = [];
