@@ -49,6 +49,8 @@ export interface DrainReport {
   /** Swaps applied and refused (stale) since the previous drain. */
   readonly applied: number;
   readonly refused: number;
+  /** Swaps of the previous drains' plans the banks never started, dropped here and decided again. */
+  readonly superseded: number;
   /** Swaps waiting after this drain's decisions were queued. */
   readonly queueDepth: number;
   readonly frozen: boolean;
@@ -216,7 +218,7 @@ export class Controller {
     // rows slower than the policy decides (background copies at batch > 1), a queue kept across drains fills
     // with exchanges whose counts are long gone (bench/tiered, mixed traffic at 4 users). Swaps already requested
     // from the banks (in flight) are not touched.
-    if (!this.frozenNow) this.cancel((s) => s.reason === 'adapt', 'superseded');
+    const superseded = this.frozenNow ? 0 : this.cancel((s) => s.reason === 'adapt', 'superseded');
     const decided = this.frozenNow
       ? []
       : decideSwaps(this.mapView(), this.decisionScores(), this.budgetsNow, step, this.queued, this.nextLayer);
@@ -226,7 +228,7 @@ export class Controller {
     const report: DrainReport = {
       step, steps: w.steps, tokens: w.tokens, countedSteps: w.countedSteps, picks, coldPicks,
       coldShare: picks > 0 ? coldPicks / picks : 0, coldShareByLayer, decided,
-      applied: w.applied, refused: w.refused, queueDepth: this.queue.length, frozen: this.frozenNow,
+      applied: w.applied, refused: w.refused, superseded, queueDepth: this.queue.length, frozen: this.frozenNow,
     };
     this.window = { steps: 0, tokens: 0, countedSteps: 0, applied: 0, refused: 0 };
     return report;

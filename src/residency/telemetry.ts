@@ -19,6 +19,8 @@ export interface DrainLine {
   /** Swaps applied and refused (stale) since the previous drain. */
   readonly swaps_applied: number;
   readonly swaps_refused: number;
+  /** Swaps of earlier plans never started (the banks had no room), dropped at this drain and decided again. */
+  readonly swaps_superseded: number;
   readonly queue_depth: number;
   readonly frozen: boolean;
 }
@@ -66,7 +68,7 @@ export function drainLine(d: DrainReport, time: Date): DrainLine {
   return {
     v: 1, time: time.toISOString(), step: d.step, window_steps: d.steps, tokens: d.tokens, picks: d.picks,
     cold_share: round(d.coldShare), cold_share_by_layer: d.coldShareByLayer.map(round), decided: d.decided.length,
-    swaps_applied: d.applied, swaps_refused: d.refused, queue_depth: d.queueDepth, frozen: d.frozen,
+    swaps_applied: d.applied, swaps_refused: d.refused, swaps_superseded: d.superseded, queue_depth: d.queueDepth, frozen: d.frozen,
   };
 }
 

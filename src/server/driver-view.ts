@@ -46,10 +46,10 @@ export class DriverView implements ResidencyView {
         window: d && d.picks > 0 ? d.coldShare : null,
         per_layer: d && d.picks > 0 ? d.coldShareByLayer : [],
       },
-      swaps: { applied: ctl.stats.applied, refused: ctl.stats.refused, queued: ctl.queueDepth, in_flight: ctl.inFlightCount },
+      swaps: { applied: ctl.stats.applied, refused: ctl.stats.refused, superseded: ctl.stats.superseded, queued: ctl.queueDepth, in_flight: ctl.inFlightCount },
       controller: {
         frozen: ctl.frozen, counting: ctl.counting, budgets: ctl.budgets, prior: ctl.hasPrior,
-        drains: ctl.stats.drains, decided: ctl.stats.decided, cancelled: ctl.stats.cancelled, superseded: ctl.stats.superseded,
+        drains: ctl.stats.drains, decided: ctl.stats.decided, cancelled: ctl.stats.cancelled,
         last_drain_step: d?.step ?? null,
       },
       // Decayed counts as of the last drain (zero until the first one: the heatmap starts dark).

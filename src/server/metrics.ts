@@ -80,6 +80,7 @@ export function createMetrics(engine: GenerationEngine, residency: ResidencyView
     });
     mirrorCounter(registry, 'residency_swaps_applied_total', 'Swaps landed in the banks (applied between steps)', () => (snap ?? read()).swaps.applied);
     mirrorCounter(registry, 'residency_swaps_refused_total', 'Swaps refused as stale', () => (snap ?? read()).swaps.refused);
+    mirrorCounter(registry, 'residency_swaps_superseded_total', 'Swaps decided again at a later drain because the banks had no room to start them', () => (snap ?? read()).swaps.superseded);
     new Gauge({ name: 'residency_swaps_queued', help: 'Swaps planned and waiting to be applied', registers: [registry], collect() { this.set((snap ?? read()).swaps.queued); } });
     new Gauge({ name: 'residency_swaps_in_flight', help: 'Swaps requested from the banks whose row copies have not landed yet', registers: [registry], collect() { this.set((snap ?? read()).swaps.in_flight); } });
   }

@@ -49,8 +49,11 @@ export interface ResidencySnapshot {
     /** Per layer over the latest window (empty when none yet). */
     readonly per_layer: readonly (number | null)[];
   };
-  /** applied: landed in the banks; in_flight: requested, bytes still moving (banks that move in the background). */
-  readonly swaps: { readonly applied: number; readonly refused: number; readonly queued: number; readonly in_flight: number };
+  /**
+   * applied: landed in the banks; in_flight: requested, bytes still moving (banks that move in the background);
+   * superseded: decided again at a later drain because the banks had no room to start them.
+   */
+  readonly swaps: { readonly applied: number; readonly refused: number; readonly superseded: number; readonly queued: number; readonly in_flight: number };
   /** Controller state: freeze/counting flags, budgets, step counters (whatever the controller reports). */
   readonly controller: Readonly<Record<string, unknown>>;
   /** Recent expert use per layer ([layer][expert], e.g. decayed counts), for the heatmap. */

@@ -109,7 +109,7 @@ export class FakeResidency implements ResidencyView {
       map: this.map,
       geometry: { layers: this.layers, experts: this.experts, hot_per_layer: this.hot },
       cold_share: { overall: 0.1, window: 0.05, per_layer: Array.from({ length: this.layers }, (_, i) => 0.01 * (i + 1)) },
-      swaps: { applied: this.applied, refused: 0, queued: 0, in_flight: 0 },
+      swaps: { applied: this.applied, refused: 0, superseded: 0, queued: 0, in_flight: 0 },
       controller: { frozen: this.frozen, counting: this.counting },
       expert_use: Array.from({ length: this.layers }, (_, l) => Array.from({ length: this.experts }, (_, e) => (l + 1) * (e + 1))),
       step: 10,

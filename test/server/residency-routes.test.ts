@@ -16,7 +16,7 @@ describe('residency routes (fake residency)', () => {
     assert.deepEqual(j.geometry, { layers: 2, experts: 8, hot_per_layer: 6 });
     assert.equal(j.map.layers_map.length, 2);
     assert.equal(j.cold_share.window, 0.05);
-    assert.deepEqual(j.swaps, { applied: 0, refused: 0, queued: 0, in_flight: 0 });
+    assert.deepEqual(j.swaps, { applied: 0, refused: 0, superseded: 0, queued: 0, in_flight: 0 });
     assert.deepEqual(j.controller, { frozen: false, counting: true });
   });
 
@@ -73,6 +73,7 @@ describe('residency routes (fake residency)', () => {
       new RegExp(`residency_cold_share\\{scope="overall",${m}\\} 0.1`),
       new RegExp(`residency_cold_share_layer\\{layer="1",${m}\\} 0.02`),
       new RegExp(`residency_swaps_applied_total\\{${m}\\} 3`),
+      new RegExp(`residency_swaps_superseded_total\\{${m}\\} 0`),
       new RegExp(`residency_queue_depth\\{${m}\\} 0`),
     ]) assert.match(after404, line);
     assert.ok(text.length > 0);
