@@ -111,6 +111,8 @@ export function runPolicy(be: Backend, p: PolicyKind, phases: readonly Phase[], 
  */
 class Follower {
   private readonly moves: MovesInFlight;
+  /** Where the next step's requests start: the layer after the last one that got a request (so every layer gets its turn). */
+  private firstLayer = 0;
 
   constructor(private readonly be: Backend, private readonly maxRequestsPerStep = 8) {
     this.moves = new MovesInFlight(be.banks);
@@ -123,7 +125,11 @@ class Follower {
     const H = banks.hotPerLayer;
     const landed = this.moves.settle().length;
     let requests = 0;
-    for (let l = 0; l < banks.layers && requests < this.maxRequestsPerStep; l++) {
+    // No more than the banks start now (as the residency driver): the rest are chosen again next step, toward the
+    // policy's hot set as it is then, rather than queued in the banks behind copies already running.
+    const room = (): boolean => requests < this.maxRequestsPerStep && banks.startable > 0;
+    const L = banks.layers;
+    for (let n = 0, l = this.firstLayer; n < L && room(); n++, l = (l + 1) % L) {
       const enter: number[] = [];
       const leave: number[] = [];
       for (let e = 0; e < E; e++) {
@@ -132,9 +138,10 @@ class Follower {
         if (hot[l * E + e] && slot >= H) enter.push(e);
         else if (!hot[l * E + e] && slot < H) leave.push(e);
       }
-      for (let i = 0; i < Math.min(enter.length, leave.length) && requests < this.maxRequestsPerStep; i++) {
+      for (let i = 0; i < Math.min(enter.length, leave.length) && room(); i++) {
         this.moves.request({ layer: l, hotRow: banks.slotOf(l, leave[i]!), coldRow: banks.slotOf(l, enter[i]!) - H });
         requests++;
+        this.firstLayer = (l + 1) % L;
       }
     }
     return landed;
