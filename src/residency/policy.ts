@@ -171,11 +171,10 @@ export interface Swap {
  * cold one is at least `hysteresis` times busier, has at least `min_average` decayed picks, and has at least
  * `move_cost_picks` more than the hot one (the move pays for its copies); at most `swaps_per_layer_per_drain` per layer.
  * Experts with `queued[layer * experts + e] > 0` are left out so queued swaps never conflict. Ties go to the lower
- * expert id. The plan is ordered by gain (the cold expert's score less the hot one's), largest first, equal gains in
- * layer order from `firstLayer` on (the controller passes the layer after the last swap it started): banks that start fewer swaps than a drain
- * decides (background copies) take the most valuable ones, and equal gains go round the layers (each layer's first
- * pair, then each one's second...), so no layer waits behind the others' layer numbers.
- * Pure: returns the plan, changes nothing.
+ * expert id. The plan is ordered by gain (the cold expert's score less the hot one's), largest first, so banks that
+ * start fewer swaps than a drain decides (background copies) take the most valuable ones. Equal gains go round the
+ * layers (each layer's first pair, then each one's second), from `firstLayer` on (the controller passes the layer
+ * after the last swap it started), so no layer waits behind the others' numbers. Pure: returns the plan, changes nothing.
  */
 export function decideSwaps(
   map: RowMap,
