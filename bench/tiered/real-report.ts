@@ -61,7 +61,7 @@ export function summarize(runs: readonly PolicyRun[], phases: readonly Phase[], 
   });
 }
 
-export function tableMarkdown(sum: readonly PolicyFigures[], ctx: { H: number; E: number; users: number; layers: number; counterShare: number }): string {
+export function tableMarkdown(sum: readonly PolicyFigures[], ctx: { H: number; E: number; users: number; layers: number; counterShare: number; counterNoise: number }): string {
   const fixed = sum.find((p) => p.policy === 'fixed');
   const lines = [
     `## ${ctx.layers} layers, ${ctx.H}/${ctx.E} experts hot per layer, ${ctx.users} user(s)`,
@@ -82,7 +82,8 @@ export function tableMarkdown(sum: readonly PolicyFigures[], ctx: { H: number; E
     const ratio = p.movingSteps && p.plainSteps ? (p.p99Moving / p.p99Plain).toFixed(2) + 'x' : '-';
     lines.push(`| ${p.policy} | ${p.movingSteps ? p.p99Moving.toFixed(3) : '-'} | ${p.plainSteps ? p.p99Plain.toFixed(3) : '-'} | ${ratio} | ${p.movingSteps} | ${p.landed} |`);
   }
-  lines.push('', `counter: ${(100 * ctx.counterShare).toFixed(2)}% of a step (median step counting on vs off, all hot)`, '');
+  lines.push('', `counter: ${(100 * ctx.counterShare).toFixed(2)}% of a step (median step counting on vs off, all hot; ` +
+    `noise: ${(100 * ctx.counterNoise).toFixed(2)}%, the off blocks against each other)`, '');
   return lines.join('\n');
 }
 

@@ -33,7 +33,7 @@ const { values: v } = parseArgs({
     phases: { type: 'string', default: 'en+code:3000,de+ja:3000,en+code:3000' },
     policies: { type: 'string', default: 'all-hot,fixed,seed,adaptive,lru,oracle-phase' },
     budgets: { type: 'string' }, 'fit-steps': { type: 'string', default: '1500' }, 'max-doc': { type: 'string', default: '512' },
-    'counter-steps': { type: 'string', default: '300' }, backend: { type: 'string', default: 'cuda' }, out: { type: 'string' }, tag: { type: 'string' }, 'steps-json': { type: 'boolean', default: false },
+    'counter-steps': { type: 'string', default: '1200' }, backend: { type: 'string', default: 'cuda' }, out: { type: 'string' }, tag: { type: 'string' }, 'steps-json': { type: 'boolean', default: false },
     'trace-out': { type: 'string' },
     // The host expert lane on the tiered backends: threads ('auto': the CPUs less 2) and a fixed share (default: the split measured while serving).
     'host-experts': { type: 'string' }, 'host-expert-share': { type: 'string' }, 'host-expert-parts': { type: 'string' },
@@ -109,22 +109,27 @@ if (policies.includes('all-hot') || policies.includes('oracle-phase')) {
   log(`all-hot: median ${median(r.stepMs).toFixed(3)} ms/step`);
 }
 // The counter's cost on the all-hot backend (its steps have no cold reads to drown the difference): the same
-// steps with counting off and on, interleaved in blocks of 20, median step of each.
-const counter = { off: [] as number[], on: [] as number[] };
+// steps with counting off and on, interleaved in blocks of 20, median step of each. The noise beside it: the off
+// blocks split in two (every other one), compared the same way; a cost inside it is not measured, only bounded.
+const counter = { off: [] as number[], on: [] as number[], offA: [] as number[], offB: [] as number[] };
 {
   const w = new Walk(walk, users);
   for (let i = 0; i < cs; i++) {
     const { chunks, close, open } = w.next(0, phases[0]!);
     for (const q of close) allHot.closeSequence(q);
     for (const o of open) allHot.openSequence(o.seq, o.capacity);
-    const on = Math.floor(i / 20) % 2 === 1;
+    const block = Math.floor(i / 20);
+    const on = block % 2 === 1;
     const t = performance.now();
     allHot.forward({ chunks, count: on });
-    (on ? counter.on : counter.off).push(performance.now() - t);
+    const ms = performance.now() - t;
+    (on ? counter.on : counter.off).push(ms);
+    if (!on) (block % 4 === 0 ? counter.offA : counter.offB).push(ms);
   }
   for (const q of w.openSeqs()) allHot.closeSequence(q);
 }
 const counterShare = (median(counter.on) - median(counter.off)) / median(counter.off);
+const counterNoise = Math.abs(median(counter.offA) - median(counter.offB)) / median(counter.off);
 allHot.dispose();
 allHot = null as unknown as Backend;
 
@@ -158,9 +163,9 @@ console.log(writeResults());
 
 function writeResults(): string {
   const summary = summarize(runs, phases, users);
-  const md = tableMarkdown(summary, { H, E: s.numExperts, users, layers: s.numLayers, counterShare });
+  const md = tableMarkdown(summary, { H, E: s.numExperts, users, layers: s.numLayers, counterShare, counterNoise });
   writeFileSync(join(out, `tiered-${tag}.md`), md);
-  writeFileSync(join(out, `tiered-${tag}.json`), JSON.stringify({ H, users, phases, summary, counter: { share: counterShare, offMs: median(counter.off), onMs: median(counter.on) } }, null, 1));
+  writeFileSync(join(out, `tiered-${tag}.json`), JSON.stringify({ H, users, phases, summary, counter: { share: counterShare, noise: counterNoise, offMs: median(counter.off), onMs: median(counter.on) } }, null, 1));
   writeFileSync(join(out, `tiered-${tag}.svg`), chartSvg(runs, phases, `${s.name}: ${H}/${s.numExperts} hot, ${users} user(s)`));
   if (v['steps-json']) writeFileSync(join(out, `steps-${tag}.json`), JSON.stringify(runs.map((r) => ({ policy: r.policy, stepMs: Array.from(r.stepMs, (x) => +x.toFixed(4)), cold: Array.from(r.cold), picks: Array.from(r.picks), moving: Array.from(r.moving) }))));
   return md;
