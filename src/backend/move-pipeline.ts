@@ -128,3 +128,24 @@ export class MovePipeline<M extends PipelineMove> {
     return landed;
   }
 }
+
+/** A move of a model of the banks (the simulator's): the step its last copy was queued at. */
+export interface ModelledMove extends PipelineMove {
+  queuedAt: number;
+}
+
+/**
+ * The steps of a model of the banks whose copies are done by the next step (`now()`, the current step, has passed
+ * the one each was queued at); `land` makes an exchange's map change when its second copy lands, as the banks'
+ * slotOf does. Which row is spare does not matter to a model.
+ */
+export function nextStepCopies<M extends ModelledMove>(now: () => number, land: (m: M) => void): MoveSteps<M> {
+  return {
+    copyDone: (m) => m.queuedAt < now(),
+    copyIn: (m) => { m.queuedAt = now(); },
+    landIn: () => {},
+    copyOut: (m) => { m.queuedAt = now(); },
+    landOut: (m) => { land(m); return m.spare; },
+    landed: () => {},
+  };
+}

@@ -18,7 +18,7 @@ import { openTraceFile } from './traces/recorder.ts';
 import { buildTraffic, parsePhases, recordedSteps, type SimStep } from './traffic.ts';
 import { topHMap, traceCounts } from './fit.ts';
 import { adaptivePolicy, type AdaptiveOptions } from './policies/adaptive.ts';
-import { MovePipeline, type MoveSteps, type PipelineMove } from '../backend/move-pipeline.ts';
+import { MovePipeline, nextStepCopies, type ModelledMove } from '../backend/move-pipeline.ts';
 import type { Geometry } from './policies/policy.ts';
 import { replay } from './replay.ts';
 
@@ -59,20 +59,12 @@ class FakeBanks implements ExpertBanks {
 
 /** The same tables, moved in the background on the CUDA banks' schedule: a copy is done by the next step. */
 class PipelineBanks extends FakeBanks {
-  private readonly pipeline: MovePipeline<PipelineMove & { queuedAt: number }>;
+  private readonly pipeline: MovePipeline<ModelledMove>;
   private done: RowExchange[] = [];
-  private readonly moveSteps: MoveSteps<PipelineMove & { queuedAt: number }>;
+  private readonly moveSteps = nextStepCopies<ModelledMove>(() => this.step, (m) => this.swapRows(m.layer, m.hotRow, m.coldRow));
   constructor(map: RowMap, copiesInFlight: number) {
     super(map);
     this.pipeline = new MovePipeline(Array.from({ length: map.layers }, () => [0, 1]), copiesInFlight);
-    this.moveSteps = {
-      copyDone: (m) => m.queuedAt < this.step,
-      copyIn: (m) => { m.queuedAt = this.step; },
-      landIn: () => {},
-      copyOut: (m) => { m.queuedAt = this.step; },
-      landOut: (m) => { this.swapRows(m.layer, m.hotRow, m.coldRow); return m.spare; },
-      landed: () => {},
-    };
   }
   override requestSwap(layer: number, hotRow: number, coldRow: number): void {
     const leave = this.expertAt(layer, 'hot', hotRow), enter = this.expertAt(layer, 'cold', coldRow);

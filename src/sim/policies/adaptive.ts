@@ -1,7 +1,7 @@
 // Adaptive: ours. The residency Controller itself (the object the engine drives), fed by the host twin of
 // the device counter; nothing of the policy is re-implemented here.
 import type { RowExchange } from '../../backend/backend.ts';
-import { DEFAULT_SPARE_ROWS, MovePipeline, type MoveSteps, type PipelineMove } from '../../backend/move-pipeline.ts';
+import { DEFAULT_SPARE_ROWS, MovePipeline, nextStepCopies, type ModelledMove } from '../../backend/move-pipeline.ts';
 import { Controller } from '../../residency/controller.ts';
 import { Counter } from '../../residency/counts.ts';
 import type { DrainReport } from '../../residency/controller.ts';
@@ -66,10 +66,6 @@ export function adaptivePolicy(budgets: Partial<Budgets> = {}, name = 'adaptive'
   };
 }
 
-interface SimMove extends PipelineMove {
-  queuedAt: number; // the step boundary its last copy was queued at
-}
-
 /** What both kinds of adaptive run on: the controller (adapting from step 0), the host counter, the hot mask, the logs. */
 function parts(ctx: PolicyContext, budgets: Partial<Budgets>, opts: AdaptiveOptions) {
   const g = ctx.geometry;
@@ -86,21 +82,12 @@ function parts(ctx: PolicyContext, budgets: Partial<Budgets>, opts: AdaptiveOpti
 function backgroundAdaptive(ctx: PolicyContext, budgets: Partial<Budgets>, name: string, opts: AdaptiveOptions): Policy & AdaptivePolicy {
   const { g, controller, counter, hot, log, drains } = parts(ctx, budgets, opts);
   const spareRows = opts.spareRows ?? DEFAULT_SPARE_ROWS;
-  const pipeline = new MovePipeline<SimMove>(Array.from({ length: g.layers }, () => Array.from({ length: spareRows }, (_, i) => i)), opts.copiesInFlight!);
+  const pipeline = new MovePipeline<ModelledMove>(Array.from({ length: g.layers }, () => Array.from({ length: spareRows }, (_, i) => i)), opts.copiesInFlight!);
   let boundary = 0;
-  // Which row is spare does not matter here; the map changes when an exchange lands, as the banks' slotOf does.
-  const steps: MoveSteps<SimMove> = {
-    copyDone: (m) => m.queuedAt < boundary,
-    copyIn: (m) => { m.queuedAt = boundary; },
-    landIn: () => {},
-    copyOut: (m) => { m.queuedAt = boundary; },
-    landOut: (m) => {
-      hot[m.layer * g.experts + m.leave] = 0;
-      hot[m.layer * g.experts + m.enter] = 1;
-      return m.spare;
-    },
-    landed: () => {},
-  };
+  const steps = nextStepCopies<ModelledMove>(() => boundary, (m) => {
+    hot[m.layer * g.experts + m.leave] = 0;
+    hot[m.layer * g.experts + m.enter] = 1;
+  });
   return {
     name,
     geometry: g,
