@@ -41,11 +41,8 @@ export function adaptivePolicy(budgets: Partial<Budgets> = {}, name = 'adaptive'
   (ctx: PolicyContext) => Policy & AdaptivePolicy {
   return (ctx) => {
     if (opts.copiesInFlight !== undefined) return backgroundAdaptive(ctx, budgets, name, opts);
-    const { g, controller, counter, hot, log, drains } = parts(ctx, budgets, opts);
-    const exchange = (s: Swap) => {
-      hot[s.layer * g.experts + s.hotExpert] = 0;
-      hot[s.layer * g.experts + s.coldExpert] = 1;
-    };
+    const { g, controller, counter, hot, log, drains, moveHot } = parts(ctx, budgets, opts);
+    const exchange = (s: Swap) => moveHot(s.layer, s.hotExpert, s.coldExpert);
     return {
       name,
       geometry: g,
@@ -69,25 +66,28 @@ export function adaptivePolicy(budgets: Partial<Budgets> = {}, name = 'adaptive'
 /** What both kinds of adaptive run on: the controller (adapting from step 0), the host counter, the hot mask, the logs. */
 function parts(ctx: PolicyContext, budgets: Partial<Budgets>, opts: AdaptiveOptions) {
   const g = ctx.geometry;
+  const hot = hotMaskOf(ctx.bootMap);
   return {
     g,
+    hot,
+    /** Expert `leave` of `layer` goes cold, `enter` hot. */
+    moveHot: (layer: number, leave: number, enter: number): void => {
+      hot[layer * g.experts + leave] = 0;
+      hot[layer * g.experts + enter] = 1;
+    },
     controller: new Controller({ boot: ctx.bootMap, budgets, frozen: false, ...(opts.prior ? { prior: opts.prior } : {}) }),
     counter: new Counter(g.layers, g.experts, g.topK),
-    hot: hotMaskOf(ctx.bootMap),
     log: [] as AdaptivePolicy['log'],
     drains: [] as DrainReport[],
   };
 }
 
 function backgroundAdaptive(ctx: PolicyContext, budgets: Partial<Budgets>, name: string, opts: AdaptiveOptions): Policy & AdaptivePolicy {
-  const { g, controller, counter, hot, log, drains } = parts(ctx, budgets, opts);
+  const { g, controller, counter, hot, log, drains, moveHot } = parts(ctx, budgets, opts);
   const spareRows = opts.spareRows ?? DEFAULT_SPARE_ROWS;
   const pipeline = new MovePipeline<ModelledMove>(Array.from({ length: g.layers }, () => Array.from({ length: spareRows }, (_, i) => i)), opts.copiesInFlight!);
   let boundary = 0;
-  const steps = nextStepCopies<ModelledMove>(() => boundary, (m) => {
-    hot[m.layer * g.experts + m.leave] = 0;
-    hot[m.layer * g.experts + m.enter] = 1;
-  });
+  const steps = nextStepCopies<ModelledMove>(() => boundary, (m) => moveHot(m.layer, m.leave, m.enter));
   return {
     name,
     geometry: g,
