@@ -223,7 +223,7 @@ export async function liveResidency(dir: string, hot: number): Promise<{ applied
   const digest = b.banks.digest();
   const driver = new ResidencyDriver({
     backend: b, frozen: false, log: () => {},
-    budgets: { drain_every: 4, half_life_steps: 32, hysteresis: 1, min_average: 0.01, move_cost_picks: 0, swaps_per_layer_per_drain: 4, swaps_per_step: 16 },
+    budgets: { drain_every: 4, half_life_tokens: 32, hysteresis: 1, min_average: 0.01, move_cost_picks: 0, swaps_per_layer_per_drain: 4, swaps_per_step: 16 },
   });
   assert.deepEqual(decode(b, driver), reference);
   const dump = driver.controller.dumpCounts();

@@ -68,7 +68,7 @@ const lab = new Lab('forget');
 
 /**
  * A variable memory on top of the controller's EWMA. `fast` is the controller's state (foldWindow at half-life
- * h = half_life_steps, computed here the same way); the decisions are taken on `slow`:
+ * h = half_life_tokens, computed here the same way); the decisions are taken on `slow`:
  * - off:  slow = fast (adaptive as it is; checked against adaptivePolicy);
  * - age:  per layer, half-life h_eff = min(h + growth * age, maxMult * h), age = steps since the layer's last
  *         reset; growth ln 2 makes the estimate the mean since the reset (a cumulative mean) until h_eff caps;
@@ -113,7 +113,7 @@ function memoryAdaptive(budgets: Partial<Budgets>, m: Memory): (ctx: { geometry:
     const L = g.layers;
     const controller = new Controller({ boot: ctx.bootMap, budgets, frozen: true });
     const b = controller.budgets;
-    const h = b.half_life_steps;
+    const h = b.half_life_tokens;
     const counter = new Counter(L, E, g.topK);
     const prev = new Uint32Array(L * E);
     const delta = new Uint32Array(L * E);

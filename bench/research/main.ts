@@ -45,7 +45,7 @@ const only = opt('protocols', 'shift-1u,shift-4u,mixed-1u,mixed-4u').split(',');
 // better than these on held-out traffic (gap to the whole-phase hindsight map 1.13 vs 1.07 pp), and the
 // uncalibrated pick ran worse on the GPU (it saturates the exchange pipeline). --budgets JSON overrides.
 // (The copy-cost gate, added after these runs, stays off here so they reproduce.)
-const TUNED = { drain_every: 16, half_life_steps: 150, swaps_per_layer_per_drain: 4, swaps_per_step: 8, min_average: 2, hysteresis: 1.5, move_cost_picks: 0 };
+const TUNED = { drain_every: 16, half_life_tokens: 150, swaps_per_layer_per_drain: 4, swaps_per_step: 8, min_average: 2, hysteresis: 1.5, move_cost_picks: 0 };
 const budgets = { ...TUNED, ...(JSON.parse(opt('budgets', '{}')) as Record<string, number>) };
 // Held out: the protocols walk the second half of every domain's documents; the seed dump (seed map, and
 // adaptive-prior's prior) counts the first halves of all domains.

@@ -128,11 +128,11 @@ const variants: Variant[] = [{ name: 'current', patch: {} }];
 for (const min_z of !HAS_MIN_Z ? [] : quick ? [1, 2] : [0.5, 1, 1.5, 2, 3]) {
   for (const hysteresis of [1, 1.25]) {
     for (const mem of [1, 2]) {
-      variants.push({ name: `z${min_z} h${hysteresis}${mem > 1 ? ` hl x${mem}` : ''}`, patch: { min_z, hysteresis, ...(mem > 1 ? { half_life_steps: -mem } : {}) } });
+      variants.push({ name: `z${min_z} h${hysteresis}${mem > 1 ? ` hl x${mem}` : ''}`, patch: { min_z, hysteresis, ...(mem > 1 ? { half_life_tokens: -mem } : {}) } });
     }
   }
 }
-for (const mem of [2]) variants.push({ name: `current hl x${mem}`, patch: { half_life_steps: -mem } });
+for (const mem of [2]) variants.push({ name: `current hl x${mem}`, patch: { half_life_tokens: -mem } });
 // The same hysteresis without the test, so a min_z gain is not a hysteresis gain in disguise.
 for (const hysteresis of [1, 1.1, 1.25]) variants.push({ name: `z0 h${hysteresis}`, patch: { hysteresis } });
 // Which other gate binds where the ratio does not (tiered, 1 user): less evidence, or more swaps per drain.
@@ -145,13 +145,13 @@ variants.push({ name: 'swap budgets x2', patch: { swaps_per_layer_per_drain: -2,
 function budgetsOf(s: Setup, v: Variant): Partial<Budgets> {
   const b: Record<string, number> = { ...s.base, ...v.patch };
   const full: Record<string, number> = { ...DEFAULT_BUDGETS, ...s.base };
-  for (const k of ['half_life_steps', 'min_average', 'swaps_per_layer_per_drain']) {
+  for (const k of ['half_life_tokens', 'min_average', 'swaps_per_layer_per_drain']) {
     const x = b[k];
     if (x !== undefined && x < 0) b[k] = k === 'swaps_per_layer_per_drain' ? Math.max(1, Math.round(-x * full[k]!)) : -x * full[k]!;
   }
   return b as Partial<Budgets>;
 }
-const baseOf = (s: Setup) => ({ drain: s.base.drain_every ?? 64, hl: s.base.half_life_steps ?? 500 });
+const baseOf = (s: Setup) => ({ drain: s.base.drain_every ?? 64, hl: s.base.half_life_tokens ?? 500 });
 
 const md: string[] = ['# Adaptive vs oracle-phase: noise, clock, churn, and a significance test (min_z)', '',
   `Shift protocol en+code -> de+ja -> en+code; boot map fitted on en+code. Figures are means over phases 2 and 3 (after a shift). ` +

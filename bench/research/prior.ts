@@ -110,7 +110,7 @@ function priorAdaptive(budgets: Partial<Budgets>, prior: Float64Array, weight: n
         controller.onStep({ step: step.index, tokens: step.tokens, counted });
         if (controller.drainDue()) {
           controller.drain(step.index, counter.snapshot());
-          const w = perExpert ? weight : weight * b.half_life_steps;
+          const w = perExpert ? weight : weight * b.half_life_tokens;
           for (let l = 0; l < g.layers; l++) {
             for (let e = 0; e < E; e++) scores[l * E + e] = controller.decayedCount(l, e) + (w > 0 ? w * prior[l * E + e]! : 0);
           }

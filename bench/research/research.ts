@@ -28,7 +28,7 @@ export interface Setup {
 }
 
 /** main.ts's hand-set budgets for the tiered geometry (decided before the copy-cost gate: it stays off, so they reproduce). */
-export const TIERED_BASE: Partial<Budgets> = { drain_every: 16, half_life_steps: 150, swaps_per_layer_per_drain: 4, min_average: 2, swaps_per_step: 8, hysteresis: 1.5, move_cost_picks: 0 };
+export const TIERED_BASE: Partial<Budgets> = { drain_every: 16, half_life_tokens: 150, swaps_per_layer_per_drain: 4, min_average: 2, swaps_per_step: 8, hysteresis: 1.5, move_cost_picks: 0 };
 /** The fixture's 6 x 64 with 49 hot (bench:sim's shift). */
 export const fixtureGeometry = (set: TraceSet): Geometry => ({ layers: set.layers, experts: set.experts, topK: set.topK, hotPerLayer: 49 });
 export const TIERED_GEOMETRY: Geometry = { layers: BIG.layers, experts: BIG.experts, topK: BIG.topK, hotPerLayer: BIG.hotPerLayer };

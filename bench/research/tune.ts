@@ -1,5 +1,5 @@
 // Picks the adaptive budgets for the tiered geometry on the CPU cost model (no GPU hours): a grid over
-// drain_every, half_life_steps, swaps_per_layer_per_drain, then min_average and hysteresis around the best,
+// drain_every, half_life_tokens, swaps_per_layer_per_drain, then min_average and hysteresis around the best,
 // each candidate run on the shift protocols. Score: how close adaptive converges to the whole-phase
 // hindsight map (oracle-phase) in the phases after a shift (2 and 3): the gap in converged cold share,
 // then the whole-phase mean step time against oracle-phase's (which also charges slow convergence).
@@ -59,12 +59,12 @@ function score(budgets: Partial<Budgets>, seed: number): Scored {
 const better = (a: Scored, b: Scored) => (Math.round(a.gap * 1000) - Math.round(b.gap * 1000)) || (a.timeRatio - b.timeRatio);
 
 const base = { swaps_per_step: 8 };
-const current: Partial<Budgets> = { ...base, drain_every: 16, half_life_steps: 150, swaps_per_layer_per_drain: 4, min_average: 2, hysteresis: 1.5 };
+const current: Partial<Budgets> = { ...base, drain_every: 16, half_life_tokens: 150, swaps_per_layer_per_drain: 4, min_average: 2, hysteresis: 1.5 };
 const all: Scored[] = [];
 for (const drain_every of [4, 8, 16, 32]) {
-  for (const half_life_steps of [50, 100, 150, 250, 400]) {
+  for (const half_life_tokens of [50, 100, 150, 250, 400]) {
     for (const swaps_per_layer_per_drain of [2, 4, 8, 16]) {
-      all.push(score({ ...base, drain_every, half_life_steps, swaps_per_layer_per_drain, min_average: 2, hysteresis: 1.5 }, 2));
+      all.push(score({ ...base, drain_every, half_life_tokens, swaps_per_layer_per_drain, min_average: 2, hysteresis: 1.5 }, 2));
     }
   }
 }

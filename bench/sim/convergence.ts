@@ -34,11 +34,11 @@ for (const users of [1, 4]) {
     ['oracle, window 6000', policyFactory('oracle', { oracleWindow: 6000 })],
     ['oracle, window 512', policyFactory('oracle', { oracleWindow: 512 })],
     ['adaptive (defaults: half-life 500, hysteresis 1.5)', policyFactory('adaptive')],
-    ['adaptive, half-life 250', policyFactory('adaptive', { budgets: { half_life_steps: 250 } })],
-    ['adaptive, half-life 1000', policyFactory('adaptive', { budgets: { half_life_steps: 1000 } })],
-    ['adaptive, half-life 2000', policyFactory('adaptive', { budgets: { half_life_steps: 2000 } })],
-    ['adaptive, half-life 2000, hysteresis 1.2', policyFactory('adaptive', { budgets: { half_life_steps: 2000, hysteresis: 1.2 } })],
-    ['adaptive, half-life 4000', policyFactory('adaptive', { budgets: { half_life_steps: 4000 } })],
+    ['adaptive, half-life 250', policyFactory('adaptive', { budgets: { half_life_tokens: 250 } })],
+    ['adaptive, half-life 1000', policyFactory('adaptive', { budgets: { half_life_tokens: 1000 } })],
+    ['adaptive, half-life 2000', policyFactory('adaptive', { budgets: { half_life_tokens: 2000 } })],
+    ['adaptive, half-life 2000, hysteresis 1.2', policyFactory('adaptive', { budgets: { half_life_tokens: 2000, hysteresis: 1.2 } })],
+    ['adaptive, half-life 4000', policyFactory('adaptive', { budgets: { half_life_tokens: 4000 } })],
   ];
   for (const [name, f] of cases) {
     const t = tailShare(f, inp);

@@ -17,7 +17,7 @@ for (const users of [1, 4]) {
     let swaps = 0;
     let secs: number[][] = [[], []];
     for (const seed of [1, 2, 3, 4, 5]) {
-      const r = run(policyFactory('adaptive', { budgets: { drain_every: drain, half_life_steps: half } }), input(set, g, boot, PHASES, users, seed));
+      const r = run(policyFactory('adaptive', { budgets: { drain_every: drain, half_life_tokens: half } }), input(set, g, boot, PHASES, users, seed));
       [1, 2].forEach((ph, i) => {
         const p = r.phases[ph]!;
         t90[i]!.push(p.t90Steps ?? NaN);

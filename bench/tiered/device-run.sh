@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench:tiered on the lent H200, in one device call (see bench/tiered/README.md):
 #   ../shared/tools/gpu-bundle && npm run build   (then carry .gpu, dist, node_modules/koffi, node_modules/@koromix)
-#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|host|budgets|traces|pipeline|check|halflife|all]
+#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|host|budgets|traces|pipeline|check|all]
 #   (1u, 4u, mixed, all: with the host expert lane unless LANE= is given; mixed: MIXED_USERS="1 4" by default)
 # formats: the same 16-layer geometry in bf16 and in block FP8, 64/128 hot, a short shift (issue 14: a cold
 # expert read in place costs its stored bytes); it makes only the 16-layer checkpoints.
@@ -50,7 +50,7 @@ if [ "$which" = budgets ]; then
   # one call (~70 + 45 + 90 + 50 s, with the checkpoint's 40 s).
   [ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
   B="node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 --host-experts auto --out $OUT"
-  NEW=${BUDGETS:-'{"drain_every":16,"half_life_steps":250}'}
+  NEW=${BUDGETS:-'{"drain_every":16,"half_life_tokens":250}'}
   for u in 1 4; do
     if [ $u = 4 ]; then ph=en+code:600,de+ja:600,en+code:600; first="--policies all-hot,fixed,adaptive --trace-out $OUT/trace-4u"
     else ph=en+code:1500,de+ja:1500,en+code:1500; first="--policies fixed,adaptive"; fi
@@ -109,20 +109,6 @@ if [ "$which" = check ]; then
   if [ -z "${NO_SHIFT:-}" ]; then
     timeout 110 $B --users 4 --phases en+code:600,de+ja:600,en+code:600 --policies fixed,adaptive --tag shift-4u > "$OUT/shift-4u.log" 2>&1; echo "shift 4 users rc=$?"
   fi
-  for f in "$OUT"/tiered-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive)" "$f" | cut -c1-150; done
-  exit 0
-fi
-if [ "$which" = halflife ]; then
-  # The half-life at 4 users (results/sim-pipeline-2026-12-03.md: in the simulator 64 steps, about 250 tokens at 4
-  # users, took the cold share from 15.0% to 10.6% on the shift and from 21.9% to 15.2% on mixed traffic): fixed and
-  # the defaults beside HALF (default 64) on mixed traffic (2,000 steps) and the shift (600-step phases), 4 users.
-  [ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
-  B="node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 --host-experts auto --users 4 --out $OUT"
-  H="{\"half_life_steps\":${HALF:-64}}"
-  timeout 130 $B --phases en+code+de+ja+fr+zh_CN:2000 --policies fixed,adaptive --tag mixed-4u > "$OUT/mixed-4u.log" 2>&1; echo "mixed, defaults rc=$?"
-  timeout 70 $B --phases en+code+de+ja+fr+zh_CN:2000 --policies adaptive --budgets "$H" --tag mixed-4u-half > "$OUT/mixed-4u-half.log" 2>&1; echo "mixed, $H rc=$?"
-  timeout 110 $B --phases en+code:600,de+ja:600,en+code:600 --policies fixed,adaptive --tag shift-4u > "$OUT/shift-4u.log" 2>&1; echo "shift, defaults rc=$?"
-  timeout 70 $B --phases en+code:600,de+ja:600,en+code:600 --policies adaptive --budgets "$H" --tag shift-4u-half > "$OUT/shift-4u-half.log" 2>&1; echo "shift, $H rc=$?"
   for f in "$OUT"/tiered-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive)" "$f" | cut -c1-150; done
   exit 0
 fi

@@ -43,7 +43,7 @@ export const SIM_HELP = `  --traces DIR|FILE     (required) fixture trace dir (i
   --map MAP.json        boot map; else --fit DOMAINS fits one (top-H of those traces); else experts 0..H-1
   --seed-from DOMAINS   traces the seed policy's map is fitted on (default: every domain of the protocol)
   --profile NAME        h200-pcie | gb300-c2c | sidecar (default: all)
-  --drain-every N, --half-life N, --swaps-per-step N   adaptive budgets (defaults: the controller's)
+  --drain-every N, --half-life N (tokens), --swaps-per-step N   adaptive budgets (defaults: the controller's)
   --budgets JSON        any adaptive budgets as a control file gives them, e.g. '{"swaps_per_layer_per_drain":4}'
                         (over the flags above)
   --inserts N           copy-on-miss inserts per step for lru/lfu/lfru (default 8)
@@ -84,7 +84,7 @@ export function simOptions(v: SimValues): SimOptions {
   const half = int(v['half-life'], 'half-life');
   const sps = int(v['swaps-per-step'], 'swaps-per-step');
   if (drain !== undefined) Object.assign(budgets, { drain_every: drain });
-  if (half !== undefined) Object.assign(budgets, { half_life_steps: half });
+  if (half !== undefined) Object.assign(budgets, { half_life_tokens: half });
   if (sps !== undefined) Object.assign(budgets, { swaps_per_step: sps });
   if (v.budgets !== undefined) Object.assign(budgets, budgetsFlag(v.budgets));
   return {

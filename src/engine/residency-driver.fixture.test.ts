@@ -48,7 +48,7 @@ test('thousands of swaps under alternating domains, then restore: boot digest an
   const traffic: Backend = { ...backendShape(backend), readCounter: () => counter.snapshot() };
   const driver = new ResidencyDriver({
     backend: traffic, frozen: false, log: () => {},
-    budgets: { drain_every: 4, half_life_steps: 40, min_average: 2, hysteresis: 1.2, move_cost_picks: 0, swaps_per_layer_per_drain: 4, swaps_per_step: 8 },
+    budgets: { drain_every: 4, half_life_tokens: 40, min_average: 2, hysteresis: 1.2, move_cost_picks: 0, swaps_per_layer_per_drain: 4, swaps_per_step: 8 },
   });
   const domains = ['en', 'ja', 'de', 'code_js'];
   const row = spec.numLayers * spec.topK;

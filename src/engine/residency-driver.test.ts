@@ -30,7 +30,7 @@ test('boots frozen; GO starts adaptation; telemetry, swaps and the ring are writ
   const logs: string[] = [];
   const driver = new ResidencyDriver({
     backend, dir, pollEvery: 1, log: (m) => logs.push(m),
-    budgets: { drain_every: 8, half_life_steps: 40, min_average: 1, swaps_per_step: 3 },
+    budgets: { drain_every: 8, half_life_tokens: 40, min_average: 1, swaps_per_step: 3 },
   });
   const bootDigest = backend.banks.digest();
   const r = rng(21);
@@ -185,7 +185,7 @@ test('banks that move in the background: moves land steps later, the map follows
     get startable() { return pending.length === 0 ? 1 : 0; },
   };
   const be = { ...backend, banks: delayed };
-  const driver = new ResidencyDriver({ backend: be, frozen: false, log: () => {}, budgets: { drain_every: 8, half_life_steps: 40, min_average: 1, swaps_per_step: 3, swaps_per_layer_per_drain: 4 } });
+  const driver = new ResidencyDriver({ backend: be, frozen: false, log: () => {}, budgets: { drain_every: 8, half_life_tokens: 40, min_average: 1, swaps_per_step: 3, swaps_per_layer_per_drain: 4 } });
   const bootDigest = banks.digest();
   const r = rng(5);
   let step = 0;

@@ -62,7 +62,7 @@ test('property: random traffic and budgets keep the map a partition and every bu
   for (let seed = 1; seed <= 12; seed++) {
     const r = rng(seed);
     const budgets: Partial<Budgets> = {
-      drain_every: randInt(r, 1, 40), half_life_steps: randInt(r, 5, 400), hysteresis: 1 + r() * 2,
+      drain_every: randInt(r, 1, 40), half_life_tokens: randInt(r, 12, 1000), hysteresis: 1 + r() * 2,
       min_average: r() * 10, swaps_per_layer_per_drain: randInt(r, 1, 5), swaps_per_step: randInt(r, 0, 6),
       count_tmax: randInt(r, 1, 300),
     };
@@ -133,7 +133,7 @@ test('freeze cancels queued adaptive swaps', () => {
 
 test('restore returns the boot map exactly, within the per-step budget, after thousands of swaps', () => {
   const r = rng(5);
-  const ctl = new Controller({ boot: identityRowMap('t', L, E, H), frozen: false, budgets: { drain_every: 2, half_life_steps: 20, min_average: 0.5, hysteresis: 1.05, swaps_per_layer_per_drain: 4 } });
+  const ctl = new Controller({ boot: identityRowMap('t', L, E, H), frozen: false, budgets: { drain_every: 2, half_life_tokens: 20, min_average: 0.5, hysteresis: 1.05, swaps_per_layer_per_drain: 4 } });
   const counter = new Counter(L, E, K);
   drive(ctl, counter, r, 3000, 60);
   assert.ok(ctl.stats.applied >= 1000, `applied ${ctl.stats.applied}`);
@@ -192,4 +192,31 @@ test('EWMA: a constant rate converges to rate / (1 - 2^(-1/h)) whatever the drai
     for (let s = 0; s < 5000; s += every) foldWindow(state, [3 * every], every, h); // 3 picks per step
     assert.ok(Math.abs(state[0]! - 3 / (1 - Math.pow(0.5, 1 / h))) < 1e-6, `every ${every}: ${state[0]}`);
   }
+});
+
+test('the EWMA ages by counted tokens: one 4-user step ages it as four 1-user steps, a prefill step not at all', () => {
+  const budgets = { drain_every: 8, half_life_tokens: 40, count_tmax: 16 };
+  const run = (steps: readonly { tokens: number; picks: number }[]) => {
+    const ctl = new Controller({ boot: identityRowMap('t', 1, 4, 2), budgets });
+    const counter = new Uint32Array(4);
+    steps.forEach((s, step) => {
+      const counted = ctl.shouldCount(s.tokens);
+      if (counted) counter[3] = counter[3]! + s.picks;
+      ctl.onStep({ step, tokens: s.tokens, counted });
+      if (ctl.drainDue()) ctl.drain(step, counter.slice());
+    });
+    return ctl.decayedCount(0, 3);
+  };
+  // 32 tokens, 2 picks each, then 96 tokens with no picks: as 1-user steps, as 4-user steps, and as 4-user steps with a
+  // prefill step (100 tokens, not counted) in every drain window.
+  const one = run([...Array(32).fill({ tokens: 1, picks: 2 }), ...Array(96).fill({ tokens: 1, picks: 0 })]);
+  const four = run([...Array(8).fill({ tokens: 4, picks: 8 }), ...Array(24).fill({ tokens: 4, picks: 0 })]);
+  const withPrefill = run(Array.from({ length: 32 }, (_, i) => i % 8 === 0 ? [{ tokens: 100, picks: 0 }] : [])
+    .flatMap((p, i) => [...p, { tokens: 4, picks: i < 8 ? 8 : 0 }]));
+  assert.ok(one > 0 && Math.abs(four - one) < 1e-9 * one, `4-user steps ${four} vs 1-user steps ${one}`);
+  const expected = 64 * Math.pow(0.5, 96 / 40); // all 64 picks age ~96 tokens (the fold spreads each window's evenly)
+  assert.ok(Math.abs(one / expected - 1) < 0.25, `${one} ~ ${expected}`);
+  // With prefill steps in the windows the drains fall on other tokens (the last 4 decode steps are not drained yet), so
+  // the ages differ a little; the prefills' 400 tokens, had they aged the counts, would take them below 1/500 of this.
+  assert.ok(withPrefill > 0.5 * four && withPrefill < 2 * four, `prefill steps age nothing: ${withPrefill} vs ${four}`);
 });

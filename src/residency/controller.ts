@@ -122,7 +122,7 @@ export class Controller {
   private nextLayer = 0;
   private lastStep = -1;
   private decodeSteps = 0;
-  private window = { steps: 0, tokens: 0, countedSteps: 0, applied: 0, refused: 0 };
+  private window = { steps: 0, tokens: 0, countedSteps: 0, countedTokens: 0, applied: 0, refused: 0 };
 
   constructor(opts: ControllerOptions) {
     assertRowMap(opts.boot);
@@ -177,12 +177,12 @@ export class Controller {
     return this.countingNow && tokens > 0 && tokens <= this.budgetsNow.count_tmax;
   }
 
-  /** Records that a step ran (its tokens join the window; the EWMA decays per step). */
+  /** Records that a step ran (its tokens join the window; the EWMA ages by the counted ones). */
   onStep(info: StepInfo): void {
     this.lastStep = info.step;
     this.window.steps++;
     this.window.tokens += info.tokens;
-    if (info.counted) { this.window.countedSteps++; this.decodeSteps++; }
+    if (info.counted) { this.window.countedSteps++; this.window.countedTokens += info.tokens; this.decodeSteps++; }
   }
 
   drainDue(): boolean { return this.window.steps >= this.budgetsNow.drain_every; }
@@ -212,7 +212,9 @@ export class Controller {
       coldShareByLayer.push(lp > 0 ? lc / lp : 0);
     }
     // A baseline asked without a counter snapshot leaves a window that straddles it: none of it is used.
-    if (fold) foldWindow(this.decayed, delta, Math.max(1, w.steps), this.budgetsNow.half_life_steps);
+    // The EWMA ages by the tokens whose picks were counted: the same number of picks per half-life at any batch size,
+    // and a prefill step (not counted) ages nothing.
+    if (fold) foldWindow(this.decayed, delta, w.countedTokens, this.budgetsNow.half_life_tokens);
     this.discardNextWindow = false;
     // Swaps still queued from an earlier drain are decided again on these counts, not kept: where the banks move
     // rows slower than the policy decides (background copies at batch > 1), a queue kept across drains fills
@@ -230,7 +232,7 @@ export class Controller {
       coldShare: picks > 0 ? coldPicks / picks : 0, coldShareByLayer, decided,
       applied: w.applied, refused: w.refused, superseded, queueDepth: this.queue.length, frozen: this.frozenNow,
     };
-    this.window = { steps: 0, tokens: 0, countedSteps: 0, applied: 0, refused: 0 };
+    this.window = { steps: 0, tokens: 0, countedSteps: 0, countedTokens: 0, applied: 0, refused: 0 };
     return report;
   }
 
@@ -360,7 +362,7 @@ export class Controller {
       this.decayed.fill(0);
       if (snapshot) this.prev.set(snapshot);
       else this.discardNextWindow = true;
-      this.window = { ...this.window, steps: 0, tokens: 0, countedSteps: 0 };
+      this.window = { ...this.window, steps: 0, tokens: 0, countedSteps: 0, countedTokens: 0 };
       changes.push('baseline: EWMA and window reset');
     }
     if (c.restore_map) {
@@ -377,7 +379,7 @@ export class Controller {
   dumpCounts(): CountsDump {
     return {
       version: 1, model: this.model, step: Math.max(0, this.lastStep), decode_steps: this.decodeSteps,
-      half_life: this.budgetsNow.half_life_steps,
+      half_life: this.budgetsNow.half_life_tokens,
       decayed: toRows(this.decayed, this.layers, this.experts, true),
       cumulative: toRows(this.cumulative, this.layers, this.experts),
     };

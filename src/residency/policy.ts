@@ -9,8 +9,11 @@ import type { RowMap } from './rowmap.ts';
 export interface Budgets {
   /** Steps between drains of the counter. */
   readonly drain_every: number;
-  /** Half-life of the pick EWMA, in engine steps. */
-  readonly half_life_steps: number;
+  /**
+   * Half-life of the pick EWMA, in counted (decode) tokens: a step of B users ages the counts by B tokens, so the
+   * EWMA covers the same number of picks at any batch size (at 1 user a token is a step).
+   */
+  readonly half_life_tokens: number;
   /** A cold expert must be this many times busier than the hot expert it replaces (>= 1). */
   readonly hysteresis: number;
   /** A cold expert needs at least this many decayed picks (see `foldWindow`) to be promoted. */
@@ -40,14 +43,17 @@ export interface Budgets {
 }
 
 /**
- * design.md's reference defaults were drain 64 / half-life 500; drain 16 / half-life 250 since 2026-12-03: on the device
- * (H200, 16-layer qwen3-30b-a3b, 64/128 hot, host lane, 1,500-step phases) adaptive went from 330 / 321 / 279 tok/s to
- * 579 / 525 / 465 at 1 user, p99 with moves in flight 0.99x the others (bench/tiered/results/h200-2026-12-03b/): real
- * text's experts change from document to document, and a 64-step drain decides on counts 32 steps old on average.
+ * design.md's reference defaults were drain 64 / half-life 500 steps; drain 16 / half-life 250 since 2026-12-03: on the
+ * device (H200, 16-layer qwen3-30b-a3b, 64/128 hot, host lane, 1,500-step phases) adaptive went from 330 / 321 / 279
+ * tok/s to 579 / 525 / 465 at 1 user, p99 with moves in flight 0.99x the others (bench/tiered/results/h200-2026-12-03b/):
+ * real text's experts change from document to document, and a 64-step drain decides on counts 32 steps old on average.
+ * The half-life counts tokens, not steps, since 2026-12-03 too: at 4 users 250 steps held 1,000 tokens, four documents'
+ * worth; 64 steps (250 tokens) took mixed traffic from 390 to 508 tok/s (21.6% -> 15.5% cold) and the shift's de+ja phase
+ * from 535 to 842 (bench/tiered/results/h200-2026-12-03f/), where at 1 user 250 stays best (the simulator, both fixtures).
  */
 export const DEFAULT_BUDGETS: Budgets = Object.freeze({
   drain_every: 16,
-  half_life_steps: 250,
+  half_life_tokens: 250,
   hysteresis: 1.5,
   min_average: 8,
   move_cost_picks: 2,
@@ -63,11 +69,14 @@ const numIn = (min: number, max: number) => z.number().min(min).max(max);
 /**
  * Budgets as they may appear in a control file: every field optional, unknown keys rejected, every value
  * finite and in a sane range (an accepted budget is applied to the live controller, so a value that breaks
- * the EWMA, such as a half-life of 1e17 steps, must be refused here).
+ * the EWMA, such as a half-life of 1e17 tokens, must be refused here).
  */
 export const budgetsPatchSchema = z.strictObject({
   drain_every: intIn(1, 1_000_000).optional(),
-  half_life_steps: numIn(1, 1e9).optional(),
+  half_life_tokens: numIn(1, 1e9).optional(),
+  // The name until 2026-12-03, when the EWMA went from aging per step to per token: refused with the new name, not
+  // as an unknown key, so an old control file says what to change.
+  half_life_steps: z.never({ error: 'renamed half_life_tokens (the EWMA ages per decoded token; at 1 user a token is a step)' }).optional(),
   hysteresis: numIn(1, 1000).optional(),
   min_average: numIn(0, 1e9).optional(),
   move_cost_picks: numIn(0, 1e9).optional(),
@@ -81,7 +90,7 @@ export type BudgetsPatch = z.infer<typeof budgetsPatchSchema>;
 
 /**
  * Budgets as given (a controller's options, a command-line flag): checked by budgetsPatchSchema, the error naming the
- * field under `label` (`budgets.half_life_steps: ...`); the fields not given are left out.
+ * field under `label` (`budgets.half_life_tokens: ...`); the fields not given are left out.
  */
 export function parseBudgets(json: unknown, label: string, code: 'BAD_CONFIG' | 'BAD_ARGUMENT' = 'BAD_CONFIG'): Partial<Budgets> {
   const r = budgetsPatchSchema.safeParse(json);
@@ -89,31 +98,35 @@ export function parseBudgets(json: unknown, label: string, code: 'BAD_CONFIG' | 
     const issue = r.error.issues[0]!;
     throw new ResidencyError(code, `${label}${issue.path.length ? `.${fieldPath(issue.path)}` : ''}: ${issue.message}`);
   }
-  return Object.fromEntries(Object.entries(r.data).filter(([, v]) => v !== undefined)) as Partial<Budgets>;
+  const { half_life_steps: _renamed, ...known } = r.data;
+  return Object.fromEntries(Object.entries(known).filter(([, v]) => v !== undefined)) as Partial<Budgets>;
 }
 
 /**
  * Folds one drain window into the EWMA state, in place.
  *
- * Units: `decayed[i]` is a decayed pick count: every pick weighs 0.5^(age/half_life) where age is in steps.
- * Equivalently it is the EWMA pick rate (picks per step) times the EWMA's effective window
- * 1/(1 - 2^(-1/h)) ~= 1.44 h steps (721 steps at h = 500); min_average is in these units, so an expert
- * needs ~8 recent picks, whatever the batch size. (Picks per step would make min_average 8 unreachable at
- * batch 1, where a layer makes only top_k picks per step in all.)
+ * Units: `decayed[i]` is a decayed pick count: every pick weighs 0.5^(age/half_life), age in the caller's unit of time
+ * (the controller's: counted tokens, so a step of B users ages the state by B). Equivalently it is the EWMA pick rate
+ * (picks per unit) times the EWMA's effective window 1/(1 - 2^(-1/h)) ~= 1.44 h units (361 tokens at h = 250);
+ * min_average is in these units, so an expert needs ~8 recent picks, whatever the batch size. (Picks per step would
+ * make min_average 8 unreachable at batch 1, where a layer makes only top_k picks per step in all.)
  *
- * The window's `steps` steps decay the old state by 0.5^(steps/h). Its `delta` picks are taken as spread
- * evenly over the window, so each weighs the window's mean decay: delta * (1 - decay) / (steps * (1 - 2^(-1/h))).
- * That makes the estimate independent of the drain interval: a constant rate r converges to r / (1 - 2^(-1/h))
- * whether one drains every step or every 64.
+ * The window's `span` units decay the old state by 0.5^(span/h). Its `delta` picks are taken as spread evenly over the
+ * window, so each weighs the window's mean decay: delta * (1 - decay) / (span * (1 - 2^(-1/h))). That makes the
+ * estimate independent of the drain interval: a constant rate r converges to r / (1 - 2^(-1/h)) whether one drains
+ * every unit or every 64. A window of span 0 (no counted tokens) ages nothing and adds its picks at full weight.
  */
-export function foldWindow(decayed: Float64Array, delta: ArrayLike<number>, steps: number, halfLife: number): void {
-  if (steps <= 0) return;
-  const decay = halfLife > 0 ? Math.pow(0.5, steps / halfLife) : 0;
+export function foldWindow(decayed: Float64Array, delta: ArrayLike<number>, span: number, halfLife: number): void {
+  if (!(span > 0)) {
+    for (let i = 0; i < decayed.length; i++) decayed[i] = decayed[i]! + delta[i]!;
+    return;
+  }
+  const decay = halfLife > 0 ? Math.pow(0.5, span / halfLife) : 0;
   // expm1, not 1 - 0.5^x: for a long half-life 1 - 0.5^(1/h) rounds to 0 and the weight became 0/0 = NaN,
   // which no later drain or budget could wash out. The ratio tends to 1 as h grows; a non-finite one
   // (a caller's bad half-life) falls back to 1 rather than poisoning the state.
   const l = -Math.LN2 / halfLife;
-  const ratio = Math.expm1(steps * l) / (steps * Math.expm1(l));
+  const ratio = Math.expm1(span * l) / (span * Math.expm1(l));
   const weight = Number.isFinite(ratio) ? ratio : 1;
   for (let i = 0; i < decayed.length; i++) decayed[i] = decayed[i]! * decay + delta[i]! * weight;
 }

@@ -188,7 +188,7 @@ describe('lockstep: engine-side driver vs simulator', () => {
     const set = loadTraces(FIXTURE_TRACES, { only: ['en'] });
     const boot = topHMap(traceCounts([set.traces.get('en')!], g), g, 'tiny-moe');
     const backend = createCpuBackend(spec, model.weights, { placement: boot });
-    const budgets: Partial<Budgets> = { drain_every: 4, swaps_per_step: 2, min_average: 0.5, half_life_steps: 50 };
+    const budgets: Partial<Budgets> = { drain_every: 4, swaps_per_step: 2, min_average: 0.5, half_life_tokens: 50 };
     const driver = new ResidencyDriver({ backend, budgets, frozen: false, log: () => {} });
     const engineSwaps: Swapped[] = [];
     let stepNow = 0;

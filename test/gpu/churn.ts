@@ -96,7 +96,7 @@ export async function runChurn(backend: BackendName, model: LoadedModel, cases: 
     boot, frozen: false,
     // A fast clock: drain every step, a 2-step half-life, and generous per-drain swaps, so every domain
     // change moves many rows. hysteresis 1 (any busier cold expert wins) keeps the churn high.
-    budgets: { drain_every: 1, half_life_steps: 2, hysteresis: 1, min_average: 0.5, move_cost_picks: 0, swaps_per_layer_per_drain: 12, swaps_per_step: 1000 },
+    budgets: { drain_every: 1, half_life_tokens: 2, hysteresis: 1, min_average: 0.5, move_cost_picks: 0, swaps_per_layer_per_drain: 12, swaps_per_step: 1000 },
   });
   const exchange = (s: { layer: number; hotRow: number; coldRow: number }) => be.banks.swapRows(s.layer, s.hotRow, s.coldRow);
   const snap = new Uint32Array(L * E);

@@ -51,7 +51,7 @@ export async function runServeSmoke(backend: BackendName, model: LoadedModel, ca
 
   const s = await startServing({
     modelDir: model.dir, model, backend, hot: 49, adapt: true, port: 0, host: '127.0.0.1', log: (m) => log(`# serve: ${m}`),
-    budgets: { drain_every: 8, half_life_steps: 32, min_average: 0.5, move_cost_picks: 0, swaps_per_layer_per_drain: 4 },
+    budgets: { drain_every: 8, half_life_tokens: 32, min_average: 0.5, move_cost_picks: 0, swaps_per_layer_per_drain: 4 },
   });
   try {
     const url = s.server.url;

@@ -125,7 +125,7 @@ test('harness: the shift on the CPU cost model with --moves mirror (fixed, adapt
   const { set, seedCounts } = loadBenchInputs(FIXTURE_TRACES, g);
   const cfg = {
     geometry: g, protocols: [], policies: ['fixed', 'adaptive', 'oracle-phase'], insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed: 1, seedCounts,
-    budgets: { drain_every: 16, half_life_steps: 60, swaps_per_layer_per_drain: 4, swaps_per_step: 8, min_average: 2 },
+    budgets: { drain_every: 16, half_life_tokens: 60, swaps_per_layer_per_drain: 4, swaps_per_step: 8, min_average: 2 },
   };
   const exec = new RecordingExecutor(g);
   const r = runProtocol(set, { name: 'shift', phases: 'en+code:150,de+ja:300,en+code:50', users: 1 }, cfg, exec);

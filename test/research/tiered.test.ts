@@ -51,7 +51,7 @@ test('harness: every policy on the expanded shift with the CPU cost model', () =
   const { set, seedCounts } = loadBenchInputs(FIXTURE_TRACES, BIG);
   const cfg = {
     geometry: BIG, protocols: [], policies: POLICIES, insertsPerStep: 8, oracleWindow: 64, fit: 'en+code', seed: 1, seedCounts,
-    budgets: { drain_every: 16, half_life_steps: 60, swaps_per_layer_per_drain: 4, swaps_per_step: 8, min_average: 2 },
+    budgets: { drain_every: 16, half_life_tokens: 60, swaps_per_layer_per_drain: 4, swaps_per_step: 8, min_average: 2 },
   };
   const r = runProtocol(set, { name: 'shift', phases: 'en+code:200,de+ja:300,en+code:100', users: 1 }, cfg, new CpuCostExecutor(BIG));
   const by = new Map(r.figures.map((f) => [f.policy, f]));

@@ -30,7 +30,7 @@ test('bench:tiered harness: same routing for every policy, all hot never cold, h
   const be = new CpuBackend(m.spec, m.weights, { placement: fixedMap });
   const lanes = [
     runPolicy(be, { name: 'fixed', kind: 'static', map: fixedMap }, phases, walk, 2),
-    runPolicy(be, { name: 'adaptive', kind: 'adaptive', map: fixedMap, budgets: { drain_every: 8, half_life_steps: 40, min_average: 1 } }, phases, walk, 2),
+    runPolicy(be, { name: 'adaptive', kind: 'adaptive', map: fixedMap, budgets: { drain_every: 8, half_life_tokens: 40, min_average: 1 } }, phases, walk, 2),
     runPolicy(be, { name: 'lru', kind: 'follow', map: fixedMap, make: (boot) => lruPolicy({ insertsPerStep: 8 })({ geometry: g, bootMap: boot, steps: [] }) }, phases, walk, 2),
     runPolicy(be, { name: 'oracle-phase', kind: 'phase-maps', maps: ref.phaseCounts.map((c) => topHMap(c, g, m.spec.name)) }, phases, walk, 2),
   ];
