@@ -33,7 +33,7 @@ const { values: v } = parseArgs({
     phases: { type: 'string', default: 'en+code:3000,de+ja:3000,en+code:3000' },
     policies: { type: 'string', default: 'all-hot,fixed,seed,adaptive,lru,oracle-phase' },
     budgets: { type: 'string' }, 'fit-steps': { type: 'string', default: '1500' }, 'max-doc': { type: 'string', default: '512' },
-    'counter-steps': { type: 'string', default: '1200' }, backend: { type: 'string', default: 'cuda' }, out: { type: 'string' }, tag: { type: 'string' }, 'steps-json': { type: 'boolean', default: false },
+    'counter-steps': { type: 'string', default: '4000' }, backend: { type: 'string', default: 'cuda' }, out: { type: 'string' }, tag: { type: 'string' }, 'steps-json': { type: 'boolean', default: false },
     'trace-out': { type: 'string' },
     // The host expert lane on the tiered backends: threads ('auto': the CPUs less 2) and a fixed share (default: the split measured while serving).
     'host-experts': { type: 'string' }, 'host-expert-share': { type: 'string' }, 'host-expert-parts': { type: 'string' },
@@ -111,6 +111,7 @@ if (policies.includes('all-hot') || policies.includes('oracle-phase')) {
 // The counter's cost on the all-hot backend (its steps have no cold reads to drown the difference): the same
 // steps with counting off and on, interleaved in blocks of 20, median step of each. The noise beside it: the off
 // blocks split in two (every other one), compared the same way; a cost inside it is not measured, only bounded.
+// 4,000 steps by default (1,200 until 2026-12-03 left a noise of 0.4-0.6%, above the 0.5% bar; ~4 s at 1 user).
 const counter = { off: [] as number[], on: [] as number[], offA: [] as number[], offB: [] as number[] };
 {
   const w = new Walk(walk, users);
