@@ -4,8 +4,10 @@
 // per pass (bf16: 8 values, block FP8: 16, MXFP4: 32 and one scale; a warp: 512 consecutive bytes), several passes in flight; the
 // group's input rows sit in shared memory (K in chunks that fit), read as float4. Sums are fp32 in a fixed
 // order (lane partials, then a butterfly): the same bits whatever the placement of the rows in the banks. bf16:
-// lane l takes the chunks of 8 values c = l, l + 32, ... in turn, one fused multiply-add a value (fma8_bf16), the
-// order the host expert lane keeps (native/host_experts.c), so a cold expert it computes has these bits too.
+// lane l takes the chunks of 8 values c = l, l + 32, ... in turn, one fused multiply-add a value (fma8_bf16); block
+// FP8: the chunks of 16 values (one load) c = l, l + 32, ..., each summed by a chain of fused multiply-adds from +0
+// and added in times its block's scale (dot_load_fp8). Both are the orders the host expert lane keeps
+// (native/host_experts.c), so a cold expert it computes has these bits too.
 #pragma once
 #include "op_common.cuh"
 
@@ -52,15 +54,21 @@ __device__ __forceinline__ void norm_staged(const GemmProblem& p, float* xs, int
   __syncthreads();
 }
 
-// A lane's dot of one 16-byte FP8 weight load, its 16 values widened (exact) into w, with the staged inputs at x: the
-// caller scaling the sum by their block's scale (the spec scales each value first, float32(e4m3 x scale): the same
-// products, rounded once less). bf16 loads go through fma8_bf16; MXFP4 has its own loop in gemv_body.
+// A lane's dot of one 16-byte FP8 weight load, its 16 values widened (exact) into w, with the staged inputs at x:
+// d = fma(w_e, x_e, d) from d = +0 for e = 0 .. 15, in value order; the caller adds it in times the block's scale,
+// acc = fma(sc, d, acc). Every operation is an explicit intrinsic (nvcc neither contracts nor reorders them), so the
+// host expert lane (native/host_experts.c, fp8_dot_ref) repeats the order exactly. 17 fused operations a 16-value load
+// a row: the gemv stays bound by the weights' bytes. (The CPU spec scales each value first, float32(e4m3 x scale), and
+// sums in its own order: the GPU meets it within a tolerance.) bf16 loads go through fma8_bf16; MXFP4 has its own loop.
 __device__ __forceinline__ float dot_load_fp8(const float* __restrict__ x, const float* w) {
   float a = 0.f;
 #pragma unroll
   for (int q = 0; q < 4; q++) {
     const float4 xv = *reinterpret_cast<const float4*>(x + 4 * q);
-    a += w[4 * q] * xv.x + w[4 * q + 1] * xv.y + w[4 * q + 2] * xv.z + w[4 * q + 3] * xv.w;
+    a = __fmaf_rn(w[4 * q], xv.x, a);
+    a = __fmaf_rn(w[4 * q + 1], xv.y, a);
+    a = __fmaf_rn(w[4 * q + 2], xv.z, a);
+    a = __fmaf_rn(w[4 * q + 3], xv.w, a);
   }
   return a;
 }
@@ -132,8 +140,11 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
     for (int b = 0; b < B; b++) acc[r][b] = 0.f;
   // K chunk held in shared memory: B * KS floats <= 64 KiB, KC a multiple of 256.
   constexpr int KC = COMB ? COMBINE_KC : (16384 / B) < 256 ? 256 : (16384 / B);
-  // (So lane l keeps the chunks c = l mod 32 across K chunks: a row's sums have one order at every B, the host lane's.)
+  // Lane l keeps the chunks c = l mod 32 across K chunks when KC holds whole rounds of 32 loads (32 x VPL values: bf16
+  // 256, FP8 512): then a row's sums have one order at every B, the host lane's. KC = 16384 / B is a multiple of 1,024
+  // for every B <= 16 the gemv is built for, COMBINE_KC 2,048. (MXFP4, 1,024 values a round, is not the host lane's.)
   static_assert(KC % 256 == 0, "K chunks of whole 256-value groups");
+  static_assert(WF == WF_MXFP4 || KC % (32 * VPL) == 0, "K chunks of whole rounds of the warp's loads (the host lane's order)");
   const int KS = min(KC, K); // row stride in shared memory (K % 8 == 0)
   float* const xw = COMB ? xs + warp * KS : xs; // the rows this warp reads
   // U passes of 16 bytes per weight row a group, double-buffered: the next group's loads are in flight while
@@ -215,7 +226,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
             for (int b = 0; b < B; b++) {
               if (b < n) {
                 if (WF == WF_BF16) acc[r][b] = fma8_bf16(u[j][r], xw + b * KS + VPL * c, acc[r][b]);
-                else acc[r][b] += sc * dot_load_fp8(xw + b * KS + VPL * c, w);
+                else acc[r][b] = __fmaf_rn(sc, dot_load_fp8(xw + b * KS + VPL * c, w), acc[r][b]);
               }
             }
           }

@@ -3,8 +3,9 @@
 // posts a request in a mailbox of mapped memory (the rows' inputs, each pick's cold slot or -1, a sequence number);
 // the threads compute each of the host's experts once for every row that picked it (its weights read once) and post
 // each pick's output row back; the GPU's combine waits for it (kernels/op_host.cuh). Every product sums in the GPU
-// gemv's order (op_gemv.cuh, bf16 at every batch: lane l of a warp takes the 8-value chunks c = l, l + 32, ... of a
-// row in turn, one fused multiply-add a value; then the warp's butterfly) and the activation is exact_math.cuh's,
+// gemv's order (op_gemv.cuh, at every batch: bf16, lane l of a warp takes the 8-value chunks c = l, l + 32, ... of a
+// row in turn, one fused multiply-add a value; block FP8, the 16-value chunks, each a chain of fused multiply-adds
+// added in times its block's scale (fp8_dot.h); then the warp's butterfly) and the activation is exact_math.cuh's,
 // so a pick's output has the bits the GPU would give it. One expert a request may be split with the GPU: the host
 // computes the first units of its gate | up and the first features of its down product, the GPU the rest, the two
 // exchanging their units through the mailbox in between (each unit and feature still summed whole on one side).
@@ -77,19 +78,39 @@ static inline size_t lane_major(size_t j) { return ((j >> 8) * 8 + (j & 7)) * 32
 
 #if defined(__x86_64__)
 #define HE_TARGET __attribute__((target("avx512f,fma")))
-// The same sums with 16 lanes a register, for N input vectors at once (an expert picked by N rows: its weights are
-// loaded and transposed once, each vector keeps its own accumulators, so out[b] has dot_ref's bits for xt[b]): a group
-// of 256 values (32 lanes x 8) is 512 bytes; each half (16 lanes) is 16 dwords of bf16 pairs a lane, transposed by two
-// rounds of two-register permutes into 4 vectors of one pair each (lane-major), widened by a shift (the even value)
-// and a mask (the odd), fused in value order. Inlined with N a constant (dot_avx512 below). pf (or null): a row of
-// the same length asked for into L2 a group (512 bytes) at a time as this one is read (HE_PREFETCH).
-HE_TARGET static inline __attribute__((always_inline)) void dot_avx512_n(const uint16_t* w, const float* const* xt, const int N, int K, float* out,
-                                                                         const char* pf) {
-  // Round 1: of lanes 0-3 (a) and 4-7 (b), pairs 0-1 of lanes 0-7, then pairs 2-3; round 2: pairs m of 16 lanes.
+// 16 lanes' 16-byte loads (4 registers, 4 lanes each) as 4 registers of one dword of every lane (v[m]: dword m, bytes
+// 4m .. 4m + 3, of lanes 0 .. 15), by two rounds of two-register permutes.
+HE_TARGET static inline __attribute__((always_inline)) void transpose_lanes(const __m512i* in, __m512i* v) {
+  // Round 1: of lanes 0-3 (a) and 4-7 (b), dwords 0-1 of lanes 0-7, then dwords 2-3; round 2: dwords m of 16 lanes.
   const __m512i r1lo = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
   const __m512i r1hi = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
   const __m512i r2lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
   const __m512i r2hi = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  const __m512i ab01 = _mm512_permutex2var_epi32(in[0], r1lo, in[1]), ab23 = _mm512_permutex2var_epi32(in[0], r1hi, in[1]);
+  const __m512i cd01 = _mm512_permutex2var_epi32(in[2], r1lo, in[3]), cd23 = _mm512_permutex2var_epi32(in[2], r1hi, in[3]);
+  v[0] = _mm512_permutex2var_epi32(ab01, r2lo, cd01);
+  v[1] = _mm512_permutex2var_epi32(ab01, r2hi, cd01);
+  v[2] = _mm512_permutex2var_epi32(ab23, r2lo, cd23);
+  v[3] = _mm512_permutex2var_epi32(ab23, r2hi, cd23);
+}
+// The butterfly of 32 lane sums (lo: lanes 0-15, hi: 16-31): o = 16 adds the halves; 8, 4: 256- and 128-bit blocks;
+// 2, 1: within 128 bits.
+HE_TARGET static inline __attribute__((always_inline)) float butterfly_avx512(__m512 lo, __m512 hi) {
+  __m512 s = _mm512_add_ps(lo, hi);
+  s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0x4e));
+  s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0xb1));
+  s = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4e));
+  s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));
+  return _mm512_cvtss_f32(s);
+}
+// The same sums with 16 lanes a register, for N input vectors at once (an expert picked by N rows: its weights are
+// loaded and transposed once, each vector keeps its own accumulators, so out[b] has dot_ref's bits for xt[b]): a group
+// of 256 values (32 lanes x 8) is 512 bytes; each half (16 lanes) is 4 dwords of bf16 pairs a lane, transposed
+// (transpose_lanes) into 4 vectors of one pair each (lane-major), widened by a shift (the even value) and a mask (the
+// odd), fused in value order. Inlined with N a constant (dot_avx512 below). pf (or null): a row of
+// the same length asked for into L2 a group (512 bytes) at a time as this one is read (HE_PREFETCH).
+HE_TARGET static inline __attribute__((always_inline)) void dot_avx512_n(const uint16_t* w, const float* const* xt, const int N, int K, float* out,
+                                                                         const char* pf) {
   const __m512i himask = _mm512_set1_epi32((int)0xffff0000u);
   __m512 acc[HE_DOT_N][2];
   for (int b = 0; b < N; b++) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
@@ -98,11 +119,9 @@ HE_TARGET static inline __attribute__((always_inline)) void dot_avx512_n(const u
       for (int l = 0; l < 8; l++) _mm_prefetch(pf + (size_t)g * 512 + l * 64, _MM_HINT_T1);
     for (int h = 0; h < 2; h++) {
       const __m512i* p = (const __m512i*)(w + (size_t)g * 256 + h * 128);
-      const __m512i a = _mm512_loadu_si512(p), b = _mm512_loadu_si512(p + 1), c = _mm512_loadu_si512(p + 2), d = _mm512_loadu_si512(p + 3);
-      const __m512i ab01 = _mm512_permutex2var_epi32(a, r1lo, b), ab23 = _mm512_permutex2var_epi32(a, r1hi, b);
-      const __m512i cd01 = _mm512_permutex2var_epi32(c, r1lo, d), cd23 = _mm512_permutex2var_epi32(c, r1hi, d);
-      const __m512i v[4] = {_mm512_permutex2var_epi32(ab01, r2lo, cd01), _mm512_permutex2var_epi32(ab01, r2hi, cd01),
-                            _mm512_permutex2var_epi32(ab23, r2lo, cd23), _mm512_permutex2var_epi32(ab23, r2hi, cd23)};
+      const __m512i raw[4] = {_mm512_loadu_si512(p), _mm512_loadu_si512(p + 1), _mm512_loadu_si512(p + 2), _mm512_loadu_si512(p + 3)};
+      __m512i v[4];
+      transpose_lanes(raw, v);
       for (int i = 0; i < N; i++) {
         const float* xg = xt[i] + (size_t)g * 256 + h * 16;
         __m512 s = acc[i][h];
@@ -114,15 +133,7 @@ HE_TARGET static inline __attribute__((always_inline)) void dot_avx512_n(const u
       }
     }
   }
-  // The butterfly: o = 16 adds the halves; 8, 4: 256- and 128-bit blocks; 2, 1: within 128 bits.
-  for (int i = 0; i < N; i++) {
-    __m512 s = _mm512_add_ps(acc[i][0], acc[i][1]);
-    s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0x4e));
-    s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, 0xb1));
-    s = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4e));
-    s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));
-    out[i] = _mm512_cvtss_f32(s);
-  }
+  for (int i = 0; i < N; i++) out[i] = butterfly_avx512(acc[i][0], acc[i][1]);
 }
 // n vectors, HE_DOT_N at a time (each count its own inlined copy); pf as dot_avx512_n's, on the first pass.
 HE_TARGET static void dot_avx512(const uint16_t* w, const float* const* xt, int n, int K, float* out, const void* pf) {
@@ -144,32 +155,64 @@ static void dot_avx512(const uint16_t* w, const float* const* xt, int n, int K, 
 static float swiglu_avx512(float g, float u) { (void)g; (void)u; return 0.f; }
 static int simd_supported(void) { return 0; }
 #endif
+#include "fp8_dot.h"
 
-// One expert row's pieces: gate [I][H], up [I][H], down [H][I] bf16 at these byte offsets of the row.
-typedef struct { int64_t gate, up, down; } RowLayout;
+// How an expert's values are stored (HeRow.format): bf16, or block FP8 (float8_e4m3fn bytes and float32 scales).
+enum { HE_BF16 = 0, HE_FP8 = 1 };
+// One matrix of an expert's bank row (K values a row): its values at byte offset w; block FP8 also its scale grid at
+// byte offset s (4-byte aligned), weight row r and value k scaled by grid[(r / s_rows) * s_ld + k / s_cols] (the
+// kernels' grid, fp8-grid.ts; s_cols a multiple of 16, so a 16-value load has one scale).
+typedef struct { int64_t w, s; int32_t s_rows, s_cols, s_ld, pad; } HeMatrix;
+// An expert's bank row (host-experts.ts encodes it from a LaneRow): gate [I][H], up [I][H], down [H][I]. (Gate | up is
+// one product on the GPU, one grid: up's grid here starts at the scale row holding up row 0, I / s_rows rows in.)
+typedef struct { int32_t format, pad; HeMatrix gate, up, down; } HeRow;
 
-static inline const uint16_t* matrix(const uint8_t* row, int64_t off) { return (const uint16_t*)(row + off); }
+// Whether the lane computes a row so laid out at hidden H and expert size I (the vector path also wants H and I
+// multiples of 256).
+static int row_ok(const HeRow* rl, int H, int I) {
+  if (!rl || H <= 0 || I <= 0) return 0;
+  if (rl->format == HE_BF16) return H % 8 == 0 && I % 8 == 0;
+  if (rl->format != HE_FP8 || H % 16 || I % 16) return 0;
+  const HeMatrix* m[3] = {&rl->gate, &rl->up, &rl->down};
+  const int K[3] = {H, H, I};
+  for (int i = 0; i < 3; i++)
+    if (m[i]->s_rows < 1 || m[i]->s_cols < 16 || m[i]->s_cols % 16 || m[i]->s % 4 || m[i]->s_ld < (K[i] + m[i]->s_cols - 1) / m[i]->s_cols) return 0;
+  return 1;
+}
+
+// Where value j of an input vector sits for the vector path of the format (each its own lane-major order).
+static inline size_t lane_pos(int format, size_t j) { return format == HE_FP8 ? lane_major16(j) : lane_major(j); }
+
+// The values of row r of matrix m (K values a row) in an expert's bank row.
+static inline const uint8_t* row_values(const uint8_t* row, const HeMatrix* m, int format, int r, int K) {
+  return row + m->w + (size_t)r * K * (format == HE_FP8 ? 1 : 2);
+}
+
+// Row r of matrix m with the n inputs x[p] (lane-major when simd), into out[p]. pf (or null): a row to ask for.
+static inline void dots(const uint8_t* row, const HeRow* rl, const HeMatrix* m, int r, int K, const float* const* x, int n, float* out, int simd, const void* pf) {
+  const uint8_t* w = row_values(row, m, rl->format, r, K);
+  if (rl->format == HE_FP8) {
+    const float* srow = (const float*)(row + m->s) + (size_t)(r / m->s_rows) * m->s_ld;
+    if (simd) fp8_dot_avx512(w, srow, m->s_cols, x, n, K, out, pf);
+    else for (int p = 0; p < n; p++) out[p] = fp8_dot_ref(w, srow, m->s_cols, x[p], K);
+  } else {
+    if (simd) dot_avx512((const uint16_t*)w, x, n, K, out, pf);
+    else for (int p = 0; p < n; p++) out[p] = dot_ref((const uint16_t*)w, x[p], K);
+  }
+}
 
 // Unit j of an expert picked by n rows: h[p][j] (lane-major when simd) from x[p], the input of the row of pick p.
 // pf (or null): the next unit's expert row and unit, whose gate and up rows the vector path asks for as it goes.
 typedef struct { const uint8_t* row; int j; } NextUnit;
-static inline void gate_up_unit(const uint8_t* row, RowLayout rl, int H, int j, const float* const* x, float* const* h, int n, int simd, const NextUnit* pf) {
-  const uint16_t* gw = matrix(row, rl.gate) + (size_t)j * H;
-  const uint16_t* uw = matrix(row, rl.up) + (size_t)j * H;
-  if (simd) {
-    float g[HE_MAX_PICKS], u[HE_MAX_PICKS];
-    dot_avx512(gw, x, n, H, g, pf ? matrix(pf->row, rl.gate) + (size_t)pf->j * H : NULL);
-    dot_avx512(uw, x, n, H, u, pf ? matrix(pf->row, rl.up) + (size_t)pf->j * H : NULL);
-    for (int p = 0; p < n; p++) h[p][lane_major(j)] = swiglu_avx512(g[p], u[p]);
-  } else {
-    for (int p = 0; p < n; p++) h[p][j] = swiglu_ref(dot_ref(gw, x[p], H), dot_ref(uw, x[p], H));
-  }
+static inline void gate_up_unit(const uint8_t* row, const HeRow* rl, int H, int j, const float* const* x, float* const* h, int n, int simd, const NextUnit* pf) {
+  float g[HE_MAX_PICKS], u[HE_MAX_PICKS];
+  dots(row, rl, &rl->gate, j, H, x, n, g, simd, pf ? row_values(pf->row, &rl->gate, rl->format, pf->j, H) : NULL);
+  dots(row, rl, &rl->up, j, H, x, n, u, simd, pf ? row_values(pf->row, &rl->up, rl->format, pf->j, H) : NULL);
+  for (int p = 0; p < n; p++) h[p][simd ? lane_pos(rl->format, j) : (size_t)j] = simd ? swiglu_avx512(g[p], u[p]) : swiglu_ref(g[p], u[p]);
 }
 // Feature f of the expert's down product for its n picks: out[p] from h[p]. pf (or null): a down row to ask for.
-static inline void down_feature(const uint8_t* row, RowLayout rl, int I, int f, const float* const* h, int n, float* out, int simd, const void* pf) {
-  const uint16_t* dw = matrix(row, rl.down) + (size_t)f * I;
-  if (simd) dot_avx512(dw, h, n, I, out, pf);
-  else for (int p = 0; p < n; p++) out[p] = dot_ref(dw, h[p], I);
+static inline void down_feature(const uint8_t* row, const HeRow* rl, int I, int f, const float* const* h, int n, float* out, int simd, const void* pf) {
+  dots(row, rl, &rl->down, f, I, h, n, out, simd, pf);
 }
 
 int he_simd_available(void) { return simd_supported(); }
@@ -177,21 +220,28 @@ int he_simd_available(void) { return simd_supported(); }
 // The address of a buffer the caller passes (tests stand in host memory for pinned memory with it).
 uint64_t he_address(const void* p) { return (uint64_t)(uintptr_t)p; }
 
-// One expert on the calling thread (the tests' entry): h [I] (plain order) and y [H]. simd: 1 takes the vector
-// path (K % 256 == 0 and the CPU has it, else returns -1); 0 the reference loop.
-int he_expert(const uint8_t* row, int64_t gate_off, int64_t up_off, int64_t down_off, int H, int I, const float* x, float* h, float* y, int simd) {
-  if (H % 8 || I % 8 || H <= 0 || I <= 0) return -2;
+// One expert on the calling thread (the tests' entry), its row laid out as rl says: h [I] (plain order) and y [H].
+// simd: 1 takes the vector path (H and I multiples of 256 and the CPU has it, else returns -1); 0 the reference
+// loop. -2: a layout or shape the lane does not compute (row_ok).
+int he_expert(const uint8_t* row, const HeRow* rl, int H, int I, const float* x, float* h, float* y, int simd) {
+  if (!row_ok(rl, H, I)) return -2;
   if (simd && (!simd_supported() || H % 256 || I % 256)) return -1;
-  const RowLayout rl = {gate_off, up_off, down_off};
   float* xt = malloc(sizeof(float) * H);
   float* ht = malloc(sizeof(float) * I);
   if (!xt || !ht) { free(xt); free(ht); return -3; }
-  if (simd) for (int k = 0; k < H; k++) xt[lane_major(k)] = x[k];
+#if defined(__x86_64__)
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(0x1f80); // as the lane's threads: nearest, no subnormals flushed (FP8's integer widening multiplies some)
+#endif
+  if (simd) for (int k = 0; k < H; k++) xt[lane_pos(rl->format, k)] = x[k];
   const float* xs = simd ? xt : x;
   const float* hs = ht;
   for (int j = 0; j < I; j++) gate_up_unit(row, rl, H, j, &xs, &ht, 1, simd, NULL);
-  for (int j = 0; j < I; j++) h[j] = simd ? ht[lane_major(j)] : ht[j];
+  for (int j = 0; j < I; j++) h[j] = simd ? ht[lane_pos(rl->format, j)] : ht[j];
   for (int f = 0; f < H; f++) down_feature(row, rl, I, f, &hs, 1, y + f, simd, NULL);
+#if defined(__x86_64__)
+  _mm_setcsr(csr);
+#endif
   free(xt);
   free(ht);
   return 0;
@@ -208,7 +258,7 @@ typedef struct { Lane* lane; int index; int cpu; } Worker;
 struct Lane {
   int threads, H, I, layers, hot_rows, cold_rows, simd, flags;
   int64_t row_bytes;
-  RowLayout rl;
+  HeRow rl;
   uint64_t* cold; // [layers] host addresses
   HeMailbox* mb;
   float* y;     // the mailbox's outputs
@@ -374,7 +424,7 @@ static void answer(Lane* L, int t) {
   for (int i = b; i < e; i++) {
     const size_t r = (size_t)L->job.row[i / H] * H;
     const int c = i % H;
-    L->xt[r + (simd ? lane_major(c) : (size_t)c)] = x[r + c];
+    L->xt[r + (simd ? lane_pos(L->rl.format, c) : (size_t)c)] = x[r + c];
   }
   barrier(L);
   // mw whole experts, then (split) the split expert: the host's units of its gate | up (su), features of its down (sf).
@@ -403,8 +453,8 @@ static void answer(Lane* L, int t) {
     share(su, t, T, &b, &e);
     for (int j = b; j < e; j++) {
       const NextUnit next = {rows[mw], j + 1};
-      gate_up_unit(rows[mw], L->rl, H, j, xs + q0, hs + q0, sp, simd, spread && j + 1 < e ? &next : NULL);
-      for (int q = q0; q < q0 + sp; q++) L->act[(size_t)L->job.pick_of[q] * I + j] = hs[q][simd ? lane_major(j) : (size_t)j];
+      gate_up_unit(rows[mw], &L->rl, H, j, xs + q0, hs + q0, sp, simd, spread && j + 1 < e ? &next : NULL);
+      for (int q = q0; q < q0 + sp; q++) L->act[(size_t)L->job.pick_of[q] * I + j] = hs[q][simd ? lane_pos(L->rl.format, j) : (size_t)j];
     }
     barrier(L);
     if (t == 0) atomic_store_explicit(&L->mb->host_act_seq, L->job.seq, memory_order_release);
@@ -414,7 +464,7 @@ static void answer(Lane* L, int t) {
     const int v = u + 1;
     const NextUnit next = {v < e ? rows[v / I] : NULL, v % I};
     const int x0 = L->job.ex_start[u / I];
-    gate_up_unit(rows[u / I], L->rl, H, u % I, xs + x0, hs + x0, L->job.ex_start[u / I + 1] - x0, simd, spread && v < e ? &next : NULL);
+    gate_up_unit(rows[u / I], &L->rl, H, u % I, xs + x0, hs + x0, L->job.ex_start[u / I + 1] - x0, simd, spread && v < e ? &next : NULL);
   }
   barrier(L);
   share(mw * H, t, T, &b, &e);
@@ -422,8 +472,8 @@ static void answer(Lane* L, int t) {
     const int v = u + 2;
     const int x0 = L->job.ex_start[u / H], np = L->job.ex_start[u / H + 1] - x0, f = u % H;
     float out[HE_MAX_PICKS];
-    down_feature(rows[u / H], L->rl, I, f, (const float* const*)(hs + x0), np, out, simd,
-                 spread && v < e ? matrix(rows[v / H], L->rl.down) + (size_t)(v % H) * I : NULL);
+    down_feature(rows[u / H], &L->rl, I, f, (const float* const*)(hs + x0), np, out, simd,
+                 spread && v < e ? row_values(rows[v / H], &L->rl.down, L->rl.format, v % H, I) : NULL);
     for (int q = 0; q < np; q++) L->y[(size_t)L->job.pick_of[x0 + q] * H + f] = out[q];
   }
   if (split) {
@@ -436,7 +486,7 @@ static void answer(Lane* L, int t) {
       share(sp * gu, t, T, &b, &e);
       for (int i = b; i < e; i++) {
         const int q = q0 + i / gu, j = su + i % gu;
-        hs[q][simd ? lane_major(j) : (size_t)j] = L->act[(size_t)L->job.pick_of[q] * I + j];
+        hs[q][simd ? lane_pos(L->rl.format, j) : (size_t)j] = L->act[(size_t)L->job.pick_of[q] * I + j];
       }
     }
     barrier(L);
@@ -444,8 +494,8 @@ static void answer(Lane* L, int t) {
       share(sf, t, T, &b, &e);
       for (int f = b; f < e; f++) {
         float out[HE_MAX_PICKS];
-        down_feature(rows[mw], L->rl, I, f, (const float* const*)(hs + q0), sp, out, simd,
-                     spread && f + 2 < e ? matrix(rows[mw], L->rl.down) + (size_t)(f + 2) * I : NULL);
+        down_feature(rows[mw], &L->rl, I, f, (const float* const*)(hs + q0), sp, out, simd,
+                     spread && f + 2 < e ? row_values(rows[mw], &L->rl.down, L->rl.format, f + 2, I) : NULL);
         for (int q = 0; q < sp; q++) L->y[(size_t)L->job.pick_of[q0 + q] * H + f] = out[q];
       }
     }
@@ -497,19 +547,19 @@ void he_stop(void* handle);
 
 // Starts `threads` threads answering the mailbox at `mailbox` (mapped pinned memory, zeroed, he_act_offset(H) + 4 x
 // HE_MAX_PICKS x I bytes).
-// cold: [layers] host addresses of each MoE layer's cold bank, cold_rows rows of row_bytes; physical slot s >=
-// hot_rows is cold row s - hot_rows. flags: HE_PIN pins thread i to the i-th last CPU this process may run on;
+// cold: [layers] host addresses of each MoE layer's cold bank, cold_rows rows of row_bytes laid out as rl says (copied);
+// physical slot s >= hot_rows is cold row s - hot_rows. flags: HE_PIN pins thread i to the i-th last CPU this process may run on;
 // HE_PREFETCH as in answer(). simd: 1 takes the vector path where it applies (H and I multiples of
 // 256, the CPU has AVX-512). Null on failure.
-void* he_start(int threads, int H, int I, int layers, int hot_rows, int cold_rows, int64_t row_bytes, int64_t gate_off, int64_t up_off,
-               int64_t down_off, const uint64_t* cold, void* mailbox, int simd, int flags) {
+void* he_start(int threads, int H, int I, int layers, int hot_rows, int cold_rows, int64_t row_bytes, const HeRow* rl, const uint64_t* cold,
+               void* mailbox, int simd, int flags) {
   const int pin = flags & HE_PIN;
-  if (threads < 1 || threads > 1024 || H <= 0 || I <= 0 || H % 8 || I % 8 || layers <= 0 || !cold || !mailbox) return NULL;
+  if (threads < 1 || threads > 1024 || !row_ok(rl, H, I) || layers <= 0 || !cold || !mailbox) return NULL;
   Lane* L = calloc(1, sizeof(Lane));
   if (!L) return NULL;
   L->threads = threads; L->H = H; L->I = I; L->layers = layers; L->hot_rows = hot_rows; L->cold_rows = cold_rows; L->flags = flags;
   L->row_bytes = row_bytes;
-  L->rl = (RowLayout){gate_off, up_off, down_off};
+  L->rl = *rl;
   L->simd = simd && simd_supported() && H % 256 == 0 && I % 256 == 0;
   L->mb = (HeMailbox*)mailbox;
   L->y = (float*)((uint8_t*)mailbox + he_y_offset(H));

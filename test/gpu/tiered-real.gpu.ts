@@ -1,6 +1,7 @@
 // Tiered experts at real shapes (the op path): 64 of 128 experts hot, the cold bank read in place from mapped
 // host memory, thousands of background moves landing while greedy decode runs. Every token and logit must
-// equal the all-hot run, and moving the boot map back must give back its digest.
+// equal the all-hot run, and moving the boot map back must give back its digest. The host expert lane's case runs on
+// a bf16 checkpoint (REAL_CKPT) and on a block-FP8 one (REAL_CKPT_FP8: make-checkpoint.py --format fp8).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
@@ -19,8 +20,13 @@ import { planRestore } from '../../src/residency/restore.ts';
 import { mulberry32 } from '../../src/util/rng.ts';
 import { report } from './model.gpu.ts';
 
-const dir = process.env['REAL_CKPT'];
-const skip = dir && existsSync(join(dir, 'refs.json')) ? false : 'REAL_CKPT (a make-checkpoint folder with refs.json) not set';
+/** A make-checkpoint folder from env `name` (with refs.json), or why the tests on it are skipped. */
+function checkpoint(name: string): { dir?: string; skip: string | false } {
+  const dir = process.env[name];
+  return dir && existsSync(join(dir, 'refs.json')) ? { dir, skip: false } : { skip: `${name} (a make-checkpoint folder with refs.json) not set` };
+}
+const { dir, skip } = checkpoint('REAL_CKPT');
+const fp8 = checkpoint('REAL_CKPT_FP8');
 const STEPS = Number(process.env['TIERED_STEPS'] ?? 800);
 
 /**
@@ -106,11 +112,16 @@ test('real shapes, 64/128 hot: thousands of background moves land while greedy d
   assert.equal(afterDigest, bootDigest, 'restore gives back the boot digest');
 });
 
-test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4 (an expert a layer split with the GPU): tokens and logits == all-hot while moves land', { skip }, async () => {
-  const refs = (JSON.parse(readFileSync(join(dir!, 'refs.json'), 'utf8')) as { cases: { prompt_ids: number[] }[] }).cases;
+/**
+ * The host expert lane on the checkpoint at `ckpt` (64 of its 128 experts hot), at batch 1 and 4, an expert a layer
+ * split with the GPU: every token and logit equal to all hot while moves land; the lane's figures go to report[key].
+ */
+async function hostLaneCase(ckpt: string, key: string): Promise<void> {
+  const refs = (JSON.parse(readFileSync(join(ckpt, 'refs.json'), 'utf8')) as { cases: { prompt_ids: number[] }[] }).cases;
   const prompts = refs.slice(0, 4).map((c) => c.prompt_ids);
   const steps = Math.max(16, Math.floor(STEPS / 4));
-  const m = await loadModelFor(dir!, 'cuda');
+  const m = await loadModelFor(ckpt, 'cuda');
+  const format = m.spec.quantization?.method ?? 'bf16';
   const maxLen = Math.max(...prompts.map((p) => p.length)) + steps + 2;
   const lanes: Record<string, unknown>[] = [];
   // Batch 1: each prompt alone; batch 4: the four together (each expert the host takes computed once for its rows).
@@ -146,8 +157,8 @@ test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4 (an expert 
       });
     });
     const usEach = (stats.busyMs * 1000) / Math.max(1, stats.requests);
-    lanes.push({ batch: B, steps, cases: prompts.length, threads: lane.threads, simd: lane.simd, requests: stats.requests, usPerRequest: usEach, landed, tokenDiffs, logitDiffs, unfusedDiffs, faults, split: stats.split });
-    console.log(`# host lane: ${prompts.length} x ${steps} greedy steps at batch ${B}, ${H}/${E} hot, ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}); ${stats.requests} requests (${usEach.toFixed(0)} us each), ${landed} moves landed; tokens differing from all-hot ${tokenDiffs}, logits differing ${logitDiffs} (from all-hot unfused: ${unfusedDiffs}); ${splitText(stats.split)}`);
+    lanes.push({ format, batch: B, steps, cases: prompts.length, threads: lane.threads, simd: lane.simd, requests: stats.requests, usPerRequest: usEach, landed, tokenDiffs, logitDiffs, unfusedDiffs, faults, split: stats.split });
+    console.log(`# host lane${format === 'bf16' ? '' : ` (${format})`}: ${prompts.length} x ${steps} greedy steps at batch ${B}, ${H}/${E} hot, ${lane.threads} threads (${lane.simd ? 'AVX-512' : 'reference'}); ${stats.requests} requests (${usEach.toFixed(0)} us each), ${landed} moves landed; tokens differing from all-hot ${tokenDiffs}, logits differing ${logitDiffs} (from all-hot unfused: ${unfusedDiffs}); ${splitText(stats.split)}`);
     assert.deepEqual(faults, { refused: 0, gpuTimeouts: 0 });
     assert.ok(stats.requests >= steps, `batch ${B}: the host computed picks (${stats.requests} requests)`);
     // Every 17th layer (HOST_EXPLORE) tried a neighbour of the split (the bits stayed all-hot's above); with two
@@ -164,5 +175,9 @@ test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4 (an expert 
     assert.equal(tokenDiffs, 0, `batch ${B}: greedy tokens == all-hot`);
     assert.equal(logitDiffs, 0, `batch ${B}: logits bit-identical to all-hot`);
   }
-  report['hostLane'] = lanes;
-});
+  report[key] = lanes;
+}
+
+test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4 (an expert a layer split with the GPU): tokens and logits == all-hot while moves land', { skip }, () => hostLaneCase(dir!, 'hostLane'));
+
+test('real shapes, block FP8, 64/128 hot, the host expert lane at batch 1 and 4 (an expert a layer split with the GPU): tokens and logits == all-hot while moves land', { skip: fp8.skip }, () => hostLaneCase(fp8.dir!, 'hostLaneFp8'));

@@ -1,5 +1,6 @@
-// The spec, for tests, of the GPU gemv's bf16 order at batch 1 and of the host lane (native/host_experts.c) that
-// copies it: every float32 operation written out in JS (Math.fround for one rounding, fmaf32 for a fused one).
+// The spec, for tests, of the GPU gemv's orders (bf16 and block FP8) and of the host lane (native/host_experts.c)
+// that copies them: every float32 operation written out in JS (Math.fround for one rounding, fmaf32 for a fused one).
+import type { LaneGrid, LaneRow } from './host-experts.ts';
 
 /** Largest finite float32 and the midpoint between it and 2^128 (at or above which a sum rounds to infinity). */
 const FLT_MAX = 3.4028234663852886e38;
@@ -86,19 +87,61 @@ export function gpuDot(w: Uint16Array, wOffset: number, x: Float32Array, K: numb
   return acc[0]!;
 }
 
+/**
+ * A float8_e4m3fn byte's value (exact, fp8x8_to_float's): sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent
+ * 0 holds the zeros (either sign) and the subnormals m x 2^-9; S.1111.111 is NaN.
+ */
+export function e4m3Value(b: number): number {
+  const e = (b >> 3) & 15, m = b & 7;
+  if ((b & 0x7f) === 0x7f) return NaN;
+  const v = e ? (8 + m) * 2 ** (e - 10) : m * 2 ** -9;
+  return b & 0x80 ? -v : v;
+}
+const E4M3 = Float64Array.from({ length: 256 }, (_, b) => e4m3Value(b));
+
+/**
+ * One dot of the gemv over block-FP8 weights (op_gemv.cuh's dot_load_fp8): K e4m3 bytes from w[wOffset] with x
+ * (K % 16 == 0), chunk c (values 16c..16c+15, one 16-byte load) scaled by scales[sOffset + floor(16c / sCols)]. Lane
+ * c % 32 takes chunk c in ascending c: d = fma(w_e, x_e, d) from +0 in value order, then acc = fma(scale, d, acc);
+ * then the butterfly.
+ */
+export function gpuDotFp8(w: Uint8Array, wOffset: number, scales: Float32Array, sOffset: number, sCols: number, x: Float32Array, K: number): number {
+  if (K % 16 !== 0) throw new Error(`gpuDotFp8: K ${K} is not a multiple of 16`);
+  let acc = new Array<number>(32).fill(0);
+  for (let c = 0; c < K / 16; c++) {
+    let d = 0;
+    for (let e = 0; e < 16; e++) d = fmaf32(E4M3[w[wOffset + 16 * c + e]!]!, x[16 * c + e]!, d);
+    acc[c % 32] = fmaf32(scales[sOffset + Math.floor((16 * c) / sCols)]!, d, acc[c % 32]!);
+  }
+  for (let o = 16; o > 0; o >>= 1) acc = acc.map((v, l) => Math.fround(v + acc[l ^ o]!));
+  return acc[0]!;
+}
+
 /** A bf16 matrix of n values at byte offset `off` of the row (copied: the offset need not be even). */
 function matrix(row: Uint8Array, off: number, n: number): Uint16Array {
   return new Uint16Array(row.slice(off, off + 2 * n).buffer);
 }
 
+/** Row r (K values) of a matrix of the row, as a dot with x: bf16 at `at`, or block FP8 with its grid. */
+type RowDot = (r: number, x: Float32Array) => number;
+function rowDot(row: Uint8Array, at: number, rows: number, K: number, grid?: LaneGrid): RowDot {
+  if (!grid) {
+    const w = matrix(row, at, rows * K);
+    return (r, x) => gpuDot(w, r * K, x, K);
+  }
+  const w = row.slice(at, at + rows * K);
+  const scales = new Float32Array(row.slice(grid.at, grid.at + 4 * Math.ceil(rows / grid.rows) * grid.ld).buffer);
+  return (r, x) => gpuDotFp8(w, r * K, scales, Math.floor(r / grid.rows) * grid.ld, grid.cols, x, K);
+}
+
 /**
- * One bias-free SwiGLU expert: gate [I][H], up [I][H], down [H][I] bf16 at these byte offsets of the row.
- * h[j] = swiglu(gate_j . x + 0, up_j . x + 0) (the +0 turns -0 into +0); y[f] = down_f . h.
+ * One bias-free SwiGLU expert: gate [I][H], up [I][H], down [H][I] at these byte offsets of the row (bf16, or block
+ * FP8 with `at.scales`). h[j] = swiglu(gate_j . x + 0, up_j . x + 0) (the +0 turns -0 into +0); y[f] = down_f . h.
  */
-export function expertSpec(row: Uint8Array, at: { gate: number; up: number; down: number }, H: number, I: number, x: Float32Array): { h: Float32Array; y: Float32Array } {
-  const gate = matrix(row, at.gate, I * H), up = matrix(row, at.up, I * H), down = matrix(row, at.down, H * I);
+export function expertSpec(row: Uint8Array, at: LaneRow, H: number, I: number, x: Float32Array): { h: Float32Array; y: Float32Array } {
+  const gate = rowDot(row, at.gate, I, H, at.scales?.gate), up = rowDot(row, at.up, I, H, at.scales?.up), down = rowDot(row, at.down, H, I, at.scales?.down);
   const h = new Float32Array(I), y = new Float32Array(H);
-  for (let j = 0; j < I; j++) h[j] = exactSwiglu(Math.fround(gpuDot(gate, j * H, x, H) + 0), Math.fround(gpuDot(up, j * H, x, H) + 0));
-  for (let f = 0; f < H; f++) y[f] = gpuDot(down, f * I, h, I);
+  for (let j = 0; j < I; j++) h[j] = exactSwiglu(Math.fround(gate(j, x) + 0), Math.fround(up(j, x) + 0));
+  for (let f = 0; f < H; f++) y[f] = down(f, h);
   return { h, y };
 }

@@ -4,13 +4,14 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { mulberry32 } from '../../util/rng.ts';
-import { exactExpf, exactSilu, expertSpec, fmaf32, gpuDot } from './host-expert-spec.ts';
-import { HostExpertLane, loadHostLaneLib, MAILBOX, type HostLaneLib } from './host-experts.ts';
+import { e4m3Value, exactExpf, exactSilu, expertSpec, fmaf32, gpuDot, gpuDotFp8 } from './host-expert-spec.ts';
+import { HostExpertLane, loadHostLaneLib, MAILBOX, type HostLaneLib, type LaneGrid, type LaneRow } from './host-experts.ts';
+import { fp8Grid, type Fp8Grid } from './fp8-grid.ts';
 import type { CudaDriver } from './driver.ts';
 
 // ---- float32 bits and a seeded generator ----
@@ -201,19 +202,27 @@ const noCompiler = spawnSync(cc, ['--version']).status !== 0 ? `no C compiler ($
 const root = fileURLToPath(new URL('../../..', import.meta.url));
 const libDir = mkdtempSync(join(tmpdir(), 'host-experts-'));
 after(() => rmSync(libDir, { recursive: true, force: true }));
-let libP: Promise<HostLaneLib> | undefined;
-/** Built once, with scripts/build-kernels.mjs's hostLaneFlags. */
-function lib(): Promise<HostLaneLib> {
-  return (libP ??= (async () => {
-    const src = join(root, 'native', 'host_experts.c'), out = join(libDir, 'host_experts.so');
-    const flags = ['-O3', '-std=gnu11', '-ffp-contract=off', '-fno-fast-math', '-fPIC', '-shared', '-pthread', '-o', out, src, '-lm'];
-    const r = spawnSync(cc, flags, { encoding: 'utf8' });
-    assert.equal(r.status, 0, `cc failed on native/host_experts.c:\n${r.stderr}`);
-    return loadHostLaneLib(libDir);
-  })());
+const libs = new Map<string, Promise<HostLaneLib>>();
+/** Built once, with scripts/build-kernels.mjs's hostLaneFlags (and `defines`, each its own folder). */
+function lib(defines: readonly string[] = []): Promise<HostLaneLib> {
+  const key = defines.join(' ');
+  if (!libs.has(key)) {
+    libs.set(key, (async () => {
+      const dir = join(libDir, `lib${libs.size}`);
+      mkdirSync(dir);
+      const src = join(root, 'native', 'host_experts.c'), out = join(dir, 'host_experts.so');
+      const flags = ['-O3', '-std=gnu11', '-ffp-contract=off', '-fno-fast-math', '-fPIC', '-shared', '-pthread', ...defines.map((d) => `-D${d}`), '-o', out, src, '-lm'];
+      const r = spawnSync(cc, flags, { encoding: 'utf8' });
+      assert.equal(r.status, 0, `cc failed on native/host_experts.c:\n${r.stderr}`);
+      return loadHostLaneLib(dir);
+    })());
+  }
+  return libs.get(key)!;
 }
+/** The build whose FP8 vector path widens by integer operations, as on a CPU without VBMI (this CPU may have it). */
+const libNoVbmi = (): Promise<HostLaneLib> => lib(['HE_FP8_NO_VBMI']);
 
-interface Expert { row: Uint8Array; at: { gate: number; up: number; down: number }; H: number; I: number; x: Float32Array }
+interface Expert { row: Uint8Array; at: LaneRow; H: number; I: number; x: Float32Array }
 
 /** bf16 bits: sign, an exponent near 127 + scale, 7 random bits; some zeros (both signs) and subnormals. */
 function bf16Value(r: () => number, scale: number): number {
@@ -238,12 +247,17 @@ function randomExpert(seed: number, H: number, I: number): Expert {
   fill(at.gate, I, H);
   fill(at.up, I, H);
   fill(at.down, H, I);
+  return { row, at, H, I, x: randomInput(r, H) };
+}
+
+/** An expert's input: mostly 2^-8 .. 2^2, some zeros of both signs and values up to 2^11. */
+function randomInput(r: () => number, H: number): Float32Array {
   const x = new Float32Array(H);
   for (let k = 0; k < H; k++) {
     const u = r();
     x[k] = u < 0.05 ? 0 : u < 0.1 ? -0 : u < 0.13 ? f32With(r, int(r, 6, 10)) : f32With(r, int(r, -8, 1));
   }
-  return { row, at, H, I, x };
+  return x;
 }
 
 function assertSameBits(got: Float32Array, want: Float32Array, what: string): void {
@@ -254,7 +268,10 @@ function assertSameBits(got: Float32Array, want: Float32Array, what: string): vo
   }
 }
 
-/** Both paths the shape allows against the spec, bit for bit; says whether the vector path was compared. */
+/**
+ * Both paths the shape allows against the spec, bit for bit (FP8: the vector path with both widenings); says whether
+ * the vector path was compared.
+ */
 async function checkExpert(e: Expert, what: string): Promise<{ simd: boolean }> {
   const L = await lib();
   const want = expertSpec(e.row, e.at, e.H, e.I, e.x);
@@ -263,9 +280,11 @@ async function checkExpert(e: Expert, what: string): Promise<{ simd: boolean }> 
   assertSameBits(plain.y, want.y, `${what} scalar y`);
   const simd = L.simdAvailable() && e.H % 256 === 0 && e.I % 256 === 0;
   if (simd) {
-    const v = L.expert(e.row, e.at, e.H, e.I, e.x, true);
-    assertSameBits(v.h, want.h, `${what} simd h`);
-    assertSameBits(v.y, want.y, `${what} simd y`);
+    for (const [name, V] of e.at.scales ? [['simd', L], ['simd (integer widening)', await libNoVbmi()]] as const : [['simd', L]] as const) {
+      const v = V.expert(e.row, e.at, e.H, e.I, e.x, true);
+      assertSameBits(v.h, want.h, `${what} ${name} h`);
+      assertSameBits(v.y, want.y, `${what} ${name} y`);
+    }
   }
   return { simd };
 }
@@ -292,6 +311,126 @@ for (const [H, I, seeds] of [[256, 256, [11, 12, 13]], [512, 768, [21, 22]], [26
     } else assert.equal(simdRuns, L.simdAvailable() ? seeds.length : 0);
   });
 }
+
+// ---- Block FP8 ----
+
+/** A matrix's grid placed at byte `at` (for a LaneRow), its scale rows `first` rows into the grid. */
+const laneGrid = (g: Fp8Grid, at: number, first = 0): LaneGrid => ({ at: at + 4 * first * g.sLd, rows: g.sRows, cols: g.sCols, ld: g.sLd });
+
+/** A block-FP8 row layout for H, I and `block` (fp8-grid.ts's grids), the pieces at odd gaps (grids 4-byte aligned). */
+function fp8Layout(H: number, I: number, block: readonly [number, number]): { at: LaneRow; bytes: number; gu: Fp8Grid; dn: Fp8Grid } {
+  const gu = fp8Grid([I, I], H, block), dn = fp8Grid([H], I, block);
+  const gate = 64, up = gate + I * H + 32, down = up + I * H + 96;
+  const guAt = down + H * I + 4, dnAt = guAt + gu.bytes + 12;
+  const at: LaneRow = { gate, up, down, scales: { gate: laneGrid(gu, guAt), up: laneGrid(gu, guAt, I / gu.sRows), down: laneGrid(dn, dnAt) } };
+  return { at, bytes: dnAt + dn.bytes + 16, gu, dn };
+}
+
+/**
+ * A random block-FP8 expert: e4m3 bytes of every kind but NaN (zeros of both signs, subnormals, negatives, up to
+ * +-448); scales of either sign near a scale row's own size (2^-25 .. 2^1), with zeros and subnormals among them.
+ */
+function randomFp8Expert(seed: number, H: number, I: number, block: readonly [number, number] = [128, 128]): Expert {
+  const r = rng(seed);
+  const { at, bytes, gu, dn } = fp8Layout(H, I, block);
+  const row = new Uint8Array(bytes);
+  for (const [off, n] of [[at.gate, I * H], [at.up, I * H], [at.down, H * I]] as const) {
+    for (let i = 0; i < n; i++) {
+      let b = int(r, 0, 255);
+      while ((b & 0x7f) === 0x7f) b = int(r, 0, 255);
+      row[off + i] = b;
+    }
+  }
+  for (const [g, grid] of [[at.scales!.gate, gu], [at.scales!.down, dn]] as const) {
+    const s = new Float32Array(row.buffer, g.at, grid.rows * grid.sLd);
+    let size = 0;
+    for (let i = 0; i < s.length; i++) {
+      if (i % grid.sLd === 0) size = int(r, -22, 0);
+      const u = r();
+      s[i] = u < 0.02 ? 0 : u < 0.03 ? -0 : u < 0.06 ? sign(r) * fromBits(int(r, 1, 0x7fffff)) : sign(r) * f32With(r, size + int(r, -3, 1));
+    }
+  }
+  return { row, at, H, I, x: randomInput(r, H) };
+}
+
+function fp8GateSums(e: Expert): number[] {
+  const g = e.at.scales!.gate, w = e.row.slice(e.at.gate, e.at.gate + e.I * e.H);
+  const scales = new Float32Array(e.row.slice(g.at, g.at + 4 * Math.ceil(e.I / g.rows) * g.ld).buffer);
+  return Array.from({ length: e.I }, (_, j) => gpuDotFp8(w, j * e.H, scales, Math.floor(j / g.rows) * g.ld, g.cols, e.x, e.H));
+}
+
+test('e4m3 bytes as fp8x8_to_float widens them: both zeros, subnormals m x 2^-9, normals to 448, NaN at S.1111.111', () => {
+  const want: [number, number][] = [[0x00, 0], [0x80, -0], [0x01, 2 ** -9], [0x07, 7 * 2 ** -9], [0x87, -7 * 2 ** -9], [0x08, 2 ** -6], [0x0f, 1.875 * 2 ** -6],
+    [0x38, 1], [0x39, 1.125], [0xb8, -1], [0x7e, 448], [0xfe, -448], [0x77, 240], [0x78, 256]];
+  for (const [b, v] of want) assert.ok(Object.is(e4m3Value(b), v), `0x${b.toString(16)}: ${e4m3Value(b)}, want ${v}`);
+  assert.ok(Number.isNaN(e4m3Value(0x7f)) && Number.isNaN(e4m3Value(0xff)));
+  for (let b = 0; b < 256; b++) if ((b & 0x7f) !== 0x7f) assert.equal(Math.fround(e4m3Value(b)), e4m3Value(b), 'every value is a float32');
+});
+
+test('FP8: each of the 256 bytes through the C library, scalar and vector (both widenings): unit j = silu(448) x value(j) = 448 x value(j), NaN bytes NaN units', { skip: noCompiler }, async () => {
+  const L = await lib(), N = await libNoVbmi();
+  const H = 256, I = 256;
+  const { at, bytes, gu, dn } = fp8Layout(H, I, [128, 128]);
+  const row = new Uint8Array(bytes);
+  // Gate row j: 448 at one value (its sum 448: silu 448 exactly, e^-448 being 0); up row j: byte j at another, in a
+  // lane and a place of its load that move with j. x all ones, scales one.
+  for (let j = 0; j < I; j++) {
+    row[at.gate + j * H + ((5 * j) % H)] = 0x7e;
+    row[at.up + j * H + ((17 * j + 3) % H)] = j;
+  }
+  new Float32Array(row.buffer, at.scales!.gate.at, gu.rows * gu.sLd).fill(1);
+  new Float32Array(row.buffer, at.scales!.down.at, dn.rows * dn.sLd).fill(1);
+  const e: Expert = { row, at, H, I, x: new Float32Array(H).fill(1) };
+  const want = expertSpec(row, at, H, I, e.x);
+  for (const [simd, V] of L.simdAvailable() ? [[false, L], [true, L], [true, N]] as const : [[false, L]] as const) {
+    const { h } = V.expert(row, at, H, I, e.x, simd);
+    for (let j = 0; j < I; j++) {
+      const v = 448 * (e4m3Value(j) + 0); // a chunk's chain starts from +0: byte 0x80 (-0) sums to +0
+      const path = `${simd ? 'simd' : 'scalar'}${V === N ? ' (integer widening)' : ''}`;
+      assert.ok(Number.isNaN(v) ? Number.isNaN(h[j]!) : Object.is(h[j], v), `${path}: byte 0x${j.toString(16)} gave ${h[j]}, want ${v}`);
+      assert.ok(Object.is(h[j], want.h[j]) || (Number.isNaN(h[j]!) && Number.isNaN(want.h[j]!)), `${path}: unit ${j} as the spec`);
+    }
+  }
+});
+
+// Shapes the GPU takes (H and I multiples of 32): whole and half 512-value rounds of the warp's loads (vector path),
+// Qwen3-30B-A3B's (H 2048: 4 chunks a lane, so the scale's fused add into a lane's sum is seen), sizes that are no
+// multiple of the block (I 96 and 160: gate | up scale rows of 32 weight rows, a down row one or two blocks, the last
+// partial; H 288), and scale blocks one a chunk pair (32), 96 wide (lanes of a 256-value block straddling them), 512
+// wide (one scale a row of 256).
+for (const [H, I, block, seeds] of [[512, 256, [128, 128], [41, 42]], [512, 768, [128, 128], [43]], [2048, 768, [128, 128], [40]], [256, 96, [128, 128], [44, 45]],
+  [288, 160, [128, 128], [46]], [1024, 256, [64, 32], [47]], [1024, 512, [128, 96], [48]], [512, 256, [32, 512], [49]]] as const) {
+  test(`random block-FP8 experts, H ${H}, I ${I}, [${block.join(', ')}] blocks: the C library's bits equal the spec's`, { skip: noCompiler }, async (t) => {
+    let below = 0, above = 0, between = 0, simdRuns = 0;
+    for (const seed of seeds) {
+      const e = randomFp8Expert(seed, H, I, block);
+      for (const g of fp8GateSums(e)) g < -87 ? below++ : g > 88 ? above++ : between++;
+      if ((await checkExpert(e, `FP8 H ${H} I ${I} [${block.join(', ')}] seed ${seed}`)).simd) simdRuns++;
+    }
+    assert.ok(below > 0 && above > 0 && between > 0, `silu sees both tails: ${below} gate sums below -87, ${above} above 88, ${between} between`);
+    const L = await lib();
+    if (H % 256 === 0 && I % 256 === 0 && !L.simdAvailable()) t.diagnostic('no AVX-512 here: the vector path was not compared');
+    if (H % 256 !== 0 || I % 256 !== 0) {
+      const e = randomFp8Expert(seeds[0], H, I, block);
+      assert.throws(() => L.expert(e.row, e.at, H, I, e.x, true), /he_expert returned -1/, 'the vector path refuses a shape not a multiple of 256');
+    } else assert.equal(simdRuns, L.simdAvailable() ? seeds.length : 0);
+  });
+}
+
+test('FP8: he_expert refuses a layout it cannot compute (-2): sizes not multiples of 16, scale blocks not, a grid row too short, a grid not 4-byte aligned', { skip: noCompiler }, async () => {
+  const L = await lib();
+  const e = randomFp8Expert(50, 256, 96);
+  const s = e.at.scales!;
+  const bad: [LaneRow, number, number][] = [
+    [e.at, 256, 88],
+    [{ ...e.at, scales: { ...s, down: { ...s.down, cols: 40 } } }, 256, 96],
+    [{ ...e.at, scales: { ...s, gate: { ...s.gate, ld: 1 } } }, 256, 96],
+    [{ ...e.at, scales: { ...s, up: { ...s.up, at: s.up.at + 2 } } }, 256, 96],
+    [{ ...e.at, scales: { ...s, down: { ...s.down, rows: 0 } } }, 256, 96],
+  ];
+  for (const [at, H, I] of bad) assert.throws(() => L.expert(e.row, at, H, I, e.x.subarray(0, H), false), /he_expert returned -2/);
+  assert.doesNotThrow(() => L.expert(e.row, e.at, 256, 96, e.x, false));
+});
 
 test('exp and silu at their edges: gate sums fed one-hot, the C library against the spec and the limits', { skip: noCompiler }, async () => {
   const loaded = await lib();
@@ -339,10 +478,15 @@ test('exp and silu at their edges: gate sums fed one-hot, the C library against 
 
 // ---- The threaded lane: requests through the mailbox (Buffers standing in for the pinned mailbox and cold banks) ----
 
-test('the lane\'s threads answer mailbox requests with each pick\'s expert (the bits he_expert gives), split an expert with the GPU\'s side, refuse a bad slot or split, and stop (requests pending too)', { skip: noCompiler, timeout: 120_000 }, async () => {
+// bf16 rows, and block-FP8 rows (their vector path's blocks of 256 values: gate | up two a row, down one).
+const laneCases = [
+  { what: '', H: 256, I: 256, make: (seed: number) => randomExpert(seed, 256, 256) },
+  { what: ' (block-FP8 experts)', H: 512, I: 256, make: (seed: number) => randomFp8Expert(seed, 512, 256) },
+];
+for (const c of laneCases) test(`the lane's threads answer mailbox requests with each pick's expert (the bits he_expert gives), split an expert with the GPU's side, refuse a bad slot or split, and stop (requests pending too)${c.what}`, { skip: noCompiler, timeout: 120_000 }, async () => {
   const l = await lib();
-  const H = 256, I = 256, layers = 2, hotRows = 5, coldRows = 3;
-  const experts = Array.from({ length: layers * coldRows }, (_, i) => randomExpert(900 + i, H, I));
+  const { H, I } = c, layers = 2, hotRows = 5, coldRows = 3;
+  const experts = Array.from({ length: layers * coldRows }, (_, i) => c.make(900 + i));
   const rowBytes = experts[0]!.row.length;
   const banks = Array.from({ length: layers }, (_, l) => {
     const b = Buffer.alloc(coldRows * rowBytes);

@@ -13,7 +13,8 @@ import { syntheticModel } from '../../cpu/synthetic.ts';
 import { FakeCudaDriver } from '../fake-driver.ts';
 import { KERNEL_GROUPS } from '../kernels.ts';
 import { CudaOpBackend, type OpBackendOptions } from './op-backend.ts';
-import { HOST_STATE, hostLaneRefusal, hostThreadsNote, MAILBOX, SPLIT_UPDATE_STEPS, type HostLaneLib } from '../host-experts.ts';
+import { HOST_STATE, hostLaneRefusal, hostThreadsNote, laneRow, MAILBOX, SPLIT_UPDATE_STEPS, type HostLaneLib } from '../host-experts.ts';
+import { fp8Grid } from '../fp8-grid.ts';
 import { fixedTakes, MAX_PARTS, START_SHARE } from '../host-split.ts';
 import { expertRowLayout } from '../device-weights.ts';
 
@@ -88,7 +89,9 @@ test('host lane: a decode step posts each MoE layer\'s cold experts (route_group
   if (note) assert.ok(be.hotReason.endsWith(`(${note})`), 'serve says what that leaves the engine');
   const [t0, H, I, layers, hotRows, coldRows, rowBytes] = calls.start[0]! as number[];
   assert.deepEqual([t0, H, I, layers, hotRows, coldRows, rowBytes], [threads, 64, 32, spec.numLayers, be.banks.hotRowsAllocated, 2, be.banks.rowBytes]);
-  assert.deepEqual([...(calls.start[0]![10] as BigUint64Array)], be.banks.coldHostAddresses(), 'the cold banks\' host addresses');
+  const m = (w: number) => ({ w, s: 0, s_rows: 0, s_cols: 0, s_ld: 0, pad: 0 });
+  assert.deepEqual(calls.start[0]![7], { format: 0, pad: 0, gate: m(0), up: m(2 * 32 * 64), down: m(4 * 32 * 64) }, 'bf16 rows: gate, up, down');
+  assert.deepEqual([...(calls.start[0]![8] as BigUint64Array)], be.banks.coldHostAddresses(), 'the cold banks\' host addresses');
 
   for (const rows of [1, 2]) {
     const step = decodeLaunches(d, be, rows);
@@ -265,10 +268,20 @@ test('host lane: a host without the vector path is refused by name (unless the r
   be.dispose();
 });
 
-test('host lane: refused by name for experts it cannot compute (quantized, interleaved, biased, clamped SwiGLU)', () => {
+test('host lane: refused by name for experts it cannot compute (MXFP4, interleaved, biased, clamped SwiGLU); block FP8 taken, its grids placed', () => {
   const row = expertRowLayout(mapTensorSource(raw), spec);
   assert.equal(hostLaneRefusal(spec, row), null);
-  assert.match(hostLaneRefusal(spec, { ...row, format: 'fp8' })!, /its experts are fp8 \(the lane computes bf16 experts\)/);
+  assert.match(hostLaneRefusal(spec, { ...row, format: 'mxfp4' })!, /its experts are mxfp4 \(the lane computes bf16 and block-FP8 experts\)/);
+  // Block FP8 at H 64, I 32 in [128, 128] blocks: gate | up's grid has scale rows of gcd(128, 32) = 32 weight rows.
+  const H = 64, I = 32;
+  const fp8 = { ...row, format: 'fp8' as const, gateUp: { ...row.gateUp, grid: fp8Grid([I, I], H, [128, 128]) }, down: { ...row.down, grid: fp8Grid([H], I, [128, 128]) },
+    downAt: 2 * I * H, gateUpGridAt: 3 * I * H, downGridAt: 3 * I * H + 8 };
+  assert.equal(hostLaneRefusal(spec, fp8), null);
+  assert.deepEqual(laneRow(fp8, H, I), {
+    gate: 0, up: I * H, down: 2 * I * H,
+    scales: { gate: { at: 3 * I * H, rows: 32, cols: 128, ld: 1 }, up: { at: 3 * I * H + 4, rows: 32, cols: 128, ld: 1 }, down: { at: 3 * I * H + 8, rows: 128, cols: 128, ld: 1 } },
+  });
+  assert.match(hostLaneRefusal(spec, { ...fp8, down: { ...fp8.down, grid: { ...fp8.down.grid, sCols: 40 } } })!, /scale blocks are not a multiple of 16 values wide/);
   assert.match(hostLaneRefusal(spec, { ...row, interleaved: true })!, /interleaved/);
   assert.match(hostLaneRefusal(spec, { ...row, gateUpBiasAt: 0 })!, /biases/);
   assert.match(hostLaneRefusal({ ...spec, expertAct: { limit: 7, alpha: 1.702 } } as typeof spec, row)!, /clamped SwiGLU/);
