@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench:tiered on the lent H200, in one device call (see bench/tiered/README.md):
 #   ../shared/tools/gpu-bundle && npm run build   (then carry .gpu, dist, node_modules/koffi, node_modules/@koromix)
-#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|host|budgets|traces|pipeline|check|all]
+#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|host|budgets|traces|pipeline|check|fp8lane|all]
 #   (1u, 4u, mixed, all: with the host expert lane unless LANE= is given; mixed: MIXED_USERS="1 4" by default)
 # formats: the same 16-layer geometry in bf16 and in block FP8, 64/128 hot, a short shift (issue 14: a cold
 # expert read in place costs its stored bytes); it makes only the 16-layer checkpoints.
@@ -110,6 +110,30 @@ if [ "$which" = check ]; then
     timeout 110 $B --users 4 --phases en+code:600,de+ja:600,en+code:600 --policies fixed,adaptive --tag shift-4u > "$OUT/shift-4u.log" 2>&1; echo "shift 4 users rc=$?"
   fi
   for f in "$OUT"/tiered-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive)" "$f" | cut -c1-150; done
+  exit 0
+fi
+if [ "$which" = fp8lane ]; then
+  # Block-FP8 experts on the host lane (2026-12-03; the FP8 gemv's sums got an explicit order the lane repeats): every
+  # GPU test (the FP8 families against the CPU, the lane against all hot on a 2-layer bf16 and a 2-layer FP8
+  # checkpoint), then the 16-layer FP8 checkpoint at 64/128 hot, 1 user, a short shift, fixed and adaptive without the
+  # lane and with it; last (EXTRA_4U=1) the 4-user shift's LRU and seed lanes on the bf16 checkpoint.
+  [ -e /tmp/q2/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 > /tmp/mk2.log 2>&1 &
+  [ -e /tmp/q2f/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --format fp8 --out /tmp/q2f > /tmp/mk2f.log 2>&1 &
+  [ -e /tmp/q16f/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --format fp8 --out /tmp/q16f --refs 0 > /tmp/mk16f.log 2>&1
+  wait
+  REAL_CKPT=/tmp/q2 REAL_CKPT_FP8=/tmp/q2f TIERED_STEPS=400 OUT=$OUT timeout 240 node dist/gpu-tests.mjs > "$OUT/t-gpu.log" 2>&1
+  echo "GPU tests rc=$?"; grep -E "^# (tiered|host lane|pass|fail)|^not ok" "$OUT/t-gpu.log" | cut -c1-260
+  B="node dist/bench-tiered.mjs --model /tmp/q16f --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 --users 1 --out $OUT"
+  for lane in off auto; do
+    flags=""; [ $lane = auto ] && flags="--host-experts auto"
+    timeout 110 $B --phases en+code:800,de+ja:800 --policies fixed,adaptive $flags --tag fp8-lane-$lane > "$OUT/fp8-lane-$lane.log" 2>&1; echo "FP8, lane $lane rc=$?"
+  done
+  if [ -n "${EXTRA_4U:-}" ]; then
+    [ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
+    timeout 150 node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 --host-experts auto \
+      --users 4 --phases en+code:600,de+ja:600,en+code:600 --policies lru,seed --tag shift-4u-lru-seed --out "$OUT" > "$OUT/shift-4u-lru-seed.log" 2>&1; echo "4 users, lru and seed rc=$?"
+  fi
+  for f in "$OUT"/tiered-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive|lru|seed)" "$f" | cut -c1-150; done
   exit 0
 fi
 # (checkpoints already made by an earlier mode of the same call are used as they are)
