@@ -48,8 +48,9 @@ export const SIM_HELP = `  --traces DIR|FILE     (required) fixture trace dir (i
                         (over the flags above)
   --inserts N           copy-on-miss inserts per step for lru/lfu/lfru (default 8)
   --oracle-window N     steps per oracle window (default 512)
-  --copies-in-flight N  adaptive: moves in the background as the CUDA banks make them, N row copies queued at
-                        once (the banks' default is 4), each done by the next step; default: moves land at once
+  --copies-in-flight N  adaptive, lru, lfu, lfru: moves in the background as the CUDA banks make them, N row copies
+                        queued at once (the banks' default is 4), each done by the next step (a copy-on-miss policy's
+                        hot set followed as bench:tiered follows it); default: moves land at once
   --prior COUNTS.json   adaptive: seed prior from a counts dump of the traces' geometry (budget prior_picks_per_expert, default 1)
   --json                print the report as JSON`;
 

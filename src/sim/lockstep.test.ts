@@ -9,7 +9,7 @@ import { createCpuBackend } from '../backend/cpu/cpu-backend.ts';
 import { ResidencyDriver } from '../engine/residency-driver.ts';
 import { argmax } from '../backend/backend.ts';
 import { loadModel } from '../model/load.ts';
-import { InstantMoves, type Backend, type ExpertBanks, type RowExchange, type StepInput, type StepOutput } from '../backend/backend.ts';
+import type { Backend, StepInput, StepOutput } from '../backend/backend.ts';
 import type { ModelSpec } from '../model/spec.ts';
 import type { Budgets } from '../residency/policy.ts';
 import type { RowMap } from '../residency/rowmap.ts';
@@ -18,75 +18,21 @@ import { openTraceFile } from './traces/recorder.ts';
 import { buildTraffic, parsePhases, recordedSteps, type SimStep } from './traffic.ts';
 import { topHMap, traceCounts } from './fit.ts';
 import { adaptivePolicy, type AdaptiveOptions } from './policies/adaptive.ts';
-import { MovePipeline, nextStepCopies, type ModelledMove } from '../backend/move-pipeline.ts';
+import { PipelineBanks, TableBanks, type LoggedExchange } from './model-banks.ts';
 import type { Geometry } from './policies/policy.ts';
 import { replay } from './replay.ts';
 
 const FIXTURE_MODEL = '../shared/fixtures/tiny-moe';
-type Swapped = [step: number, layer: number, hotRow: number, coldRow: number];
-
-/** Slot tables only: where each expert lives. Logs every row exchange with the step it happened after. */
-class FakeBanks implements ExpertBanks {
-  readonly layers: number;
-  readonly experts: number;
-  readonly hotPerLayer: number;
-  readonly rows: { hot: number[]; cold: number[] }[];
-  readonly log: Swapped[] = [];
-  step = -1;
-  constructor(map: RowMap) {
-    this.layers = map.layers;
-    this.experts = map.experts;
-    this.hotPerLayer = map.hot_per_layer;
-    this.rows = map.layers_map.map((r) => ({ hot: [...r.hot], cold: [...r.cold] }));
-  }
-  slotOf(layer: number, expert: number): number {
-    const h = this.rows[layer]!.hot.indexOf(expert);
-    return h >= 0 ? h : this.hotPerLayer + this.rows[layer]!.cold.indexOf(expert);
-  }
-  expertAt(layer: number, bank: 'hot' | 'cold', row: number): number { return this.rows[layer]![bank][row]!; }
-  swapRows(layer: number, hotRow: number, coldRow: number): void {
-    const r = this.rows[layer]!;
-    [r.hot[hotRow], r.cold[coldRow]] = [r.cold[coldRow]!, r.hot[hotRow]!];
-    this.log.push([this.step, layer, hotRow, coldRow]);
-  }
-  private readonly instant = new InstantMoves(this);
-  requestSwap(layer: number, hotRow: number, coldRow: number): void { this.instant.request(layer, hotRow, coldRow); }
-  takeLanded(): RowExchange[] { return this.instant.take(); }
-  get moving(): number { return this.instant.moving; }
-  get startable(): number { return this.instant.startable; }
-  digest(): string { return JSON.stringify(this.rows); }
-}
-
-/** The same tables, moved in the background on the CUDA banks' schedule: a copy is done by the next step. */
-class PipelineBanks extends FakeBanks {
-  private readonly pipeline: MovePipeline<ModelledMove>;
-  private done: RowExchange[] = [];
-  private readonly moveSteps = nextStepCopies<ModelledMove>(() => this.step, (m) => this.swapRows(m.layer, m.hotRow, m.coldRow));
-  constructor(map: RowMap, copiesInFlight: number) {
-    super(map);
-    this.pipeline = new MovePipeline(Array.from({ length: map.layers }, () => [0, 1]), copiesInFlight);
-  }
-  override requestSwap(layer: number, hotRow: number, coldRow: number): void {
-    const leave = this.expertAt(layer, 'hot', hotRow), enter = this.expertAt(layer, 'cold', coldRow);
-    this.pipeline.request({ layer, hotRow, coldRow, leave, enter, spare: -1, phase: 0, queuedAt: this.step });
-    this.done.push(...this.pipeline.advance(this.moveSteps));
-  }
-  override takeLanded(): RowExchange[] {
-    this.done.push(...this.pipeline.advance(this.moveSteps));
-    return this.done.splice(0);
-  }
-  override get moving(): number { return this.pipeline.moving; }
-  override get startable(): number { return this.pipeline.startable; }
-}
+type Swapped = LoggedExchange;
 
 /** A backend whose forward only feeds its counter with the picks it is handed (the step's trace rows). */
 class TraceBackend implements Backend {
   readonly name = 'trace';
   readonly spec: ModelSpec;
-  readonly banks: FakeBanks;
+  readonly banks: TableBanks;
   private readonly counter: Uint32Array;
   next: SimStep | null = null;
-  constructor(private readonly g: Geometry, map: RowMap, banks: FakeBanks = new FakeBanks(map)) {
+  constructor(private readonly g: Geometry, map: RowMap, banks: TableBanks = new TableBanks(map)) {
     this.spec = { name: map.model, numLayers: g.layers, numExperts: g.experts, topK: g.topK } as unknown as ModelSpec;
     this.banks = banks;
     this.counter = new Uint32Array(g.layers * g.experts);

@@ -3,6 +3,7 @@ import { ResidencyError } from '../../errors.ts';
 import type { RowMap } from '../../residency/rowmap.ts';
 import type { Budgets } from '../../residency/policy.ts';
 import { adaptivePolicy } from './adaptive.ts';
+import { followedPolicy } from './followed.ts';
 import { lfruPolicy } from './lfru.ts';
 import { lruPolicy } from './lru.ts';
 import { oraclePolicy } from './oracle.ts';
@@ -25,19 +26,23 @@ export interface PolicyOptions {
   readonly oracleWindow?: number;
   /** Seed prior for 'adaptive': cumulative pick counts, [layer * experts + expert] (ControllerOptions.prior). */
   readonly prior?: ArrayLike<number>;
-  /** 'adaptive' with background moves, this many row copies queued at once (AdaptiveOptions.copiesInFlight). */
+  /**
+   * Moves in the background, this many row copies queued at once: 'adaptive' (AdaptiveOptions.copiesInFlight) and the
+   * copy-on-miss policies (lru, lfu, lfru: their hot sets followed through the same schedule, followed.ts).
+   */
   readonly copiesInFlight?: number;
 }
 
 export function policyFactory(name: string, o: PolicyOptions = {}): PolicyFactory {
   const inserts = o.insertsPerStep ?? 8;
+  const background = (f: PolicyFactory): PolicyFactory => (o.copiesInFlight !== undefined ? followedPolicy(f, o.copiesInFlight) : f);
   switch (name as PolicyName) {
     case 'adaptive': return adaptivePolicy(o.budgets, 'adaptive', { ...(o.prior ? { prior: o.prior } : {}), ...(o.copiesInFlight !== undefined ? { copiesInFlight: o.copiesInFlight } : {}) });
     case 'static': return staticPolicy;
     case 'seed': return seedPolicy(o.seedMap);
-    case 'lru': return lruPolicy({ insertsPerStep: inserts });
-    case 'lfu': return lfruPolicy({ insertsPerStep: inserts, halfLifeSteps: Infinity }, 'lfu');
-    case 'lfru': return lfruPolicy({ insertsPerStep: inserts, halfLifeSteps: o.lfruHalfLife ?? 500 });
+    case 'lru': return background(lruPolicy({ insertsPerStep: inserts }));
+    case 'lfu': return background(lfruPolicy({ insertsPerStep: inserts, halfLifeSteps: Infinity }, 'lfu'));
+    case 'lfru': return background(lfruPolicy({ insertsPerStep: inserts, halfLifeSteps: o.lfruHalfLife ?? 500 }));
     case 'oracle': return oraclePolicy(o.oracleWindow ?? 64);
     case 'oracle-phase': return oraclePolicy('phase');
     default:
