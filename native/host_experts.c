@@ -180,6 +180,18 @@ static int row_ok(const HeRow* rl, int H, int I) {
   return 1;
 }
 
+// Whether every matrix and scale grid rl names lies inside a bank row of row_bytes (he_start's rows: a layout past the
+// row's end would read the next expert, or past the bank).
+static int row_fits(const HeRow* rl, int H, int I, int64_t row_bytes) {
+  const HeMatrix* m[3] = {&rl->gate, &rl->up, &rl->down};
+  const int64_t rows[3] = {I, I, H}, K[3] = {H, H, I}, vb = rl->format == HE_FP8 ? 1 : 2;
+  for (int i = 0; i < 3; i++) {
+    if (m[i]->w < 0 || m[i]->w + rows[i] * K[i] * vb > row_bytes) return 0;
+    if (rl->format == HE_FP8 && (m[i]->s < 0 || m[i]->s + 4 * ((rows[i] + m[i]->s_rows - 1) / m[i]->s_rows) * (int64_t)m[i]->s_ld > row_bytes)) return 0;
+  }
+  return 1;
+}
+
 // Where value j of an input vector sits for the vector path of the format (each its own lane-major order).
 static inline size_t lane_pos(int format, size_t j) { return format == HE_FP8 ? lane_major16(j) : lane_major(j); }
 
@@ -554,7 +566,7 @@ void he_stop(void* handle);
 void* he_start(int threads, int H, int I, int layers, int hot_rows, int cold_rows, int64_t row_bytes, const HeRow* rl, const uint64_t* cold,
                void* mailbox, int simd, int flags) {
   const int pin = flags & HE_PIN;
-  if (threads < 1 || threads > 1024 || !row_ok(rl, H, I) || layers <= 0 || !cold || !mailbox) return NULL;
+  if (threads < 1 || threads > 1024 || !row_ok(rl, H, I) || !row_fits(rl, H, I, row_bytes) || layers <= 0 || !cold || !mailbox) return NULL;
   Lane* L = calloc(1, sizeof(Lane));
   if (!L) return NULL;
   L->threads = threads; L->H = H; L->I = I; L->layers = layers; L->hot_rows = hot_rows; L->cold_rows = cold_rows; L->flags = flags;

@@ -320,7 +320,13 @@ for (const c of laneCases) test(`the lane's threads answer mailbox requests with
   } as unknown as CudaDriver;
   for (const simd of [false, true]) {
     if (simd && !l.simdAvailable()) continue;
-    const lane = new HostExpertLane(l, driver, { hiddenSize: H, intermediate: I, layers, hotRows, coldRows, rowBytes, at: experts[0]!.at, coldHost: banks.map((b) => l.address(b)) }, { threads: Math.min(3, availableParallelism()), simd, pin: false });
+    const at = experts[0]!.at;
+    const bankOf = (a: LaneRow) => ({ hiddenSize: H, intermediate: I, layers, hotRows, coldRows, rowBytes, at: a, coldHost: banks.map((b) => l.address(b)) });
+    // A layout that runs past the row's end (a matrix, or a scale grid) is refused before a thread starts.
+    const past: LaneRow[] = [{ ...at, down: rowBytes - 16 }];
+    if (at.scales) past.push({ ...at, scales: { ...at.scales, down: { ...at.scales.down, at: rowBytes - 4 } } });
+    for (const a of past) assert.throws(() => new HostExpertLane(l, driver, bankOf(a), { threads: 1, simd, pin: false }), /he_start refused/);
+    const lane = new HostExpertLane(l, driver, bankOf(at), { threads: Math.min(3, availableParallelism()), simd, pin: false });
     const mb = (lane as unknown as { mailbox: { host: Uint8Array } }).mailbox.host;
     const y = new Float32Array(mb.buffer, mb.byteOffset + MAILBOX.y(H), MAILBOX.maxPicks * H);
     const wait = (seq: number): void => {
