@@ -18,7 +18,7 @@ const sections: string[] = [`# Three-phase shift: ${PHASES}, ${g.hotPerLayer}/${
   'converged = median of 64-step windows over the second half of the phase; last500 = the last 500 steps; T90 = steps from the phase ' +
   'start until the 256-step centred cold share falls to settled + 10% of (peak - settled), settled = the median of that centred series ' +
   'over the second half. adaptive-bg4 = adaptive with moves in the background on the CUDA banks\' schedule, 4 copies in flight ' +
-  '(each done by the next step). tok/s modelled for a 40 x 384 ' +
+  '(each done by the next step); lru-bg4 = LRU\'s hot set followed through the same schedule, as bench:tiered runs LRU on the device. tok/s modelled for a 40 x 384 ' +
   'DeepSeek-V4.1-Flash-like model (src/sim/cost/); moves/min counts fixture moves per modelled minute (each stands for 40/6 target-layer moves). ' +
   'T90 of policies that do not move (static, seed) only measures the traffic\'s own settling.', ''];
 const json: Record<string, unknown> = {};
@@ -27,6 +27,7 @@ for (const users of [1, 4]) {
   const inp = input(set, g, boot, PHASES, users);
   const reports = POLICIES.map((p) => run(policyFactory(p, { seedMap, oracleWindow: 512 }), inp));
   reports.splice(1, 0, run(policyFactory('adaptive', { copiesInFlight: 4 }), inp, 'adaptive-bg4'));
+  reports.splice(POLICIES.indexOf('lru') + 2, 0, run(policyFactory('lru', { copiesInFlight: 4 }), inp, 'lru-bg4'));
   reports.push(run(policyFactory('oracle-phase'), inp));
   json[`users${users}`] = reports.map(({ timeline, ...r }) => ({ ...r, timeline }));
   const rows = reports.flatMap((r) => r.phases.map((p) => [
