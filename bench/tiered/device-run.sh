@@ -136,11 +136,12 @@ if [ "$which" = fp8lane ]; then
   for f in "$OUT"/tiered-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive|lru|seed)" "$f" | cut -c1-150; done
   exit 0
 fi
-# (checkpoints already made by an earlier mode of the same call are used as they are)
-[ -e /tmp/q2/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 > /tmp/mk2.log 2>&1 &
+# (checkpoints already made by an earlier mode of the same call are used as they are; NO_TEST=1 skips the tiered GPU
+# test and its 2-layer checkpoint, for a call that only measures)
+[ -n "${NO_TEST:-}" ] || [ -e /tmp/q2/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 > /tmp/mk2.log 2>&1 &
 [ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
 wait
-if [ "$which" != mixed ]; then
+if [ "$which" != mixed ] && [ -z "${NO_TEST:-}" ]; then
   # The tiered test (moves landing while greedy decode runs) and the router's top-k at every width.
   REAL_CKPT=/tmp/q2 TIERED_STEPS=800 OUT=$OUT timeout 100 node --test-name-pattern="64/128 hot|op_route" dist/gpu-tests.mjs > "$OUT/t-tiered-$which.log" 2>&1
   echo "tiered GPU test rc=$?"; grep -E "^# (tiered|pass|fail)|^not ok" "$OUT/t-tiered-$which.log"
