@@ -176,7 +176,7 @@ static int row_ok(const HeRow* rl, int H, int I) {
   const HeMatrix* m[3] = {&rl->gate, &rl->up, &rl->down};
   const int K[3] = {H, H, I};
   for (int i = 0; i < 3; i++)
-    if (m[i]->s_rows < 1 || m[i]->s_cols < 16 || m[i]->s_cols % 16 || m[i]->s % 4 || m[i]->s_ld < (K[i] + m[i]->s_cols - 1) / m[i]->s_cols) return 0;
+    if (m[i]->s_rows < 1 || m[i]->s_cols < 16 || m[i]->s_cols % 16 || m[i]->s % 4 || m[i]->s_ld < ((int64_t)K[i] + m[i]->s_cols - 1) / m[i]->s_cols) return 0;
   return 1;
 }
 

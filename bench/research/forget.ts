@@ -68,7 +68,8 @@ const lab = new Lab('forget');
 
 /**
  * A variable memory on top of the controller's EWMA. `fast` is the controller's state (foldWindow at half-life
- * h = half_life_tokens, computed here the same way); the decisions are taken on `slow`:
+ * h = half_life_tokens, computed here the same way, in steps: this study predates the EWMA aging per counted token,
+ * 2026-12-03, so above 1 user `fast` is no longer exactly the controller's); the decisions are taken on `slow`:
  * - off:  slow = fast (adaptive as it is; checked against adaptivePolicy);
  * - age:  per layer, half-life h_eff = min(h + growth * age, maxMult * h), age = steps since the layer's last
  *         reset; growth ln 2 makes the estimate the mean since the reset (a cumulative mean) until h_eff caps;

@@ -33,8 +33,8 @@ for (const users of [1, 4]) {
     ['fixed de+ja map (in-sample, whole traces)', (ctx) => staticPolicy({ ...ctx, bootMap: dejaMap })],
     ['oracle, window 6000', policyFactory('oracle', { oracleWindow: 6000 })],
     ['oracle, window 512', policyFactory('oracle', { oracleWindow: 512 })],
-    ['adaptive (defaults: half-life 500, hysteresis 1.5)', policyFactory('adaptive')],
-    ['adaptive, half-life 250', policyFactory('adaptive', { budgets: { half_life_tokens: 250 } })],
+    ['adaptive (defaults: half-life 250 tokens, hysteresis 1.5)', policyFactory('adaptive')],
+    ['adaptive, half-life 500', policyFactory('adaptive', { budgets: { half_life_tokens: 500 } })],
     ['adaptive, half-life 1000', policyFactory('adaptive', { budgets: { half_life_tokens: 1000 } })],
     ['adaptive, half-life 2000', policyFactory('adaptive', { budgets: { half_life_tokens: 2000 } })],
     ['adaptive, half-life 2000, hysteresis 1.2', policyFactory('adaptive', { budgets: { half_life_tokens: 2000, hysteresis: 1.2 } })],
@@ -49,7 +49,7 @@ for (const users of [1, 4]) {
 
 // Per-document skew: each document's picks under its own top-H map (in-sample) versus under the domain
 // mix's map. A large gap means a window oracle wins by following documents, which an EWMA with a
-// 500-step half-life cannot do when a document lasts <= 512 steps (1 user).
+// 500-token half-life cannot do when a document lasts <= 512 tokens (1 user).
 const docRows: (string | number)[][] = [];
 for (const domain of ['de', 'ja', 'en', 'code_js']) {
   const t = set.traces.get(domain)!;

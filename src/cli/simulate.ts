@@ -50,7 +50,8 @@ export const SIM_HELP = `  --traces DIR|FILE     (required) fixture trace dir (i
   --oracle-window N     steps per oracle window (default 512)
   --copies-in-flight N  adaptive, lru, lfu, lfru: moves in the background as the CUDA banks make them, N row copies
                         queued at once (the banks' default is 4), each done by the next step (a copy-on-miss policy's
-                        hot set followed as bench:tiered follows it); default: moves land at once
+                        hot set followed as bench:tiered follows it); default: moves land at once (static and
+                        seed never move; the oracles' moves are free by definition)
   --prior COUNTS.json   adaptive: seed prior from a counts dump of the traces' geometry (budget prior_picks_per_expert, default 1)
   --json                print the report as JSON`;
 

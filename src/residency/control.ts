@@ -11,7 +11,7 @@ import type { CountsDump } from './counts.ts';
 export const controlSchema = z.strictObject({
   /** true: stop deciding (queued adaptive swaps are cancelled); counting goes on. false: adapt. */
   freeze: z.boolean().optional(),
-  /** false: steps are not counted at all (the EWMA then only decays). */
+  /** false: steps are not counted at all (the EWMA, which ages by counted tokens, then holds as it is). */
   counting: z.boolean().optional(),
   /** true: forget the EWMA and start the window now, so adaptation starts from fresh counts. */
   baseline: z.boolean().optional(),

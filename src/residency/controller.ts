@@ -39,6 +39,8 @@ export interface DrainReport {
   readonly steps: number;
   readonly tokens: number;
   readonly countedSteps: number;
+  /** Tokens of the counted steps: what the EWMA aged by at this drain. */
+  readonly countedTokens: number;
   /** Picks counted in the window, and those that landed on cold experts under the map at drain time. */
   readonly picks: number;
   readonly coldPicks: number;
@@ -228,7 +230,7 @@ export class Controller {
     this.stats.drains++;
     this.stats.decided += decided.length;
     const report: DrainReport = {
-      step, steps: w.steps, tokens: w.tokens, countedSteps: w.countedSteps, picks, coldPicks,
+      step, steps: w.steps, tokens: w.tokens, countedSteps: w.countedSteps, countedTokens: w.countedTokens, picks, coldPicks,
       coldShare: picks > 0 ? coldPicks / picks : 0, coldShareByLayer, decided,
       applied: w.applied, refused: w.refused, superseded, queueDepth: this.queue.length, frozen: this.frozenNow,
     };

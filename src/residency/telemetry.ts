@@ -11,6 +11,8 @@ export interface DrainLine {
   /** Steps, tokens and counted picks in the window since the previous drain. */
   readonly window_steps: number;
   readonly tokens: number;
+  /** Tokens of the counted steps: what the EWMA aged by (half_life_tokens). */
+  readonly counted_tokens: number;
   readonly picks: number;
   /** Picks on cold experts / all picks in the window, under the map at drain time. */
   readonly cold_share: number;
@@ -66,7 +68,7 @@ const round = (x: number) => Math.round(x * 1e6) / 1e6;
 
 export function drainLine(d: DrainReport, time: Date): DrainLine {
   return {
-    v: 1, time: time.toISOString(), step: d.step, window_steps: d.steps, tokens: d.tokens, picks: d.picks,
+    v: 1, time: time.toISOString(), step: d.step, window_steps: d.steps, tokens: d.tokens, counted_tokens: d.countedTokens, picks: d.picks,
     cold_share: round(d.coldShare), cold_share_by_layer: d.coldShareByLayer.map(round), decided: d.decided.length,
     swaps_applied: d.applied, swaps_refused: d.refused, swaps_superseded: d.superseded, queue_depth: d.queueDepth, frozen: d.frozen,
   };

@@ -29,7 +29,7 @@ export interface SimOptions {
   readonly budgets?: Partial<Budgets>;
   readonly insertsPerStep?: number;
   readonly oracleWindow?: number;
-  /** Adaptive's moves in the background, this many row copies queued at once (the CUDA banks'); unset: instant. */
+  /** Moves in the background (adaptive, lru, lfu, lfru), this many row copies queued at once (the CUDA banks'); unset: instant. */
   readonly copiesInFlight?: number;
   readonly model?: string;
 }

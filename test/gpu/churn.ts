@@ -94,7 +94,7 @@ export async function runChurn(backend: BackendName, model: LoadedModel, cases: 
   const boot = identityRowMap(model.spec.name, L, E, hot);
   const ctl = new Controller({
     boot, frozen: false,
-    // A fast clock: drain every step, a 2-step half-life, and generous per-drain swaps, so every domain
+    // A fast clock: drain every step, a 2-token half-life, and generous per-drain swaps, so every domain
     // change moves many rows. hysteresis 1 (any busier cold expert wins) keeps the churn high.
     budgets: { drain_every: 1, half_life_tokens: 2, hysteresis: 1, min_average: 0.5, move_cost_picks: 0, swaps_per_layer_per_drain: 12, swaps_per_step: 1000 },
   });
