@@ -1,11 +1,10 @@
 // Adaptive: ours. The residency Controller itself (the object the engine drives), fed by the host twin of
 // the device counter; nothing of the policy is re-implemented here.
-import type { RowExchange } from '../../backend/backend.ts';
-import { DEFAULT_SPARE_ROWS, MovePipeline, nextStepCopies, type ModelledMove } from '../../backend/move-pipeline.ts';
 import { Controller } from '../../residency/controller.ts';
 import { Counter } from '../../residency/counts.ts';
 import type { DrainReport } from '../../residency/controller.ts';
 import type { Budgets, Swap } from '../../residency/policy.ts';
+import { PipelineBanks } from '../model-banks.ts';
 import { hotMaskOf, type Moves, type Policy, type PolicyContext } from './policy.ts';
 
 export interface AdaptivePolicy {
@@ -83,41 +82,36 @@ function parts(ctx: PolicyContext, budgets: Partial<Budgets>, opts: AdaptiveOpti
 }
 
 function backgroundAdaptive(ctx: PolicyContext, budgets: Partial<Budgets>, name: string, opts: AdaptiveOptions): Policy & AdaptivePolicy {
-  const { g, controller, counter, hot, log, drains, moveHot } = parts(ctx, budgets, opts);
-  const spareRows = opts.spareRows ?? DEFAULT_SPARE_ROWS;
-  const pipeline = new MovePipeline<ModelledMove>(Array.from({ length: g.layers }, () => Array.from({ length: spareRows }, (_, i) => i)), opts.copiesInFlight!);
-  let boundary = 0;
-  const steps = nextStepCopies<ModelledMove>(() => boundary, (m) => moveHot(m.layer, m.leave, m.enter));
+  const { g, controller, counter, log, drains } = parts(ctx, budgets, opts);
+  // The banks' model (its hot mask is the map the steps run with: it changes as exchanges land).
+  const banks = new PipelineBanks(ctx.bootMap, opts.copiesInFlight!, opts.spareRows);
   return {
     name,
     geometry: g,
-    hot,
+    hot: banks.hot,
     // Each landing finishes a queued copy: no more land between two steps than copies are queued.
-    movesPerStep: pipeline.copiesInFlight,
+    movesPerStep: opts.copiesInFlight!,
     controller,
     log,
     drains,
     afterStep(step): Moves {
-      boundary = step.index;
+      banks.step = step.index;
       const counted = controller.shouldCount(step.tokens)
         && counter.addPicks(step.picks, step.tokens, controller.budgets.count_tmax);
       controller.onStep({ step: step.index, tokens: step.tokens, counted });
       if (controller.drainDue()) drains.push(controller.drain(step.index, counter.snapshot()));
-      // As the driver: exchanges that land while it requests are reported by the banks' next takeLanded.
-      const landing: RowExchange[] = [];
+      // As the driver (engine/residency-driver.ts `swap`): land what finished, request no more than the banks can
+      // start, land again (exchanges that land while it requests are reported by the banks' next takeLanded).
       let swaps = 0;
       const settle = (): void => {
-        landing.push(...pipeline.advance(steps));
-        for (const x of landing.splice(0)) {
+        for (const x of banks.takeLanded()) {
           log.push({ step: step.index, swap: controller.land(x.layer, x.hotRow, x.coldRow) });
           swaps++;
         }
       };
       settle();
-      const { refused } = controller.requestSwaps(Math.min(controller.budgets.swaps_per_step, pipeline.startable), (s) => {
-        pipeline.request({ layer: s.layer, hotRow: s.hotRow, coldRow: s.coldRow, leave: s.hotExpert, enter: s.coldExpert, spare: -1, phase: 0, queuedAt: boundary });
-        landing.push(...pipeline.advance(steps));
-      });
+      const { refused } = controller.requestSwaps(Math.min(controller.budgets.swaps_per_step, banks.startable),
+        (s) => banks.requestSwap(s.layer, s.hotRow, s.coldRow));
       settle();
       return { swaps, copies: 0, refused: refused.length };
     },
