@@ -1,7 +1,8 @@
 // The schedule of background row exchanges through spare hot rows: which exchange copies what and when, and when
 // it lands. The CUDA banks run it with real copies and events (cuda/banks.ts); the simulator runs the same schedule
-// with copies that finish by the next step boundary (sim/model-banks.ts, under adaptive and the followed copy-on-miss policies), so its maps trail the policy the way
-// the device's do. Pure: what a copy or a landing does is the caller's (`MoveSteps`).
+// with copies that finish by the next step boundary (sim/model-banks.ts, under adaptive and the followed copy-on-miss
+// policies), so its maps trail the policy the way the device's do. Pure: what a copy or a landing does is the caller's
+// (`MoveSteps`).
 //
 // An exchange of hot expert A (hot row h) and cold expert B (cold row c) is two copies, one at a time:
 //   1. B's cold row -> a spare hot row of its layer. Landed: B is read from that row from the next step on.
