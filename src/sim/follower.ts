@@ -32,9 +32,10 @@ export class Follower {
       const leave: number[] = [];
       for (let e = 0; e < E; e++) {
         const slot = banks.slotOf(l, e);
+        const wanted = hot[l * E + e] === 1;
+        if (wanted === slot < H) continue; // where the policy wants it
         if (slot < H ? this.moves.busy(l, slot, -1) : this.moves.busy(l, -1, slot - H)) continue; // its row is moving
-        if (hot[l * E + e] && slot >= H) enter.push(e);
-        else if (!hot[l * E + e] && slot < H) leave.push(e);
+        (wanted ? enter : leave).push(e);
       }
       for (let i = 0; i < Math.min(enter.length, leave.length) && room(); i++) {
         this.moves.request({ layer: l, hotRow: banks.slotOf(l, leave[i]!), coldRow: banks.slotOf(l, enter[i]!) - H });
