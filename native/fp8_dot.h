@@ -95,18 +95,23 @@ static unsigned fp8_nan_lanes(const uint8_t* w) {
     for (int e = 0; e < 16; e++) m |= ((w[16 * l + e] & 0x7f) == 0x7f) << l;
   return m;
 }
+// Block q (256 values, 16 lanes' 16-byte loads) of a row: its bytes in raw, transposed into v (transpose_lanes); pf as
+// dot_avx512's (a row asked for 512 bytes at a time). Both widenings below start each block here.
+HE_TARGET static inline __attribute__((always_inline)) void fp8_load_block(const uint8_t* w, int q, const char* pf, __m512i* raw, __m512i* v) {
+  if (pf && !(q & 1))
+    for (int l = 0; l < 8; l++) _mm_prefetch(pf + (size_t)q * 256 + l * 64, _MM_HINT_T1);
+  const __m512i* p = (const __m512i*)(w + (size_t)q * 256);
+  for (int i = 0; i < 4; i++) raw[i] = _mm512_loadu_si512(p + i);
+  transpose_lanes(raw, v);
+}
 HE_TARGET static inline __attribute__((always_inline)) void fp8_dot_shift_n(const uint8_t* w, const float* srow, int s_cols, const float* const* xt, const int N,
                                                                             int K, float* out, const char* pf) {
   const Fp8Scales plan = fp8_scales_plan(s_cols);
   __m512 acc[HE_DOT_N][2];
   for (int b = 0; b < N; b++) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
   for (int q = 0; q < K / 256; q++) {
-    if (pf && !(q & 1))
-      for (int l = 0; l < 8; l++) _mm_prefetch(pf + (size_t)q * 256 + l * 64, _MM_HINT_T1);
-    const __m512i* p = (const __m512i*)(w + (size_t)q * 256);
-    const __m512i raw[4] = {_mm512_loadu_si512(p), _mm512_loadu_si512(p + 1), _mm512_loadu_si512(p + 2), _mm512_loadu_si512(p + 3)};
-    __m512i v[4];
-    transpose_lanes(raw, v);
+    __m512i raw[4], v[4];
+    fp8_load_block(w, q, pf, raw, v);
     __m512 d[HE_DOT_N];
     for (int b = 0; b < N; b++) d[b] = _mm512_setzero_ps();
 #pragma GCC unroll 4
@@ -166,12 +171,8 @@ HE_TARGET_VBMI static inline __attribute__((always_inline)) void fp8_dot_vbmi_n(
   __m512 acc[HE_DOT_N][2];
   for (int b = 0; b < N; b++) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
   for (int q = 0; q < K / 256; q++) {
-    if (pf && !(q & 1))
-      for (int l = 0; l < 8; l++) _mm_prefetch(pf + (size_t)q * 256 + l * 64, _MM_HINT_T1);
-    const __m512i* p = (const __m512i*)(w + (size_t)q * 256);
-    const __m512i raw[4] = {_mm512_loadu_si512(p), _mm512_loadu_si512(p + 1), _mm512_loadu_si512(p + 2), _mm512_loadu_si512(p + 3)};
-    __m512i v[4];
-    transpose_lanes(raw, v);
+    __m512i raw[4], v[4];
+    fp8_load_block(w, q, pf, raw, v);
     __m512 d[HE_DOT_N];
     for (int b = 0; b < N; b++) d[b] = _mm512_setzero_ps();
 #pragma GCC unroll 4
