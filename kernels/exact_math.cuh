@@ -49,3 +49,12 @@ EXACT_FN float exact_silu(float g) { return EXACT_DIV(g, EXACT_ADD(1.0f, exact_e
 
 // SwiGLU's unit: silu(gate) x up.
 EXACT_FN float exact_swiglu(float g, float u) { return EXACT_MUL(exact_silu(g), u); }
+
+// gpt-oss's clamped SwiGLU unit (limit > 0): gate clamped above at limit, up to [-limit, limit] (fminf / fmaxf: a NaN
+// sum gives way to the bound), then (up + 1) x (gate x sigmoid(alpha gate)), sigmoid(v) = 1 / (1 + e^-v).
+EXACT_FN float exact_swiglu_clamped(float g, float u, float limit, float alpha) {
+  g = fminf(g, limit);
+  u = fminf(fmaxf(u, -limit), limit);
+  const float sig = EXACT_DIV(1.0f, EXACT_ADD(1.0f, exact_expf(-EXACT_MUL(g, alpha))));
+  return EXACT_MUL(EXACT_ADD(u, 1.0f), EXACT_MUL(g, sig));
+}

@@ -154,13 +154,10 @@ __device__ __forceinline__ int gate_row(const GemmProblem& p, int j) { return p.
 __device__ __forceinline__ int up_row(const GemmProblem& p, int j) { return p.gu_interleave ? 2 * j + 1 : p.O + j; }
 
 // The activation of one unit from its gate and up sums (biases added): silu(gate) x up, or gpt-oss's clamped
-// SwiGLU (gate clamped above at limit, up to [-limit, limit], (up + 1) x gate x sigmoid(alpha gate)).
+// SwiGLU (gate clamped above at limit, up to [-limit, limit], (up + 1) x gate x sigmoid(alpha gate)). Both are
+// exact_math.cuh's, so the host expert lane computes the same bits.
 __device__ __forceinline__ float swiglu_act(const GemmProblem& p, float g, float u) {
-  if (p.limit > 0.f) {
-    g = fminf(g, p.limit);
-    u = fminf(fmaxf(u, -p.limit), p.limit);
-    return (u + 1.f) * (g * (1.0f / (1.0f + expf(-(g * p.alpha)))));
-  }
+  if (p.limit > 0.f) return exact_swiglu_clamped(g, u, p.limit, p.alpha);
   return exact_swiglu(g, u);
 }
 

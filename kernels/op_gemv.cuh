@@ -6,8 +6,10 @@
 // order (lane partials, then a butterfly): the same bits whatever the placement of the rows in the banks. bf16:
 // lane l takes the chunks of 8 values c = l, l + 32, ... in turn, one fused multiply-add a value (fma8_bf16); block
 // FP8: the chunks of 16 values (one load) c = l, l + 32, ..., each summed by a chain of fused multiply-adds from +0
-// and added in times its block's scale (dot_load_fp8). Both are the orders the host expert lane keeps
-// (native/host_experts.c), so a cold expert it computes has these bits too.
+// and added in times its block's scale (dot_load_fp8); MXFP4: the chunks of 32 values (one load and its scale byte)
+// c = l, l + 32, ..., each word of 8 values scaled (exact), summed by a product and a chain of fused multiply-adds
+// and added in (dot_word_mxfp4). All three are the orders the host expert lane keeps (native/host_experts.c,
+// fp8_dot.h, mxfp4_dot.h), so a cold expert it computes has these bits too.
 #pragma once
 #include "op_common.cuh"
 
@@ -71,6 +73,20 @@ __device__ __forceinline__ float dot_load_fp8(const float* __restrict__ x, const
     a = __fmaf_rn(w[4 * q + 3], xv.w, a);
   }
   return a;
+}
+
+// A lane's dot of one word (8 values) of an MXFP4 load, widened and scaled (exact) into w, with the staged inputs x0,
+// x1: d = w_0 x_0, then d = fma(w_e, x_e, d) for e = 1 .. 7, in value order; the caller adds it into the lane's sum,
+// acc = acc + d. Written out in intrinsics as dot_load_fp8 is, so the host expert lane (native/mxfp4_dot.h) repeats it.
+__device__ __forceinline__ float dot_word_mxfp4(const float* w, float4 x0, float4 x1) {
+  float d = __fmul_rn(w[0], x0.x);
+  d = __fmaf_rn(w[1], x0.y, d);
+  d = __fmaf_rn(w[2], x0.z, d);
+  d = __fmaf_rn(w[3], x0.w, d);
+  d = __fmaf_rn(w[4], x1.x, d);
+  d = __fmaf_rn(w[5], x1.y, d);
+  d = __fmaf_rn(w[6], x1.z, d);
+  return __fmaf_rn(w[7], x1.w, d);
 }
 
 // EVEN (the _even entries): the O features split evenly over the grid's warps, this warp's from even_feature(p, warp, 0)
@@ -141,10 +157,10 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
   // K chunk held in shared memory: B * KS floats <= 64 KiB, KC a multiple of 256.
   constexpr int KC = COMB ? COMBINE_KC : (16384 / B) < 256 ? 256 : (16384 / B);
   // Lane l keeps the chunks c = l mod 32 across K chunks when KC holds whole rounds of 32 loads (32 x VPL values: bf16
-  // 256, FP8 512): then a row's sums have one order at every B, the host lane's. KC = 16384 / B is a multiple of 1,024
-  // for every B <= 16 the gemv is built for, COMBINE_KC 2,048. (MXFP4, 1,024 values a round, is not the host lane's.)
+  // 256, FP8 512, MXFP4 1,024): then a row's sums have one order at every B, the host lane's. KC = 16384 / B is a
+  // multiple of 1,024 for every B <= 16 the gemv is built for, COMBINE_KC 2,048.
   static_assert(KC % 256 == 0, "K chunks of whole 256-value groups");
-  static_assert(WF == WF_MXFP4 || KC % (32 * VPL) == 0, "K chunks of whole rounds of the warp's loads (the host lane's order)");
+  static_assert(KC % (32 * VPL) == 0, "K chunks of whole rounds of the warp's loads (the host lane's order)");
   const int KS = min(KC, K); // row stride in shared memory (K % 8 == 0)
   float* const xw = COMB ? xs + warp * KS : xs; // the rows this warp reads
   // U passes of 16 bytes per weight row a group, double-buffered: the next group's loads are in flight while
@@ -205,10 +221,7 @@ __device__ __forceinline__ void gemv_body(const GemmProblem& p) {
                 const float4 x0 = *reinterpret_cast<const float4*>(xw + b * KS + VPL * c + 8 * i);
                 const float4 x1 = *reinterpret_cast<const float4*>(xw + b * KS + VPL * c + 8 * i + 4);
 #pragma unroll
-                for (int r = 0; r < NW; r++) {
-                  acc[r][b] += w[r][0] * x0.x + w[r][1] * x0.y + w[r][2] * x0.z + w[r][3] * x0.w +
-                               w[r][4] * x1.x + w[r][5] * x1.y + w[r][6] * x1.z + w[r][7] * x1.w;
-                }
+                for (int r = 0; r < NW; r++) acc[r][b] = __fadd_rn(acc[r][b], dot_word_mxfp4(w[r], x0, x1));
               }
             }
           }
