@@ -1,7 +1,8 @@
-// The host lane's spec (host-expert-spec.ts): its fmaf32 against an exact BigInt reference, its exp against Math.exp.
+// The host lane's spec (host-expert-spec.ts): its fmaf32 against an exact BigInt reference, its exp against Math.exp,
+// its MXFP4 dot against the gemv's loops as op_gemv.cuh writes them, its clamped SwiGLU against its formula.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { exactExpf, fmaf32 } from './host-expert-spec.ts';
+import { exactExpf, exactSwigluClamped, fmaf32, gpuDotMxfp4, mxfp4Value } from './host-expert-spec.ts';
 import { bitsOf, fromBits, isNaNBits, rng, int, sign, f32With, hex } from './float-bits-test-helpers.ts';
 
 // ---- The exact reference of fmaf: every float32 is an integer times 2^-149, a product of two an integer times 2^-298 ----
@@ -168,4 +169,101 @@ test('exactExpf is within 2 ulp of e^x on [-87, 88]; outside it 0 or infinity', 
   assert.ok(Number.isNaN(exactExpf(NaN)), 'NaN stays NaN');
   assert.equal(exactExpf(0), 1);
   assert.equal(exactExpf(-0), 1);
+});
+
+// ---- MXFP4 ----
+
+/** An fp16's value (fp4x8_scaled widens E2M1 codes through fp16 bits: s << 15 | em << 9 is the value x 2^-14). */
+function halfValue(h: number): number {
+  const e = (h >> 10) & 31, m = h & 1023, v = e ? (1024 + m) * 2 ** (e - 25) : m * 2 ** -24;
+  return h & 0x8000 ? -v : v;
+}
+
+/** op_common.cuh's fp4x8_scaled as written: 8 codes of a word widened through fp16, scaled in one step (s <= 240) or two. */
+function fp4x8Scaled(word: number, s: number): number[] {
+  const one = s <= 240, sc = 2 ** ((one ? s + 14 : s) - 127), pre = one ? 1 : 16384;
+  const f = new Array<number>(8);
+  for (let k = 0; k < 4; k++) {
+    const t = word >>> (4 * k);
+    const h = (((t & 0x00080008) << 12) | ((t & 0x00070007) << 9)) >>> 0;
+    const lo = halfValue(h & 0xffff), hi = halfValue(h >>> 16);
+    f[k] = Math.fround(Math.fround(lo * pre) * sc);
+    f[4 + k] = Math.fround(Math.fround(hi * pre) * sc);
+  }
+  return f;
+}
+
+/**
+ * The gemv's MXFP4 sums as op_gemv.cuh runs them for a batch of B rows: K staged in chunks of KC = 16384 / B values
+ * (COMBINE_KC 2,048 for the combining product); lane l loads chunks c = l, l + 32, ... of each K chunk, widens a word at
+ * a time (fp4x8_scaled) and adds dot_word_mxfp4 into its sum; then warp_sum's shuffles (v += shfl_xor(v, o)).
+ */
+function gemvMxfp4(w: Uint8Array, scales: Uint8Array, x: Float32Array, K: number, KC: number): number {
+  const lanes = new Array<number>(32).fill(0);
+  for (let k0 = 0; k0 < K; k0 += KC) {
+    const chunks = Math.min(KC, K - k0) / 32;
+    for (let lane = 0; lane < 32; lane++) {
+      for (let c = lane; c < chunks; c += 32) {
+        const sc = scales[(k0 >> 5) + c]!;
+        for (let i = 0; i < 4; i++) {
+          const at = (k0 + 32 * c) / 2 + 4 * i, word = (w[at]! | (w[at + 1]! << 8) | (w[at + 2]! << 16) | (w[at + 3]! << 24)) >>> 0;
+          const f = fp4x8Scaled(word, sc), xv = k0 + 32 * c + 8 * i;
+          let d = Math.fround(f[0]! * x[xv]!);
+          for (let e = 1; e < 8; e++) d = fmaf32(f[e]!, x[xv + e]!, d);
+          lanes[lane] = Math.fround(lanes[lane]! + d);
+        }
+      }
+    }
+  }
+  let v = lanes;
+  for (let o = 16; o > 0; o >>= 1) v = v.map((a, l) => Math.fround(a + v[l ^ o]!));
+  return v[0]!;
+}
+
+test('MXFP4 weights: every code times every scale byte the uploads keep (0 .. 252) as fp4x8_scaled widens them, exact', () => {
+  for (let s = 0; s <= 252; s++) {
+    for (let n = 0; n < 16; n++) {
+      const word = n * 0x11111111 >>> 0; // code n at all 8 places
+      const f = fp4x8Scaled(word, s);
+      for (const v of f) assert.ok(Object.is(v, mxfp4Value(n, s)), `code ${n} scale ${s}: ${v} against ${mxfp4Value(n, s)}`);
+    }
+  }
+  assert.equal(mxfp4Value(1, 0), 2 ** -128, 'a subnormal weight');
+  assert.ok(Object.is(mxfp4Value(8, 127), -0), 'code 8 is -0');
+  assert.equal(mxfp4Value(7, 252), 6 * 2 ** 125);
+});
+
+test('gpuDotMxfp4 is the gemv\'s MXFP4 order at every batch (K chunks of 16,384 / B values, and the combining product\'s 2,048)', () => {
+  const r = rng(9);
+  for (const K of [32, 96, 1024, 1056, 2880, 4096 + 320]) {
+    for (let t = 0; t < 3; t++) {
+      const w = Uint8Array.from({ length: K / 2 }, () => int(r, 0, 255));
+      const scales = Uint8Array.from({ length: K / 32 }, () => (r() < 0.05 ? int(r, 0, 2) : r() < 0.05 ? int(r, 241, 252) : int(r, 110, 135)));
+      const x = Float32Array.from({ length: K }, () => (r() < 0.1 ? sign(r) * 0 : f32With(r, int(r, -30, 4))));
+      const want = gpuDotMxfp4(w, 0, scales, 0, x, K);
+      for (const KC of [16384, 8192, 4096, 2048, 1024]) {
+        const got = gemvMxfp4(w, scales, x, K, KC);
+        assert.ok(Object.is(got, want) || (Number.isNaN(got) && Number.isNaN(want)), `K ${K} KC ${KC}: gemv ${hex(got)}, spec ${hex(want)}`);
+      }
+    }
+  }
+});
+
+test('exactSwigluClamped: gate clamped above at the limit, up to [-limit, limit], a NaN sum giving way to the bound; within a few ulp of its formula', () => {
+  const L = 7, A = 1.702;
+  const f = (g: number, u: number): number => {
+    const gc = Math.min(g, L), uc = Math.min(Math.max(u, -L), L);
+    return (uc + 1) * gc / (1 + Math.exp(-Math.fround(Math.fround(A) * gc))); // e^ of the float32 product, as the kernels take it
+  };
+  const r = rng(10);
+  for (let i = 0; i < 20000; i++) {
+    const g = Math.fround(-30 + 60 * r()), u = Math.fround(-30 + 60 * r());
+    const got = exactSwigluClamped(g, u, L, A), want = f(g, u);
+    assert.ok(Math.abs(got - want) <= 8 * 2 ** -24 * Math.abs(want) + 2 ** -140, `(${g}, ${u}): ${got} against ${want}`);
+  }
+  assert.equal(exactSwigluClamped(100, 100, L, A), exactSwigluClamped(7, 7, L, A), 'both past the limit: clamped');
+  assert.equal(exactSwigluClamped(3, -100, L, A), exactSwigluClamped(3, -7, L, A));
+  assert.equal(exactSwigluClamped(NaN, NaN, L, A), exactSwigluClamped(7, -7, L, A), 'fminf(NaN, limit) is the limit; fmaxf(NaN, -limit) is -limit');
+  assert.ok(Object.is(exactSwigluClamped(-200, 2, L, A), -0), 'a gate far below: sigmoid 0, the unit -0');
+  assert.ok(Object.is(exactSwigluClamped(0, 0, L, A), 0));
 });

@@ -1,6 +1,8 @@
-// The spec, for tests, of the GPU gemv's orders (bf16 and block FP8) and of the host lane (native/host_experts.c)
-// that copies them: every float32 operation written out in JS (Math.fround for one rounding, fmaf32 for a fused one).
-import type { LaneGrid, LaneRow } from './host-experts.ts';
+// The spec, for tests, of the GPU gemv's orders (bf16, block FP8 and MXFP4) and of the host lane
+// (native/host_experts.c) that copies them: every float32 operation written out in JS (Math.fround for one rounding,
+// fmaf32 for a fused one).
+import { FP4_VALUES } from '../../model/quant.ts';
+import type { LaneGrid, LaneRow } from './lane-row.ts';
 
 /** Largest finite float32 and the midpoint between it and 2^128 (at or above which a sum rounds to infinity). */
 const FLT_MAX = 3.4028234663852886e38;
@@ -64,6 +66,28 @@ export function exactSwiglu(g: number, u: number): number {
   return Math.fround(exactSilu(g) * u);
 }
 
+/** C's fminf / fmaxf (the GPU's min.f32 / max.f32): a NaN operand gives way to the other. */
+const fminf = (a: number, b: number): number => (a !== a ? b : b !== b ? a : Math.min(a, b));
+const fmaxf = (a: number, b: number): number => (a !== a ? b : b !== b ? a : Math.max(a, b));
+
+/**
+ * exact_swiglu_clamped (gpt-oss, limit > 0): gate clamped above at limit, up to [-limit, limit] (a NaN sum gives way
+ * to the bound), then (up + 1) x (gate x sigmoid(alpha gate)), sigmoid(v) = 1 / (1 + e^-v). limit and alpha are the
+ * float32 values the kernels get.
+ */
+export function exactSwigluClamped(g: number, u: number, limit: number, alpha: number): number {
+  const L = Math.fround(limit), A = Math.fround(alpha);
+  const gc = fminf(g, L), uc = fminf(fmaxf(u, -L), L);
+  const sig = Math.fround(1 / Math.fround(1 + exactExpf(-Math.fround(gc * A))));
+  return Math.fround(Math.fround(uc + 1) * Math.fround(gc * sig));
+}
+
+/** The warp's butterfly over 32 lane sums (lane l adds lane l ^ o, o = 16 .. 1): lane 0's. */
+function butterfly(acc: number[]): number {
+  for (let o = 16; o > 0; o >>= 1) acc = acc.map((v, l) => Math.fround(v + acc[l ^ o]!));
+  return acc[0]!;
+}
+
 const bf16Bits = new Uint32Array(1);
 const bf16Float = new Float32Array(bf16Bits.buffer);
 function bf16(bits: number): number {
@@ -77,14 +101,13 @@ function bf16(bits: number): number {
  */
 export function gpuDot(w: Uint16Array, wOffset: number, x: Float32Array, K: number): number {
   if (K % 8 !== 0) throw new Error(`gpuDot: K ${K} is not a multiple of 8`);
-  let acc = new Array<number>(32).fill(0);
+  const acc = new Array<number>(32).fill(0);
   for (let c = 0; c < K / 8; c++) {
     let a = acc[c % 32]!;
     for (let e = 0; e < 8; e++) a = fmaf32(bf16(w[wOffset + 8 * c + e]!), x[8 * c + e]!, a);
     acc[c % 32] = a;
   }
-  for (let o = 16; o > 0; o >>= 1) acc = acc.map((v, l) => Math.fround(v + acc[l ^ o]!));
-  return acc[0]!;
+  return butterfly(acc);
 }
 
 /**
@@ -107,14 +130,49 @@ const E4M3 = Float64Array.from({ length: 256 }, (_, b) => e4m3Value(b));
  */
 export function gpuDotFp8(w: Uint8Array, wOffset: number, scales: Float32Array, sOffset: number, sCols: number, x: Float32Array, K: number): number {
   if (K % 16 !== 0) throw new Error(`gpuDotFp8: K ${K} is not a multiple of 16`);
-  let acc = new Array<number>(32).fill(0);
+  const acc = new Array<number>(32).fill(0);
   for (let c = 0; c < K / 16; c++) {
     let d = 0;
     for (let e = 0; e < 16; e++) d = fmaf32(E4M3[w[wOffset + 16 * c + e]!]!, x[16 * c + e]!, d);
     acc[c % 32] = fmaf32(scales[sOffset + Math.floor((16 * c) / sCols)]!, d, acc[c % 32]!);
   }
-  for (let o = 16; o > 0; o >>= 1) acc = acc.map((v, l) => Math.fround(v + acc[l ^ o]!));
-  return acc[0]!;
+  return butterfly(acc);
+}
+
+/**
+ * An MXFP4 weight (exact, fp4x8_scaled's): E2M1 code n (sign, 2 exponent bits, 1 mantissa bit) times its block's E8M0
+ * scale byte s, 2^(s - 127) (s = 0: 2^-127). Every such value is a float32 for s <= 252 (the uploads refuse more).
+ */
+export function mxfp4Value(n: number, s: number): number {
+  return Math.fround(FP4_VALUES[n & 15]! * 2 ** (s - 127));
+}
+
+/**
+ * One dot of the gemv over MXFP4 weights (op_gemv.cuh's dot_word_mxfp4): K values (K % 32 == 0) as K / 2 bytes from
+ * w[wOffset], two E2M1 codes a byte (low nibble first), chunk c (values 32c..32c+31, one 16-byte load) scaled by
+ * its E8M0 byte scales[sOffset + c]. Lane c % 32 takes chunk c in ascending c, and of it each word of 8 values in
+ * turn: d = w_0 x_0, d = fma(w_e, x_e, d) for e = 1 .. 7, acc = acc + d; then the butterfly.
+ */
+export function gpuDotMxfp4(w: Uint8Array, wOffset: number, scales: Uint8Array, sOffset: number, x: Float32Array, K: number): number {
+  if (K % 32 !== 0) throw new Error(`gpuDotMxfp4: K ${K} is not a multiple of 32`);
+  const acc = new Array<number>(32).fill(0);
+  const value = new Float64Array(16);
+  for (let c = 0; c < K / 32; c++) {
+    const s = scales[sOffset + c]!;
+    for (let n = 0; n < 16; n++) value[n] = mxfp4Value(n, s);
+    let a = acc[c % 32]!;
+    for (let i = 0; i < 4; i++) {
+      const v = 32 * c + 8 * i, at = wOffset + v / 2;
+      let d = 0;
+      for (let e = 0; e < 8; e++) {
+        const b = w[at + (e >> 1)]!, wv = value[e & 1 ? b >> 4 : b & 15]!;
+        d = e === 0 ? Math.fround(wv * x[v]!) : fmaf32(wv, x[v + e]!, d);
+      }
+      a = Math.fround(a + d);
+    }
+    acc[c % 32] = a;
+  }
+  return butterfly(acc);
 }
 
 /** A bf16 matrix of n values at byte offset `off` of the row (copied: the offset need not be even). */
@@ -122,26 +180,49 @@ function matrix(row: Uint8Array, off: number, n: number): Uint16Array {
   return new Uint16Array(row.slice(off, off + 2 * n).buffer);
 }
 
-/** Row r (K values) of a matrix of the row, as a dot with x: bf16 at `at`, or block FP8 with its grid. */
-type RowDot = (r: number, x: Float32Array) => number;
-function rowDot(row: Uint8Array, at: number, rows: number, K: number, grid?: LaneGrid): RowDot {
-  if (!grid) {
-    const w = matrix(row, at, rows * K);
-    return (r, x) => gpuDot(w, r * K, x, K);
+/** One matrix of the expert as the GPU reads it: row r's dot with x, and its bias (0 when none: the GPU adds +0). */
+interface RowDot { dot(r: number, x: Float32Array): number; bias(r: number): number | null }
+
+/**
+ * Matrix `which` of the row (`rows` rows of K values): row r is the matrix's row r x step (gate and up interleaved:
+ * step 2, each from its own first row), bf16, block FP8 with its float grid, or MXFP4 with its E8M0 bytes.
+ */
+function rowDot(row: Uint8Array, at: LaneRow, which: 'gate' | 'up' | 'down', rows: number, K: number): RowDot {
+  const step = which === 'down' ? 1 : at.step ?? 1;
+  const span = (rows - 1) * step + 1; // the matrix's rows from its first, the other matrix's between
+  const biasAt = at.bias?.[which];
+  const biases = biasAt === undefined ? null : matrix(row, biasAt, span);
+  const bias = (r: number): number | null => (biases ? bf16(biases[r * step]!) : null);
+  const e8m0 = at.e8m0?.[which], grid: LaneGrid | undefined = at.scales?.[which];
+  if (e8m0 !== undefined) {
+    const w = row.slice(at[which], at[which] + (span * K) / 2), scales = row.slice(e8m0, e8m0 + (span * K) / 32);
+    return { dot: (r, x) => gpuDotMxfp4(w, (r * step * K) / 2, scales, (r * step * K) / 32, x, K), bias };
   }
-  const w = row.slice(at, at + rows * K);
+  if (!grid) {
+    const w = matrix(row, at[which], span * K);
+    return { dot: (r, x) => gpuDot(w, r * step * K, x, K), bias };
+  }
+  if (step !== 1) throw new Error('rowDot: block-FP8 gate and up rows are not interleaved');
+  const w = row.slice(at[which], at[which] + rows * K);
   const scales = new Float32Array(row.slice(grid.at, grid.at + 4 * Math.ceil(rows / grid.rows) * grid.ld).buffer);
-  return (r, x) => gpuDotFp8(w, r * K, scales, Math.floor(r / grid.rows) * grid.ld, grid.cols, x, K);
+  return { dot: (r, x) => gpuDotFp8(w, r * K, scales, Math.floor(r / grid.rows) * grid.ld, grid.cols, x, K), bias };
 }
 
 /**
- * One bias-free SwiGLU expert: gate [I][H], up [I][H], down [H][I] at these byte offsets of the row (bf16, or block
- * FP8 with `at.scales`). h[j] = swiglu(gate_j . x + 0, up_j . x + 0) (the +0 turns -0 into +0); y[f] = down_f . h.
+ * One SwiGLU expert: gate [I][H], up [I][H], down [H][I] as `at` places them in the row. h[j] = act(gate_j . x + bg_j,
+ * up_j . x + bu_j), each bias 0 when there is none (the GPU's +0 turns -0 into +0), act exact_swiglu or with `clamp`
+ * exact_swiglu_clamped; y[f] = down_f . h, plus its bias when there is one (else as summed).
  */
 export function expertSpec(row: Uint8Array, at: LaneRow, H: number, I: number, x: Float32Array): { h: Float32Array; y: Float32Array } {
-  const gate = rowDot(row, at.gate, I, H, at.scales?.gate), up = rowDot(row, at.up, I, H, at.scales?.up), down = rowDot(row, at.down, H, I, at.scales?.down);
+  const gate = rowDot(row, at, 'gate', I, H), up = rowDot(row, at, 'up', I, H), down = rowDot(row, at, 'down', H, I);
   const h = new Float32Array(I), y = new Float32Array(H);
-  for (let j = 0; j < I; j++) h[j] = exactSwiglu(Math.fround(gate(j, x) + 0), Math.fround(up(j, x) + 0));
-  for (let f = 0; f < H; f++) y[f] = down(f, h);
+  for (let j = 0; j < I; j++) {
+    const g = Math.fround(gate.dot(j, x) + (gate.bias(j) ?? 0)), u = Math.fround(up.dot(j, x) + (up.bias(j) ?? 0));
+    h[j] = at.clamp ? exactSwigluClamped(g, u, at.clamp.limit, at.clamp.alpha) : exactSwiglu(g, u);
+  }
+  for (let f = 0; f < H; f++) {
+    const b = down.bias(f), d = down.dot(f, h);
+    y[f] = b === null ? d : Math.fround(d + b);
+  }
   return { h, y };
 }
