@@ -5,8 +5,10 @@
 // each pick's output row back; the GPU's combine waits for it (kernels/op_host.cuh). Every product sums in the GPU
 // gemv's order (op_gemv.cuh, at every batch: bf16, lane l of a warp takes the 8-value chunks c = l, l + 32, ... of a
 // row in turn, one fused multiply-add a value; block FP8, the 16-value chunks, each a chain of fused multiply-adds
-// added in times its block's scale (fp8_dot.h); then the warp's butterfly) and the activation is exact_math.cuh's,
-// so a pick's output has the bits the GPU would give it. One expert a request may be split with the GPU: the host
+// added in times its block's scale (fp8_dot.h); MXFP4, the 32-value chunks, each word of 8 a product and a chain of
+// fused multiply-adds added in (mxfp4_dot.h); then the warp's butterfly), the biases are added as the gemv's epilogue
+// adds them and the activation (SwiGLU, or gpt-oss's clamped one) is exact_math.cuh's, so a pick's output has the bits
+// the GPU would give it. One expert a request may be split with the GPU: the host
 // computes the first units of its gate | up and the first features of its down product, the GPU the rest, the two
 // exchanging their units through the mailbox in between (each unit and feature still summed whole on one side).
 // Built by scripts/build-kernels.mjs (cc -O3 -ffp-contract=off); driven by src/backend/cuda/host-experts.ts.
@@ -67,8 +69,11 @@ static float dot_ref(const uint16_t* w, const float* x, int K) {
   return acc[0];
 }
 
-// The bias-free expert's gate | up sums plus zero, as op_gemv.cuh's SwiGLU epilogue adds a missing bias.
-static inline float swiglu_ref(float g, float u) { return exact_swiglu(EXACT_ADD(g, 0.0f), EXACT_ADD(u, 0.0f)); }
+// How a unit is activated from its gate and up sums (biases added), as op_common.cuh's swiglu_act: the clamped
+// SwiGLU when limit > 0, else silu(gate) x up.
+static inline float unit_act(float limit, float alpha, float g, float u) {
+  return limit > 0.0f ? exact_swiglu_clamped(g, u, limit, alpha) : exact_swiglu(g, u);
+}
 
 // x laid out for the vector order: value (g * 32 + l) * 8 + e at (g * 8 + e) * 32 + l (K % 256 == 0).
 static inline size_t lane_major(size_t j) { return ((j >> 8) * 8 + (j & 7)) * 32 + ((j >> 3) & 31); }
@@ -147,63 +152,102 @@ HE_TARGET static void dot_avx512(const uint16_t* w, const float* const* xt, int 
     }
   }
 }
-// swiglu_ref compiled with FMA instructions (outside a target function its fmaf is a libm call).
-HE_TARGET static float swiglu_avx512(float g, float u) { return swiglu_ref(g, u); }
+// unit_act compiled with FMA instructions (outside a target function its fmaf is a libm call).
+HE_TARGET static float unit_act_avx512(float limit, float alpha, float g, float u) { return unit_act(limit, alpha, g, u); }
 static int simd_supported(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
 #else
 static void dot_avx512(const uint16_t* w, const float* const* xt, int n, int K, float* out, const void* pf) { (void)w; (void)xt; (void)K; (void)pf; for (int i = 0; i < n; i++) out[i] = 0.f; }
-static float swiglu_avx512(float g, float u) { (void)g; (void)u; return 0.f; }
+static float unit_act_avx512(float limit, float alpha, float g, float u) { return unit_act(limit, alpha, g, u); }
 static int simd_supported(void) { return 0; }
 #endif
 #include "fp8_dot.h"
+#include "mxfp4_dot.h"
 
-// How an expert's values are stored (HeRow.format): bf16, or block FP8 (float8_e4m3fn bytes and float32 scales).
-enum { HE_BF16 = 0, HE_FP8 = 1 };
-// One matrix of an expert's bank row (K values a row): its values at byte offset w; block FP8 also its scale grid at
-// byte offset s (4-byte aligned), weight row r and value k scaled by grid[(r / s_rows) * s_ld + k / s_cols] (the
-// kernels' grid, fp8-grid.ts; s_cols a multiple of 16, so a 16-value load has one scale).
-typedef struct { int64_t w, s; int32_t s_rows, s_cols, s_ld, pad; } HeMatrix;
-// An expert's bank row (host-experts.ts encodes it from a LaneRow): gate [I][H], up [I][H], down [H][I]. (Gate | up is
-// one product on the GPU, one grid: up's grid here starts at the scale row holding up row 0, I / s_rows rows in.)
-typedef struct { int32_t format, pad; HeMatrix gate, up, down; } HeRow;
+// How an expert's values are stored (HeRow.format): bf16, block FP8 (float8_e4m3fn bytes and float32 scales), or
+// MXFP4 (E2M1 codes two a byte and E8M0 scale bytes).
+enum { HE_BF16 = 0, HE_FP8 = 1, HE_MXFP4 = 2 };
+// One matrix of an expert's bank row (K values a row): its row r is the row r x step from byte offset w (step 2: gate
+// and up rows interleaved in one product, gpt-oss's gate_up_proj). Block FP8 also has its scale grid at byte offset s
+// (4-byte aligned), weight row r and value k scaled by grid[(r / s_rows) * s_ld + k / s_cols] (the kernels' grid,
+// fp8-grid.ts; s_cols a multiple of 16, so a 16-value load has one scale); MXFP4 its E8M0 bytes at s, s_ld a row (one
+// a 32 values). b: its bf16 biases' byte offset (row r's at b + 2 r step), or -1: none.
+typedef struct { int64_t w, s, b; int32_t s_rows, s_cols, s_ld, step; } HeMatrix;
+// An expert's bank row (lane-row.ts encodes it from a LaneRow): gate [I][H], up [I][H], down [H][I]; limit > 0: the
+// clamped SwiGLU with limit and alpha (op_common.cuh swiglu_act). (Block FP8's gate | up is one product on the GPU, one
+// grid: up's grid here starts at the scale row holding up row 0, I / s_rows rows in.)
+typedef struct { int32_t format, pad; float limit, alpha; HeMatrix gate, up, down; } HeRow;
+_Static_assert(sizeof(HeMatrix) == 40 && sizeof(HeRow) == 136, "HeRow: lane-row.ts HE_ROW_FIELDS");
+
+// Bytes of a row of K values of the format.
+static inline int64_t row_bytes_of(int format, int64_t K) { return format == HE_BF16 ? 2 * K : format == HE_FP8 ? K : K / 2; }
 
 // Whether the lane computes a row so laid out at hidden H and expert size I (the vector path also wants H and I
-// multiples of 256).
+// multiples of 256 for bf16 and FP8: simd_shape).
 static int row_ok(const HeRow* rl, int H, int I) {
   if (!rl || H <= 0 || I <= 0) return 0;
-  if (rl->format == HE_BF16) return H % 8 == 0 && I % 8 == 0;
-  if (rl->format != HE_FP8 || H % 16 || I % 16) return 0;
   const HeMatrix* m[3] = {&rl->gate, &rl->up, &rl->down};
   const int K[3] = {H, H, I};
+  // Gate and up rows one after the other or interleaved (the same way), down's one after the other; a bias or none.
+  if (rl->gate.step != rl->up.step || (rl->gate.step != 1 && rl->gate.step != 2) || rl->down.step != 1) return 0;
+  for (int i = 0; i < 3; i++)
+    if (m[i]->b < -1) return 0;
+  if (rl->format == HE_BF16) return H % 8 == 0 && I % 8 == 0;
+  if (rl->format == HE_MXFP4) {
+    if (H % 32 || I % 32) return 0;
+    for (int i = 0; i < 3; i++)
+      if (m[i]->s_ld < K[i] / 32) return 0;
+    return 1;
+  }
+  if (rl->format != HE_FP8 || H % 16 || I % 16 || rl->gate.step != 1) return 0;
   for (int i = 0; i < 3; i++)
     if (m[i]->s_rows < 1 || m[i]->s_cols < 16 || m[i]->s_cols % 16 || m[i]->s % 4 || m[i]->s_ld < ((int64_t)K[i] + m[i]->s_cols - 1) / m[i]->s_cols) return 0;
   return 1;
 }
 
-// Whether every matrix and scale grid rl names lies inside a bank row of row_bytes (he_start's rows: a layout past the
-// row's end would read the next expert, or past the bank).
+// Whether the vector path takes the format at hidden H and expert size I (MXFP4's has a partial last round).
+static int simd_shape(int format, int H, int I) { return format == HE_MXFP4 || (H % 256 == 0 && I % 256 == 0); }
+
+// Whether every matrix, scale grid and bias rl names lies inside a bank row of row_bytes (he_start's rows: a layout
+// past the row's end would read the next expert, or past the bank).
 static int row_fits(const HeRow* rl, int H, int I, int64_t row_bytes) {
   const HeMatrix* m[3] = {&rl->gate, &rl->up, &rl->down};
-  const int64_t rows[3] = {I, I, H}, K[3] = {H, H, I}, vb = rl->format == HE_FP8 ? 1 : 2;
+  const int64_t R[3] = {I, I, H}, K[3] = {H, H, I};
   for (int i = 0; i < 3; i++) {
-    if (m[i]->w < 0 || m[i]->w + rows[i] * K[i] * vb > row_bytes) return 0;
-    if (rl->format == HE_FP8 && (m[i]->s < 0 || m[i]->s + 4 * ((rows[i] + m[i]->s_rows - 1) / m[i]->s_rows) * (int64_t)m[i]->s_ld > row_bytes)) return 0;
+    const int64_t rows = (R[i] - 1) * m[i]->step + 1; // the rows from the matrix's first to its last
+    if (m[i]->w < 0 || m[i]->w + rows * row_bytes_of(rl->format, K[i]) > row_bytes) return 0;
+    if (rl->format == HE_FP8 && (m[i]->s < 0 || m[i]->s + 4 * ((rows + m[i]->s_rows - 1) / m[i]->s_rows) * (int64_t)m[i]->s_ld > row_bytes)) return 0;
+    if (rl->format == HE_MXFP4 && (m[i]->s < 0 || m[i]->s + rows * (int64_t)m[i]->s_ld > row_bytes)) return 0;
+    if (m[i]->b >= 0 && m[i]->b + 2 * rows > row_bytes) return 0;
   }
   return 1;
 }
 
 // Where value j of an input vector sits for the vector path of the format (each its own lane-major order).
-static inline size_t lane_pos(int format, size_t j) { return format == HE_FP8 ? lane_major16(j) : lane_major(j); }
+static inline size_t lane_pos(int format, size_t j) { return format == HE_FP8 ? lane_major16(j) : format == HE_MXFP4 ? lane_major32(j) : lane_major(j); }
+// Floats an input vector of K values takes (MXFP4's vector order rounds K up to whole rounds).
+static inline size_t vec_ld(int format, int K) { return format == HE_MXFP4 ? mxfp4_ld(K) : (size_t)K; }
 
 // The values of row r of matrix m (K values a row) in an expert's bank row.
 static inline const uint8_t* row_values(const uint8_t* row, const HeMatrix* m, int format, int r, int K) {
-  return row + m->w + (size_t)r * K * (format == HE_FP8 ? 1 : 2);
+  return row + m->w + (size_t)r * m->step * row_bytes_of(format, K);
+}
+
+// Row r's bias of matrix m (bf16), or +0 when it has none (as the gemv's SwiGLU epilogue adds a missing one).
+static inline float bias_of(const uint8_t* row, const HeMatrix* m, int r) {
+  if (m->b < 0) return 0.0f;
+  uint16_t v;
+  memcpy(&v, row + m->b + (size_t)2 * r * m->step, 2);
+  return EXACT_BITS_TO_FLOAT((uint32_t)v << 16);
 }
 
 // Row r of matrix m with the n inputs x[p] (lane-major when simd), into out[p]. pf (or null): a row to ask for.
 static inline void dots(const uint8_t* row, const HeRow* rl, const HeMatrix* m, int r, int K, const float* const* x, int n, float* out, int simd, const void* pf) {
   const uint8_t* w = row_values(row, m, rl->format, r, K);
-  if (rl->format == HE_FP8) {
+  if (rl->format == HE_MXFP4) {
+    const uint8_t* srow = row + m->s + (size_t)r * m->step * m->s_ld;
+    if (simd) mxfp4_dot_avx512(w, srow, x, n, K, out, pf);
+    else for (int p = 0; p < n; p++) out[p] = mxfp4_dot_ref(w, srow, x[p], K);
+  } else if (rl->format == HE_FP8) {
     const float* srow = (const float*)(row + m->s) + (size_t)(r / m->s_rows) * m->s_ld;
     if (simd) fp8_dot_avx512(w, srow, m->s_cols, x, n, K, out, pf);
     else for (int p = 0; p < n; p++) out[p] = fp8_dot_ref(w, srow, m->s_cols, x[p], K);
@@ -220,11 +264,20 @@ static inline void gate_up_unit(const uint8_t* row, const HeRow* rl, int H, int 
   float g[HE_MAX_PICKS], u[HE_MAX_PICKS];
   dots(row, rl, &rl->gate, j, H, x, n, g, simd, pf ? row_values(pf->row, &rl->gate, rl->format, pf->j, H) : NULL);
   dots(row, rl, &rl->up, j, H, x, n, u, simd, pf ? row_values(pf->row, &rl->up, rl->format, pf->j, H) : NULL);
-  for (int p = 0; p < n; p++) h[p][simd ? lane_pos(rl->format, j) : (size_t)j] = simd ? swiglu_avx512(g[p], u[p]) : swiglu_ref(g[p], u[p]);
+  const float gb = bias_of(row, &rl->gate, j), ub = bias_of(row, &rl->up, j);
+  for (int p = 0; p < n; p++) {
+    const float gs = EXACT_ADD(g[p], gb), us = EXACT_ADD(u[p], ub);
+    h[p][simd ? lane_pos(rl->format, j) : (size_t)j] = simd ? unit_act_avx512(rl->limit, rl->alpha, gs, us) : unit_act(rl->limit, rl->alpha, gs, us);
+  }
 }
-// Feature f of the expert's down product for its n picks: out[p] from h[p]. pf (or null): a down row to ask for.
+// Feature f of the expert's down product for its n picks: out[p] from h[p], plus its bias when it has one (epi_store:
+// none, none added). pf (or null): a down row to ask for.
 static inline void down_feature(const uint8_t* row, const HeRow* rl, int I, int f, const float* const* h, int n, float* out, int simd, const void* pf) {
   dots(row, rl, &rl->down, f, I, h, n, out, simd, pf);
+  if (rl->down.b >= 0) {
+    const float b = bias_of(row, &rl->down, f);
+    for (int p = 0; p < n; p++) out[p] = EXACT_ADD(out[p], b);
+  }
 }
 
 int he_simd_available(void) { return simd_supported(); }
@@ -233,13 +286,13 @@ int he_simd_available(void) { return simd_supported(); }
 uint64_t he_address(const void* p) { return (uint64_t)(uintptr_t)p; }
 
 // One expert on the calling thread (the tests' entry), its row laid out as rl says: h [I] (plain order) and y [H].
-// simd: 1 takes the vector path (H and I multiples of 256 and the CPU has it, else returns -1); 0 the reference
+// simd: 1 takes the vector path (the CPU has it and it takes the shape, simd_shape; else returns -1); 0 the reference
 // loop. -2: a layout or shape the lane does not compute (row_ok).
 int he_expert(const uint8_t* row, const HeRow* rl, int H, int I, const float* x, float* h, float* y, int simd) {
   if (!row_ok(rl, H, I)) return -2;
-  if (simd && (!simd_supported() || H % 256 || I % 256)) return -1;
-  float* xt = malloc(sizeof(float) * H);
-  float* ht = malloc(sizeof(float) * I);
+  if (simd && (!simd_supported() || !simd_shape(rl->format, H, I))) return -1;
+  float* xt = calloc(vec_ld(rl->format, H), sizeof(float));
+  float* ht = calloc(vec_ld(rl->format, I), sizeof(float));
   if (!xt || !ht) { free(xt); free(ht); return -3; }
 #if defined(__x86_64__)
   const unsigned csr = _mm_getcsr();
@@ -269,14 +322,15 @@ typedef struct Lane Lane;
 typedef struct { Lane* lane; int index; int cpu; } Worker;
 struct Lane {
   int threads, H, I, layers, hot_rows, cold_rows, simd, flags;
+  size_t xld, hld; // floats a row of xt and of ht takes (vec_ld)
   int64_t row_bytes;
   HeRow rl;
   uint64_t* cold; // [layers] host addresses
   HeMailbox* mb;
   float* y;     // the mailbox's outputs
   float* act;   // the mailbox's exchange of the split expert's units
-  float* xt;    // [HE_MAX_PICKS][H] the request's rows' inputs (lane-major when simd)
-  float* ht;    // [HE_MAX_PICKS][I] the picks' units
+  float* xt;    // [HE_MAX_PICKS][xld] the request's rows' inputs (lane-major when simd)
+  float* ht;    // [HE_MAX_PICKS][hld] the picks' units
   _Atomic int stop;
   _Atomic uint32_t bar_count, bar_gen;
   // The request being answered, as thread 0 read it from the mailbox and grouped it (every thread works from this
@@ -434,9 +488,9 @@ static void answer(Lane* L, int t) {
   const float* x = (const float*)((const uint8_t*)L->mb + HE_X);
   share(L->job.rows * H, t, T, &b, &e);
   for (int i = b; i < e; i++) {
-    const size_t r = (size_t)L->job.row[i / H] * H;
+    const size_t r = (size_t)L->job.row[i / H];
     const int c = i % H;
-    L->xt[r + (simd ? lane_pos(L->rl.format, c) : (size_t)c)] = x[r + c];
+    L->xt[r * L->xld + (simd ? lane_pos(L->rl.format, c) : (size_t)c)] = x[r * H + c];
   }
   barrier(L);
   // mw whole experts, then (split) the split expert: the host's units of its gate | up (su), features of its down (sf).
@@ -448,8 +502,8 @@ static void answer(Lane* L, int t) {
   float* hs[HE_MAX_PICKS];
   for (int q = 0; q < L->job.ex_start[m]; q++) {
     const int p = L->job.pick_of[q];
-    xs[q] = L->xt + (size_t)(p / k) * H;
-    hs[q] = L->ht + (size_t)p * I;
+    xs[q] = L->xt + (size_t)(p / k) * L->xld;
+    hs[q] = L->ht + (size_t)p * L->hld;
   }
   // Each thread takes a contiguous range of units (a contiguous range beat every T-th unit: 1-4 picks 145-487 against
   // 159-619 us, H200 host). HE_PREFETCH (the vector path): the next unit's rows are asked for (into L2) a group at a
@@ -561,8 +615,8 @@ void he_stop(void* handle);
 // HE_MAX_PICKS x I bytes).
 // cold: [layers] host addresses of each MoE layer's cold bank, cold_rows rows of row_bytes laid out as rl says (copied);
 // physical slot s >= hot_rows is cold row s - hot_rows. flags: HE_PIN pins thread i to the i-th last CPU this process may run on;
-// HE_PREFETCH as in answer(). simd: 1 takes the vector path where it applies (H and I multiples of
-// 256, the CPU has AVX-512). Null on failure.
+// HE_PREFETCH as in answer(). simd: 1 takes the vector path where it applies (the CPU has AVX-512 and it takes the
+// shape, simd_shape). Null on failure.
 void* he_start(int threads, int H, int I, int layers, int hot_rows, int cold_rows, int64_t row_bytes, const HeRow* rl, const uint64_t* cold,
                void* mailbox, int simd, int flags) {
   const int pin = flags & HE_PIN;
@@ -572,16 +626,21 @@ void* he_start(int threads, int H, int I, int layers, int hot_rows, int cold_row
   L->threads = threads; L->H = H; L->I = I; L->layers = layers; L->hot_rows = hot_rows; L->cold_rows = cold_rows; L->flags = flags;
   L->row_bytes = row_bytes;
   L->rl = *rl;
-  L->simd = simd && simd_supported() && H % 256 == 0 && I % 256 == 0;
+  L->simd = simd && simd_supported() && simd_shape(rl->format, H, I);
+  L->xld = vec_ld(rl->format, H);
+  L->hld = vec_ld(rl->format, I);
   L->mb = (HeMailbox*)mailbox;
   L->y = (float*)((uint8_t*)mailbox + he_y_offset(H));
   L->act = (float*)((uint8_t*)mailbox + he_act_offset(H));
   L->cold = malloc(sizeof(uint64_t) * layers);
-  L->xt = aligned_alloc(64, ((sizeof(float) * HE_MAX_PICKS * H + 63) / 64) * 64);
-  L->ht = aligned_alloc(64, ((sizeof(float) * HE_MAX_PICKS * I + 63) / 64) * 64);
+  L->xt = aligned_alloc(64, ((sizeof(float) * HE_MAX_PICKS * L->xld + 63) / 64) * 64);
+  L->ht = aligned_alloc(64, ((sizeof(float) * HE_MAX_PICKS * L->hld + 63) / 64) * 64);
   L->th = calloc(threads, sizeof(pthread_t));
   L->workers = calloc(threads, sizeof(Worker));
   if (!L->cold || !L->xt || !L->ht || !L->th || !L->workers) { he_stop(L); return NULL; }
+  // (MXFP4's vector order reads the padding past a row's values in lanes whose sums it then leaves alone: zeros.)
+  memset(L->xt, 0, sizeof(float) * HE_MAX_PICKS * L->xld);
+  memset(L->ht, 0, sizeof(float) * HE_MAX_PICKS * L->hld);
   memcpy(L->cold, cold, sizeof(uint64_t) * layers);
   int cpus[1024], ncpu = 0;
   cpu_set_t allowed;

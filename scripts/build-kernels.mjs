@@ -31,7 +31,7 @@ function buildHostLane(dir) {
   const cc = process.env.CC || 'cc';
   const src = join(root, 'native', 'host_experts.c');
   const out = join(dir, 'host_experts.so');
-  const deps = [src, join(root, 'native', 'fp8_dot.h'), join(root, 'kernels', 'exact_math.cuh')];
+  const deps = [src, join(root, 'native', 'fp8_dot.h'), join(root, 'native', 'mxfp4_dot.h'), join(root, 'kernels', 'exact_math.cuh')];
   if (existsSync(out) && !args.includes('--force') && deps.every((f) => statSync(out).mtimeMs > statSync(f).mtimeMs)) return;
   if (spawnSync(cc, ['--version']).status !== 0) { console.log(`build-kernels: no C compiler (${cc}): the host expert lane is NOT built`); return; }
   mkdirSync(dir, { recursive: true });

@@ -1,47 +1,16 @@
 // The host expert lane (native/host_experts.c, built here with the system's C compiler and build-kernels' flags)
 // against its spec (host-expert-spec.ts), bit for bit, on both of its paths (the spec's own tests:
 // host-expert-spec.test.ts).
-import { after, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { availableParallelism } from 'node:os';
 import { e4m3Value, exactSilu, expertSpec, gpuDot, gpuDotFp8 } from './host-expert-spec.ts';
-import { HostExpertLane, loadHostLaneLib, MAILBOX, type HostLaneLib, type LaneGrid, type LaneRow } from './host-experts.ts';
+import { HostExpertLane, MAILBOX } from './host-experts.ts';
+import type { LaneGrid, LaneRow } from './lane-row.ts';
 import { fp8Grid, type Fp8Grid } from './fp8-grid.ts';
 import type { CudaDriver } from './driver.ts';
-import { bitsOf, fromBits, rng, int, sign, f32With, hex } from './float-bits-test-helpers.ts';
-
-// ---- The C library ----
-
-const cc = process.env.CC || 'cc';
-const noCompiler = spawnSync(cc, ['--version']).status !== 0 ? `no C compiler (${cc}): native/host_experts.c cannot be built here` : false;
-const root = fileURLToPath(new URL('../../..', import.meta.url));
-const libDir = mkdtempSync(join(tmpdir(), 'host-experts-'));
-after(() => rmSync(libDir, { recursive: true, force: true }));
-const libs = new Map<string, Promise<HostLaneLib>>();
-/** Built once, with scripts/build-kernels.mjs's hostLaneFlags (and `defines`, each its own folder). */
-function lib(defines: readonly string[] = []): Promise<HostLaneLib> {
-  const key = defines.join(' ');
-  if (!libs.has(key)) {
-    libs.set(key, (async () => {
-      const dir = join(libDir, `lib${libs.size}`);
-      mkdirSync(dir);
-      const src = join(root, 'native', 'host_experts.c'), out = join(dir, 'host_experts.so');
-      const flags = ['-O3', '-std=gnu11', '-ffp-contract=off', '-fno-fast-math', '-fPIC', '-shared', '-pthread', ...defines.map((d) => `-D${d}`), '-o', out, src, '-lm'];
-      const r = spawnSync(cc, flags, { encoding: 'utf8' });
-      assert.equal(r.status, 0, `cc failed on native/host_experts.c:\n${r.stderr}`);
-      return loadHostLaneLib(dir);
-    })());
-  }
-  return libs.get(key)!;
-}
-/** The build whose FP8 vector path widens by integer operations, as on a CPU without VBMI (this CPU may have it). */
-const libNoVbmi = (): Promise<HostLaneLib> => lib(['HE_FP8_NO_VBMI']);
-
-interface Expert { row: Uint8Array; at: LaneRow; H: number; I: number; x: Float32Array }
+import { bitsOf, fromBits, rng, int, sign, f32With } from './float-bits-test-helpers.ts';
+import { checkExpert, lib, libNoVbmi, noCompiler, randomInput, type Expert } from './host-lane-test-helpers.ts';
 
 /** bf16 bits: sign, an exponent near 127 + scale, 7 random bits; some zeros (both signs) and subnormals. */
 function bf16Value(r: () => number, scale: number): number {
@@ -67,45 +36,6 @@ function randomExpert(seed: number, H: number, I: number): Expert {
   fill(at.up, I, H);
   fill(at.down, H, I);
   return { row, at, H, I, x: randomInput(r, H) };
-}
-
-/** An expert's input: mostly 2^-8 .. 2^2, some zeros of both signs and values up to 2^11. */
-function randomInput(r: () => number, H: number): Float32Array {
-  const x = new Float32Array(H);
-  for (let k = 0; k < H; k++) {
-    const u = r();
-    x[k] = u < 0.05 ? 0 : u < 0.1 ? -0 : u < 0.13 ? f32With(r, int(r, 6, 10)) : f32With(r, int(r, -8, 1));
-  }
-  return x;
-}
-
-function assertSameBits(got: Float32Array, want: Float32Array, what: string): void {
-  const g = new Uint32Array(got.buffer, got.byteOffset, got.length), w = new Uint32Array(want.buffer, want.byteOffset, want.length);
-  assert.equal(g.length, w.length);
-  for (let i = 0; i < g.length; i++) {
-    if (g[i] !== w[i]) assert.fail(`${what}[${i}]: C ${hex(got[i]!)}, spec ${hex(want[i]!)}`);
-  }
-}
-
-/**
- * Both paths the shape allows against the spec, bit for bit (FP8: the vector path with both widenings); says whether
- * the vector path was compared.
- */
-async function checkExpert(e: Expert, what: string): Promise<{ simd: boolean }> {
-  const L = await lib();
-  const want = expertSpec(e.row, e.at, e.H, e.I, e.x);
-  const plain = L.expert(e.row, e.at, e.H, e.I, e.x, false);
-  assertSameBits(plain.h, want.h, `${what} scalar h`);
-  assertSameBits(plain.y, want.y, `${what} scalar y`);
-  const simd = L.simdAvailable() && e.H % 256 === 0 && e.I % 256 === 0;
-  if (simd) {
-    for (const [name, V] of e.at.scales ? [['simd', L], ['simd (integer widening)', await libNoVbmi()]] as const : [['simd', L]] as const) {
-      const v = V.expert(e.row, e.at, e.H, e.I, e.x, true);
-      assertSameBits(v.h, want.h, `${what} ${name} h`);
-      assertSameBits(v.y, want.y, `${what} ${name} y`);
-    }
-  }
-  return { simd };
 }
 
 function gateSums(e: Expert): number[] {

@@ -1,7 +1,7 @@
 // The host expert lane (native/host_experts.c) through koffi: threads of the host CPU that compute some of a decode
 // step's cold experts (each once for every row that picked it) from the cold bank's pinned memory while the GPU
 // computes the rest, answering requests the routing kernel posts in a mailbox of mapped memory (kernels/op_host.cuh).
-// Their sums keep the GPU's order (bf16 or block-FP8 experts), so a pick computed here has the bits the GPU would give
+// Their sums keep the GPU's order (bf16, block-FP8 or MXFP4 experts), so a pick computed here has the bits the GPU would give
 // it. One expert a layer may be split between the sides (the first units of its gate | up and features of its down
 // product here, the rest on the GPU), the two exchanging their units through the mailbox in between.
 import { existsSync } from 'node:fs';
@@ -10,8 +10,8 @@ import { join } from 'node:path';
 import { ResidencyError } from '../../errors.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertRowLayout } from './device-weights.ts';
-import type { Fp8Grid } from './fp8-grid.ts';
 import type { CudaDriver } from './driver.ts';
+import { HE_MATRIX_FIELDS, HE_ROW_FIELDS, heRow, laneFormat, laneRowRefusal, type LaneRow } from './lane-row.ts';
 import { kernelDirCandidates } from './kernels.ts';
 import { checkParts, HostSplit, MAX_PARTS, type SplitCells, type SplitReport } from './host-split.ts';
 import { ResourceScope } from './resource-scope.ts';
@@ -65,49 +65,6 @@ export const HOST_STATE = {
 /** Decode steps between two updates of the split table from the measured times. */
 export const SPLIT_UPDATE_STEPS = 64;
 
-/**
- * A block-FP8 matrix's scale grid in a bank row (fp8-grid.ts): its first scale row at byte `at`; weight row r, value k
- * scaled by grid[floor(r / rows) * ld + floor(k / cols)] (cols a multiple of 16).
- */
-export interface LaneGrid {
-  readonly at: number;
-  readonly rows: number;
-  readonly cols: number;
-  readonly ld: number;
-}
-
-/**
- * Where an expert's matrices sit in its bank row: gate [I][H], up [I][H] and down [H][I] at these byte offsets, bf16
- * values; or, with `scales`, float8_e4m3fn bytes and each matrix's scale grid (block FP8).
- */
-export interface LaneRow {
-  readonly gate: number;
-  readonly up: number;
-  readonly down: number;
-  readonly scales?: { readonly gate: LaneGrid; readonly up: LaneGrid; readonly down: LaneGrid };
-}
-
-/** The lane's view of the banks' expert row (expertRowLayout's): bf16 or block FP8, gate rows then up rows then down. */
-export function laneRow(row: ExpertRowLayout, H: number, I: number): LaneRow {
-  if (row.format === 'bf16') return { gate: row.gateUpAt, up: row.gateUpAt + 2 * I * H, down: row.downAt };
-  const gu = row.gateUp.grid, dn = row.down.grid;
-  if (row.format !== 'fp8' || !gu || !dn) throw new ResidencyError('INTERNAL', `host experts: no lane layout for ${row.format} experts`);
-  // Gate | up share one grid (one product on the GPU), its scale rows sRows weight rows each; sRows divides I
-  // (fp8Grid takes it from the boundaries), so up row j's scale row is I / sRows + floor(j / sRows).
-  if (I % gu.sRows) throw new ResidencyError('INTERNAL', `host experts: gate | up scale rows of ${gu.sRows} weight rows do not divide the expert size ${I}`);
-  const grid = (g: Fp8Grid, at: number): LaneGrid => ({ at, rows: g.sRows, cols: g.sCols, ld: g.sLd });
-  return {
-    gate: row.gateUpAt, up: row.gateUpAt + I * H, down: row.downAt,
-    scales: { gate: grid(gu, row.gateUpGridAt), up: grid(gu, row.gateUpGridAt + 4 * (I / gu.sRows) * gu.sLd), down: grid(dn, row.downGridAt) },
-  };
-}
-
-/** host_experts.c's HeRow (a LaneRow), as koffi passes it. */
-function heRow(r: LaneRow): Record<string, unknown> {
-  const m = (w: number, g?: LaneGrid) => ({ w, s: g?.at ?? 0, s_rows: g?.rows ?? 0, s_cols: g?.cols ?? 0, s_ld: g?.ld ?? 0, pad: 0 });
-  return { format: r.scales ? 1 : 0, pad: 0, gate: m(r.gate, r.scales?.gate), up: m(r.up, r.scales?.up), down: m(r.down, r.scales?.down) };
-}
-
 type Fn = (...args: unknown[]) => unknown;
 export interface HostLaneLib {
   readonly path: string;
@@ -131,8 +88,7 @@ export async function loadHostLaneLib(dir?: string): Promise<HostLaneLib> {
   if (!path) throw new ResidencyError('NOT_AVAILABLE', `--host-experts: host_experts.so not found (looked in ${dirs.join(', ')}); run \`npm run build:kernels\` (needs a C compiler), or leave --host-experts out`);
   const koffi = (await import('koffi')) as unknown as { load(p: string): { func(proto: string): Fn }; struct(name: string, def: Record<string, unknown>): unknown };
   if (!structsDeclared) {
-    const matrix = koffi.struct('HeMatrix', { w: 'int64_t', s: 'int64_t', s_rows: 'int32_t', s_cols: 'int32_t', s_ld: 'int32_t', pad: 'int32_t' });
-    koffi.struct('HeRow', { format: 'int32_t', pad: 'int32_t', gate: matrix, up: matrix, down: matrix });
+    koffi.struct('HeRow', HE_ROW_FIELDS(koffi.struct('HeMatrix', HE_MATRIX_FIELDS)));
     structsDeclared = true;
   }
   const lib = koffi.load(path);
@@ -150,8 +106,8 @@ export async function loadHostLaneLib(dir?: string): Promise<HostLaneLib> {
     simdAvailable: () => f.simd() === 1,
     expert(row, at, H, I, x, simd) {
       const h = new Float32Array(I), y = new Float32Array(H);
-      const rc = f.expert(row, heRow(at), H, I, x, h, y, simd ? 1 : 0) as number;
-      if (rc !== 0) throw new ResidencyError('BAD_ARGUMENT', `host experts: he_expert returned ${rc} (H ${H}, I ${I}, simd ${simd}: -1 no vector path here, -2 a layout or shape the lane does not compute: sizes not multiples of 8 (bf16) or 16 (FP8), or a bad scale grid)`);
+      const rc = f.expert(row, heRow(at, H, I), H, I, x, h, y, simd ? 1 : 0) as number;
+      if (rc !== 0) throw new ResidencyError('BAD_ARGUMENT', `host experts: he_expert returned ${rc} (H ${H}, I ${I}, ${laneFormat(at)}, simd ${simd}: -1 no vector path here, -2 a layout or shape the lane does not compute: sizes not multiples of 8 (bf16), 16 (FP8) or 32 (MXFP4), a bad scale grid, interleaved FP8 rows, or a clamp that is no positive number)`);
       return { h, y };
     },
     address: (buf) => BigInt(f.address(buf) as bigint | number),
@@ -271,9 +227,9 @@ export class HostExpertLane {
       this.ioDone = scope.acquire('host expert split event', () => d.eventCreate(), (e) => d.eventDestroy(e));
       const flags = (opts.pin === false ? 0 : 1) | (opts.prefetch === false ? 0 : 4);
       this.handle = scope.acquire('host expert threads', () => {
-        const h = BigInt(lib.fns.start(this.threads, H, banks.intermediate, banks.layers, banks.hotRows, banks.coldRows, banks.rowBytes, heRow(banks.at),
+        const h = BigInt(lib.fns.start(this.threads, H, banks.intermediate, banks.layers, banks.hotRows, banks.coldRows, banks.rowBytes, heRow(banks.at, H, banks.intermediate),
           BigUint64Array.from(banks.coldHost), this.mailbox.hostPtr, opts.simd === false ? 0 : 1, flags) as bigint | number);
-        if (!h) throw new ResidencyError('INTERNAL', `host experts: he_start refused (threads ${this.threads}, hidden ${H}, intermediate ${banks.intermediate}, ${banks.layers} layers, ${banks.at.scales ? 'block-FP8' : 'bf16'} rows)`);
+        if (!h) throw new ResidencyError('INTERNAL', `host experts: he_start refused (threads ${this.threads}, hidden ${H}, intermediate ${banks.intermediate}, ${banks.layers} layers, ${laneFormat(banks.at)} rows of ${banks.rowBytes} bytes: a matrix, scale grid or bias past the row's end, or a layout it does not compute)`);
         return h;
       }, (h) => lib.fns.stop(h));
       this.simd = lib.fns.laneSimd(this.handle) === 1;
@@ -404,18 +360,12 @@ export interface HostExpertsOptions extends HostLaneOptions {
 }
 
 /**
- * Why the lane cannot compute this model's experts (null: it can): bf16 or block-FP8 rows (e4m3 values, a float32 scale
- * a block), gate | up | down, no biases, plain SwiGLU.
+ * Why the lane cannot compute this model's experts (null: it can): rows it cannot read (lane-row.ts, laneRowRefusal), or
+ * more picks a token than a request carries.
  */
 export function hostLaneRefusal(spec: ModelSpec, row: ExpertRowLayout): string | null {
-  if (row.format !== 'bf16' && row.format !== 'fp8') return `its experts are ${row.format} (the lane computes bf16 and block-FP8 experts)`;
-  if (row.interleaved) return 'its gate and up rows are interleaved';
-  if (row.gateUpBiasAt >= 0 || row.downBiasAt >= 0) return 'its experts have biases';
-  if (spec.expertAct) return 'its experts use a clamped SwiGLU';
-  // A 16-byte load is 8 bf16 values or 16 FP8 ones; an FP8 load takes one scale.
-  const unit = row.format === 'fp8' ? 16 : 8;
-  if (spec.hiddenSize % unit || spec.expertIntermediate % unit) return `its hidden or expert size is not a multiple of ${unit}`;
-  if (row.format === 'fp8' && [row.gateUp.grid, row.down.grid].some((g) => !g || g.sCols % 16)) return 'its FP8 scale blocks are not a multiple of 16 values wide';
+  const refusal = laneRowRefusal(spec, row);
+  if (refusal) return refusal;
   if (spec.topK > MAX_PICKS) return `it picks ${spec.topK} experts a token (a request carries ${MAX_PICKS} picks)`;
   return null;
 }

@@ -13,10 +13,12 @@ import { syntheticModel } from '../../cpu/synthetic.ts';
 import { FakeCudaDriver } from '../fake-driver.ts';
 import { KERNEL_GROUPS } from '../kernels.ts';
 import { CudaOpBackend, type OpBackendOptions } from './op-backend.ts';
-import { HOST_STATE, hostLaneRefusal, hostThreadsNote, laneRow, MAILBOX, SPLIT_UPDATE_STEPS, type HostLaneLib } from '../host-experts.ts';
+import { HOST_STATE, hostLaneRefusal, hostThreadsNote, MAILBOX, SPLIT_UPDATE_STEPS, type HostLaneLib } from '../host-experts.ts';
+import { laneRow } from '../lane-row.ts';
 import { fp8Grid } from '../fp8-grid.ts';
 import { fixedTakes, MAX_PARTS, START_SHARE } from '../host-split.ts';
 import { expertRowLayout } from '../device-weights.ts';
+import { loadModel } from '../../../model/load.ts';
 
 const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-host-lane-'));
 for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');
@@ -89,8 +91,8 @@ test('host lane: a decode step posts each MoE layer\'s cold experts (route_group
   if (note) assert.ok(be.hotReason.endsWith(`(${note})`), 'serve says what that leaves the engine');
   const [t0, H, I, layers, hotRows, coldRows, rowBytes] = calls.start[0]! as number[];
   assert.deepEqual([t0, H, I, layers, hotRows, coldRows, rowBytes], [threads, 64, 32, spec.numLayers, be.banks.hotRowsAllocated, 2, be.banks.rowBytes]);
-  const m = (w: number) => ({ w, s: 0, s_rows: 0, s_cols: 0, s_ld: 0, pad: 0 });
-  assert.deepEqual(calls.start[0]![7], { format: 0, pad: 0, gate: m(0), up: m(2 * 32 * 64), down: m(4 * 32 * 64) }, 'bf16 rows: gate, up, down');
+  const m = (w: number) => ({ w, s: 0, s_rows: 0, s_cols: 0, s_ld: 0, b: -1, step: 1 });
+  assert.deepEqual(calls.start[0]![7], { format: 0, pad: 0, limit: 0, alpha: 0, gate: m(0), up: m(2 * 32 * 64), down: m(4 * 32 * 64) }, 'bf16 rows: gate, up, down');
   assert.deepEqual([...(calls.start[0]![8] as BigUint64Array)], be.banks.coldHostAddresses(), 'the cold banks\' host addresses');
 
   for (const rows of [1, 2]) {
@@ -268,21 +270,40 @@ test('host lane: a host without the vector path is refused by name (unless the r
   be.dispose();
 });
 
-test('host lane: refused by name for experts it cannot compute (MXFP4, interleaved, biased, clamped SwiGLU); block FP8 taken, its grids placed', () => {
+test('host lane: refused by name for experts it cannot compute; block FP8 taken, its grids placed; gpt-oss MXFP4 taken (interleaved gate | up, biases, clamped SwiGLU), its rows placed', async () => {
   const row = expertRowLayout(mapTensorSource(raw), spec);
   assert.equal(hostLaneRefusal(spec, row), null);
-  assert.match(hostLaneRefusal(spec, { ...row, format: 'mxfp4' })!, /its experts are mxfp4 \(the lane computes bf16 and block-FP8 experts\)/);
+  assert.match(hostLaneRefusal(spec, { ...row, format: 'int4' as never })!, /its experts are int4 \(the lane computes bf16, block-FP8 and MXFP4 experts\)/);
   // Block FP8 at H 64, I 32 in [128, 128] blocks: gate | up's grid has scale rows of gcd(128, 32) = 32 weight rows.
   const H = 64, I = 32;
   const fp8 = { ...row, format: 'fp8' as const, gateUp: { ...row.gateUp, grid: fp8Grid([I, I], H, [128, 128]) }, down: { ...row.down, grid: fp8Grid([H], I, [128, 128]) },
     downAt: 2 * I * H, gateUpGridAt: 3 * I * H, downGridAt: 3 * I * H + 8 };
   assert.equal(hostLaneRefusal(spec, fp8), null);
-  assert.deepEqual(laneRow(fp8, H, I), {
+  assert.deepEqual(laneRow(fp8, spec), {
     gate: 0, up: I * H, down: 2 * I * H,
     scales: { gate: { at: 3 * I * H, rows: 32, cols: 128, ld: 1 }, up: { at: 3 * I * H + 4, rows: 32, cols: 128, ld: 1 }, down: { at: 3 * I * H + 8, rows: 128, cols: 128, ld: 1 } },
   });
   assert.match(hostLaneRefusal(spec, { ...fp8, down: { ...fp8.down, grid: { ...fp8.down.grid, sCols: 40 } } })!, /scale blocks are not a multiple of 16 values wide/);
-  assert.match(hostLaneRefusal(spec, { ...row, interleaved: true })!, /interleaved/);
-  assert.match(hostLaneRefusal(spec, { ...row, gateUpBiasAt: 0 })!, /biases/);
-  assert.match(hostLaneRefusal({ ...spec, expertAct: { limit: 7, alpha: 1.702 } } as typeof spec, row)!, /clamped SwiGLU/);
+  assert.match(hostLaneRefusal(spec, { ...fp8, interleaved: true })!, /block-FP8 gate and up rows are interleaved/);
+  assert.match(hostLaneRefusal(spec, { ...row, gateUpBiasAt: 0 })!, /only one of its gate \| up and down products has biases/);
+  assert.match(hostLaneRefusal({ ...spec, topK: 33 }, row)!, /it picks 33 experts a token \(a request carries 32 picks\)/);
+
+  // gpt-oss's MXFP4 rows as the banks lay them out (the shared tiny checkpoint: H = I = 128): gate | up rows
+  // interleaved (up unit j is row 2j + 1, H / 2 bytes after gate's), a scale byte a 32 values, biases, clamped SwiGLU.
+  const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'gpt-oss-tiny-mxfp4');
+  const { spec: g, tensors } = await loadModel(dir, { stream: true });
+  const mx = expertRowLayout(tensors!, g);
+  assert.equal(mx.format, 'mxfp4');
+  assert.equal(hostLaneRefusal(g, mx), null);
+  const G = g.hiddenSize, J = g.expertIntermediate;
+  assert.deepEqual(laneRow(mx, g), {
+    gate: mx.gateUpAt, up: mx.gateUpAt + G / 2, down: mx.downAt, step: 2,
+    e8m0: { gate: mx.gateUpGridAt, up: mx.gateUpGridAt + G / 32, down: mx.downGridAt },
+    bias: { gate: mx.gateUpBiasAt, up: mx.gateUpBiasAt + 2, down: mx.downBiasAt },
+    clamp: { limit: g.expertAct!.limit, alpha: g.expertAct!.alpha },
+  });
+  assert.deepEqual([mx.downAt, mx.gateUpGridAt, mx.downGridAt, mx.gateUpBiasAt, mx.downBiasAt], [J * G, J * G + (G * J) / 2, J * G + (G * J) / 2 + (2 * J * G) / 32, J * G + (G * J) / 2 + (3 * J * G) / 32, J * G + (G * J) / 2 + (3 * J * G) / 32 + 4 * J]);
+  assert.match(hostLaneRefusal({ ...g, hiddenSize: 80 }, mx)!, /hidden size 80 or expert size 128 is not a multiple of 32 \(a 16-byte load of mxfp4 values\)/);
+  assert.match(hostLaneRefusal(g, { ...mx, down: { ...mx.down, grid: { ...mx.down.grid!, sLd: 8 } } })!, /MXFP4 scales are not one E8M0 byte a 32 values/);
 });
+

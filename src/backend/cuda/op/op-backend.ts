@@ -28,7 +28,8 @@ import { ARGMAX_BLOCKS, MAX_OUT, memoryNeeds, workspaceLayout } from './workspac
 import { checkStepChunks } from '../step-chunks.ts';
 import { OpStepKernels, raiseSharedMemoryLimits, type RecordedLaunch } from './step-kernels.ts';
 import { scatterRouting } from '../routing-record.ts';
-import { HostExpertLane, hostLaneRefusal, hostThreadsNote, laneRow, MAILBOX, type HostExpertsOptions } from '../host-experts.ts';
+import { HostExpertLane, hostLaneRefusal, hostThreadsNote, MAILBOX, type HostExpertsOptions } from '../host-experts.ts';
+import { laneRow } from '../lane-row.ts';
 import { checkParts, fixedTakes } from '../host-split.ts';
 
 export interface OpBackendOptions {
@@ -87,8 +88,8 @@ export interface OpBackendOptions {
   readonly tensorCoreDecodeRows?: number;
   /**
    * The host expert lane: host threads compute a share of each layer's cold experts at decode steps of at most 32
-   * picks (rows x top-k), from the cold bank in host DRAM, beside the GPU (host-experts.ts; bf16 or block-FP8
-   * experts without biases). Off by default.
+   * picks (rows x top-k), from the cold bank in host DRAM, beside the GPU (host-experts.ts; bf16, block-FP8 or
+   * MXFP4 experts). Off by default.
    */
   readonly hostExperts?: HostExpertsOptions;
 }
@@ -278,11 +279,11 @@ export class CudaOpBackend implements Backend {
     const { hiddenSize: H, expertIntermediate: I, numExperts: E } = this.spec;
     const b = this.banks;
     if (b.hotPerLayer >= E) return undefined;
-    const banks = { hiddenSize: H, intermediate: I, layers: b.layers, hotRows: b.hotRowsAllocated, coldRows: E - b.hotPerLayer, rowBytes: b.rowBytes, at: laneRow(this.rowLayout, H, I), coldHost: b.coldHostAddresses() };
+    const banks = { hiddenSize: H, intermediate: I, layers: b.layers, hotRows: b.hotRowsAllocated, coldRows: E - b.hotPerLayer, rowBytes: b.rowBytes, at: laneRow(this.rowLayout, this.spec), coldHost: b.coldHostAddresses() };
     const lane = scope.adopt(new HostExpertLane(he.lib, this.d, banks, he), 'host expert lane', (l) => l.dispose());
     // Without its vector path the lane sums a value at a time (the reference loop): far slower than the bus it relieves.
     if (!lane.simd && he.simd !== false) {
-      throw new ResidencyError('BAD_ARGUMENT', `--host-experts: this host cannot run the lane's vector path (it needs AVX-512, and hidden ${H} and expert size ${I} multiples of 256); without --host-experts the GPU reads every cold expert in place`);
+      throw new ResidencyError('BAD_ARGUMENT', `--host-experts: this host cannot run the lane's vector path (it needs AVX-512, and hidden ${H} and expert size ${I} multiples of ${this.rowLayout.format === 'mxfp4' ? 32 : 256}); without --host-experts the GPU reads every cold expert in place`);
     }
     return lane;
   }
