@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench:tiered on the lent H200, in one device call (see bench/tiered/README.md):
 #   ../shared/tools/gpu-bundle && npm run build   (then carry .gpu, dist, node_modules/koffi, node_modules/@koromix)
-#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|host|budgets|traces|pipeline|check|fp8lane|all]
+#   source .gpu/boot.sh && bash bench/tiered/device-run.sh [1u|4u|mixed|formats|host|budgets|traces|pipeline|check|fp8lane|mxlane|all]
 #   (1u, 4u, mixed, all: with the host expert lane unless LANE= is given; mixed: MIXED_USERS="1 4" by default)
 # formats: the same 16-layer geometry in bf16 and in block FP8, 64/128 hot, a short shift (issue 14: a cold
 # expert read in place costs its stored bytes); it makes only the 16-layer checkpoints.
@@ -134,6 +134,18 @@ if [ "$which" = fp8lane ]; then
       --users 4 --phases en+code:600,de+ja:600,en+code:600 --policies lru,seed --tag shift-4u-lru-seed --out "$OUT" > "$OUT/shift-4u-lru-seed.log" 2>&1; echo "4 users, lru and seed rc=$?"
   fi
   for f in "$OUT"/tiered-*.md; do echo "== $f"; grep -hE "^\| (fixed|adaptive|lru|seed)" "$f" | cut -c1-150; done
+  exit 0
+fi
+if [ "$which" = mxlane ]; then
+  # gpt-oss's MXFP4 experts on the host lane (the MXFP4 gemv's sums and the clamped SwiGLU got an explicit order the
+  # lane repeats): the lane against all hot on a 2-layer gpt-oss-20b MXFP4 checkpoint (H = I = 2880, 16 of 32 hot),
+  # beside the bf16 and FP8 lanes' cases, then every GPU test.
+  [ -e /tmp/q2/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 > /tmp/mk2.log 2>&1 &
+  [ -e /tmp/q2f/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --format fp8 --out /tmp/q2f > /tmp/mk2f.log 2>&1 &
+  [ -e /tmp/o2/config.json ] || python3 .gpu/make-checkpoint.py --preset gpt-oss-20b --layers 2 --format mxfp4 --out /tmp/o2 > /tmp/mko2.log 2>&1
+  wait
+  REAL_CKPT=/tmp/q2 REAL_CKPT_FP8=/tmp/q2f REAL_CKPT_MXFP4=/tmp/o2 TIERED_STEPS=400 OUT=$OUT timeout 300 node dist/gpu-tests.mjs > "$OUT/t-gpu.log" 2>&1
+  echo "GPU tests rc=$?"; grep -E "^# (tiered|host lane|pass|fail)|^not ok" "$OUT/t-gpu.log" | cut -c1-260
   exit 0
 fi
 # (checkpoints already made by an earlier mode of the same call are used as they are; NO_TEST=1 skips the tiered GPU

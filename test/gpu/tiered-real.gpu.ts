@@ -1,7 +1,8 @@
 // Tiered experts at real shapes (the op path): 64 of 128 experts hot, the cold bank read in place from mapped
 // host memory, thousands of background moves landing while greedy decode runs. Every token and logit must
 // equal the all-hot run, and moving the boot map back must give back its digest. The host expert lane's case runs on
-// a bf16 checkpoint (REAL_CKPT) and on a block-FP8 one (REAL_CKPT_FP8: make-checkpoint.py --format fp8).
+// a bf16 checkpoint (REAL_CKPT), on a block-FP8 one (REAL_CKPT_FP8: make-checkpoint.py --format fp8) and on a gpt-oss
+// MXFP4 one (REAL_CKPT_MXFP4: make-checkpoint.py --preset gpt-oss-20b --layers 2 --format mxfp4).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
@@ -27,6 +28,7 @@ function checkpoint(name: string): { dir?: string; skip: string | false } {
 }
 const { dir, skip } = checkpoint('REAL_CKPT');
 const fp8 = checkpoint('REAL_CKPT_FP8');
+const mxfp4 = checkpoint('REAL_CKPT_MXFP4');
 const STEPS = Number(process.env['TIERED_STEPS'] ?? 800);
 
 /**
@@ -113,8 +115,9 @@ test('real shapes, 64/128 hot: thousands of background moves land while greedy d
 });
 
 /**
- * The host expert lane on the checkpoint at `ckpt` (64 of its 128 experts hot), at batch 1 and 4, an expert a layer
- * split with the GPU: every token and logit equal to all hot while moves land; the lane's figures go to report[key].
+ * The host expert lane on the checkpoint at `ckpt` (half its experts hot: 64 of 128, gpt-oss-20b's 16 of 32), at batch
+ * 1 and 4, an expert a layer split with the GPU: every token and logit equal to all hot while moves land; the lane's
+ * figures go to report[key].
  */
 async function hostLaneCase(ckpt: string, key: string): Promise<void> {
   const refs = (JSON.parse(readFileSync(join(ckpt, 'refs.json'), 'utf8')) as { cases: { prompt_ids: number[] }[] }).cases;
@@ -135,10 +138,10 @@ async function hostLaneCase(ckpt: string, key: string): Promise<void> {
     const wantUnfused = groups.map((g) => greedy(unfusedHot, g, steps));
     unfusedHot.dispose();
 
-    const H = 64;
+    const H = Math.floor(m.spec.numExperts / 2);
     const be = await createCuda(m, { path: 'op', placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: B, spareRows: 4, copiesInFlight: 8, hostExperts: {} });
     const lane = (be as CudaOpBackend).hostLane!;
-    assert.ok(lane, 'the lane started (64 of 128 experts are cold)');
+    assert.ok(lane, `the lane started (${m.spec.numExperts - H} of ${m.spec.numExperts} experts are cold)`);
     const E = be.banks.experts;
     const churn = randomMoves(be.banks, H, 11, 1);
     const got = groups.map((g) => greedy(be, g, steps, churn.step));
@@ -181,3 +184,5 @@ async function hostLaneCase(ckpt: string, key: string): Promise<void> {
 test('real shapes, 64/128 hot, the host expert lane at batch 1 and 4 (an expert a layer split with the GPU): tokens and logits == all-hot while moves land', { skip }, () => hostLaneCase(dir!, 'hostLane'));
 
 test('real shapes, block FP8, 64/128 hot, the host expert lane at batch 1 and 4 (an expert a layer split with the GPU): tokens and logits == all-hot while moves land', { skip: fp8.skip }, () => hostLaneCase(fp8.dir!, 'hostLaneFp8'));
+
+test('real shapes, gpt-oss MXFP4 (H = I = 2880: the lane\'s partial last round), half the experts hot, the host expert lane at batch 1 and 4 (an expert a layer split with the GPU): tokens and logits == all-hot while moves land', { skip: mxfp4.skip }, () => hostLaneCase(mxfp4.dir!, 'hostLaneMxfp4'));
