@@ -211,14 +211,15 @@ function rowDot(row: Uint8Array, at: LaneRow, which: 'gate' | 'up' | 'down', row
 /**
  * One SwiGLU expert: gate [I][H], up [I][H], down [H][I] as `at` places them in the row. h[j] = act(gate_j . x + bg_j,
  * up_j . x + bu_j), each bias 0 when there is none (the GPU's +0 turns -0 into +0), act exact_swiglu or with `clamp`
- * exact_swiglu_clamped; y[f] = down_f . h, plus its bias when there is one (else as summed).
+ * exact_swiglu_clamped (as op_common.cuh's swiglu_act, only a limit > 0 clamps: another one is plain SwiGLU there and in
+ * host_experts.c); y[f] = down_f . h, plus its bias when there is one (else as summed).
  */
 export function expertSpec(row: Uint8Array, at: LaneRow, H: number, I: number, x: Float32Array): { h: Float32Array; y: Float32Array } {
   const gate = rowDot(row, at, 'gate', I, H), up = rowDot(row, at, 'up', I, H), down = rowDot(row, at, 'down', H, I);
   const h = new Float32Array(I), y = new Float32Array(H);
   for (let j = 0; j < I; j++) {
     const g = Math.fround(gate.dot(j, x) + (gate.bias(j) ?? 0)), u = Math.fround(up.dot(j, x) + (up.bias(j) ?? 0));
-    h[j] = at.clamp ? exactSwigluClamped(g, u, at.clamp.limit, at.clamp.alpha) : exactSwiglu(g, u);
+    h[j] = at.clamp && Math.fround(at.clamp.limit) > 0 ? exactSwigluClamped(g, u, at.clamp.limit, at.clamp.alpha) : exactSwiglu(g, u);
   }
   for (let f = 0; f < H; f++) {
     const b = down.bias(f), d = down.dot(f, h);

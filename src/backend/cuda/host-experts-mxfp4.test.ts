@@ -130,6 +130,55 @@ test('MXFP4: every code at every place of a load, through the C library: gate 7 
   }
 });
 
+test('MXFP4: tiny scales (E8M0 bytes 0-4: subnormal weights, scale 0 included) carry into the outputs\' bits (gate sums of ~2^-125 pass the clamped SwiGLU as subnormal units, a down scale of ~2^70 brings them back), scalar and vector', { skip: noCompiler }, async () => {
+  const H = 1056, I = 96;
+  const e = randomMxfp4Expert(90, H, I, { bias: false });
+  const r = rng(91), s = e.at.e8m0!;
+  for (let i = 0; i < (2 * I * H) / 32; i++) e.row[s.gate + i] = r() < 0.5 ? 0 : int(r, 1, 4);
+  for (let i = 0; i < (H * I) / 32; i++) e.row[s.down + i] = int(r, 190, 200);
+  e.x.forEach((v, k) => (e.x[k] = v * 2 ** -24));
+  const want = expertSpec(e.row, e.at, H, I, e.x);
+  const subnormal = want.h.filter((v) => v !== 0 && Math.abs(v) < 2 ** -126).length;
+  assert.ok(subnormal > I / 2, `most units are subnormal (${subnormal} of ${I})`);
+  // Read with a scale byte 0 as a zero weight, the outputs would differ: the comparison below sees how 0 is read.
+  const zeroed = e.row.slice();
+  for (let i = 0; i < (2 * I * H) / 32; i++) if (zeroed[s.gate + i] === 0) zeroed.fill(0, e.at.gate + 16 * i, e.at.gate + 16 * i + 16);
+  const other = expertSpec(zeroed, e.at, H, I, e.x);
+  assert.ok(other.y.some((v, f) => v !== want.y[f]), 'a scale byte 0 (2^-127) is not a zero weight');
+  await checkExpert(e, 'MXFP4 tiny scales');
+});
+
+test('MXFP4: NaN gate and up sums (+inf and -inf words in one load) give way to the clamp\'s bounds, gate to +limit and up to -limit, in the C library as in the spec, scalar and vector', { skip: noCompiler }, async () => {
+  const L = await lib();
+  const H = 64, I = 32;
+  const { at, bytes } = mxfp4Layout(H, I);
+  const clean = { ...at, bias: undefined };
+  const row = new Uint8Array(bytes);
+  const x = new Float32Array(H).fill(1);
+  row.fill(127, at.e8m0!.gate, at.e8m0!.gate + (2 * I * H) / 32);
+  row.fill(127, at.e8m0!.down, at.e8m0!.down + (H * I) / 32);
+  // A row's NaN: chunk 0 at scale 2^125, its first word 8 x (+6) (the chain overflows to +inf), its second 8 x (-6)
+  // (-inf); the lane's sum inf + -inf. Unit j: gate NaN when j is odd (else 1: one value 1), up NaN when j % 4 < 2
+  // (else 0.5).
+  const nanRow = (r: number) => { row.fill(0x77, r * (H / 2), r * (H / 2) + 4); row.fill(0xff, r * (H / 2) + 4, r * (H / 2) + 8); row[at.e8m0!.gate + r * (H / 32)] = 252; };
+  for (let j = 0; j < I; j++) {
+    if (j % 2) nanRow(2 * j); else row[2 * j * (H / 2) + 20] = 0x02; // value 20: 1
+    if (j % 4 < 2) nanRow(2 * j + 1); else row[(2 * j + 1) * (H / 2) + 20] = 0x01; // 0.5
+  }
+  const want = expertSpec(row, clean, H, I, x);
+  const sig = (g: number) => Math.fround(1 / Math.fround(1 + Math.exp(-Math.fround(g * Math.fround(CLAMP.alpha)))));
+  for (let j = 0; j < I; j++) {
+    const g = j % 2 ? CLAMP.limit : 1, u = j % 4 < 2 ? -CLAMP.limit : 0.5;
+    const approx = (u + 1) * g * sig(g);
+    assert.ok(Math.abs(want.h[j]! - approx) <= 1e-6 * Math.abs(approx), `unit ${j}: ${want.h[j]} ~ ${approx} (gate ${g}, up ${u})`);
+  }
+  for (const simd of L.simdAvailable() ? [false, true] : [false]) {
+    const got = L.expert(row, clean, H, I, x, simd);
+    assertSameBits(got.h, want.h, `simd ${simd} h`);
+    assertSameBits(got.y, want.y, `simd ${simd} y`);
+  }
+});
+
 test('MXFP4: a real expert row of the shared tiny gpt-oss checkpoint (its bank row as the uploads build it): the lane equals its spec and the dequantized float64 expert within float32 rounding', { skip: noCompiler }, async () => {
   const L = await lib();
   const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'gpt-oss-tiny-mxfp4');
@@ -205,7 +254,7 @@ test('the lane\'s threads answer mailbox requests on MXFP4 rows (gpt-oss\'s layo
       const t0 = Date.now();
       while (!lane.answered(seq)) if (Date.now() - t0 > 10_000) throw new Error(`request ${seq} not answered in 10 s`);
     };
-    for (const [layer, k, cold, split] of [[1, 2, [0, 2, 2, 1], -1], [0, 4, [1, 1, 1, 1, 1, 2, -1, 0], -1], [1, 2, [0, 2, 2, 1], 2], [0, 1, [1], 1]] as const) {
+    for (const [layer, k, cold, split] of [[1, 2, [0, 2, 2, 1], -1], [0, 4, [1, 1, 1, 1, 1, 2, -1, 0], -1], [1, 1, [2, 2, 2], -1], [1, 2, [0, 2, 2, 1], 2], [0, 1, [1], 1]] as const) {
       const rowsIn = cold.length / k;
       const xs = Array.from({ length: rowsIn }, (_, r) => experts[(r + layer) % experts.length]!.x);
       const x = new Float32Array(rowsIn * H);

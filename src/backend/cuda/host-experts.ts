@@ -107,7 +107,7 @@ export async function loadHostLaneLib(dir?: string): Promise<HostLaneLib> {
     expert(row, at, H, I, x, simd) {
       const h = new Float32Array(I), y = new Float32Array(H);
       const rc = f.expert(row, heRow(at, H, I), H, I, x, h, y, simd ? 1 : 0) as number;
-      if (rc !== 0) throw new ResidencyError('BAD_ARGUMENT', `host experts: he_expert returned ${rc} (H ${H}, I ${I}, ${laneFormat(at)}, simd ${simd}: -1 no vector path here, -2 a layout or shape the lane does not compute: sizes not multiples of 8 (bf16), 16 (FP8) or 32 (MXFP4), a bad scale grid, interleaved FP8 rows, or a clamp that is no positive number)`);
+      if (rc !== 0) throw new ResidencyError('BAD_ARGUMENT', `host experts: he_expert returned ${rc} (H ${H}, I ${I}, ${laneFormat(at)}, simd ${simd}: -1 no vector path here, -2 a layout or shape the lane does not compute: sizes not multiples of 8 (bf16), 16 (FP8) or 32 (MXFP4), a bad scale grid, or interleaved FP8 rows)`);
       return { h, y };
     },
     address: (buf) => BigInt(f.address(buf) as bigint | number),

@@ -283,7 +283,7 @@ export class CudaOpBackend implements Backend {
     const lane = scope.adopt(new HostExpertLane(he.lib, this.d, banks, he), 'host expert lane', (l) => l.dispose());
     // Without its vector path the lane sums a value at a time (the reference loop): far slower than the bus it relieves.
     if (!lane.simd && he.simd !== false) {
-      throw new ResidencyError('BAD_ARGUMENT', `--host-experts: this host cannot run the lane's vector path (it needs AVX-512, and hidden ${H} and expert size ${I} multiples of ${this.rowLayout.format === 'mxfp4' ? 32 : 256}); without --host-experts the GPU reads every cold expert in place`);
+      throw new ResidencyError('BAD_ARGUMENT', `--host-experts: this host cannot run the lane's vector path (it needs AVX-512${this.rowLayout.format === 'mxfp4' ? '' : `, and hidden ${H} and expert size ${I} multiples of 256`}); without --host-experts the GPU reads every cold expert in place`);
     }
     return lane;
   }
