@@ -11,11 +11,10 @@ import { expertSpec, gpuDotMxfp4 } from './host-expert-spec.ts';
 import { HostExpertLane, MAILBOX } from './host-experts.ts';
 import { laneRow, type LaneRow } from './lane-row.ts';
 import { expertRowLayout } from './device-weights.ts';
-import type { CudaDriver } from './driver.ts';
 import { loadModel } from '../../model/load.ts';
 import { FP4_VALUES } from '../../model/quant.ts';
 import { rng, int } from './float-bits-test-helpers.ts';
-import { assertSameBits, checkExpert, lib, noCompiler, randomInput, type Expert } from './host-lane-test-helpers.ts';
+import { assertSameBits, checkExpert, laneBanks, lib, noCompiler, randomInput, type Expert } from './host-lane-test-helpers.ts';
 
 const CLAMP = { limit: 7, alpha: 1.702 };
 
@@ -227,20 +226,8 @@ test('the lane\'s threads answer mailbox requests on MXFP4 rows (gpt-oss\'s layo
   const l = await lib();
   const H = 96, I = 160, layers = 2, hotRows = 3, coldRows = 3;
   const experts = Array.from({ length: layers * coldRows }, (_, i) => randomMxfp4Expert(950 + i, H, I));
-  const rowBytes = experts[0]!.row.length;
-  const banks = Array.from({ length: layers }, (_, ly) => {
-    const b = Buffer.alloc(coldRows * rowBytes);
-    for (let c = 0; c < coldRows; c++) b.set(experts[ly * coldRows + c]!.row, c * rowBytes);
-    return b;
-  });
-  const kept: Buffer[] = [...banks];
-  const driver = {
-    allocMappedHost(bytes: number) { const b = Buffer.alloc(bytes); kept.push(b); return { host: new Uint8Array(b.buffer, b.byteOffset, bytes), dev: 1n, hostPtr: l.address(b) }; },
-    alloc: () => 2n, free: () => undefined, freeHost: () => undefined, htod: () => undefined,
-    allocPinned: (bytes: number) => ({ host: new Uint8Array(bytes), hostPtr: 3n }), eventCreate: () => 4n, eventDestroy: () => undefined,
-  } as unknown as CudaDriver;
+  const { rowBytes, driver, bankOf, kept } = laneBanks(l, experts, layers, hotRows, coldRows);
   const at = experts[0]!.at;
-  const bankOf = (a: LaneRow) => ({ hiddenSize: H, intermediate: I, layers, hotRows, coldRows, rowBytes, at: a, coldHost: banks.map((b) => l.address(b)) });
   // Scales or biases past the row's end are refused before a thread starts.
   for (const a of [{ ...at, e8m0: { ...at.e8m0!, down: rowBytes - 8 } }, { ...at, bias: { ...at.bias!, down: rowBytes - 4 } }, { ...at, up: rowBytes - H / 2 }]) {
     assert.throws(() => new HostExpertLane(l, driver, bankOf(a), { threads: 1, simd: false, pin: false }), /he_start refused/);

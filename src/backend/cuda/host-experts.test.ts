@@ -8,9 +8,8 @@ import { e4m3Value, exactSilu, expertSpec, gpuDot, gpuDotFp8 } from './host-expe
 import { HostExpertLane, MAILBOX } from './host-experts.ts';
 import type { LaneGrid, LaneRow } from './lane-row.ts';
 import { fp8Grid, type Fp8Grid } from './fp8-grid.ts';
-import type { CudaDriver } from './driver.ts';
 import { bitsOf, fromBits, rng, int, sign, f32With } from './float-bits-test-helpers.ts';
-import { checkExpert, lib, libNoVbmi, noCompiler, randomInput, type Expert } from './host-lane-test-helpers.ts';
+import { checkExpert, laneBanks, lib, libNoVbmi, noCompiler, randomInput, type Expert } from './host-lane-test-helpers.ts';
 
 /** bf16 bits: sign, an exponent near 127 + scale, 7 random bits; some zeros (both signs) and subnormals. */
 function bf16Value(r: () => number, scale: number): number {
@@ -236,22 +235,10 @@ for (const c of laneCases) test(`the lane's threads answer mailbox requests with
   const l = await lib();
   const { H, I } = c, layers = 2, hotRows = 5, coldRows = 3;
   const experts = Array.from({ length: layers * coldRows }, (_, i) => c.make(900 + i));
-  const rowBytes = experts[0]!.row.length;
-  const banks = Array.from({ length: layers }, (_, l) => {
-    const b = Buffer.alloc(coldRows * rowBytes);
-    for (let c = 0; c < coldRows; c++) b.set(experts[l * coldRows + c]!.row, c * rowBytes);
-    return b;
-  });
-  const kept: Buffer[] = [...banks];
-  const driver = {
-    allocMappedHost(bytes: number) { const b = Buffer.alloc(bytes); kept.push(b); return { host: new Uint8Array(b.buffer, b.byteOffset, bytes), dev: 1n, hostPtr: l.address(b) }; },
-    alloc: () => 2n, memsetD8: () => undefined, free: () => undefined, freeHost: () => undefined, htod: () => undefined,
-    allocPinned: (bytes: number) => ({ host: new Uint8Array(bytes), hostPtr: 3n }), eventCreate: () => 4n, eventDestroy: () => undefined,
-  } as unknown as CudaDriver;
+  const { rowBytes, driver, bankOf, kept } = laneBanks(l, experts, layers, hotRows, coldRows);
   for (const simd of [false, true]) {
     if (simd && !l.simdAvailable()) continue;
     const at = experts[0]!.at;
-    const bankOf = (a: LaneRow) => ({ hiddenSize: H, intermediate: I, layers, hotRows, coldRows, rowBytes, at: a, coldHost: banks.map((b) => l.address(b)) });
     // A layout that runs past the row's end (a matrix, or a scale grid) is refused before a thread starts.
     const past: LaneRow[] = [{ ...at, down: rowBytes - 16 }];
     if (at.scales) past.push({ ...at, scales: { ...at.scales, down: { ...at.scales.down, at: rowBytes - 4 } } });

@@ -11,6 +11,7 @@ import { expertSpec } from './host-expert-spec.ts';
 import { loadHostLaneLib, type HostLaneLib } from './host-experts.ts';
 import { laneFormat, type LaneRow } from './lane-row.ts';
 import { f32With, hex, int } from './float-bits-test-helpers.ts';
+import type { CudaDriver } from './driver.ts';
 
 const cc = process.env.CC || 'cc';
 /** Why the C library cannot be built here (a test's skip), or false. */
@@ -81,4 +82,26 @@ export async function checkExpert(e: Expert, what: string): Promise<{ simd: bool
     }
   }
   return { simd };
+}
+
+/**
+ * A threaded lane's surroundings without a GPU: each layer's cold bank a Buffer of `coldRows` of the experts' rows (layer
+ * l's row c is experts[l x coldRows + c]), a driver whose mapped host memory (the mailbox) is a Buffer too, and
+ * `bankOf(at)`, the lane's banks with the rows laid out as `at` says. The Buffers stay referenced by `kept`.
+ */
+export function laneBanks(l: HostLaneLib, experts: readonly Expert[], layers: number, hotRows: number, coldRows: number) {
+  const { H, I } = experts[0]!, rowBytes = experts[0]!.row.length;
+  const banks = Array.from({ length: layers }, (_, ly) => {
+    const b = Buffer.alloc(coldRows * rowBytes);
+    for (let c = 0; c < coldRows; c++) b.set(experts[ly * coldRows + c]!.row, c * rowBytes);
+    return b;
+  });
+  const kept: Buffer[] = [...banks];
+  const driver = {
+    allocMappedHost(bytes: number) { const b = Buffer.alloc(bytes); kept.push(b); return { host: new Uint8Array(b.buffer, b.byteOffset, bytes), dev: 1n, hostPtr: l.address(b) }; },
+    alloc: () => 2n, memsetD8: () => undefined, free: () => undefined, freeHost: () => undefined, htod: () => undefined,
+    allocPinned: (bytes: number) => ({ host: new Uint8Array(bytes), hostPtr: 3n }), eventCreate: () => 4n, eventDestroy: () => undefined,
+  } as unknown as CudaDriver;
+  const bankOf = (at: LaneRow) => ({ hiddenSize: H, intermediate: I, layers, hotRows, coldRows, rowBytes, at, coldHost: banks.map((b) => l.address(b)) });
+  return { rowBytes, driver, bankOf, kept };
 }
