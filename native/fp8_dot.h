@@ -25,12 +25,7 @@ static float fp8_dot_ref(const uint8_t* w, const float* srow, int s_cols, const 
     for (int e = 0; e < 16; e++) d = EXACT_FMA(e4m3_value(w[c * 16 + e]), x[c * 16 + e], d);
     acc[c & 31] = EXACT_FMA(srow[c * 16 / s_cols], d, acc[c & 31]);
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    float t[32];
-    for (int l = 0; l < 32; l++) t[l] = EXACT_ADD(acc[l], acc[l ^ o]);
-    memcpy(acc, t, sizeof t);
-  }
-  return acc[0];
+  return butterfly_ref(acc);
 }
 
 // x laid out for the FP8 vector order: in each block of 256 values (16 chunks of 16: 16 lanes' loads), value

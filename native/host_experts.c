@@ -56,17 +56,22 @@ static inline size_t he_act_offset(int H) { return he_y_offset(H) + (((size_t)4 
 
 static inline float bf16_at(const uint16_t* w, size_t i) { return EXACT_BITS_TO_FLOAT((uint32_t)w[i] << 16); }
 
-// The reference order, any K % 8 == 0: 32 lane sums, then the butterfly (lane l adds lane l ^ o, o = 16 .. 1).
-static float dot_ref(const uint16_t* w, const float* x, int K) {
-  float acc[32] = {0};
-  for (int c = 0; c < K / 8; c++)
-    for (int e = 0; e < 8; e++) acc[c & 31] = EXACT_FMA(bf16_at(w, (size_t)c * 8 + e), x[c * 8 + e], acc[c & 31]);
+// The warp's butterfly over its 32 lane sums (lane l adds lane l ^ o, o = 16 .. 1): every reference dot's last step.
+static float butterfly_ref(float acc[32]) {
   for (int o = 16; o > 0; o >>= 1) {
     float t[32];
     for (int l = 0; l < 32; l++) t[l] = EXACT_ADD(acc[l], acc[l ^ o]);
     memcpy(acc, t, sizeof t);
   }
   return acc[0];
+}
+
+// The reference order, any K % 8 == 0: 32 lane sums, then the butterfly.
+static float dot_ref(const uint16_t* w, const float* x, int K) {
+  float acc[32] = {0};
+  for (int c = 0; c < K / 8; c++)
+    for (int e = 0; e < 8; e++) acc[c & 31] = EXACT_FMA(bf16_at(w, (size_t)c * 8 + e), x[c * 8 + e], acc[c & 31]);
+  return butterfly_ref(acc);
 }
 
 // How a unit is activated from its gate and up sums (biases added), as op_common.cuh's swiglu_act: the clamped

@@ -31,12 +31,7 @@ static float mxfp4_dot_ref(const uint8_t* w, const uint8_t* srow, const float* x
       acc[c & 31] = EXACT_ADD(acc[c & 31], d);
     }
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    float t[32];
-    for (int l = 0; l < 32; l++) t[l] = EXACT_ADD(acc[l], acc[l ^ o]);
-    memcpy(acc, t, sizeof t);
-  }
-  return acc[0];
+  return butterfly_ref(acc);
 }
 
 // x laid out for the MXFP4 vector order: in each round of 1,024 values (32 chunks of 32: the warp's 32 loads), value
