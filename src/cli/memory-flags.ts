@@ -19,7 +19,7 @@ export const MEMORY_HELP = `  --gpu-memory-utilization F  cuda: share of the GPU
                        cuda reserves the KV cache for N x the running batch
   --host-experts N|auto cuda: N host threads ('auto': the CPUs less 2) compute a share of each layer's cold
                        experts at decode steps of up to 32 picks (4 rows at top-8), from host memory, beside
-                       the GPU (bf16 or block-FP8 experts; same bits)
+                       the GPU (bf16, block-FP8 or MXFP4 experts; same bits)
   --host-expert-share F of a layer's distinct cold experts, the share the host computes, rounded up to a part: a
                        fixed split (default: the split is chosen from the host's and the GPU's times as measured
                        while serving)
