@@ -18,7 +18,7 @@ struct MlaParams {
   const void* kv_b;         // [nh * (nope + vd)][kv_lora]: bf16, or (WF_FP8) float8_e4m3fn bytes
   const float* kv_b_scales; // WF_FP8: row r, value c scaled by kv_b_scales[(r / s_rows) * s_ld + c / s_cols] (fp8-grid.ts)
   const float* inv_freq;    // [rope / 2]
-  float eps, mscale, scale; // scale: the softmax's, 1 / sqrt(nope + rope)
+  float eps, mscale, scale; // scale: the softmax's, 1 / sqrt(nope + rope) (times YaRN's mscale_all_dim correction squared: MlaSpec.softmaxScale)
   int32_t nh, q_lora, kv_lora, rope, nope, vd, layer;
   int32_t s_rows, s_cols, s_ld, pad;
 };

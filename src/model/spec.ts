@@ -98,6 +98,11 @@ export interface MlaSpec {
   /** Per head: q/k width without RoPE; with `headDim` (the RoPE part, k's shared by every head) the q/k width. */
   readonly qkNopeDim: number;
   readonly vHeadDim: number;
+  /**
+   * The attention's softmax scale (transformers' DeepseekV3Attention.scaling): (qkNopeDim + headDim)^-0.5, times
+   * yarnMscale(factor, mscale_all_dim)^2 under DeepSeek's YaRN.
+   */
+  readonly softmaxScale: number;
 }
 
 /** gpt-oss experts: gate and up with biases, clamped, (up + 1) * gate * sigmoid(alpha gate), down with bias. */

@@ -5,7 +5,7 @@
 // backend (the spec) on the same teacher-forced run, and half the experts cold giving the very same logits.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { loadModel, loadModelFor } from '../../src/model/load.ts';
@@ -158,6 +158,36 @@ for (const dir of dirs.filter((d) => basename(d) === 'deepseek-v3-tiny')) {
       assert.ok(vsCpu < 1e-3, `CUDA vs CPU normalized logit error ${vsCpu}`);
       assert.equal(placementDiffs, 0, 'placement changed a result');
       assert.ok(tcErr < 1e-4, `tensor-core decode vs gemv ${tcErr}`);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+}
+
+// DeepSeek's YaRN as the hub's V3 / R1 configs carry it (factor 40, mscale = mscale_all_dim = 1: YaRN's frequencies,
+// cos and sin unscaled, the softmax scale times (0.1 ln 40 + 1)^2): the fixture's weights under that config, CUDA
+// against the CPU backend (the spec; transformers' formula is checked in src/model/families/families.test.ts), half
+// the experts cold.
+for (const dir of dirs.filter((d) => basename(d) === 'deepseek-v3-tiny')) {
+  test('family fixture deepseek-v3-tiny under DeepSeek\'s YaRN (factor 40, mscale_all_dim 1) on CUDA: vs the CPU < 1e-3, half cold = all hot', async () => {
+    const cases = (JSON.parse(readFileSync(join(dir, 'parity.json'), 'utf8')) as Fixture).cases;
+    const root = mkdtempSync(join(tmpdir(), 'ds-yarn-'));
+    try {
+      for (const f of readdirSync(dir)) if (f !== 'config.json') symlinkSync(join(dir, f), join(root, f));
+      const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+      const theta = (config['rope_parameters'] as { rope_theta: number }).rope_theta;
+      writeFileSync(join(root, 'config.json'), JSON.stringify({ ...config, rope_parameters: { rope_type: 'yarn', rope_theta: theta, factor: 40, mscale: 1, mscale_all_dim: 1, beta_fast: 32, beta_slow: 1, original_max_position_embeddings: 64 } }));
+      const m = await loadModelFor(root, 'cuda');
+      const { vocabSize: V, numExperts: E } = m.spec;
+      assert.ok(m.spec.rope?.yarn && m.spec.mla!.softmaxScale > 1.8 * (m.spec.mla!.qkNopeDim + m.spec.headDim) ** -0.5, 'YaRN with the softmax correction');
+      const gpu = await cudaRun(m, cases);
+      const placementDiffs = differing(await cudaRun(m, cases, { hotPerLayer: Math.floor(E / 2) }), gpu);
+      m.tensors.close();
+      const vsCpu = worstErr(gpu, await cpuRun(root, cases), cases.length, V);
+      report['family_deepseek-v3-tiny_yarn'] = { cases: cases.length, vsCpu, placementDiffs };
+      console.log(`# family deepseek-v3-tiny under YaRN (factor 40, mscale_all_dim 1): ${cases.length} cases, vs CPU ${vsCpu.toExponential(2)}, half cold vs all hot ${placementDiffs} logits differ`);
+      assert.ok(vsCpu < 1e-3, `CUDA vs CPU normalized logit error ${vsCpu}`);
+      assert.equal(placementDiffs, 0, 'placement changed a result');
     } finally {
       rmSync(root, { recursive: true, force: true });
     }

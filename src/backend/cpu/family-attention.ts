@@ -241,7 +241,7 @@ export function mlaAttention(
       v.set(s.kv.subarray(src + nope, src + nope + vd), p * nH * vd + h * vd);
     }
   }
-  const layout: HeadLayout = { qkDim: qk, vDim: vd, kStride: nH * qk, vStride: nH * vd, scale: 1 / Math.sqrt(qk), window: 0 };
+  const layout: HeadLayout = { qkDim: qk, vDim: vd, kStride: nH * qk, vStride: nH * vd, scale: m.softmaxScale, window: 0 };
   for (let i = 0; i < tokens; i++) {
     for (let h = 0; h < nH; h++) {
       attendHead(out, i * nH * vd + h * vd, s.q, i * nH * qk + h * qk, keys[i]!, h * qk, values[i]!, h * vd, pos[i]!, layout, undefined, scores, acc);

@@ -97,10 +97,9 @@ export function yarnOf(type: string, p: Record<string, unknown>, maxPositions: n
   const original = positive('original_max_position_embeddings');
   if (original === undefined) throw badConfig('field rope_parameters.original_max_position_embeddings: YaRN needs it');
   const factor = positive('factor') ?? maxPositions / original;
-  if (num('mscale') || num('mscale_all_dim')) {
-    throw unsupported(type, 'rope_parameters.mscale', 'YaRN with mscale / mscale_all_dim is not supported');
-  }
-  const mscale = (s: number): number => (s <= 1 ? 1 : 0.1 * Math.log(s) + 1);
+  // DeepSeek's mscale and mscale_all_dim (both given): cos and sin times their ratio; the softmax's share is the
+  // family's (deepseekSoftmaxScale).
+  const mscale = num('mscale'), mscaleAllDim = num('mscale_all_dim');
   const truncate = p['truncate'] ?? true;
   if (typeof truncate !== 'boolean') throw badConfig(`field rope_parameters.truncate: expected a boolean (got ${JSON.stringify(truncate)})`);
   return {
@@ -109,8 +108,13 @@ export function yarnOf(type: string, p: Record<string, unknown>, maxPositions: n
     betaFast: positive('beta_fast') || 32,
     betaSlow: positive('beta_slow') || 1,
     truncate,
-    attentionFactor: positive('attention_factor') ?? mscale(factor),
+    attentionFactor: positive('attention_factor') ?? (mscale && mscaleAllDim ? yarnMscale(factor, mscale) / yarnMscale(factor, mscaleAllDim) : yarnMscale(factor)),
   };
+}
+
+/** YaRN's magnitude correction at a context `factor` (transformers' get_mscale / yarn_get_mscale): 1 up to factor 1. */
+export function yarnMscale(factor: number, mscale = 1): number {
+  return factor <= 1 ? 1 : 0.1 * mscale * Math.log(factor) + 1;
 }
 
 /** The fields of ModelSpec every family fills the same way. */

@@ -9,7 +9,7 @@ import type { ModelSpec } from '../spec.ts';
 import type { ModelWeights, RawTensor } from '../weights.ts';
 import {
   badConfig, baseFields, baseSpec, checkTopK, EMPTY, expertShapes, expertWeights, modelWeights, parseFields, posInt, ropeOf,
-  swigluShapes, swigluWeights, tensorMap, tensorReader, unsupported, type TensorShapes,
+  swigluShapes, swigluWeights, tensorMap, tensorReader, unsupported, yarnMscale, yarnOf, type TensorShapes,
   storedExperts, type WeightOptions,
 } from './common.ts';
 
@@ -47,7 +47,7 @@ export function parseDeepseekV3(json: unknown, name: string): ModelSpec {
   if (c.scoring_func !== undefined && c.scoring_func !== 'sigmoid') throw unsupported(T, 'scoring_func', `"${c.scoring_func}" is not supported; only "sigmoid"`);
   if (c.attention_bias === true) throw unsupported(T, 'attention_bias', 'attention projections with bias are not supported');
   const rope = ropeOf(T, c);
-  if (rope.ropeType !== 'default') throw unsupported(T, 'rope_parameters.rope_type', `"${rope.ropeType}" is not supported; only "default" (DeepSeek's YaRN with mscale is not implemented)`);
+  if (rope.ropeType !== 'default' && rope.ropeType !== 'yarn') throw unsupported(T, 'rope_parameters.rope_type', `"${rope.ropeType}" is not supported; only "default" and "yarn"`);
   if (c.qk_rope_head_dim % 2 !== 0) throw badConfig(`field qk_rope_head_dim: ${c.qk_rope_head_dim} must be even: RoPE rotates pairs`);
   // Block FP8 as the hub's DeepSeek-V3 / R1 / Kimi K2 checkpoints store it (every linear but the router).
   const quantization = parseQuantization(T, c.quantization_config, ['fp8']);
@@ -75,12 +75,31 @@ export function parseDeepseekV3(json: unknown, name: string): ModelSpec {
     moeLayers: Object.freeze(moeLayers),
     qkNorm: 'none',
     router: { kind: 'sigmoid_group', nGroup, topkGroup, scalingFactor: c.routed_scaling_factor ?? 1 },
-    rope: { interleaved: c.rope_interleave ?? true },
-    mla: { qLoraRank: c.q_lora_rank, kvLoraRank: c.kv_lora_rank, qkNopeDim: c.qk_nope_head_dim, vHeadDim: c.v_head_dim },
+    rope: { interleaved: c.rope_interleave ?? true, ...(rope.ropeType === 'yarn' ? { yarn: yarnOf(T, rope.params, base.maxPositions) } : {}) },
+    mla: {
+      qLoraRank: c.q_lora_rank, kvLoraRank: c.kv_lora_rank, qkNopeDim: c.qk_nope_head_dim, vHeadDim: c.v_head_dim,
+      softmaxScale: deepseekSoftmaxScale(c.qk_nope_head_dim + c.qk_rope_head_dim, rope.ropeType, rope.params),
+    },
     ...(moeLayers.length < c.num_hidden_layers ? { denseIntermediate: c.intermediate_size } : {}),
     ...(shared > 0 ? { sharedIntermediate: c.moe_intermediate_size * shared } : {}),
     ...(quantization ? { quantization } : {}),
   } satisfies ModelSpec);
+}
+
+/**
+ * transformers' DeepseekV3Attention.scaling: qk^-0.5, and under a RoPE other than the default with mscale_all_dim and
+ * factor given, times yarnMscale(factor, mscale_all_dim)^2 (in float64, in that order; the kernels take it as float32).
+ * DeepSeek-V3 / R1 (factor 40) and Kimi K2 (32) carry mscale = mscale_all_dim = 1: cos and sin stay unscaled (the
+ * ratio, yarnOf) and the softmax sharpens by 1.87x / 1.81x.
+ */
+export function deepseekSoftmaxScale(qk: number, ropeType: string, params: Record<string, unknown>): number {
+  const scale = qk ** -0.5;
+  const mscaleAllDim = params['mscale_all_dim'], factor = params['factor'];
+  if (ropeType === 'default' || !mscaleAllDim || factor == null) return scale;
+  if (typeof mscaleAllDim !== 'number' || !Number.isFinite(mscaleAllDim)) throw badConfig(`field rope_parameters.mscale_all_dim: expected a number (got ${JSON.stringify(mscaleAllDim)})`);
+  if (typeof factor !== 'number' || !(factor > 0)) throw badConfig(`field rope_parameters.factor: expected a positive number (got ${JSON.stringify(factor)})`);
+  const m = yarnMscale(factor, mscaleAllDim);
+  return scale * m * m;
 }
 
 /** Hub tensor names of one DeepSeek-V3 layer. */

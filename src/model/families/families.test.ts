@@ -62,7 +62,7 @@ describe('deepseek_v3 config', { skip: !have('deepseek-v3-tiny') && 'no fixture'
     assert.equal(s.architecture, 'deepseek_v3');
     assert.deepEqual(moeLayerIds(s), [1, 2, 3]);
     assert.equal(s.headDim, 16);
-    assert.deepEqual(s.mla, { qLoraRank: 64, kvLoraRank: 32, qkNopeDim: 32, vHeadDim: 32 });
+    assert.deepEqual(s.mla, { qLoraRank: 64, kvLoraRank: 32, qkNopeDim: 32, vHeadDim: 32, softmaxScale: 48 ** -0.5 });
     assert.deepEqual(s.router, { kind: 'sigmoid_group', nGroup: 4, topkGroup: 2, scalingFactor: 2.5 });
     assert.equal(s.normTopkProb, true);
     assert.equal(s.denseIntermediate, 256);
@@ -74,12 +74,41 @@ describe('deepseek_v3 config', { skip: !have('deepseek-v3-tiny') && 'no fixture'
     ['q_lora_rank', { q_lora_rank: null }],
     ['topk_method', { topk_method: 'greedy' }],
     ['scoring_func', { scoring_func: 'softmax' }],
-    ['rope_parameters.rope_type', { rope_parameters: { rope_type: 'yarn', rope_theta: 10000, factor: 40, original_max_position_embeddings: 4096 } }],
+    ['rope_parameters.rope_type', { rope_parameters: { rope_type: 'longrope', rope_theta: 10000, factor: 40, original_max_position_embeddings: 4096 } }],
   ] as const) {
     it(`refuses ${key}`, async () => {
       await rejectsWith(() => parseConfig({ ...config('deepseek-v3-tiny'), ...over }, 'd'), 'UNSUPPORTED_MODEL', new RegExp(`\\(deepseek_v3\\): ${key.replace('.', '\\.')}:`));
     });
   }
+  // The hub configs' YaRN (config.json of deepseek-ai/DeepSeek-V3, DeepSeek-R1: factor 40; moonshotai/Kimi-K2: 32),
+  // in the older rope_scaling spelling. transformers: cos and sin times get_mscale(f, mscale) / get_mscale(f,
+  // mscale_all_dim) = 1, the softmax scale (nope + rope)^-0.5 times get_mscale(f, mscale_all_dim)^2, get_mscale(f, m) =
+  // 0.1 m ln f + 1.
+  for (const [name, factor] of [['DeepSeek-V3 / R1', 40], ['Kimi K2', 32]] as const) {
+    it(`parses ${name}'s YaRN (factor ${factor}, mscale = mscale_all_dim = 1): cos and sin unscaled, the softmax sharper by (0.1 ln ${factor} + 1)^2`, () => {
+      const c = { ...config('deepseek-v3-tiny'), max_position_embeddings: 4096 * factor, rope_parameters: undefined, rope_theta: 50000,
+        rope_scaling: { beta_fast: 32, beta_slow: 1, factor, mscale: 1.0, mscale_all_dim: 1.0, original_max_position_embeddings: 4096, type: 'yarn' } };
+      const s = parseConfig(c, 'd');
+      assert.deepEqual(s.rope, { interleaved: true, yarn: { factor, originalMaxPositions: 4096, betaFast: 32, betaSlow: 1, truncate: true, attentionFactor: 1 } });
+      const m = 0.1 * Math.log(factor) + 1;
+      assert.equal(s.mla!.softmaxScale, (48 ** -0.5) * m * m);
+      assert.ok(Math.abs(s.mla!.softmaxScale * Math.sqrt(48) - (factor === 40 ? 1.8739 : 1.8133)) < 1e-4);
+    });
+  }
+  it('YaRN without mscale_all_dim leaves the softmax scale alone; mscale alone gives cos and sin get_mscale(factor) (as transformers)', () => {
+    const yarn = (extra: object) => parseConfig({ ...config('deepseek-v3-tiny'), rope_parameters: { rope_type: 'yarn', rope_theta: 10000, factor: 4, original_max_position_embeddings: 1024, ...extra } }, 'd');
+    const plain = yarn({});
+    assert.equal(plain.mla!.softmaxScale, 48 ** -0.5);
+    assert.equal(plain.rope!.yarn!.attentionFactor, 0.1 * Math.log(4) + 1);
+    assert.equal(yarn({ mscale: 0.707 }).rope!.yarn!.attentionFactor, 0.1 * Math.log(4) + 1);
+    const both = yarn({ mscale: 0.707, mscale_all_dim: 0.5 });
+    assert.equal(both.rope!.yarn!.attentionFactor, (0.1 * 0.707 * Math.log(4) + 1) / (0.1 * 0.5 * Math.log(4) + 1));
+    const m = 0.1 * 0.5 * Math.log(4) + 1;
+    assert.equal(both.mla!.softmaxScale, (48 ** -0.5) * m * m);
+  });
+  it('refuses a YaRN mscale_all_dim that is not a number', async () => {
+    await rejectsWith(() => parseConfig({ ...config('deepseek-v3-tiny'), rope_parameters: { rope_type: 'yarn', rope_theta: 10000, factor: 4, original_max_position_embeddings: 1024, mscale_all_dim: 'big' } }, 'd'), 'BAD_CONFIG', /field rope_parameters\.mscale_all_dim: expected a number \(got "big"\)/);
+  });
   it('refuses groups that cannot hold the top-k', async () => {
     await rejectsWith(() => parseConfig({ ...config('deepseek-v3-tiny'), n_group: 5 }, 'd'), 'BAD_CONFIG', /n_group: 5 must divide/);
     await rejectsWith(() => parseConfig({ ...config('deepseek-v3-tiny'), topk_group: 1, num_experts_per_tok: 9 }, 'd'), 'BAD_CONFIG', /num_experts_per_tok: 9 exceeds the 8 experts/);

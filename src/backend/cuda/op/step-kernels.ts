@@ -306,7 +306,7 @@ export class OpStepKernels {
     const { hiddenSize: H, numHeads: nh, headDim: rope } = s;
     const A = m.qLoraRank + m.kvLoraRank + rope, qk = m.qkNopeDim + rope;
     const params = { bytes: encodeMla({
-      qANorm: w.qANorm, kvANorm: w.kvANorm, kvB: w.kvB.w, kvBScales: w.kvB.grid, ...gridArgs(w.kvB.p), invFreq: this.invFreq, eps: s.rmsNormEps, mscale: this.ropeScale, scale: 1 / Math.sqrt(qk),
+      qANorm: w.qANorm, kvANorm: w.kvANorm, kvB: w.kvB.w, kvBScales: w.kvB.grid, ...gridArgs(w.kvB.p), invFreq: this.invFreq, eps: s.rmsNormEps, mscale: this.ropeScale, scale: m.softmaxScale,
       nh, qLora: m.qLoraRank, kvLora: m.kvLoraRank, rope, nope: m.qkNopeDim, vd: m.vHeadDim, layer: l,
     }) };
     this.dense('mla_a', gemv, T, 'store', w.a, { x: this.ptr('xn'), y: this.ptr('mlaA'), ldx: H, ldy: A, O: A, K: H, rows: T });
