@@ -4,7 +4,7 @@
 # MXFP4, deepseek-v3), then on each the real-size test (greedy tokens vs transformers, CUDA vs CPU, NaN refusal) and, for the
 # 128-expert ones, the tiered moves test; and the family fixtures carried in .gpu/ (FAMILY_FIXTURES) against
 # their parity.json. Each stage has its own time limit; logs and a summary in $OUT.
-#   source .gpu/boot.sh && bash test/gpu/real-run.sh [stage ...]   (stages: q2 q2f mx2 g2 ds2 ds2f q16f fixtures; default all but ds2* and q16f;
+#   source .gpu/boot.sh && bash test/gpu/real-run.sh [stage ...]   (stages: q2 q2f mx2 g2 ds2 ds2y ds2f q16f fixtures; default all but ds2* and q16f;
 #   on the H200 `q2 q2f mx2` took 3.2 minutes and `fixtures g2 q2 q2f` 4.5). Run nothing else that makes
 #   checkpoints beside it: after two concurrent make-checkpoint runs, node once failed to exec (ENOENT).
 set -u
@@ -16,10 +16,16 @@ has q2 && checkpoint --preset qwen3-30b-a3b --layers 2 --out /tmp/q2 &
 has q2f && checkpoint --preset qwen3-30b-a3b --layers 2 --format fp8 --out /tmp/q2f &
 has mx2 && checkpoint --preset mixtral-8x7b --layers 2 --out /tmp/mx2 &
 has g2 && checkpoint --preset gpt-oss-120b --layers 2 --format mxfp4 --out /tmp/g2 &
-has ds2 && checkpoint --preset deepseek-v3 --layers 2 --out /tmp/ds2 &
+{ has ds2 || has ds2y; } && checkpoint --preset deepseek-v3 --layers 2 --out /tmp/ds2 &
 has ds2f && checkpoint --preset deepseek-v3 --layers 2 --format fp8 --out /tmp/ds2f &
 has q16f && checkpoint --preset qwen3-30b-a3b --layers 16 --format fp8 --out /tmp/q16f &
 wait
+# ds2y: the same ds2 under DeepSeek's YaRN as the hub's V3 / R1 configs carry it (factor 40, mscale = mscale_all_dim =
+# 1), with transformers references made for it (test/gpu/deepseek-yarn-refs.py).
+if has ds2y; then
+  python3 test/gpu/deepseek-yarn-refs.py --src /tmp/ds2 --out /tmp/ds2y > "$OUT/ds2y-refs.log" 2>&1 || echo "deepseek-yarn-refs.py failed" | tee -a "$OUT/summary.txt"
+  tail -2 "$OUT/ds2y-refs.log" | tee -a "$OUT/summary.txt"
+fi
 if has fixtures; then
   # A fixture carried as .gpu/<name>.tar.xz (too big to carry plain; packed without its tokenizer.json, the
   # tiny-moe one they all share) is unpacked beside the plain ones first.
@@ -38,7 +44,7 @@ fi
 # banks take any size since 4dd4043; the first ds2 run, before, threw on a typed array's 2^32 elements); the
 # 2-layer q2f keeps the FP8 twin.
 # (300 s a stage: g2's took past 180 once its 64/128-hot cases held the host expert lane's at batch 1 and 4, 2026-12-03)
-for c in q2:"real shapes|NaN weight|64/128 hot" q2f:"real shapes|NaN weight|64/128 hot" mx2:"real shapes: greedy|NaN weight" g2:"real shapes|NaN weight|64/128 hot" ds2:"real shapes: greedy" ds2f:"real shapes: greedy" q16f:"real shapes: greedy"; do
+for c in q2:"real shapes|NaN weight|64/128 hot" q2f:"real shapes|NaN weight|64/128 hot" mx2:"real shapes: greedy|NaN weight" g2:"real shapes|NaN weight|64/128 hot" ds2:"real shapes: greedy" ds2y:"real shapes: greedy" ds2f:"real shapes: greedy" q16f:"real shapes: greedy"; do
   name=${c%%:*}; has "$name" || continue
   dir=/tmp/$name; pat=${c#*:}; cpu=1; [ "${name#ds2}" != "$name" ] || [ "$name" = q16f ] && cpu=0
   REAL_CPU=$cpu REAL_CKPT=$dir TIERED_STEPS=400 OUT=$OUT timeout 300 node --test-name-pattern="$pat" dist/gpu-tests.mjs > "$OUT/t-$name.log" 2>&1
