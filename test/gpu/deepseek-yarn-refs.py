@@ -5,9 +5,10 @@
 
 --src: a make-checkpoint folder (refs.json: its prompts are reused) or a family fixture (parity.json). --out gets the
 source's files linked, config.json with rope_parameters set to the YaRN the hub's DeepSeek-V3 / R1 configs carry
-(factor 40, mscale = mscale_all_dim = 1, beta_fast 32, beta_slow 1, original_max_position_embeddings 4096; Kimi K2:
---factor 32), and refs.json in make-checkpoint's format (greedy tokens and top-5 logits, float32, TF32 off), so
-test/gpu/real-size.gpu.ts (REAL_CKPT=--out) checks the CUDA backend and the CPU one against transformers under it.
+(factor 40, mscale = mscale_all_dim = 1, beta_fast 32, beta_slow 1, original_max_position_embeddings 4096), and
+refs.json in make-checkpoint's format (greedy tokens and top-5 logits, float32, TF32 off), so
+test/gpu/real-size.gpu.ts (REAL_CKPT=--out) checks the CUDA backend against transformers under it (and the CPU one with
+REAL_CPU=1, which real-run.sh's ds2y leaves off: at V3's hidden size the CPU twin does not fit beside it).
 """
 import argparse, json, os, sys, time
 import torch, transformers as T

@@ -39,9 +39,8 @@ const DeepseekV3Config = z.looseObject({
 
 export function parseDeepseekV3(json: unknown, name: string): ModelSpec {
   const c = parseFields(DeepseekV3Config, json);
-  if (c.num_nextn_predict_layers) {
-    throw unsupported(T, 'num_nextn_predict_layers', `${c.num_nextn_predict_layers} multi-token-prediction (MTP) layers are not supported; only 0`);
-  }
+  // num_nextn_predict_layers: the multi-token-prediction layers stored after the last layer (model.layers.61.* in
+  // DeepSeek-V3 / R1) serve speculative decoding only; they are not read, as transformers does not read them.
   if (c.q_lora_rank == null) throw unsupported(T, 'q_lora_rank', 'a full-rank q projection (q_lora_rank null, as DeepSeek-V2-Lite) is not supported');
   if (c.topk_method !== undefined && c.topk_method !== 'noaux_tc') throw unsupported(T, 'topk_method', `"${c.topk_method}" is not supported; only "noaux_tc"`);
   if (c.scoring_func !== undefined && c.scoring_func !== 'sigmoid') throw unsupported(T, 'scoring_func', `"${c.scoring_func}" is not supported; only "sigmoid"`);
@@ -87,17 +86,18 @@ export function parseDeepseekV3(json: unknown, name: string): ModelSpec {
 }
 
 /**
- * transformers' DeepseekV3Attention.scaling: qk^-0.5, and under a RoPE other than the default with mscale_all_dim and
- * factor given, times yarnMscale(factor, mscale_all_dim)^2 (in float64, in that order; the kernels take it as float32).
- * DeepSeek-V3 / R1 (factor 40) and Kimi K2 (32) carry mscale = mscale_all_dim = 1: cos and sin stay unscaled (the
- * ratio, yarnOf) and the softmax sharpens by 1.87x / 1.81x.
+ * transformers' DeepseekV3Attention.scaling (5.17 yarn_apply_mscale): qk^-0.5, and under a RoPE other than the default
+ * with mscale_all_dim, times yarnMscale(factor, mscale_all_dim)^2, in that order (the kernels take it as float32).
+ * DeepSeek-V3 / R1 carry factor 40 and mscale = mscale_all_dim = 1: cos and sin stay unscaled (the ratio, yarnOf) and
+ * the softmax sharpens by 1.87x.
  */
 export function deepseekSoftmaxScale(qk: number, ropeType: string, params: Record<string, unknown>): number {
   const scale = qk ** -0.5;
   const mscaleAllDim = params['mscale_all_dim'], factor = params['factor'];
-  if (ropeType === 'default' || !mscaleAllDim || factor == null) return scale;
+  if (ropeType === 'default' || !mscaleAllDim) return scale;
   if (typeof mscaleAllDim !== 'number' || !Number.isFinite(mscaleAllDim)) throw badConfig(`field rope_parameters.mscale_all_dim: expected a number (got ${JSON.stringify(mscaleAllDim)})`);
-  if (typeof factor !== 'number' || !(factor > 0)) throw badConfig(`field rope_parameters.factor: expected a positive number (got ${JSON.stringify(factor)})`);
+  // (transformers refuses a YaRN without factor; its DeepSeek attention reads the factor given, not one derived)
+  if (typeof factor !== 'number' || !(factor > 0)) throw badConfig(`field rope_parameters.factor: expected a positive number with mscale_all_dim (got ${JSON.stringify(factor) ?? 'nothing'})`);
   const m = yarnMscale(factor, mscaleAllDim);
   return scale * m * m;
 }

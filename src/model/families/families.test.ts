@@ -70,7 +70,6 @@ describe('deepseek_v3 config', { skip: !have('deepseek-v3-tiny') && 'no fixture'
     assert.deepEqual(s.rope, { interleaved: true });
   });
   for (const [key, over] of [
-    ['num_nextn_predict_layers', { num_nextn_predict_layers: 1 }],
     ['q_lora_rank', { q_lora_rank: null }],
     ['topk_method', { topk_method: 'greedy' }],
     ['scoring_func', { scoring_func: 'softmax' }],
@@ -80,21 +79,28 @@ describe('deepseek_v3 config', { skip: !have('deepseek-v3-tiny') && 'no fixture'
       await rejectsWith(() => parseConfig({ ...config('deepseek-v3-tiny'), ...over }, 'd'), 'UNSUPPORTED_MODEL', new RegExp(`\\(deepseek_v3\\): ${key.replace('.', '\\.')}:`));
     });
   }
-  // The hub configs' YaRN (config.json of deepseek-ai/DeepSeek-V3, DeepSeek-R1: factor 40; moonshotai/Kimi-K2: 32),
-  // in the older rope_scaling spelling. transformers: cos and sin times get_mscale(f, mscale) / get_mscale(f,
-  // mscale_all_dim) = 1, the softmax scale (nope + rope)^-0.5 times get_mscale(f, mscale_all_dim)^2, get_mscale(f, m) =
-  // 0.1 m ln f + 1.
-  for (const [name, factor] of [['DeepSeek-V3 / R1', 40], ['Kimi K2', 32]] as const) {
-    it(`parses ${name}'s YaRN (factor ${factor}, mscale = mscale_all_dim = 1): cos and sin unscaled, the softmax sharper by (0.1 ln ${factor} + 1)^2`, () => {
-      const c = { ...config('deepseek-v3-tiny'), max_position_embeddings: 4096 * factor, rope_parameters: undefined, rope_theta: 50000,
-        rope_scaling: { beta_fast: 32, beta_slow: 1, factor, mscale: 1.0, mscale_all_dim: 1.0, original_max_position_embeddings: 4096, type: 'yarn' } };
-      const s = parseConfig(c, 'd');
-      assert.deepEqual(s.rope, { interleaved: true, yarn: { factor, originalMaxPositions: 4096, betaFast: 32, betaSlow: 1, truncate: true, attentionFactor: 1 } });
-      const m = 0.1 * Math.log(factor) + 1;
-      assert.equal(s.mla!.softmaxScale, (48 ** -0.5) * m * m);
-      assert.ok(Math.abs(s.mla!.softmaxScale * Math.sqrt(48) - (factor === 40 ? 1.8739 : 1.8133)) < 1e-4);
-    });
-  }
+  // deepseek-ai/DeepSeek-V3's config.json as the hub has it (R1's differs in nothing read here): block FP8, one MTP
+  // layer (not read, as transformers does not), YaRN in the older rope_scaling spelling. transformers 5.17: cos and
+  // sin times get_mscale(40, 1) / get_mscale(40, 1) = 1, the softmax scale 192^-0.5 times get_mscale(40, 1)^2,
+  // get_mscale(f, m) = 0.1 m ln f + 1 (= 1.36889).
+  it('parses DeepSeek-V3\'s hub config: YaRN factor 40 with mscale = mscale_all_dim = 1 (cos and sin unscaled, the softmax 1.8739x sharper), block FP8, its MTP layer left unread', () => {
+    const s = parseConfig({
+      architectures: ['DeepseekV3ForCausalLM'], attention_bias: false, attention_dropout: 0.0, aux_loss_alpha: 0.001, bos_token_id: 0, eos_token_id: 1, ep_size: 1,
+      first_k_dense_replace: 3, hidden_act: 'silu', hidden_size: 7168, initializer_range: 0.02, intermediate_size: 18432, kv_lora_rank: 512,
+      max_position_embeddings: 163840, model_type: 'deepseek_v3', moe_intermediate_size: 2048, moe_layer_freq: 1, n_group: 8, n_routed_experts: 256,
+      n_shared_experts: 1, norm_topk_prob: true, num_attention_heads: 128, num_experts_per_tok: 8, num_hidden_layers: 61, num_key_value_heads: 128,
+      num_nextn_predict_layers: 1, q_lora_rank: 1536, qk_nope_head_dim: 128, qk_rope_head_dim: 64,
+      quantization_config: { activation_scheme: 'dynamic', fmt: 'e4m3', quant_method: 'fp8', weight_block_size: [128, 128] },
+      rms_norm_eps: 1e-6, rope_scaling: { beta_fast: 32, beta_slow: 1, factor: 40, mscale: 1.0, mscale_all_dim: 1.0, original_max_position_embeddings: 4096, type: 'yarn' },
+      rope_theta: 10000, routed_scaling_factor: 2.5, scoring_func: 'sigmoid', seq_aux: true, tie_word_embeddings: false, topk_group: 4, topk_method: 'noaux_tc',
+      torch_dtype: 'bfloat16', transformers_version: '4.33.1', use_cache: true, v_head_dim: 128, vocab_size: 129280,
+    }, 'd');
+    assert.equal(s.numLayers, 61);
+    assert.equal(moeLayerIds(s).length, 58);
+    assert.deepEqual(s.rope, { interleaved: true, yarn: { factor: 40, originalMaxPositions: 4096, betaFast: 32, betaSlow: 1, truncate: true, attentionFactor: 1 } });
+    assert.ok(Math.abs(s.mla!.softmaxScale * Math.sqrt(192) - 1.873854) < 1e-6, `softmax scale x sqrt(192) ${s.mla!.softmaxScale * Math.sqrt(192)}`);
+    assert.equal(s.quantization?.method, 'fp8');
+  });
   it('YaRN without mscale_all_dim leaves the softmax scale alone; mscale alone gives cos and sin get_mscale(factor) (as transformers)', () => {
     const yarn = (extra: object) => parseConfig({ ...config('deepseek-v3-tiny'), rope_parameters: { rope_type: 'yarn', rope_theta: 10000, factor: 4, original_max_position_embeddings: 1024, ...extra } }, 'd');
     const plain = yarn({});
@@ -105,6 +111,18 @@ describe('deepseek_v3 config', { skip: !have('deepseek-v3-tiny') && 'no fixture'
     assert.equal(both.rope!.yarn!.attentionFactor, (0.1 * 0.707 * Math.log(4) + 1) / (0.1 * 0.5 * Math.log(4) + 1));
     const m = 0.1 * 0.5 * Math.log(4) + 1;
     assert.equal(both.mla!.softmaxScale, (48 ** -0.5) * m * m);
+  });
+  it('mscale_all_dim alone: cos and sin get_mscale(factor), the softmax get_mscale(factor, mscale_all_dim)^2 too; under the default RoPE it is not read', () => {
+    const c = (rope: object) => parseConfig({ ...config('deepseek-v3-tiny'), rope_parameters: { rope_theta: 10000, ...rope } }, 'd');
+    const alone = c({ rope_type: 'yarn', factor: 4, original_max_position_embeddings: 1024, mscale_all_dim: 0.5 });
+    assert.equal(alone.rope!.yarn!.attentionFactor, 0.1 * Math.log(4) + 1);
+    const m = 0.1 * 0.5 * Math.log(4) + 1;
+    assert.equal(alone.mla!.softmaxScale, (48 ** -0.5) * m * m);
+    const plain = c({ rope_type: 'default', factor: 4, mscale_all_dim: 0.5 });
+    assert.deepEqual([plain.rope, plain.mla!.softmaxScale], [{ interleaved: true }, 48 ** -0.5]);
+  });
+  it('refuses DeepSeek\'s YaRN with mscale_all_dim but no factor (transformers does too)', async () => {
+    await rejectsWith(() => parseConfig({ ...config('deepseek-v3-tiny'), rope_parameters: { rope_type: 'yarn', rope_theta: 10000, original_max_position_embeddings: 1024, mscale_all_dim: 1 } }, 'd'), 'BAD_CONFIG', /field rope_parameters\.factor: expected a positive number with mscale_all_dim \(got nothing\)/);
   });
   it('refuses a YaRN mscale_all_dim that is not a number', async () => {
     await rejectsWith(() => parseConfig({ ...config('deepseek-v3-tiny'), rope_parameters: { rope_type: 'yarn', rope_theta: 10000, factor: 4, original_max_position_embeddings: 1024, mscale_all_dim: 'big' } }, 'd'), 'BAD_CONFIG', /field rope_parameters\.mscale_all_dim: expected a number \(got "big"\)/);
