@@ -39,6 +39,7 @@ test('followed: the banks trail the policy (more cold than moves at once), and w
     const r = replay(policyFactory('lru', copies === undefined ? {} : { copiesInFlight: copies })(ctx), steps);
     return r.cold.reduce((a, b) => a + b, 0) / r.picks.reduce((a, b) => a + b, 0);
   };
+  assert.deepEqual([policyFactory('lru')(ctx).name, policyFactory('lru', { copiesInFlight: 4 })(ctx).name], ['lru', 'lru-bg4'], 'the tables tell the followed one from the instant one');
   const instant = cold(), one = cold(1), many = cold(64);
   assert.ok(one > instant, `1 copy in flight ${one} vs moves at once ${instant}`);
   assert.ok(many < one && many >= instant, `64 copies ${many} between moves at once ${instant} and 1 copy ${one}`);

@@ -12,7 +12,7 @@ export function followedPolicy(inner: PolicyFactory, copiesInFlight: number): Po
     const banks = new PipelineBanks(ctx.bootMap, copiesInFlight);
     const follower = new Follower(banks);
     return {
-      name: policy.name,
+      name: `${policy.name}-bg${copiesInFlight}`, // (lru-bg4: LRU with 4 copies in flight; the instant one is plain lru)
       geometry: ctx.geometry,
       hot: banks.hot,
       // Each landing finishes a queued copy: no more land between two steps than copies are queued.
