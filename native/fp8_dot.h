@@ -99,6 +99,16 @@ HE_TARGET static inline __attribute__((always_inline)) void fp8_load_block(const
   for (int i = 0; i < 4; i++) raw[i] = _mm512_loadu_si512(p + i);
   transpose_lanes(raw, v);
 }
+// Both widenings' steps around the widened values f of a block q: each times its 16 inputs into the block's sums d
+// (value group j = 4 m + i), and the block's sums times their scales into the lane sums (alternating pairs, q & 1).
+HE_TARGET static inline __attribute__((always_inline)) void fp8_fma_group(__m512 f, const float* const* xt, const int N, int q, int j, __m512* d) {
+  for (int b = 0; b < N; b++) d[b] = _mm512_fmadd_ps(f, _mm512_loadu_ps(xt[b] + (size_t)q * 256 + j * 16), d[b]);
+}
+HE_TARGET static inline __attribute__((always_inline)) void fp8_scale_block(const float* srow, int s_cols, const Fp8Scales* plan, int q, const int N,
+                                                                            const __m512* d, __m512 (*acc)[2]) {
+  const __m512 sc = fp8_scales16(srow, s_cols, plan, q);
+  for (int b = 0; b < N; b++) acc[b][q & 1] = _mm512_fmadd_ps(sc, d[b], acc[b][q & 1]);
+}
 HE_TARGET static inline __attribute__((always_inline)) void fp8_dot_shift_n(const uint8_t* w, const float* srow, int s_cols, const float* const* xt, const int N,
                                                                             int K, float* out, const char* pf) {
   const Fp8Scales plan = fp8_scales_plan(s_cols);
@@ -114,15 +124,13 @@ HE_TARGET static inline __attribute__((always_inline)) void fp8_dot_shift_n(cons
       __m512 f[4];
       fp8_widen_shift(v[m], f);
 #pragma GCC unroll 4
-      for (int i = 0; i < 4; i++)
-        for (int b = 0; b < N; b++) d[b] = _mm512_fmadd_ps(f[i], _mm512_loadu_ps(xt[b] + (size_t)q * 256 + (4 * m + i) * 16), d[b]);
+      for (int i = 0; i < 4; i++) fp8_fma_group(f[i], xt, N, q, 4 * m + i, d);
     }
     if (__builtin_expect(fp8_block_has_nan(raw), 0)) {
       const __mmask16 lanes = (__mmask16)fp8_nan_lanes(w + (size_t)q * 256);
       for (int b = 0; b < N; b++) d[b] = _mm512_mask_mov_ps(d[b], lanes, _mm512_set1_ps(NAN));
     }
-    const __m512 sc = fp8_scales16(srow, s_cols, &plan, q);
-    for (int b = 0; b < N; b++) acc[b][q & 1] = _mm512_fmadd_ps(sc, d[b], acc[b][q & 1]);
+    fp8_scale_block(srow, s_cols, &plan, q, N, d, acc);
   }
   for (int b = 0; b < N; b++) out[b] = butterfly_avx512(acc[b][0], acc[b][1]);
 }
@@ -177,11 +185,10 @@ HE_TARGET_VBMI static inline __attribute__((always_inline)) void fp8_dot_vbmi_n(
 #pragma GCC unroll 4
       for (int i = 0; i < 4; i++) {
         const __m512 f = _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(upper, lo, _mm512_load_si512(fp8_place[i]), hi));
-        for (int b = 0; b < N; b++) d[b] = _mm512_fmadd_ps(f, _mm512_loadu_ps(xt[b] + (size_t)q * 256 + (4 * m + i) * 16), d[b]);
+        fp8_fma_group(f, xt, N, q, 4 * m + i, d);
       }
     }
-    const __m512 sc = fp8_scales16(srow, s_cols, &plan, q);
-    for (int b = 0; b < N; b++) acc[b][q & 1] = _mm512_fmadd_ps(sc, d[b], acc[b][q & 1]);
+    fp8_scale_block(srow, s_cols, &plan, q, N, d, acc);
   }
   for (int b = 0; b < N; b++) out[b] = butterfly_avx512(acc[b][0], acc[b][1]);
 }
