@@ -12,7 +12,7 @@ import { createCpuBackend, type CpuBackend, type CpuBackendOptions } from '../sr
 import { mapFromBanks, placeMap, ResidencyDriver } from '../src/engine/residency-driver.ts';
 import { mulberry32 } from '../src/util/rng.ts';
 import { recordRun } from '../src/backend/cpu/test-helpers.ts';
-import { argmax } from '../src/backend/backend.ts';
+import { argmax } from '../src/backend/argmax.ts';
 
 interface Step {
   token: number;

@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { loadModel } from '../src/model/load.ts';
 import { createCpuBackend, type CpuBackend } from '../src/backend/cpu/cpu-backend.ts';
-import { argmax } from '../src/backend/backend.ts';
+import { argmax } from '../src/backend/argmax.ts';
 
 const FIXTURE = resolve(process.cwd(), '../shared/fixtures/tiny-moe/parity.json');
 const MODEL = resolve(process.cwd(), 'models/tiny-moe');

@@ -19,7 +19,7 @@ import { createCpuBackend, type CpuBackend } from '../../src/backend/cpu/cpu-bac
 import { OpTimer } from '../../src/backend/cpu/op-timer.ts';
 import { createEngine } from '../../src/engine/engine.ts';
 import { runToCompletion } from '../../src/engine/complete.ts';
-import { argmax } from '../../src/backend/backend.ts';
+import { argmax } from '../../src/backend/argmax.ts';
 import { loadModelFor } from '../../src/model/load.ts';
 import { packageRoot } from '../../src/cli/generate.ts';
 import { runPeer, type PeerFigures } from './peer.ts';

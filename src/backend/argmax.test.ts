@@ -2,7 +2,8 @@
 // a twin of kernels/common.cuh argmax_key: the same token whichever block holds the best key.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { argmax, argmaxOfRow, bestArgmaxKey, withHostArgmax } from './backend.ts';
+import { argmax, withHostArgmax } from './argmax.ts';
+import { argmaxOfRow, bestArgmaxKey } from './cuda/argmax-keys.ts';
 
 /** kernels/common.cuh argmax_key, as the device computes it: [lo, hi] words of the 64-bit key. */
 function key(v: number, idx: number): [number, number] {

@@ -10,7 +10,8 @@
 //     argmax of the step before on the device picks what the same step given those tokens does.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { argmax, FED_TOKEN, type Backend } from './backend.ts';
+import { FED_TOKEN, type Backend } from './backend.ts';
+import { argmax } from './argmax.ts';
 import { MovesInFlight } from './moves-in-flight.ts';
 import type { BankPlacement } from './slot-tables.ts';
 import { mapFromBanks } from '../engine/residency-driver.ts';

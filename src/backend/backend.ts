@@ -1,5 +1,4 @@
 // The contract every backend (cpu, cuda, ...) fills: run a forward step over a batch, own the expert banks.
-import { ResidencyError } from '../errors.ts';
 import type { ModelSpec } from '../model/spec.ts';
 
 /** One sequence's part of a step: tokens fed at consecutive positions from `startPos`. */
@@ -48,56 +47,6 @@ export interface StepOutput {
 }
 
 /**
- * Index of the largest of x[off..off+n) (first on ties, as torch.argmax; a NaN never wins, as on the device:
- * 0 when every value is NaN). The one greedy pick: the sampler's, the tests', a backend's argmaxOnly.
- */
-export function argmax(x: Float32Array, off: number, n: number): number {
-  let best = 0;
-  while (best < n && Number.isNaN(x[off + best]!)) best++; // from the first value that is not NaN
-  if (best === n) return 0;
-  let bestV = x[off + best]!;
-  for (let i = best + 1; i < n; i++) {
-    const v = x[off + i]!;
-    if (v > bestV) {
-      bestV = v;
-      best = i;
-    }
-  }
-  return best;
-}
-
-/** A step's output with `argmax` taken on the host from its logits, when the input asked for argmaxOnly. */
-export function withHostArgmax(input: StepInput, out: StepOutput, vocabSize: number): StepOutput {
-  if (input.argmaxOnly !== true) return out;
-  const a = new Int32Array(input.chunks.length);
-  for (let i = 0; i < a.length; i++) a[i] = argmax(out.logits, i * vocabSize, vocabSize);
-  return { ...out, argmax: a };
-}
-
-/**
- * Decodes device argmax keys (kernels/common.cuh argmax_key: the logit's order-preserving bits, then
- * 0xffffffff - index; larger wins), the best of `n` 64-bit keys from `at` (in keys' 32-bit words, little
- * endian). A row of no key (all NaN: every key 0) gives 0, as argmax does.
- */
-export function bestArgmaxKey(words: Uint32Array, at: number, n: number): number {
-  let hi = 0;
-  let lo = 0;
-  for (let i = 0; i < n; i++) {
-    const h = words[at + 2 * i + 1]!, l = words[at + 2 * i]!;
-    if (h > hi || (h === hi && l > lo)) {
-      hi = h;
-      lo = l;
-    }
-  }
-  return hi === 0 && lo === 0 ? 0 : 0xffffffff - lo;
-}
-
-/** Row `row`'s argmax from device keys copied to host bytes, `blocks` 64-bit keys a row (bestArgmaxKey). */
-export function argmaxOfRow(keys: Uint8Array, row: number, blocks: number): number {
-  return bestArgmaxKey(new Uint32Array(keys.buffer, keys.byteOffset, keys.byteLength >> 2), 2 * blocks * row, blocks);
-}
-
-/**
  * A chunk's token that is this sequence's argmax from the step just before, which the caller has not read back
  * yet (run-ahead decoding: Backend.submit). Only as a chunk's one token, and only when that step was an
  * argmaxOnly step holding the sequence; a GPU backend then feeds the token on the device.
@@ -107,42 +56,6 @@ export const FED_TOKEN = -1;
 /** A step started by Backend.submit: `wait()` blocks until it completes and returns what forward() would have. */
 export interface PendingStep {
   wait(): StepOutput;
-}
-
-/**
- * FED_TOKEN for a backend that takes the argmax on the host: each sequence's argmax of the last step, put in
- * for a fed chunk of the next one (and only the next: any step in between forgets them).
- */
-export class HostFedTokens {
-  private last = new Map<number, number>();
-
-  /** The input with every fed token replaced; throws naming the chunk when a fed token has no argmax to come from. */
-  resolve(input: StepInput): StepInput {
-    const last = this.last;
-    this.last = new Map();
-    if (!input.chunks.some((c) => c.tokens.includes(FED_TOKEN))) return input;
-    return { ...input, chunks: withFedTokens(input.chunks, (seq) => last.get(seq)) };
-  }
-
-  /** Remembers the step's argmax per sequence (an argmaxOnly step), for the next step's fed tokens. */
-  record(input: StepInput, out: StepOutput): void {
-    if (out.argmax) input.chunks.forEach((c, i) => this.last.set(c.seq, out.argmax![i]!));
-  }
-}
-
-/** The chunks with each fed token replaced by `tokenOf` its sequence; throws naming the chunk when it has none. */
-export function withFedTokens(chunks: readonly SequenceChunk[], tokenOf: (seq: number) => number | undefined): SequenceChunk[] {
-  return chunks.map((c) => {
-    if (!c.tokens.includes(FED_TOKEN)) return c;
-    const t = c.tokens.length === 1 ? tokenOf(c.seq) : undefined;
-    if (t === undefined) throw fedTokenError(c);
-    return { ...c, tokens: [t] };
-  });
-}
-
-/** The refusal of a fed token that no argmax of the step just before can fill. */
-export function fedTokenError(c: SequenceChunk): ResidencyError {
-  return new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} has a fed token (FED_TOKEN) but ${c.tokens.length !== 1 ? `${c.tokens.length} tokens (a fed chunk has one)` : 'the step just before was not an argmaxOnly step holding it'}`);
 }
 
 /** One exchange of a layer's hot row and cold row: what `requestSwap` asks for and `takeLanded` reports. */
@@ -216,50 +129,4 @@ export interface Backend {
    */
   readCounter(): Uint32Array;
   dispose(): void;
-}
-
-/** The array a step's logits go into: a view of the caller's `logitsInto` (checked for size), else a new one. */
-export function logitsOut(input: StepInput, vocabSize: number): Float32Array {
-  const n = input.chunks.length * vocabSize;
-  const into = input.logitsInto;
-  if (into === undefined) return new Float32Array(n);
-  if (!(into instanceof Float32Array) || into.length < n) {
-    throw new ResidencyError('BAD_ARGUMENT', `logitsInto: expected a Float32Array of at least ${input.chunks.length} x ${vocabSize} = ${n} floats, got ${into instanceof Float32Array ? into.length : typeof into}`);
-  }
-  return into.subarray(0, n);
-}
-
-/**
- * For banks whose swaps are instant (memory the host writes directly): a requested exchange is made at once
- * and reported by the next takeLanded.
- */
-export class InstantMoves {
-  private landed: RowExchange[] = [];
-  private readonly busy = new Set<string>();
-
-  constructor(private readonly banks: Pick<ExpertBanks, 'swapRows' | 'expertAt'>) {}
-
-  request(layer: number, hotRow: number, coldRow: number): void {
-    const hot = this.banks.expertAt(layer, 'hot', hotRow);
-    const cold = this.banks.expertAt(layer, 'cold', coldRow);
-    for (const e of [hot, cold]) {
-      if (this.busy.has(`${layer}/${e}`)) throw new ResidencyError('BAD_ARGUMENT', `requestSwap: layer ${layer} expert ${e} is already moving`);
-    }
-    this.banks.swapRows(layer, hotRow, coldRow);
-    this.busy.add(`${layer}/${hot}`).add(`${layer}/${cold}`);
-    this.landed.push({ layer, hotRow, coldRow });
-  }
-
-  take(): RowExchange[] {
-    const out = this.landed;
-    this.landed = [];
-    this.busy.clear();
-    return out;
-  }
-
-  get moving(): number {
-    return this.landed.length;
-  }
-
-  readonly startable = Infinity;
 }

@@ -1,6 +1,7 @@
 // Small helpers for the CLI, tests and benchmarks: a synchronous greedy loop on a backend, and running a
 // set of requests through an engine to completion.
-import { argmax, type Backend } from '../backend/backend.ts';
+import { type Backend } from '../backend/backend.ts';
+import { argmax } from '../backend/argmax.ts';
 import type { FinishReason, GenerationEngine, GenerationRequest } from './types.ts';
 
 /**

@@ -1,6 +1,7 @@
 // Test helper: an in-memory backend for the residency driver (rows hold bytes derived from the expert id).
 import { createHash } from 'node:crypto';
-import { InstantMoves, type Backend, type ExpertBanks, type RowExchange } from '../backend/backend.ts';
+import { type Backend, type ExpertBanks, type RowExchange } from '../backend/backend.ts';
+import { InstantMoves } from '../backend/instant-moves.ts';
 import type { ModelSpec } from '../model/spec.ts';
 import { Counter } from '../residency/counts.ts';
 

@@ -10,7 +10,7 @@ import { loadModel } from '../model/load.ts';
 import { Counter } from '../residency/counts.ts';
 import { rowMapsEqual } from '../residency/rowmap.ts';
 import { mapFromBanks, ResidencyDriver } from './residency-driver.ts';
-import { argmax } from '../backend/backend.ts';
+import { argmax } from '../backend/argmax.ts';
 
 const ROOT = process.cwd();
 const FIXTURE = join(ROOT, '../shared/fixtures/tiny-moe');

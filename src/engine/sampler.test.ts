@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Sampler, SamplerScratch } from './sampler.ts';
-import { argmax } from '../backend/backend.ts';
+import { argmax } from '../backend/argmax.ts';
 
 const scratch = new SamplerScratch(6);
 const logits = Float32Array.from([1, 3, 2.5, -1, 3, 0]);

@@ -5,7 +5,7 @@ import { randomInt } from 'node:crypto';
 import { TokenHistory, applyPenalties, hasPenalties } from './logit-processors.ts';
 import { logprobsOf } from './logprobs.ts';
 import type { SamplingParams, TokenLogprob } from './types.ts';
-import { argmax } from '../backend/backend.ts';
+import { argmax } from '../backend/argmax.ts';
 import { TopScratch, byProbability, sortTop, topCandidates } from './top-candidates.ts';
 
 /** splitmix32: small, fast, and good enough to draw tokens; one per request so batching never changes a draw. */

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createCpuBackend } from '../backend/cpu/cpu-backend.ts';
 import { ResidencyDriver } from '../engine/residency-driver.ts';
-import { argmax } from '../backend/backend.ts';
+import { argmax } from '../backend/argmax.ts';
 import { loadModel } from '../model/load.ts';
 import type { Backend, StepInput, StepOutput } from '../backend/backend.ts';
 import type { ModelSpec } from '../model/spec.ts';

@@ -1,7 +1,8 @@
 // Expert banks without weights: where each expert lives, for the simulator and the tests that hold it against the
 // engine. TableBanks exchange rows at once (as the CPU banks do); PipelineBanks move them in the background on the CUDA
 // banks' schedule (../backend/move-pipeline.ts), each row copy done by the next step boundary.
-import { InstantMoves, type ExpertBanks, type RowExchange } from '../backend/backend.ts';
+import { type ExpertBanks, type RowExchange } from '../backend/backend.ts';
+import { InstantMoves } from '../backend/instant-moves.ts';
 import { DEFAULT_SPARE_ROWS, MovePipeline, nextStepCopies, type ModelledMove } from '../backend/move-pipeline.ts';
 import type { RowMap } from '../residency/rowmap.ts';
 

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Backend } from '../../src/backend/backend.ts';
 import { createBackend, type BackendName } from '../../src/backend/registry.ts';
-import { argmax } from '../../src/backend/backend.ts';
+import { argmax } from '../../src/backend/argmax.ts';
 import type { LoadedModel } from '../../src/model/load.ts';
 import { Controller } from '../../src/residency/controller.ts';
 import { identityRowMap, rowMapsEqual } from '../../src/residency/rowmap.ts';

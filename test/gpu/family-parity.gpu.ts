@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { loadModel, loadModelFor } from '../../src/model/load.ts';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
-import { argmax } from '../../src/backend/backend.ts';
+import { argmax } from '../../src/backend/argmax.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { Backend, StepOutput } from '../../src/backend/backend.ts';
 import type { BankPlacement } from '../../src/backend/slot-tables.ts';

@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { loadModel } from '../../src/model/load.ts';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
-import { argmax } from '../../src/backend/backend.ts';
+import { argmax } from '../../src/backend/argmax.ts';
 import { createCudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
 import { ATTN_SPLIT_MIN, attnSplitsOf } from '../../src/backend/cuda/plan.ts';
 import type { SequenceChunk } from '../../src/backend/backend.ts';

@@ -6,7 +6,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadModel, type LoadedModel } from '../../src/model/load.ts';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
-import { argmax } from '../../src/backend/backend.ts';
+import { argmax } from '../../src/backend/argmax.ts';
 import { createCudaBackend, type CudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
 import type { SequenceChunk } from '../../src/backend/backend.ts';
 import { fixtureDir, modelDir, normErr, rng } from './harness.ts';

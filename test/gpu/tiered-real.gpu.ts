@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadModelFor } from '../../src/model/load.ts';
-import { argmax } from '../../src/backend/backend.ts';
+import { argmax } from '../../src/backend/argmax.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
 import { SPLIT_UPDATE_STEPS } from '../../src/backend/cuda/host-experts.ts';

@@ -5,7 +5,8 @@
 // 256 x 3 x 2048 x 7168 = 11.3 G floats, past a typed array's 2^32 elements (and a SharedArrayBuffer view's).
 import { createHash } from 'node:crypto';
 import { ResidencyError } from '../../errors.ts';
-import { InstantMoves, type ExpertBanks, type RowExchange } from '../backend.ts';
+import { type ExpertBanks, type RowExchange } from '../backend.ts';
+import { InstantMoves } from '../instant-moves.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { ExpertWeights, LayerWeights } from '../../model/weights.ts';
 import { heapAlloc, type Alloc } from './alloc.ts';

@@ -2,7 +2,10 @@
 // model/families/: their attention variants in family-attention.ts, routers in routers.ts, dense and shared
 // MLPs in family-mlp.ts), the reference every other backend is tested against.
 import { ResidencyError } from '../../errors.ts';
-import { HostFedTokens, logitsOut, withHostArgmax, type Backend, type StepInput, type StepOutput } from '../backend.ts';
+import { type Backend, type StepInput, type StepOutput } from '../backend.ts';
+import { HostFedTokens } from '../fed-tokens.ts';
+import { logitsOut } from '../logits-out.ts';
+import { withHostArgmax } from '../argmax.ts';
 import { moeLayerCount, moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { MlaWeights, ModelWeights, VocabMatrix } from '../../model/weights.ts';
 import { isBf16, isQuantized, type Matrix } from '../../model/quant.ts';

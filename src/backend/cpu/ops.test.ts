@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { dot, linear, linearVec, rmsnorm } from './linalg.ts';
-import { argmax } from '../backend.ts';
+import { argmax } from '../argmax.ts';
 import { attention, headNorm, rope, ropeTables } from './attention-ops.ts';
 import { softmax, swigluExpert, swigluExpertPair, topk } from './moe-ops.ts';
 import { mulberry32 } from './synthetic.ts';

@@ -4,7 +4,9 @@
 // swap touches (slots, counter) lives in device memory, so graphs stay valid for the backend's lifetime.
 import { ResidencyError } from '../../errors.ts';
 import { checkCudaSupport } from './support.ts';
-import { argmaxOfRow, logitsOut, type Backend, type SequenceChunk, type StepInput, type StepOutput } from '../backend.ts';
+import { type Backend, type SequenceChunk, type StepInput, type StepOutput } from '../backend.ts';
+import { argmaxOfRow } from './argmax-keys.ts';
+import { logitsOut } from '../logits-out.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { RawTensor } from '../../model/weights.ts';
 import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/architecture.ts';

@@ -1,7 +1,8 @@
 // The checks both CUDA paths make on a step's chunks before anything is uploaded or launched, so a bad step
 // is refused whole and changes nothing.
 import { ResidencyError } from '../../errors.ts';
-import { FED_TOKEN, fedTokenError, type SequenceChunk } from '../backend.ts';
+import { FED_TOKEN, type SequenceChunk } from '../backend.ts';
+import { fedTokenError } from '../fed-tokens.ts';
 
 /**
  * Every chunk's sequence open (capacityOf returns its positions, undefined when not open), at most once,

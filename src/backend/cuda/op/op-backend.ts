@@ -7,7 +7,10 @@
 // activations and the KV cache are fp32 (the CPU spec's numbers within the vs-CPU bar). Memory is planned
 // from --gpu-memory-utilization and --max-model-len before anything is allocated.
 import { ResidencyError } from '../../../errors.ts';
-import { argmaxOfRow, FED_TOKEN, logitsOut, withFedTokens, type Backend, type PendingStep, type SequenceChunk, type StepInput, type StepOutput } from '../../backend.ts';
+import { FED_TOKEN, type Backend, type PendingStep, type SequenceChunk, type StepInput, type StepOutput } from '../../backend.ts';
+import { argmaxOfRow } from '../argmax-keys.ts';
+import { logitsOut } from '../../logits-out.ts';
+import { withFedTokens } from '../../fed-tokens.ts';
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { TensorSource } from '../../../model/tensor-source.ts';
 import { placementRows, type BankPlacement } from '../../slot-tables.ts';
