@@ -1,260 +1,230 @@
-// The attention half of a layer for one row, block-wide: RMSNorm, q/k/v GEMV, q/k norm, RoPE, KV-cache
-// write, decode attention over positions 0..pos, o_proj and the residual add. Used by the layered kernel
-// (attn_route) and the fused whole-step kernel (decode_layers).
+// Attention, for any mix of rows (decode rows of many sequences, or a prefill chunk of one):
+// qk_rope_kv normalizes and rotates q and k in place and writes this row's k and v into its sequence's KV
+// cache; attend then reads positions 0..pos of the row's cache (the last `window` of them on a sliding layer;
+// a prefill chunk whose k/v were all written first stays causal), a block per (row, kv head, split of the
+// positions), online softmax in fp32, and attend_merge combines the splits by log-sum-exp (with the head's
+// sink logit, gpt-oss). KV cache per sequence: [L][cap][2][nkv*hd] fp32.
 #pragma once
-#include "common.cuh"
+#include "product.cuh"
 
-// Shared-memory scratch of one row's layer (float offsets, each 16-byte aligned).
-struct RowSmem {
-  float *x, *xn, *qkv, *att, *rl, *red, *hsum, *scores, *accv;
+// How a layer attends: q/k RMSNorm weights per head (null: none), RoPE's inverse frequencies [hd / 2] (the
+// spec's, YaRN included) and the factor cos and sin are scaled by, a sink logit per head (bf16, null: none:
+// gpt-oss's join every softmax), and a sliding window (attend to the last `window` positions; 0: all).
+struct AttnParams {
+  const bf16_t* q_norm;
+  const bf16_t* k_norm;
+  const float* inv_freq;
+  const bf16_t* sinks;
+  float eps, mscale;
+  int32_t window, pad;
+};
+static_assert(sizeof(AttnParams) == 48 && offsetof(AttnParams, eps) == 32 && offsetof(AttnParams, window) == 40, "AttnParams: layout.ts encodeAttn");
+
+// Rotate-half RoPE of one head vector (d values) at `pos`, by one warp, in place: angle = pos x inv_freq[i]
+// in float32, cos and sin times mscale (the CPU's tables: attention-ops.ts, family-attention.ts).
+__device__ __forceinline__ void warp_rope_tab(float* x, int d, int pos, const float* __restrict__ inv_freq, float mscale) {
+  const int lane = threadIdx.x & 31, half = d >> 1;
+  for (int i = lane; i < half; i += 32) {
+    const float angle = (float)pos * inv_freq[i];
+    float sn, cs;
+    sincosf(angle, &sn, &cs);
+    cs *= mscale;
+    sn *= mscale;
+    const float a = x[i], b = x[half + i];
+    x[i] = a * cs - b * sn;
+    x[half + i] = b * cs + a * sn;
+  }
+  __syncwarp();
+}
+
+// The first position row position `n - 1` attends to.
+__device__ __forceinline__ int attend_from(int n, int window) { return window > 0 ? max(0, n - window) : 0; }
+
+// Per-row inputs of a step (device arrays written by the host each step).
+struct OpRows {
+  const int32_t* token; // [T]
+  const int32_t* pos;   // [T]
+  const int32_t* cap;   // [T] positions the row's KV cache holds
+  float* const* kv;     // [T] the row's KV cache base
 };
 
-__device__ __forceinline__ int align4(int n) { return (n + 3) & ~3; }
-
-// Lays out the scratch; `extra` floats follow for the caller (returned pointer).
-__device__ __forceinline__ float* row_smem(float* sm, const ModelDev& m, RowSmem& s) {
-  const int QD = m.nh * m.hd, KD = m.nkv * m.hd;
-  const int groups = blockDim.x / QD > 0 ? blockDim.x / QD : 1;
-  float* p = sm;
-  s.x = p; p += align4(m.H);
-  s.xn = p; p += align4(m.H);
-  s.qkv = p; p += align4(QD + 2 * KD);
-  s.att = p; p += align4(QD);
-  s.rl = p; p += align4(m.E);
-  s.red = p; p += 32;
-  s.hsum = p; p += align4(m.nh);
-  s.accv = p; p += align4(groups * QD);
-  s.scores = p; p += align4(m.nh * m.max_pos);
-  return p;
-}
-
-// Phase timestamps for profiling (one SM's clock; thread 0 after the barrier that ends a phase).
-#define ROW_MARK(i) do { if (prof && threadIdx.x == 0) prof[i] = clock64(); } while (0)
-
-// The projections into s.qkv: RMSNorm, q/k/v GEMV, q/k norm and RoPE at r.pos.
-__device__ __forceinline__ void row_qkv(const ModelDev& m, const LayerDev& L, const RowDev& r, RowSmem& s, long long* prof) {
-  const int tid = threadIdx.x, warp = tid >> 5;
-  const int H = m.H, hd = m.hd, nh = m.nh, nkv = m.nkv, QD = nh * hd, KD = nkv * hd;
-  ROW_MARK(0);
-  block_rmsnorm(s.x, L.in_norm, s.xn, H, m.eps, s.red);
-  ROW_MARK(1);
-  {
-    const bf16_t *qw = L.q_proj, *kw = L.k_proj, *vw = L.v_proj;
-    const float* xn = s.xn;
-    float* qkv = s.qkv;
-    block_gemv_rows(QD + 2 * KD, H,
-      [=](int o) { return o < QD ? qw + (size_t)o * H : o < QD + KD ? kw + (size_t)(o - QD) * H : vw + (size_t)(o - QD - KD) * H; },
-      [=](int) { return xn; }, [=](int o, float v) { qkv[o] = v; });
-  }
-  __syncthreads();
-  ROW_MARK(2);
-  for (int hh = warp; hh < nh + nkv; hh += blockDim.x >> 5) {
-    float* v = s.qkv + hh * hd;
-    warp_rmsnorm(v, hh < nh ? L.q_norm : L.k_norm, hd, m.eps);
-    warp_rope(v, hd, r.pos, m.theta);
-  }
-  __syncthreads();
-}
-
-// s.att (attention output, QD values) -> s.x += o_proj(s.att).
-__device__ __forceinline__ void row_out_proj(const ModelDev& m, const LayerDev& L, RowSmem& s) {
-  block_gemv(L.o_proj, s.att, s.xn, m.H, m.nh * m.hd);
-  __syncthreads();
-  for (int i = threadIdx.x; i < m.H; i += blockDim.x) s.x[i] += s.xn[i];
-  __syncthreads();
-}
-
-// x (residual, in s.x) -> x + o_proj(attention(norm(x))) for row r at layer `layer`, one block walking
-// every position (the short-context path, and decode_layers').
-__device__ __forceinline__ void row_attention(const ModelDev& m, const LayerDev& L, int layer, const RowDev& r, RowSmem& s,
-                                              long long* prof = nullptr) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int hd = m.hd, nh = m.nh, nkv = m.nkv, QD = nh * hd, KD = nkv * hd;
-  row_qkv(m, L, r, s, prof);
-  ROW_MARK(3);
-  const size_t kvStride = 2 * (size_t)KD; // one position: k[KD] then v[KD]
-  float* kvLayer = r.kv + (size_t)layer * r.cap * kvStride;
-  for (int i = tid; i < 2 * KD; i += blockDim.x) kvLayer[r.pos * kvStride + i] = s.qkv[QD + i];
-  __syncthreads();
-  // Scores: a group of hd/4 lanes per (head, position) reads the key row as consecutive 16-byte chunks.
-  const int n = r.pos + 1, group = nh / nkv;
-  const float scale = 1.0f / sqrtf((float)hd);
-  {
-    const int chunks = hd >> 2;
-    int G = 1;
-    while (G < chunks && G < 32) G <<= 1;
-    const int gl = lane & (G - 1), gid = tid / G, ng = blockDim.x / G;
-    constexpr int R = 4; // positions per group in flight
-    for (int base = 0; base < nh * n; base += ng * R) {
-      float acc[R];
-#pragma unroll
-      for (int q = 0; q < R; q++) {
-        const int idx = base + q * ng + gid;
-        acc[q] = 0.f;
-        if (idx < nh * n) {
-          const int h = idx / n, p = idx - h * n;
-          const float4* kp = reinterpret_cast<const float4*>(kvLayer + p * kvStride + (h / group) * hd);
-          const float4* qp = reinterpret_cast<const float4*>(s.qkv + h * hd);
-          for (int c = gl; c < chunks; c += G) {
-            const float4 k4 = kp[c], q4 = qp[c];
-            acc[q] += k4.x * q4.x + k4.y * q4.y + k4.z * q4.z + k4.w * q4.w;
-          }
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < R; q++) {
-        const int idx = base + q * ng + gid;
-        for (int off = G >> 1; off > 0; off >>= 1) acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], off);
-        if (gl == 0 && idx < nh * n) { const int h = idx / n; s.scores[h * m.max_pos + (idx - h * n)] = acc[q] * scale; }
+// q/k RMSNorm over each head, RoPE at the row's position, k and v into the cache. Grid (T, ceil(heads / warps)),
+// a warp per head.
+__device__ __forceinline__ void qk_rope_kv_body(float* qkv, int ld, OpRows rows, AttnParams ap, int layer, int nh, int nkv, int hd) {
+  const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int pos = rows.pos[t], KD = nkv * hd;
+  float* x = qkv + (size_t)t * ld;
+  float* kvrow = rows.kv[t] + ((size_t)layer * rows.cap[t] + pos) * 2 * KD;
+  const int h = blockIdx.y * (blockDim.x >> 5) + warp;
+  if (h < nh + nkv) {
+    float* v = x + h * hd;
+    const bf16_t* nw = h < nh ? ap.q_norm : ap.k_norm;
+    if (nw) warp_rmsnorm(v, nw, hd, ap.eps); // null: a family without q/k norms
+    warp_rope_tab(v, hd, pos, ap.inv_freq, ap.mscale);
+    if (h >= nh) {
+      const int kh = h - nh;
+      for (int i = lane; i < hd; i += 32) {
+        kvrow[kh * hd + i] = v[i];
+        kvrow[KD + kh * hd + i] = x[(nh + nkv + kh) * hd + i];
       }
     }
   }
-  __syncthreads();
-  ROW_MARK(4);
-  // Softmax: a warp per head.
-  if (warp < nh) {
-    float* sc = s.scores + warp * m.max_pos;
-    float mx = -INFINITY;
-    for (int p = lane; p < n; p += 32) mx = fmaxf(mx, sc[p]);
-    mx = warp_max(mx);
-    float sum = 0.f;
-    for (int p = lane; p < n; p += 32) { const float e = expf(sc[p] - mx); sc[p] = e; sum += e; }
-    sum = warp_sum(sum);
-    if (lane == 0) s.hsum[warp] = sum;
-  }
-  __syncthreads();
-  // Weighted values: `groups` thread groups split the positions; partial sums reduced in a fixed order.
-  const int groups = blockDim.x / QD > 0 ? blockDim.x / QD : 1;
-  for (int t = tid; t < groups * QD; t += blockDim.x) {
-    const int g = t / QD, o = t - g * QD, h = o / hd, i = o - h * hd;
-    const float* vp = kvLayer + KD + (h / group) * hd + i;
-    const float* sc = s.scores + h * m.max_pos;
-    float acc = 0.f;
-#pragma unroll 8
-    for (int p = g; p < n; p += groups) acc += sc[p] * vp[p * kvStride];
-    s.accv[t] = acc;
-  }
-  __syncthreads();
-  for (int o = tid; o < QD; o += blockDim.x) {
-    float acc = 0.f;
-    for (int g = 0; g < groups; g++) acc += s.accv[g * QD + o];
-    s.att[o] = acc / s.hsum[o / hd];
-  }
-  __syncthreads();
-  ROW_MARK(5);
-  row_out_proj(m, L, s);
-  ROW_MARK(6);
 }
 
-// Flash-decoding split (attn_route, n > ATTN_SPLIT_MIN): block j of the row's S blocks takes positions
-// [j*C, min(n, (j+1)*C)). Every block computes the row's q/k/v itself (same code, same bits: no wait for a
-// producer block); the block of the last chunk writes this position's k/v into the cache, the only position
-// of it that the other blocks never read. Each block leaves its chunk's partial in part_row[j] (unnormalized
-// value sums, the per-head max and sum of exp); the last block to finish (an atomic count, fenced) merges
-// the S partials with the log-sum-exp rescale in chunk order (the same bits whichever block is last), then
-// o_proj and the residual. Returns whether this block is that last block; the others are done.
-__device__ __forceinline__ bool row_attention_split(const ModelDev& m, const LayerDev& L, int layer, const RowDev& r,
-                                                    RowSmem& s, int j, int S, int C, float* part_row, uint32_t* done) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int hd = m.hd, nh = m.nh, nkv = m.nkv, QD = nh * hd, KD = nkv * hd;
-  const int stride = QD + 2 * nh; // one partial: acc[QD] | max[nh] | sum[nh]
-  row_qkv(m, L, r, s, nullptr);
-  const size_t kvStride = 2 * (size_t)KD;
-  float* kvLayer = r.kv + (size_t)layer * r.cap * kvStride;
-  if (j == S - 1) for (int i = tid; i < 2 * KD; i += blockDim.x) kvLayer[r.pos * kvStride + i] = s.qkv[QD + i];
-  __syncthreads();
-  const int n = r.pos + 1, p0 = j * C, cnt = min(C, n - p0), group = nh / nkv;
-  const float scale = 1.0f / sqrtf((float)hd);
-  float* part = part_row + (size_t)j * stride;
-  { // scores of the chunk: as row_attention, positions offset by p0
-    const int chunks = hd >> 2;
-    int G = 1;
-    while (G < chunks && G < 32) G <<= 1;
-    const int gl = lane & (G - 1), gid = tid / G, ng = blockDim.x / G;
-    constexpr int R = 4;
-    for (int base = 0; base < nh * cnt; base += ng * R) {
-      float acc[R];
-#pragma unroll
-      for (int q = 0; q < R; q++) {
-        const int idx = base + q * ng + gid;
-        acc[q] = 0.f;
-        if (idx < nh * cnt) {
-          const int h = idx / cnt, p = idx - h * cnt;
-          const float4* kp = reinterpret_cast<const float4*>(kvLayer + (size_t)(p0 + p) * kvStride + (h / group) * hd);
-          const float4* qp = reinterpret_cast<const float4*>(s.qkv + h * hd);
-          for (int c = gl; c < chunks; c += G) {
-            const float4 k4 = kp[c], q4 = qp[c];
-            acc[q] += k4.x * q4.x + k4.y * q4.y + k4.z * q4.z + k4.w * q4.w;
-          }
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < R; q++) {
-        const int idx = base + q * ng + gid;
-        for (int off = G >> 1; off > 0; off >>= 1) acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], off);
-        if (gl == 0 && idx < nh * cnt) { const int h = idx / cnt; s.scores[h * m.max_pos + (idx - h * cnt)] = acc[q] * scale; }
+// One (row, kv head, split): G query heads against positions [j*chunk, min(n, (j+1)*chunk)) of the row's
+// cache. A warp per position in turn (lane l holds dims l*HD/32..), each warp an online softmax; the NW warps
+// merge in shared memory. S == 1: the normalized output into att; else the partial (max, sum, acc) into part.
+// The norm/RoPE pass a decode row's attention does first (FUSED: the row's q and k are normalized and
+// rotated in shared memory, and the block whose split holds the row's position writes its k and v into the
+// cache before any position is read), so a decode layer needs no separate qk_rope_kv launch.
+// With a window, the positions are [n - window, n); sinks join the softmax where the splits are combined.
+template <int HD, int G, int NW, bool FUSED>
+__device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows rows, float* att, float* part, int layer, int nh,
+                                            int nkv, AttnParams qn) {
+  constexpr int D = HD / 32; // dims per lane
+  const int t = blockIdx.x, kh = blockIdx.y, j = blockIdx.z, S = gridDim.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = NW;
+  const int KD = nkv * HD;
+  const int n = rows.pos[t] + 1;
+  const int lo = attend_from(n, qn.window);
+  const int chunk = (n - lo + S - 1) / S;
+  const int p0 = lo + j * chunk, p1 = min(n, p0 + chunk);
+  __shared__ float sm_m[NW][G], sm_l[NW][G];
+  __shared__ __align__(16) float sm_acc[NW][G][HD];
+  float q[G][D];
+  const float scale = 1.0f / sqrtf((float)HD);
+  const float* qsrc = qkv + (size_t)t * ld + kh * G * HD;
+  if (FUSED) {
+    // sm_acc doubles as the scratch of the G query heads and the kv head (G + 1 <= NW * G rows of HD).
+    float* sq = &sm_acc[0][0][0];
+    const float* x = qkv + (size_t)t * ld;
+    for (int i = threadIdx.x; i < (G + 1) * HD; i += blockDim.x) sq[i] = i < G * HD ? x[kh * G * HD + i] : x[(nh + kh) * HD + i - G * HD];
+    __syncthreads();
+    for (int h = warp; h < G + 1; h += NW) {
+      const bf16_t* nw = h < G ? qn.q_norm : qn.k_norm;
+      if (nw) warp_rmsnorm(sq + h * HD, nw, HD, qn.eps); // null: a family without q/k norms
+      warp_rope_tab(sq + h * HD, HD, n - 1, qn.inv_freq, qn.mscale);
+    }
+    __syncthreads();
+    if ((n - 1 - lo) / chunk == j) { // this split holds the row's own position: its k and v go to the cache first
+      float* kvrow = rows.kv[t] + ((size_t)layer * rows.cap[t] + (n - 1)) * 2 * KD;
+      for (int i = threadIdx.x; i < HD; i += blockDim.x) {
+        kvrow[kh * HD + i] = sq[G * HD + i];
+        kvrow[KD + kh * HD + i] = x[(nh + nkv + kh) * HD + i];
       }
     }
+    qsrc = sq;
   }
-  __syncthreads();
-  if (warp < nh) { // the chunk's max and sum of exp per head (a warp per head)
-    float* sc = s.scores + warp * m.max_pos;
-    float mx = -INFINITY;
-    for (int p = lane; p < cnt; p += 32) mx = fmaxf(mx, sc[p]);
-    mx = warp_max(mx);
-    float sum = 0.f;
-    for (int p = lane; p < cnt; p += 32) { const float e = expf(sc[p] - mx); sc[p] = e; sum += e; }
-    sum = warp_sum(sum);
-    if (lane == 0) { part[QD + warp] = mx; part[QD + nh + warp] = sum; }
+#pragma unroll
+  for (int g = 0; g < G; g++)
+#pragma unroll
+    for (int d = 0; d < D; d++) q[g][d] = qsrc[g * HD + lane * D + d];
+  if (FUSED) __syncthreads(); // q read, the cache row written: sm_acc is free again
+  float m[G], l[G], acc[G][D];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int d = 0; d < D; d++) acc[g][d] = 0.f;
   }
-  __syncthreads();
-  const int groups = blockDim.x / QD > 0 ? blockDim.x / QD : 1;
-  for (int t = tid; t < groups * QD; t += blockDim.x) {
-    const int g = t / QD, o = t - g * QD, h = o / hd, i = o - h * hd;
-    const float* vp = kvLayer + KD + (h / group) * hd + i + (size_t)p0 * kvStride;
-    const float* sc = s.scores + h * m.max_pos;
-    float acc = 0.f;
-#pragma unroll 8
-    for (int p = g; p < cnt; p += groups) acc += sc[p] * vp[p * kvStride];
-    s.accv[t] = acc;
+  const float* base = rows.kv[t] + (size_t)layer * rows.cap[t] * 2 * KD + kh * HD + lane * D;
+  // The next position's k and v are in flight while this one's scores and values are computed.
+  float k[D], v[D];
+  if (p0 + warp < p1) {
+    const float* kp = base + (size_t)(p0 + warp) * 2 * KD;
+#pragma unroll
+    for (int d = 0; d < D; d++) { k[d] = kp[d]; v[d] = kp[KD + d]; }
   }
-  __syncthreads();
-  for (int o = tid; o < QD; o += blockDim.x) {
-    float acc = 0.f;
-    for (int g = 0; g < groups; g++) acc += s.accv[g * QD + o];
-    part[o] = acc;
+  for (int p = p0 + warp; p < p1; p += nw) {
+    float kn[D], vn[D];
+    if (p + nw < p1) {
+      const float* kp = base + (size_t)(p + nw) * 2 * KD;
+#pragma unroll
+      for (int d = 0; d < D; d++) { kn[d] = kp[d]; vn[d] = kp[KD + d]; }
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      float s = 0.f;
+#pragma unroll
+      for (int d = 0; d < D; d++) s += q[g][d] * k[d];
+      s = warp_sum(s) * scale;
+      const float mn = fmaxf(m[g], s);
+      const float a = expf(m[g] - mn), e = expf(s - mn);
+      l[g] = l[g] * a + e;
+#pragma unroll
+      for (int d = 0; d < D; d++) acc[g][d] = acc[g][d] * a + e * v[d];
+      m[g] = mn;
+    }
+#pragma unroll
+    for (int d = 0; d < D; d++) { k[d] = kn[d]; v[d] = vn[d]; }
   }
-  // Publish the partial, then count this block in; the block that brings the count to S merges.
-  __threadfence();
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < G; g++) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
+  }
+#pragma unroll
+  for (int g = 0; g < G; g++)
+#pragma unroll
+    for (int d = 0; d < D; d++) sm_acc[warp][g][lane * D + d] = acc[g][d];
   __syncthreads();
-  if (tid == 0) s.red[0] = atomicAdd(done, 1u) == (uint32_t)(S - 1) ? 1.f : 0.f;
-  __syncthreads();
-  if (s.red[0] == 0.f) return false;
-  __threadfence();
-  if (tid == 0) *done = 0u; // every block of this launch has counted; the next launch starts from zero
-  // Merge (L2 reads: the partials were written by other SMs): per head M = max_j m_j, den = sum_j l_j e^(m_j - M);
-  // weight of chunk j = e^(m_j - M) / den; att = sum_j weight_j acc_j, in chunk order.
-  for (int h = tid; h < nh; h += blockDim.x) {
+  // The warps' merge: each head's max over the warps, each warp's factor and the head's sum, once a head (G x NW
+  // exponentials, not G x HD x NW: the block is issue-bound at batch 1), then every dim sums its warps' values.
+  __shared__ float sm_f[NW][G], sm_M[G], sm_L[G];
+  if (threadIdx.x < G) {
+    const int g = threadIdx.x;
     float M = -INFINITY;
-    for (int q = 0; q < S; q++) M = fmaxf(M, __ldcg(part_row + (size_t)q * stride + QD + h));
-    float den = 0.f;
-    for (int q = 0; q < S; q++) den += __ldcg(part_row + (size_t)q * stride + QD + nh + h) * expf(__ldcg(part_row + (size_t)q * stride + QD + h) - M);
-    s.accv[h] = M;
-    s.hsum[h] = den;
+    for (int w = 0; w < nw; w++) M = fmaxf(M, sm_m[w][g]);
+    float L = 0.f;
+    if (M > -INFINITY) {
+      for (int w = 0; w < nw; w++) {
+        const float f = expf(sm_m[w][g] - M); // an empty warp: exp(-inf) = 0
+        sm_f[w][g] = f;
+        L += sm_l[w][g] * f;
+      }
+    }
+    sm_M[g] = M;
+    sm_L[g] = L;
   }
   __syncthreads();
-  for (int t = tid; t < S * nh; t += blockDim.x) {
-    const int q = t / nh, h = t - q * nh;
-    s.scores[h * m.max_pos + q] = expf(__ldcg(part_row + (size_t)q * stride + QD + h) - s.accv[h]) / s.hsum[h];
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int g = i / HD, d = i - g * HD;
+    const float M = sm_M[g];
+    float L = sm_L[g], A = 0.f;
+    if (M > -INFINITY) {
+      for (int w = 0; w < nw; w++) A += sm_acc[w][g][d] * sm_f[w][g];
+    }
+    const int head = kh * G + g;
+    if (S == 1) {
+      if (qn.sinks) { // the sink's logit joins the softmax (it adds to the sum, no value)
+        const float sk = bf2f(qn.sinks[head]), M2 = fmaxf(M, sk), f = expf(M - M2);
+        L = L * f + expf(sk - M2);
+        A *= f;
+      }
+      att[(size_t)t * nh * HD + head * HD + d] = A / L;
+    } else {
+      float* pp = part + (((size_t)t * nh + head) * S + j) * (HD + 2);
+      pp[d] = A;
+      if (d == 0) { pp[HD] = M; pp[HD + 1] = L; }
+    }
   }
-  __syncthreads();
-  for (int o = tid; o < QD; o += blockDim.x) {
-    const float* wq = s.scores + (o / hd) * m.max_pos;
-    float acc = 0.f;
-    for (int q = 0; q < S; q++) acc += wq[q] * __ldcg(part_row + (size_t)q * stride + o);
-    s.att[o] = acc;
+}
+
+// Splits of one (row, head) merged in split order (and the head's sink, when given): grid (T, nh), hd threads.
+__device__ __forceinline__ void attend_merge_body(const float* part, float* att, int nh, int hd, int S, const bf16_t* sinks) {
+  const int t = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
+  if (d >= hd) return;
+  const float* pp = part + ((size_t)t * nh + head) * S * (hd + 2);
+  const float sk = sinks ? bf2f(sinks[head]) : -INFINITY;
+  float M = sk;
+  for (int j = 0; j < S; j++) M = fmaxf(M, pp[j * (hd + 2) + hd]);
+  float L = sinks ? expf(sk - M) : 0.f, A = 0.f;
+  for (int j = 0; j < S; j++) {
+    const float* q = pp + j * (hd + 2);
+    if (q[hd + 1] == 0.f) continue; // an empty split (chunk past the row's positions)
+    const float f = expf(q[hd] - M);
+    L += q[hd + 1] * f;
+    A += q[d] * f;
   }
-  __syncthreads();
-  row_out_proj(m, L, s);
-  return true;
+  att[(size_t)t * nh * hd + head * hd + d] = A / L;
 }

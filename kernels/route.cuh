@@ -19,8 +19,7 @@ __device__ __forceinline__ unsigned order_key(float x) {
 // The k largest of `v` (E <= 32 * V values) into out_e / out_w [K], largest first, ties to the lower id
 // (torch.topk), NaN as -inf: each lane holds its V values in registers; a round is a warp max of the lanes' best
 // keys and a warp min of the tied lanes' ids (redux.sync, no shuffle chain), the winner's lane writing it out and
-// dropping it. The shuffled argmax rounds it replaces cost ~41 us of an H200 decode step at E = 128 (a probe
-// without the top-k); with these the step went 963-967 -> 949 us (bench/gpu/NOTES.md).
+// dropping it: no shuffle chain a round (what it bought: docs/results.md).
 template <int V>
 __device__ __forceinline__ void warp_topk_regs(const float* v, int E, int K, int32_t* out_e, float* out_w) {
   const int lane = threadIdx.x & 31;

@@ -25,19 +25,20 @@ function findNvcc() {
   return null;
 }
 
-// The host's expert lane (native/host_experts.c: threads computing cold experts beside the GPU) is C, built
+// The host's expert lane (src/backend/cuda/host-lane/host_experts.c: threads computing cold experts beside the GPU) is C, built
 // with the system's C compiler beside the fatbins; without one the lane is reported unavailable at run time.
 function buildHostLane(dir) {
   const cc = process.env.CC || 'cc';
-  const src = join(root, 'native', 'host_experts.c');
+  const lane = join(root, 'src', 'backend', 'cuda', 'host-lane');
+  const src = join(lane, 'host_experts.c');
   const out = join(dir, 'host_experts.so');
-  const deps = [src, join(root, 'native', 'fp8_dot.h'), join(root, 'native', 'mxfp4_dot.h'), join(root, 'kernels', 'exact_math.cuh')];
+  const deps = [src, join(lane, 'fp8_dot.h'), join(lane, 'mxfp4_dot.h'), join(root, 'kernels', 'exact_math.cuh')];
   if (existsSync(out) && !args.includes('--force') && deps.every((f) => statSync(out).mtimeMs > statSync(f).mtimeMs)) return;
   if (spawnSync(cc, ['--version']).status !== 0) { console.log(`build-kernels: no C compiler (${cc}): the host expert lane is NOT built`); return; }
   mkdirSync(dir, { recursive: true });
   const r = spawnSync(cc, hostLaneFlags(src, out), { stdio: 'inherit' });
-  if (r.status !== 0) { console.error('build-kernels: cc failed on native/host_experts.c'); process.exit(1); }
-  console.log(`build-kernels: native/host_experts.c -> ${out}`);
+  if (r.status !== 0) { console.error('build-kernels: cc failed on src/backend/cuda/host-lane/host_experts.c'); process.exit(1); }
+  console.log(`build-kernels: src/backend/cuda/host-lane/host_experts.c -> ${out}`);
 }
 /** The lane's compile line: no contraction of a multiply and an add (the sums must keep the GPU's order). */
 function hostLaneFlags(src, out) {

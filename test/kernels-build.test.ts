@@ -18,15 +18,15 @@ test('build-kernels compiles every kernels/*.cu into a fatbin (sm_90 SASS + PTX)
     const r = spawnSync(process.execPath, ['scripts/build-kernels.mjs', '--force', '--no-compress', '--out', out], { encoding: 'utf8', env: { ...process.env, NVCC: nvcc } });
     assert.equal(r.status, 0, r.stderr + r.stdout);
     const sources = readdirSync('kernels').filter((f) => f.endsWith('.cu'));
-    assert.ok(sources.length >= 3);
+    assert.ok(sources.length >= 2);
     for (const src of sources) {
       const fatbin = join(out, src.replace(/\.cu$/, '.fatbin'));
       assert.ok(existsSync(fatbin) && statSync(fatbin).size > 1000, `${fatbin} was not produced`);
       const text = readFileSync(fatbin).toString('latin1');
       assert.match(text, /\.target sm_90/, `${src}: no compute_90 PTX in the fatbin`);
     }
-    const list = spawnSync(nvcc!.replace(/nvcc$/, 'cuobjdump'), ['--list-elf', join(out, 'layer.fatbin')], { encoding: 'utf8' });
-    if (list.status === 0) assert.match(list.stdout, /sm_90/, 'sm_90 SASS in layer.fatbin');
+    const list = spawnSync(nvcc!.replace(/nvcc$/, 'cuobjdump'), ['--list-elf', join(out, 'step.fatbin')], { encoding: 'utf8' });
+    if (list.status === 0) assert.match(list.stdout, /sm_90/, 'sm_90 SASS in step.fatbin');
   } finally {
     rmSync(out, { recursive: true, force: true });
   }

@@ -13,10 +13,9 @@ import { createCpuBackend } from '../src/backend/cpu/cpu-backend.ts';
 import { float32Bytes, heldBytes } from '../src/model/weight-bytes.ts';
 import type { Fp8Matrix, Mxfp4Matrix } from '../src/model/quant.ts';
 import { checkCudaSupport } from '../src/backend/cuda/support.ts';
-import { checkOpSupport } from '../src/backend/cuda/op/support.ts';
-import { CudaOpBackend } from '../src/backend/cuda/op/op-backend.ts';
-import { FakeCudaDriver } from '../src/backend/cuda/fake-driver.ts';
-import { KERNEL_GROUPS } from '../src/backend/cuda/kernels.ts';
+import { CudaBackend } from '../src/backend/cuda/cuda-backend.ts';
+import { FakeCudaDriver } from '../src/backend/cuda/driver/fake-driver.ts';
+import { KERNEL_GROUPS } from '../src/backend/cuda/driver/kernels.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 
@@ -51,13 +50,13 @@ describe('qwen3-moe-fp8-tiny', { skip: !existsSync(FP8) && 'no fixture' }, () =>
     }
   });
 
-  it('CUDA: the row path refuses it by name; the op path takes it', async () => {
+  it('CUDA takes it; an FP8 model whose experts are not a multiple of 32 wide is refused by name (FP8 blocks cannot be padded)', async () => {
     const { spec } = await loadModel(FP8, { stream: true });
-    assert.throws(() => checkCudaSupport(spec, 1024, 128, false), /cuda backend: quantized checkpoints \(quant_method fp8\) are not computed on CUDA yet; use --backend cpu/);
-    assert.doesNotThrow(() => checkOpSupport(spec));
+    assert.doesNotThrow(() => checkCudaSupport(spec));
+    assert.throws(() => checkCudaSupport({ ...spec, expertIntermediate: 48 }), /cuda backend: moe_intermediate_size 48 is not a multiple of 32; use --backend cpu/);
   });
 
-  it('CUDA op path (fake driver): experts banked as stored, e4m3 bytes then scale grids; FP8 kernels for the FP8 products only', async () => {
+  it('CUDA (fake driver): experts banked as stored, e4m3 bytes then scale grids; FP8 kernels for the FP8 products only', async () => {
     const m = await loadModelFor(FP8, 'cuda');
     await withFakeOpBackend(m, (be, d) => {
       const { hiddenSize: H, expertIntermediate: I } = m.spec;
@@ -108,12 +107,12 @@ describe('qwen3-moe-fp8-tiny', { skip: !existsSync(FP8) && 'no fixture' }, () =>
   });
 });
 
-/** The op path on the fake driver over a loaded model (12 experts a layer hot) for `body`; disposed after, leaving nothing live. */
-async function withFakeOpBackend(m: Awaited<ReturnType<typeof loadModelFor>>, body: (be: CudaOpBackend, d: FakeCudaDriver) => void): Promise<void> {
+/** The CUDA backend on the fake driver over a loaded model (12 experts a layer hot) for `body`; disposed after, leaving nothing live. */
+async function withFakeOpBackend(m: Awaited<ReturnType<typeof loadModelFor>>, body: (be: CudaBackend, d: FakeCudaDriver) => void): Promise<void> {
   const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-op-'));
   for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');
   const d = new FakeCudaDriver();
-  const be = new CudaOpBackend(d, m.spec, m.tensors, { kernelDir, placement: { hotPerLayer: 12 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+  const be = new CudaBackend(d, m.spec, m.tensors, { kernelDir, placement: { hotPerLayer: 12 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
   try {
     body(be, d);
   } finally {
@@ -124,7 +123,7 @@ async function withFakeOpBackend(m: Awaited<ReturnType<typeof loadModelFor>>, bo
 }
 
 /** The kernels a prefill piece of 20 tokens (tensor cores) and then one decode step (gemv) launch. */
-function stepKernels(be: CudaOpBackend, d: FakeCudaDriver): Set<string> {
+function stepKernels(be: CudaBackend, d: FakeCudaDriver): Set<string> {
   be.openSequence(0, 40);
   d.launches.length = 0;
   be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 0 }], count: true });
@@ -171,9 +170,9 @@ describe('gpt-oss-tiny-mxfp4', { skip: !existsSync(MXFP4) && 'no fixture' }, () 
     }
   });
 
-  it('CUDA op path (fake driver): experts banked as stored slices (blocks, scales, biases); MXFP4 kernels for the experts only, hd 32 attention', async () => {
+  it('CUDA (fake driver): experts banked as stored slices (blocks, scales, biases); MXFP4 kernels for the experts only, hd 32 attention', async () => {
     const m = await loadModelFor(MXFP4, 'cuda');
-    assert.doesNotThrow(() => checkOpSupport(m.spec));
+    assert.doesNotThrow(() => checkCudaSupport(m.spec));
     await withFakeOpBackend(m, (be, d) => {
       const { hiddenSize: H, expertIntermediate: I } = m.spec;
       const row = be.rowLayout;

@@ -2,7 +2,7 @@
 // expert kernels, for each stored format: bf16 and block FP8 (qwen3_moe layout) and MXFP4 (gpt-oss layout),
 // at one expert geometry (default gpt-oss-120b's: hidden 2880, intermediate 2880). One MoE layer of 16
 // experts, top-4, built in memory with zero weights (valid scales), so every token picks experts 0-3: with
-// 4 experts hot those picks read HBM, with none hot they read host memory. The op path's per-kernel device
+// 4 experts hot those picks read HBM, with none hot they read host memory. The per-kernel device
 // times (profilePiece, in graphs) of the batch-1 decode step's expert products, and the bytes they read.
 //   node dist/bench-cold-read.mjs [--hidden 2880] [--inter 2880] [--out DIR]
 import { writeFileSync } from 'node:fs';
@@ -14,9 +14,9 @@ import { mapTensorSource } from '../../src/model/tensor-source.ts';
 import type { RawTensor } from '../../src/model/weights.ts';
 import type { ModelSpec } from '../../src/model/spec.ts';
 import { syntheticConfig } from '../../src/model/synthetic.ts';
-import { loadDriver } from '../../src/backend/cuda/driver.ts';
-import { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
-import { planPieces } from '../../src/backend/cuda/op/plan.ts';
+import { loadDriver } from '../../src/backend/cuda/driver/driver.ts';
+import { CudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
+import { planPieces } from '../../src/backend/cuda/step/plan.ts';
 
 const { values } = parseArgs({ options: { hidden: { type: 'string', default: '2880' }, inter: { type: 'string', default: '2880' }, out: { type: 'string' } } });
 const H = Number(values.hidden), I = Number(values.inter);
@@ -63,7 +63,7 @@ for (const [format, cfg] of [['bf16', qwenConfig(false)], ['block FP8', qwenConf
   const spec = parseConfig(cfg, `cold-read-${format}`);
   const source = mapTensorSource(zeroTensors(spec), spec.quantization);
   const expertUs = (hot: number): { us: number; bytes: number } => {
-    const be = new CudaOpBackend(d, spec, source, { placement: { hotPerLayer: hot }, maxModelLen: 128, maxNumSeqs: 1, maxPieceRows: 64, spareRows: 1 });
+    const be = new CudaBackend(d, spec, source, { placement: { hotPerLayer: hot }, maxModelLen: 128, maxNumSeqs: 1, maxPieceRows: 64, spareRows: 1 });
     try {
       be.openSequence(0, 64);
       be.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3, 4, 5, 6, 7, 8], startPos: 0 }], count: false });

@@ -1,252 +1,109 @@
-// GPU decode benchmark (`npm run bench:gpu`, or `node dist/bench-gpu.mjs` on the GPU machine): tok/s at 1, 4
-// and 16 sequences, graph replay vs eager step time, long contexts (pos 1024 and 2047, attention split on
-// and off), the counter's on/off cost in the same graph, and
-// per-kernel times (the expert FFN against the bytes it must read). Times are CUDA events around many
-// back-to-back steps (device time) plus host loops (end-to-end). Writes $OUT/bench-gpu.json when OUT is set.
-import { writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { existsSync } from 'node:fs';
-import { loadModel } from '../../src/model/load.ts';
-import { createCudaBackend, type CudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
-import type { PlannedRow } from '../../src/backend/cuda/plan.ts';
+// GPU decode benchmark on tiny-moe (`npm run bench:gpu`, or `node dist/bench-gpu.mjs` on the GPU machine): tok/s at
+// 1, 4 and 16 sequences as the engine drives the backend (greedy, the argmax on the device; step by step and run
+// ahead), graph replay vs eager launches, the counter's cost (counted vs uncounted steps, alternating blocks),
+// long contexts (positions 1024 and 2000), and 49 of 64 experts hot (the rest read in place from host memory).
+// Real shapes: dist/bench-real.mjs. Writes $OUT/bench-gpu.json when OUT is set.
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { loadModelFor } from '../../src/model/load.ts';
+import { createCuda } from '../../src/backend/cuda/create.ts';
+import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
+import { FED_TOKEN } from '../../src/backend/backend.ts';
+import { planPieces } from '../../src/backend/cuda/step/plan.ts';
 
-const HBM_BYTES_PER_S = 4.3e12; // device copy bandwidth measured on this H200 (design.md section 2)
-const dir = process.env['MOE_MODEL_DIR'] ?? (existsSync('models/tiny-moe') ? 'models/tiny-moe' : resolve(process.env['MOE_FIXTURE_DIR'] ?? '../shared/fixtures/tiny-moe'));
+const dir = process.env['MOE_MODEL_DIR'] ?? 'models/tiny-moe';
+if (!existsSync(join(dir, 'config.json'))) throw new Error(`no model at ${dir} (MOE_MODEL_DIR)`);
 const STEPS = Number(process.env['BENCH_STEPS'] ?? 1000);
-
-const m = await loadModel(dir, { weights: false });
-// `be`: the fused path (decode_layers; its phase clocks and the fused column); `layered`: the default.
-const be = await createCudaBackend(m, { fused: true });
-const layered = await createCudaBackend(m, { fused: false });
-// The layered path with the flash-decoding split turned off (one block walks every position): the A/B of
-// the split at long contexts.
-const noSplit = await createCudaBackend(m, { fused: false, attnSplits: 1 });
-const d = be.driver;
-const mainBe = be;
-const results: Record<string, unknown> = { device: d.deviceName, sms: d.smCount, steps: STEPS };
-const rows: string[][] = [];
+const m = await loadModelFor(dir, 'cuda');
+const V = m.spec.vocabSize;
+const maxLen = m.spec.maxPositions;
+const open = async (hot?: number): Promise<CudaBackend> => createCuda(m, { maxModelLen: maxLen, maxNumSeqs: 16, ...(hot ? { placement: { hotPerLayer: hot } } : {}) });
+const be = await open();
 const median = (a: number[]): number => [...a].sort((x, y) => x - y)[a.length >> 1]!;
+const results: Record<string, unknown> = { model: dir, steps: STEPS };
+const rows: string[] = [];
 
-/** Opens `n` sequences, prefills 4 tokens each; returns the rows of one decode sub-step at position `pos`. */
-let nextSeq = 0;
-function openBatch(n: number, be: CudaBackend = mainBe): { seqs: number[]; rowsAt(pos: number, toks: number[]): PlannedRow[] } {
-  const seqs = Array.from({ length: n }, () => nextSeq++);
-  for (const s of seqs) be.openSequence(s, m.spec.maxPositions);
-  be.forward({ chunks: seqs.map((s, i) => ({ seq: s, tokens: [1 + i, 2, 3, 4], startPos: 0 })), count: false });
-  return {
-    seqs,
-    rowsAt: (pos, toks) => seqs.map((s, i) => ({ chunk: i, tokenIndex: i, seq: s, token: toks[i]!, pos, last: true })),
+/** n sequences with `pos` positions filled (one prefill chunk each); closes them after `body`. */
+function withBatch<T>(on: CudaBackend, n: number, pos: number, body: () => T): T {
+  for (let i = 0; i < n; i++) on.openSequence(i, maxLen);
+  on.forward({ chunks: Array.from({ length: n }, (_, i) => ({ seq: i, tokens: Array.from({ length: pos }, (_, t) => (7 * t + 13 * i + 1) % V), startPos: 0 })), count: false });
+  try {
+    return body();
+  } finally {
+    for (let i = 0; i < n; i++) on.closeSequence(i);
+  }
+}
+
+/** Host wall time of a greedy decode step (argmax on the device, tokens read back), median of 5 blocks of `iters`. */
+function stepUs(on: CudaBackend, n: number, pos: number, iters: number, count = true): number {
+  let k = 0;
+  const step = (): void => {
+    on.forward({ chunks: Array.from({ length: n }, (_, i) => ({ seq: i, tokens: [(k * 31 + i) % V], startPos: pos })), count, argmaxOnly: true });
+    k++;
   };
-}
-
-/** A start and an end event for `fn`, destroyed afterwards whatever happens (the benchmark creates hundreds). */
-function withEvents<T>(fn: (t0: bigint, t1: bigint) => T): T {
-  const t0 = d.eventCreate();
-  try {
-    const t1 = d.eventCreate();
-    try {
-      return fn(t0, t1);
-    } finally {
-      d.eventDestroy(t1);
-    }
-  } finally {
-    d.eventDestroy(t0);
+  for (let i = 0; i < 8; i++) step(); // graphs captured, caches warm; the same positions are rewritten each step
+  const runs: number[] = [];
+  for (let r = 0; r < 5; r++) {
+    const t = performance.now();
+    for (let i = 0; i < iters; i++) step();
+    runs.push((1000 * (performance.now() - t)) / iters);
   }
+  return median(runs);
 }
 
-/** Device time per step (µs) over `iters` back-to-back replays of one prepared step, median of 5 runs. */
-function replayUs(rowsIn: PlannedRow[], count: boolean, iters: number, graphs: boolean, be: CudaBackend = mainBe): number {
-  be.useGraphs = graphs;
-  return withEvents((t0, t1) => {
-    be.runRows(rowsIn, count); // warm-up (captures the graph on first use)
-    d.streamSync(be.stream, 'warm');
-    const runs: number[] = [];
-    for (let r = 0; r < 5; r++) {
-      d.eventRecord(t0, be.stream);
-      for (let i = 0; i < iters; i++) be.runRows(rowsIn, count);
-      d.eventRecord(t1, be.stream);
-      runs.push((d.eventElapsed(t0, t1) * 1000) / iters);
-    }
-    be.useGraphs = true;
-    return median(runs);
-  });
-}
-
-/** One kernel alone, `iters` launches between events (eager launches: includes launch overhead). */
-type K = 'decode_layers' | 'attn_route' | 'expert_ffn' | 'lm_head_argmax';
-function kernelUs(name: K, bucket: number, iters: number, be: CudaBackend = mainBe): number {
-  return withEvents((t0, t1) => {
-    be.enqueueKernel(name, bucket, 0);
-    const runs: number[] = [];
-    for (let r = 0; r < 3; r++) {
-      d.eventRecord(t0, be.stream);
-      for (let i = 0; i < iters; i++) be.enqueueKernel(name, bucket, 0);
-      d.eventRecord(t1, be.stream);
-      runs.push((d.eventElapsed(t0, t1) * 1000) / iters);
-    }
-    return median(runs);
-  });
-}
-
-/** Same kernel captured `iters` times in one graph: per-kernel time without host launch overhead. */
-function kernelGraphUs(name: K, bucket: number, iters: number, be: CudaBackend = mainBe, grid: 'short' | 'long' = 'short'): number {
-  const g = d.captureGraph(be.stream, () => { for (let i = 0; i < iters; i++) be.enqueueKernel(name, bucket, 0, be.fused, grid); }, `${name} x${iters}`);
-  try {
-    return withEvents((t0, t1) => {
-      d.graphLaunch(g, be.stream);
-      const runs: number[] = [];
-      for (let r = 0; r < 5; r++) {
-        d.eventRecord(t0, be.stream);
-        d.graphLaunch(g, be.stream);
-        d.eventRecord(t1, be.stream);
-        runs.push((d.eventElapsed(t0, t1) * 1000) / iters);
-      }
-      return median(runs);
-    });
-  } finally {
-    d.graphDestroy(g);
+/** Run ahead (Backend.submit, the engine's greedy decode): the next step submitted, its tokens fed on the device, before this one is waited for. */
+function aheadUs(on: CudaBackend, n: number, pos: number, iters: number): number {
+  const submit = (k: number) => on.submit({ chunks: Array.from({ length: n }, (_, i) => ({ seq: i, tokens: [k === 0 ? 1 + i : FED_TOKEN], startPos: pos + k })), count: true, argmaxOnly: true });
+  let pending = submit(0);
+  let t = 0;
+  for (let k = 1; k <= iters + 8; k++) {
+    if (k === 8) t = performance.now();
+    const next = submit(k);
+    pending.wait();
+    pending = next;
   }
+  pending.wait();
+  return (1000 * (performance.now() - t)) / (iters + 1);
 }
 
-// Where decode_layers spends its cycles: phase boundaries of row 0 (clock64), averaged over layers.
-{
-  const b = openBatch(1);
-  const rowsP = b.rowsAt(64, [100]);
-  be.runRows(rowsP, false);
-  const marks = be.profileStep(rowsP);
-  const names = ['in-norm', 'qkv gemv', 'q/k norm+rope', 'kv write+scores', 'softmax+values', 'o_proj+residual', 'post-norm+router', 'route+count', 'expert gate/up', 'silu+down', 'combine'];
-  const phase = names.map((_, i) => marks.reduce((a, mk) => a + (mk[i + 1]! - mk[i]!), 0) / marks.length);
-  const layerCycles = marks.reduce((a, mk) => a + (mk[11]! - mk[0]!), 0) / marks.length;
-  results['decodeLayersPhaseCycles'] = Object.fromEntries(names.map((n, i) => [n, phase[i]]));
-  rows.push(['decode_layers phases (cycles/layer, pos 64)', ...names.map((n, i) => `${n} ${phase[i]!.toFixed(0)}`), `layer total ${layerCycles.toFixed(0)}`]);
-  for (const s of b.seqs) be.closeSequence(s);
-}
-// Threads per row block: A/B of the fused and layered paths at batch 1 (graph replay, position 64).
-{
-  const tuning: Record<string, number> = {};
-  const cells: string[] = [];
-  for (const fused of [true, false]) {
-    for (const rowThreads of [256, 512, 1024]) {
-      const alt = await createCudaBackend(m, { fused, rowThreads });
-      const b = openBatch(1, alt);
-      const us = replayUs(b.rowsAt(64, [100]), true, STEPS, true, alt);
-      tuning[`${fused ? 'fused' : 'layered'}_${rowThreads}`] = us;
-      cells.push(`${fused ? 'fused' : 'layered'}/${rowThreads} ${us.toFixed(1)} us`);
-      alt.dispose();
-    }
-  }
-  results['rowThreadsBatch1'] = tuning;
-  rows.push(['row threads (batch 1 graph step)', ...cells]);
-}
 const perBatch: Record<string, unknown> = {};
 for (const n of [1, 4, 16]) {
-  const b = openBatch(n); // fused backend
-  const bl = openBatch(n, layered); // the default (layered) backend
-  const toks0 = b.seqs.map((_, i) => 100 + i);
-  const short = bl.rowsAt(64, toks0); // a step at position 64 (KV cache rows 0..64 read)
-  const graphUs = replayUs(short, true, STEPS, true, layered);
-  const eagerUs = replayUs(short, true, Math.min(STEPS, 500), false, layered);
-  const longUs = replayUs(bl.rowsAt(1024, toks0), true, STEPS, true, layered);
-  // The longest context the fixture holds (max_position_embeddings 2048), and pos 1024 with the split off.
-  const lastPos = m.spec.maxPositions - 1;
-  // Fewer replays (each replayUs runs 5 x iters): a split-off step at pos 2047 is ~1 ms at batch 16.
-  const longIters = Math.min(STEPS, 200);
-  const longestUs = replayUs(bl.rowsAt(lastPos, toks0), true, longIters, true, layered);
-  const bn = openBatch(n, noSplit);
-  const longNoSplitUs = replayUs(bn.rowsAt(1024, toks0), true, longIters, true, noSplit);
-  const longestNoSplitUs = replayUs(bn.rowsAt(lastPos, toks0), true, longIters, true, noSplit);
-  for (const s of bn.seqs) noSplit.closeSequence(s);
-  const fusedUs = replayUs(b.rowsAt(64, toks0), true, STEPS, true);
-  const fusedEagerUs = replayUs(b.rowsAt(64, toks0), true, Math.min(STEPS, 500), false);
-  // End to end on the default backend: a host greedy loop (device argmax, token fed back) and a forward()
-  // loop (logits copied back), positions 4..1003 (a 1000-token generation).
-  let toks = toks0;
-  const loop = 1000;
-  let t = performance.now();
-  for (let s = 0; s < loop; s++) {
-    const out = layered.forward({ chunks: bl.seqs.map((seq, i) => ({ seq, tokens: [toks[i]!], startPos: 4 + s })), count: true, argmaxOnly: true }).argmax!;
-    toks = Array.from(out);
-  }
-  const greedyMs = (performance.now() - t) / loop;
-  t = performance.now();
-  for (let s = 0; s < loop; s++) layered.forward({ chunks: bl.seqs.map((seq, i) => ({ seq, tokens: [toks[i]!], startPos: 4 + s })), count: true });
-  const fwdMs = (performance.now() - t) / loop;
-  const rec = {
-    graphStepUs: graphUs, eagerStepUs: eagerUs, graphTokPerS: (n * 1e6) / graphUs, graphStepUsAtPos1024: longUs,
-    graphStepUsAtPos1024SplitOff: longNoSplitUs, [`graphStepUsAtPos${lastPos}`]: longestUs, [`graphStepUsAtPos${lastPos}SplitOff`]: longestNoSplitUs,
-    attnSplitsMax: layered.attnSplits(n),
-    fusedGraphStepUs: fusedUs, fusedEagerStepUs: fusedEagerUs,
-    greedyLoopTokPerS: (n * 1000) / greedyMs, forwardLoopTokPerS: (n * 1000) / fwdMs,
-  };
-  perBatch[n] = rec;
-  rows.push([`decode batch ${n}`, `graph ${graphUs.toFixed(1)} us/step = ${rec.graphTokPerS.toFixed(0)} tok/s (pos 64)`, `pos 1024 ${longUs.toFixed(1)} us (split off ${longNoSplitUs.toFixed(1)})`,
-    `pos ${lastPos} ${longestUs.toFixed(1)} us (split off ${longestNoSplitUs.toFixed(1)})`, `eager ${eagerUs.toFixed(1)} us`,
-    `fused graph ${fusedUs.toFixed(1)} / eager ${fusedEagerUs.toFixed(1)} us`, `host greedy loop ${rec.greedyLoopTokPerS.toFixed(0)} tok/s`, `forward() loop ${rec.forwardLoopTokPerS.toFixed(0)} tok/s`]);
-  // Counter A/B in the same graph (default backend): alternating blocks of 500 replays, ratio of medians.
-  layered.runRows(short, false);
-  d.streamSync(layered.stream, 'ab');
-  {
+  const r = withBatch(be, n, 64, () => {
+    const graph = stepUs(be, n, 64, STEPS);
+    be.useGraphs = false;
+    const eager = stepUs(be, n, 64, Math.min(STEPS, 300));
+    be.useGraphs = true;
+    // Counter A/B: alternating blocks counted and not (the same graph: a flag in the step's rows).
     const on: number[] = [], off: number[] = [];
-    for (let r = 0; r < 6; r++) { on.push(replayUs(short, true, 500, true, layered)); off.push(replayUs(short, false, 500, true, layered)); }
-    const ratio = median(on) / median(off);
-    results[`counterAB_batch${n}`] = { onUs: median(on), offUs: median(off), ratio, on, off };
-    rows.push([`counter A/B batch ${n}`, `on ${median(on).toFixed(2)} us`, `off ${median(off).toFixed(2)} us`, `ratio ${ratio.toFixed(4)}`]);
-  }
-  be.runRows(b.rowsAt(64, toks0), true);
-  // Per-kernel time (each kernel captured 200x in one graph, at position 64); the expert FFN against the
-  // bytes it must read (each pick one expert row of 3 x I x H bf16).
-  layered.runRows(short, true);
-  d.streamSync(be.stream, 'k');
-  d.streamSync(layered.stream, 'k');
-  const fusedK = kernelGraphUs('decode_layers', n, 200);
-  const head = kernelGraphUs('lm_head_argmax', n, 200);
-  const ffn = kernelGraphUs('expert_ffn', n, 200, layered);
-  const attn = kernelGraphUs('attn_route', n, 200, layered);
-  // The same pos-64 step on the split grid (rows x max splits, every block past the first exits at once):
-  // what a short step cost before the host chose the grid per sub-step.
-  const attnLongGrid = kernelGraphUs('attn_route', n, 200, layered, 'long');
-  const ffnEager = kernelUs('expert_ffn', n, 200, layered);
-  const picks = n * m.spec.topK;
-  const bytes = picks * be.banks.rowBytes;
-  const headBytes = m.spec.vocabSize * m.spec.hiddenSize * 2;
-  results[`kernels_batch${n}`] = {
-    decodeLayersUs: fusedK, expertFfnUs: ffn, expertFfnEagerUs: ffnEager, expertFfnBytes: bytes, expertFfnFractionOfHbm: bytes / (ffn * 1e-6) / HBM_BYTES_PER_S,
-    attnRouteUs: attn, attnRouteLongGridUs: attnLongGrid, lmHeadArgmaxUs: head, lmHeadBytes: headBytes, lmHeadFractionOfHbm: headBytes / (head * 1e-6) / HBM_BYTES_PER_S,
-  };
-  rows.push([`kernels batch ${n}`, `decode_layers (6 layers) ${fusedK.toFixed(2)} us`, `expert_ffn ${ffn.toFixed(2)} us (${(bytes / 1024).toFixed(0)} KiB: ${((100 * bytes) / (ffn * 1e-6) / HBM_BYTES_PER_S).toFixed(2)}% of 4.3 TB/s)`,
-    `attn_route ${attn.toFixed(2)} us (split grid ${attnLongGrid.toFixed(2)})`, `lm_head_argmax ${head.toFixed(2)} us (${((100 * headBytes) / (head * 1e-6) / HBM_BYTES_PER_S).toFixed(1)}% of HBM)`]);
-  for (const s of b.seqs) be.closeSequence(s);
-  for (const s of bl.seqs) layered.closeSequence(s);
+    for (let b = 0; b < 6; b++) { on.push(stepUs(be, n, 64, 200, true)); off.push(stepUs(be, n, 64, 200, false)); }
+    const ahead = aheadUs(be, n, 64, Math.min(STEPS, maxLen - 80));
+    const prof = be.profilePiece(planPieces(Array.from({ length: n }, (_, i) => ({ seq: i, tokens: [i + 1], startPos: 64 })), 2048, 16)[0]!);
+    return { graphUs: graph, eagerUs: eager, counterOnUs: median(on), counterOffUs: median(off), counterRatio: median(on) / median(off), aheadUs: ahead, deviceStepUs: prof.stepUs, submittedUs: prof.submittedUs, launches: prof.launches.length };
+  });
+  const long = [1024, 2000].map((pos) => ({ pos, us: withBatch(be, n, pos, () => stepUs(be, n, pos, Math.min(STEPS, 40))) }));
+  perBatch[n] = { ...r, long };
+  rows.push(`| ${n} | ${((n * 1e6) / r.graphUs).toFixed(0)} (${r.graphUs.toFixed(1)} us) | ${((n * 1e6) / r.aheadUs).toFixed(0)} (${r.aheadUs.toFixed(1)} us) | ${r.eagerUs.toFixed(1)} | ${r.deviceStepUs.toFixed(1)} (${r.launches} launches) | ${r.counterOnUs.toFixed(1)} / ${r.counterOffUs.toFixed(1)} (${((r.counterRatio - 1) * 100).toFixed(2)}%) | ${long.map((l) => `${l.us.toFixed(1)}`).join(' / ')} |`);
 }
 results['perBatch'] = perBatch;
-// Cold bank in mapped pinned host memory (issue 6 preview): the first 49 experts of each layer hot (the
-// 295/384 ratio), the rest read in place over PCIe by the expert kernel. Same graph shape, same results.
-{
-  const cold = await createCudaBackend(m, { placement: { hotPerLayer: 49 } });
-  const cells: string[] = [];
-  const rec: Record<string, unknown> = {};
-  for (const n of [1, 16]) {
-    const bc = openBatch(n, cold);
-    const bh = openBatch(n, layered);
-    const toks = bc.seqs.map((_, i) => 100 + i);
-    // Count this step's cold picks from its routing (fixture routing at these tokens).
-    const out = cold.forward({ chunks: bc.seqs.map((seq, i) => ({ seq, tokens: [toks[i]!], startPos: 4 })), count: false, recordRouting: true });
-    let coldPicks = 0;
-    const L = m.spec.numLayers, K = m.spec.topK;
-    for (let i = 0; i < out.routing!.length; i++) if (cold.banks.slotOf(Math.floor(i / K) % L, out.routing![i]!) >= 49) coldPicks++;
-    const coldUs = replayUs(bc.rowsAt(4, toks), true, STEPS, true, cold);
-    const hotUs = replayUs(bh.rowsAt(4, toks), true, STEPS, true, layered);
-    const ffnCold = kernelGraphUs('expert_ffn', n, 200, cold);
-    rec[`batch${n}`] = { coldStepUs: coldUs, allHotStepUs: hotUs, coldPicks, picks: out.routing!.length, expertFfnColdUs: ffnCold };
-    cells.push(`batch ${n}: ${coldPicks}/${out.routing!.length} picks cold, step ${coldUs.toFixed(1)} us vs all-hot ${hotUs.toFixed(1)} us, expert_ffn (layer-0 bank, last step's slots) ${ffnCold.toFixed(2)} us`);
-  }
-  results['coldBank49'] = rec;
-  rows.push(['cold bank (hot 49/64, mapped host)', ...cells]);
-  cold.dispose();
-}
 be.dispose();
-layered.dispose();
-noSplit.dispose();
+
+// 49 of 64 experts hot: the rest read in place over PCIe by the grouped expert kernels.
+const cold = await open(49);
+const allHot = await open();
+const coldRows: Record<string, unknown> = {};
+for (const n of [1, 16]) {
+  const c = withBatch(cold, n, 64, () => stepUs(cold, n, 64, Math.min(STEPS, 300)));
+  const h = withBatch(allHot, n, 64, () => stepUs(allHot, n, 64, Math.min(STEPS, 300)));
+  coldRows[`batch${n}`] = { coldUs: c, allHotUs: h };
+  rows.push(`| ${n}, 49/64 hot | ${((n * 1e6) / c).toFixed(0)} (${c.toFixed(1)} us; all hot ${h.toFixed(1)} us) | | | | | |`);
+}
+results['cold49'] = coldRows;
+cold.dispose();
+allHot.dispose();
+m.tensors.close();
+
 if (process.env['OUT']) writeFileSync(join(process.env['OUT'], 'bench-gpu.json'), JSON.stringify(results, null, 2));
-console.log(`\nGPU decode benchmark: ${d.deviceName}, tiny-moe (${m.spec.numLayers} layers, ${m.spec.numExperts} experts top-${m.spec.topK}), ${STEPS} replays`);
-for (const r of rows) console.log(r.join(' | '));
+console.log(`\nGPU decode, ${dir} (${m.spec.numLayers} layers, ${m.spec.numExperts} experts top-${m.spec.topK}); greedy steps, the argmax on the device, position 64`);
+console.log('| batch | tok/s step by step (host us a step) | run ahead | eager launches (us) | device step graph (us) | counted / uncounted (us; cost) | pos 1024 / 2000 (us) |');
+console.log('|---|---|---|---|---|---|---|');
+for (const r of rows) console.log(r);

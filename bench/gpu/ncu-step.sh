@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where a batch-1 decode step's device time goes, kernel by kernel, with the caches left alone: ncu serializes the
-# op path's launches (no PDL overlap: each carries its own start and drain) over profile-gpu.mjs's prompt and STEPS
+# step's launches (no PDL overlap: each carries its own start and drain) over profile-gpu.mjs's prompt and STEPS
 # eager decode steps of a make-checkpoint folder, reads one pass (time and DRAM bytes, no replay), and
 # ncu_step_table.py reports the last step. The CSV and ncu's log go to $OUT.
 #   source .gpu/boot.sh && bash bench/gpu/ncu-step.sh DIR [STEPS]   (dist/profile-gpu.mjs from `npm run build`)

@@ -12,12 +12,12 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadModelFor } from '../../src/model/load.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
-import type { CudaOpBackend, OpBackendOptions } from '../../src/backend/cuda/op/op-backend.ts';
-import { planPieces } from '../../src/backend/cuda/op/plan.ts';
+import type { CudaBackend, CudaBackendOptions } from '../../src/backend/cuda/cuda-backend.ts';
+import { planPieces } from '../../src/backend/cuda/step/plan.ts';
 import { FED_TOKEN } from '../../src/backend/backend.ts';
 import { createEngine } from '../../src/engine/engine.ts';
 import { runToCompletion } from '../../src/engine/complete.ts';
-import { attentionProducts, mlaProducts, productBytes } from '../../src/backend/cuda/device-weights.ts';
+import { attentionProducts, mlaProducts, productBytes } from '../../src/backend/cuda/weights/device-weights.ts';
 
 const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' }, layers: { type: 'string', default: '16' }, 'tc-rows': { type: 'string' }, batches: { type: 'string', default: '1,4,16' }, ab: { type: 'boolean', default: false } } });
 // Without --model the checkpoint is made here (the device has torch and transformers; gpu-bundle copies
@@ -38,22 +38,23 @@ const LLAMA = { tg128: 518, pp512: 8152 }; // llama.cpp, same geometry, 16 layer
 const t0 = performance.now();
 const m = await loadModelFor(values.model, 'cuda');
 let last = 0;
+const maxLen = Math.min(4096, m.spec.maxPositions);
 const be = (await createCuda(m, {
-  path: 'op', maxModelLen: 4096, maxNumSeqs: 16, ...(values['tc-rows'] !== undefined ? { tensorCoreDecodeRows: Number(values['tc-rows']) } : {}),
+  maxModelLen: maxLen, maxNumSeqs: 16, ...(values['tc-rows'] !== undefined ? { tuning: { tensorCoreDecodeRows: Number(values['tc-rows']) } } : {}),
   onProgress: (done, total) => { if (done - last > total / 10 || done === total) { last = done; process.stderr.write(`load ${((100 * done) / total).toFixed(0)}% ${(done / 1e9 / ((performance.now() - t0) / 1000)).toFixed(2)} GB/s\n`); } },
-})) as CudaOpBackend;
+})) as CudaBackend;
 const loadS = (performance.now() - t0) / 1000;
 const bytes = m.tensors.totalBytes;
 const rssGiB = (process.resourceUsage().maxRSS * 1024) / 2 ** 30;
 const s = m.spec;
 const V = s.vocabSize;
-const prompt = Array.from({ length: 4096 }, (_, i) => (i * 7919 + 13) % V);
+const prompt = Array.from({ length: maxLen }, (_, i) => (i * 7919 + 13) % V);
 
 // Decode with every step's logits into one buffer (StepInput.logitsInto, what the engine passes when a request
 // samples); 'fresh': a new array a step instead (what forward() returns without it); 'argmax': each row's argmax
 // on the device and no logits copied (StepInput.argmaxOnly, the engine's greedy steps).
 type Out = 'into' | 'fresh' | 'argmax';
-function decode(B: number, steps: number, on: CudaOpBackend = be, out: Out = 'into'): { tokS: number; msStep: number } {
+function decode(B: number, steps: number, on: CudaBackend = be, out: Out = 'into'): { tokS: number; msStep: number } {
   const into = out === 'into' ? new Float32Array(B * V) : undefined;
   const argmaxOnly = out === 'argmax';
   return afterPrompts(on, B, steps, () => {
@@ -69,7 +70,7 @@ function decode(B: number, steps: number, on: CudaOpBackend = be, out: Out = 'in
 
 // B sequences of a 64-token prompt each (room for `steps` more and some), `run` timing their decode (ms a step),
 // then closed: decode() and decodeAhead()'s common frame.
-function afterPrompts(on: CudaOpBackend, B: number, steps: number, run: () => number): { tokS: number; msStep: number } {
+function afterPrompts(on: CudaBackend, B: number, steps: number, run: () => number): { tokS: number; msStep: number } {
   for (let i = 0; i < B; i++) on.openSequence(i, 64 + steps + 8);
   on.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: prompt.slice(i, i + 64), startPos: 0 })), count: false });
   const ms = run();
@@ -91,7 +92,7 @@ function prefill(n: number): number {
 
 // Run ahead (Backend.submit, what the engine does for greedy decode): step k + 1 is submitted, each row's token fed
 // from step k's argmax on the device, before step k is waited for, so the host's work between steps overlaps the device's.
-function decodeAhead(B: number, steps: number, on: CudaOpBackend = be): { tokS: number; msStep: number } {
+function decodeAhead(B: number, steps: number, on: CudaBackend = be): { tokS: number; msStep: number } {
   return afterPrompts(on, B, steps, () => {
     const submit = (k: number) => on.submit({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: [k === 0 ? prompt[i]! : FED_TOKEN], startPos: 64 + k })), count: true, argmaxOnly: true });
     let pending = submit(0);
@@ -133,7 +134,7 @@ for (const B of [1, 4]) {
 }
 const engineDec: { B: number; runAhead: boolean; tokS: number; msStep: number }[] = [];
 for (const B of [1, 4]) for (const runAhead of [false, true, false, true]) engineDec.push({ B, runAhead, ...(await engineDecode(B, steps, runAhead)) });
-const pre = [512, 2048].map((n) => ({ n, tokS: prefill(n) }));
+const pre = [512, Math.min(2048, maxLen - 1)].map((n) => ({ n, tokS: prefill(n) }));
 
 // Per-kernel device time of one batch-1 decode step at position 64, and the weight bytes each role reads.
 be.openSequence(0, 128);
@@ -170,20 +171,20 @@ be.dispose();
 
 // --ab: the step's launch options one at a time, each on a fresh backend (same loaded model), the default first and
 // last so drift shows: batch-1 / batch-4 decode and the batch-1 step graph's device time.
-type Variant = Partial<Pick<OpBackendOptions, 'earlyWeights' | 'pdl' | 'evictFirst' | 'fuseResidual' | 'combineRows' | 'oneWaveDense' | 'attendMinBlocks' | 'kernelDir'>>;
+type Variant = Pick<CudaBackendOptions, 'tuning' | 'kernelDir'>;
 const variants: [string, Variant][] = [
-  ['default', {}], ['early weight loads off', { earlyWeights: false }], ['PDL off', { pdl: false }], ['evict-first weight loads off', { evictFirst: false }],
-  ['fused residual off', { fuseResidual: false }], ['combining down product at 2 features a warp', { combineRows: 2 }],
-  ['q|k|v at 2 features a warp (not one wave)', { oneWaveDense: false }],
-  ['attention unsplit below 256 positions (no merge)', { attendMinBlocks: 0 }],
-  // Kernels built another way beside dist/kernels (dist/kernels-NAME/op.fatbin and load.fatbin), for A/B.
-  ...(existsSync('dist') ? readdirSync('dist') : []).filter((d) => d.startsWith('kernels-') && existsSync(join('dist', d, 'op.fatbin'))).map((d): [string, Variant] => [`kernels of dist/${d}`, { kernelDir: join('dist', d) }]),
+  ['default', {}], ['early weight loads off', { tuning: { earlyWeights: false } }], ['PDL off', { tuning: { pdl: false } }],
+  ['evict-first weight loads off', { tuning: { evictFirst: false } }], ['fused residual off', { tuning: { fuseResidual: false } }],
+  ['combining down product at 2 features a warp', { tuning: { combineRows: 2 } }], ['q|k|v at 2 features a warp (not one wave)', { tuning: { oneWaveDense: false } }],
+  ['attention unsplit below 256 positions (no merge)', { tuning: { attendMinBlocks: 0 } }],
+  // Kernels built another way beside dist/kernels (dist/kernels-NAME/step.fatbin and load.fatbin), for A/B.
+  ...(existsSync('dist') ? readdirSync('dist') : []).filter((d) => d.startsWith('kernels-') && existsSync(join('dist', d, 'step.fatbin'))).map((d): [string, Variant] => [`kernels of dist/${d}`, { kernelDir: join('dist', d) }]),
   ['default (again)', {}],
 ];
 const ab: { name: string; b1: number; b4: number; stepUs: number }[] = [];
 if (values.ab) {
   for (const [name, o] of variants) {
-    const v = (await createCuda(m, { path: 'op', maxModelLen: 4096, maxNumSeqs: 16, ...o })) as CudaOpBackend;
+    const v = (await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: 16, ...o })) as CudaBackend;
     const b1 = decode(1, steps, v).tokS, b4 = decode(4, steps, v).tokS;
     v.openSequence(0, 128);
     v.forward({ chunks: [{ seq: 0, tokens: prompt.slice(0, 64), startPos: 0 }], count: false });

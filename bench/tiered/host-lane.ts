@@ -6,8 +6,8 @@
 // a GPU that hands its units over at once: the host's side of a split expert, exchange included).
 //   node dist/bench-host-lane.mjs [--hidden 2048] [--inter 768] [--rows 256] [--threads N] [--reps 200] [--no-prefetch] [--batch 1,4] [--quarters]
 import { parseArgs } from 'node:util';
-import { loadDriver } from '../../src/backend/cuda/driver.ts';
-import { HostExpertLane, loadHostLaneLib } from '../../src/backend/cuda/host-experts.ts';
+import { loadDriver } from '../../src/backend/cuda/driver/driver.ts';
+import { HostExpertLane, loadHostLaneLib } from '../../src/backend/cuda/host-lane/lane.ts';
 
 const { values: v } = parseArgs({ options: {
   hidden: { type: 'string', default: '2048' }, inter: { type: 'string', default: '768' }, rows: { type: 'string', default: '256' }, threads: { type: 'string' }, reps: { type: 'string', default: '200' },

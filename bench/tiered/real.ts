@@ -11,8 +11,8 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Backend } from '../../src/backend/backend.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
-import type { HostExpertLane } from '../../src/backend/cuda/host-experts.ts';
-import { splitText } from '../../src/backend/cuda/host-split.ts';
+import type { HostExpertLane } from '../../src/backend/cuda/host-lane/lane.ts';
+import { splitText } from '../../src/backend/cuda/host-lane/split.ts';
 import { parseMemoryFlags } from '../../src/cli/memory-flags.ts';
 import { createBackend, type BackendModel } from '../../src/backend/registry.ts';
 import { loadModelFor } from '../../src/model/load.ts';
@@ -81,13 +81,13 @@ function countTraffic(be: Backend, docs: Docs, domains: readonly string[], steps
 const runs: PolicyRun[] = [];
 const t0 = performance.now();
 // All hot: fit the maps (en+code for fixed, every domain for seed), then the all-hot lane.
-/** The product's backend: cuda (the op path, KV sized for the documents) or cpu (tiny models: a dry run of the bench). */
+/** The product's backend: cuda (KV sized for the documents) or cpu (tiny models: a dry run of the bench). */
 const hostExperts = parseMemoryFlags({ 'host-experts': v['host-experts'], 'host-expert-share': v['host-expert-share'], 'host-expert-parts': v['host-expert-parts'] }).hostExperts;
 const copies = v['copies-in-flight'] === undefined ? undefined : Number(v['copies-in-flight']);
 if (copies !== undefined && !(Number.isInteger(copies) && copies >= 1)) throw new Error(`--copies-in-flight: expected an integer >= 1, got ${v['copies-in-flight']}`);
 const makeBackend = async (placement?: RowMap): Promise<Backend> => backendName === 'cpu'
   ? createBackend('cpu', m as BackendModel, { ...(placement ? { placement } : {}), threads: 'auto' })
-  : createCuda(m, { path: 'op', ...(placement ? { placement } : {}), maxModelLen: maxDoc + 8, maxNumSeqs: seqs, ...(placement && hostExperts ? { hostExperts } : {}), ...(copies ? { copiesInFlight: copies } : {}) });
+  : createCuda(m, { ...(placement ? { placement } : {}), maxModelLen: maxDoc + 8, maxNumSeqs: seqs, ...(placement && hostExperts ? { hostExperts } : {}), ...(copies ? { copiesInFlight: copies } : {}) });
 let allHot = await makeBackend();
 log(`loaded all-hot in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
 const fitSteps = Number(v['fit-steps']);

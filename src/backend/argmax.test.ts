@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { argmax, withHostArgmax } from './argmax.ts';
-import { argmaxOfRow, bestArgmaxKey } from './cuda/argmax-keys.ts';
+import { argmaxOfRow, bestArgmaxKey } from './cuda/step/argmax-keys.ts';
 
 /** kernels/common.cuh argmax_key, as the device computes it: [lo, hi] words of the 64-bit key. */
 function key(v: number, idx: number): [number, number] {

@@ -35,7 +35,7 @@ export interface CreateBackendOptions {
   readonly maxNumSeqs?: number;
   /** cuda: upload progress in bytes. */
   readonly onProgress?: (done: number, total: number, what: string) => void;
-  /** cuda: the host expert lane (threads absent: the CPUs less 2; share absent: chosen from measured times, host-split.ts). */
+  /** cuda: the host expert lane (threads absent: the CPUs less 2; share absent: chosen from measured times, host-lane/split.ts). */
   readonly hostExperts?: { readonly threads?: number; readonly share?: number; readonly parts?: number };
 }
 
@@ -72,7 +72,7 @@ export async function createBackend(name: string, model: BackendModel, opts: Cre
   const { createCuda } = await import('./cuda/create.ts');
   return createCuda(model, {
     ...(opts.placement ? { placement: opts.placement } : {}),
-    ...(opts.graphs !== undefined ? { graphs: opts.graphs } : {}),
+    ...(opts.graphs !== undefined ? { tuning: { graphs: opts.graphs } } : {}),
     ...(opts.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: opts.gpuMemoryUtilization } : {}),
     ...(opts.maxNumSeqs !== undefined ? { maxNumSeqs: opts.maxNumSeqs } : {}),
     ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),

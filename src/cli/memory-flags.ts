@@ -2,8 +2,8 @@
 // budget the cuda backend sizes itself in, and the positions a sequence may hold (which also bounds requests).
 import { ResidencyError } from '../errors.ts';
 import type { ModelSpec } from '../model/spec.ts';
-import { checkUtilization } from '../backend/cuda/op/memory.ts';
-import { MAX_PARTS } from '../backend/cuda/host-split.ts';
+import { checkUtilization } from '../backend/cuda/memory/memory.ts';
+import { MAX_PARTS } from '../backend/cuda/host-lane/split.ts';
 
 export const MEMORY_OPTIONS = {
   'gpu-memory-utilization': { type: 'string' },

@@ -108,10 +108,9 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
   const model = opts.model ?? (await loadModelFor(opts.modelDir, opts.backend));
   model.spec = withMaxModelLen(model.spec, opts.maxModelLen); // bounds requests and sizes the KV cache
   const { spec } = model;
-  // Without --hot or --map: real shapes on CUDA (the op path) size the hot bank from the memory budget (every
-  // expert if they fit: no residency needed); elsewhere the reference share, so the residency loop runs.
-  const budgetSized = opts.backend === 'cuda' && opts.hot === undefined && !opts.map
-    && !(await import('../backend/cuda/create.ts')).rowPathFits(spec);
+  // Without --hot or --map: CUDA sizes the hot bank from the memory budget (every expert if they fit: no residency
+  // needed); the CPU takes the reference share, so the residency loop runs.
+  const budgetSized = opts.backend === 'cuda' && opts.hot === undefined && !opts.map;
   const hot = opts.hot ?? defaultHot(spec.numExperts);
   if (!opts.map && (hot < 1 || hot > spec.numExperts)) {
     throw new ResidencyError('BAD_ARGUMENT', `--hot ${hot}: expected 1..${spec.numExperts} experts per layer`);

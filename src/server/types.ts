@@ -123,7 +123,7 @@ export interface ServerDeps {
   readonly hostLane?: HostLaneView;
 }
 
-/** What /metrics reads of the host expert lane (src/backend/cuda/host-experts.ts HostExpertLane.stats()). */
+/** What /metrics reads of the host expert lane (src/backend/cuda/host-lane/host-lane/lane.ts HostExpertLane.stats()). */
 export interface HostLaneView {
   stats(): {
     readonly requests: number;

@@ -1,6 +1,5 @@
-// The backend conformance suite (src/backend/backend.case.ts) on every CUDA path: the row path on tiny-moe
-// (the op path refuses its intermediate of 48) and the op path at real shapes on $REAL_CKPT (a 2-layer
-// make-checkpoint folder) when set.
+// The backend conformance suite (src/backend/backend.case.ts) on the CUDA backend: tiny-moe (its experts padded to
+// the kernels' 32-unit slices) and real shapes on $REAL_CKPT (a 2-layer make-checkpoint folder) when set.
 import { existsSync } from 'node:fs';
 import { loadModel, loadModelFor } from '../../src/model/load.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
@@ -12,10 +11,10 @@ const tiny = await loadModel(modelDir());
 // defaults so that a short run still lands many.
 const moves = { spareRows: 4, copiesInFlight: 16 };
 const tinyOpts = { hot: 40, prompts: [[1, 400, 2035, 17], [3000, 12, 9], [77, 5, 600, 42, 8]], steps: 48, minLanded: 60 };
-runBackendConformance('cuda row path, tiny-moe', (placement) => createCuda(tiny, { path: 'row', ...moves, ...(placement ? { placement } : {}) }), tinyOpts);
+runBackendConformance('cuda, tiny-moe', (placement) => createCuda(tiny, { ...moves, ...(placement ? { placement } : {}) }), tinyOpts);
 const real = process.env['REAL_CKPT'];
 if (real && existsSync(real)) {
   const m = await loadModelFor(real, 'cuda');
-  runBackendConformance('cuda op path, real shapes', (placement) => createCuda(m, { path: 'op', maxModelLen: 128, maxNumSeqs: 4, ...moves, ...(placement ? { placement } : {}) }),
+  runBackendConformance('cuda, real shapes', (placement) => createCuda(m, { maxModelLen: 128, maxNumSeqs: 4, ...moves, ...(placement ? { placement } : {}) }),
     { hot: 64, prompts: [[1, 2, 3, 4, 5, 6, 7, 8], [100, 200, 300], [4000, 17, 2]], steps: 64, minLanded: 40 });
 }

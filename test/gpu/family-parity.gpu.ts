@@ -1,4 +1,4 @@
-// The family fixtures on the device (the op path): $FAMILY_FIXTURES, comma-separated folders in the format of
+// The family fixtures on the device: $FAMILY_FIXTURES, comma-separated folders in the format of
 // ../shared/fixtures/README.md (parity.json: 8 cases, greedy steps, top-5 logits, routing). For each: greedy
 // tokens against the transformers float32 references (mismatches only at reported near-ties), top-5 logits,
 // routing ids against the references (mismatches reported with the reference's weight gap), CUDA vs the CPU
@@ -37,10 +37,9 @@ function run(be: Backend, cases: Case[]): StepOutput[] {
 
 type CudaModel = Awaited<ReturnType<typeof loadModelFor>>;
 
-/** The run on the CUDA op path (a placement, or decode through the tensor-core products when given). */
+/** The run on the CUDA backend (a placement, or decode through the tensor-core products when given). */
 async function cudaRun(m: CudaModel, cases: Case[], placement?: BankPlacement, tensorCoreDecodeRows?: number): Promise<StepOutput[]> {
-  const be = await createCuda(m, { path: 'op', maxModelLen: 128, maxNumSeqs: cases.length, ...(placement ? { placement } : {}), ...(tensorCoreDecodeRows !== undefined ? { tensorCoreDecodeRows } : {}) });
-  assert.equal((be as { path?: string }).path, 'op');
+  const be = await createCuda(m, { maxModelLen: 128, maxNumSeqs: cases.length, ...(placement ? { placement } : {}), ...(tensorCoreDecodeRows !== undefined ? { tuning: { tensorCoreDecodeRows } } : {}) });
   try {
     return run(be, cases);
   } finally {

@@ -1,8 +1,8 @@
 // Shared helpers of the device-run tests: the driver, the kernels, random bf16 data, normalized error.
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { loadDriver, type CudaDriver } from '../../src/backend/cuda/driver.ts';
-import { loadKernels, type KernelName } from '../../src/backend/cuda/kernels.ts';
+import { loadDriver, type CudaDriver } from '../../src/backend/cuda/driver/driver.ts';
+import { loadKernels, type KernelName } from '../../src/backend/cuda/driver/kernels.ts';
 import { mulberry32 } from '../../src/backend/cpu/synthetic.ts';
 
 export interface Gpu {

@@ -5,9 +5,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ResidencyError } from '../../src/errors.ts';
 import { loadModel, type LoadedModel } from '../../src/model/load.ts';
-import { loadDriver, type CudaDriver } from '../../src/backend/cuda/driver.ts';
+import { loadDriver, type CudaDriver } from '../../src/backend/cuda/driver/driver.ts';
 import { CudaBackend, type CudaBackendOptions } from '../../src/backend/cuda/cuda-backend.ts';
-import type { ReleaseFailure } from '../../src/backend/cuda/resource-scope.ts';
+import { mapTensorSource } from '../../src/model/tensor-source.ts';
+import type { ReleaseFailure } from '../../src/backend/cuda/driver/resource-scope.ts';
 import { modelDir } from './harness.ts';
 import { report } from './model.gpu.ts';
 
@@ -76,7 +77,7 @@ test(`lifecycle: create + use + dispose ${CYCLES} times returns free device memo
   // launch, lazily loaded code) that is not a per-backend leak.
   let lowest = start;
   const one = (): void => {
-    const be = new CudaBackend(d, m.spec, m.raw, opts);
+    const be = new CudaBackend(d, m.spec, mapTensorSource(m.raw), opts);
     lowest = Math.min(lowest, d.memInfo().free);
     cycle(be);
   };
@@ -105,26 +106,33 @@ test('lifecycle: constructions that fail half way (real out-of-memory, injected 
   const before = d.memInfo();
   const results: string[] = [];
 
-  // A real CUDA_ERROR_OUT_OF_MEMORY after the weights, banks and the first (GiB-sized) work buffers were
-  // allocated: the largest bucket is so big that its logits buffer exceeds the whole device.
-  const huge = Math.ceil(before.total / (4 * m.spec.vocabSize)) + 1;
-  assert.throws(() => new CudaBackend(d, m.spec, m.raw, { ...opts, buckets: [1, huge] }), (e: unknown) => {
-    assert.ok(e instanceof ResidencyError && /OUT_OF_MEMORY/.test(e.message), String(e));
-    return true;
-  });
+  // A real CUDA_ERROR_OUT_OF_MEMORY half way: the plan is made from the device's total memory, so with all but half
+  // of what one backend takes already held elsewhere, its allocations run out part of the way through.
+  const probe0 = new CudaBackend(d, m.spec, mapTensorSource(m.raw), opts);
+  const takes = before.free - d.memInfo().free;
+  probe0.dispose();
+  const hog = d.alloc(before.free - Math.floor(takes / 2), 'hog');
+  try {
+    assert.throws(() => new CudaBackend(d, m.spec, mapTensorSource(m.raw), opts), (e: unknown) => {
+      assert.ok(e instanceof ResidencyError && /OUT_OF_MEMORY/.test(e.message), String(e));
+      return true;
+    });
+  } finally {
+    d.free(hog);
+  }
   const oomDelta = before.free - d.memInfo().free;
-  results.push(`oom (bucket ${huge}): ${mib(oomDelta)} MiB`);
+  results.push(`oom (a backend takes ${mib(takes)} MiB, half of it free): ${mib(oomDelta)} MiB`);
   assert.ok(Math.abs(oomDelta) <= SLACK, `out-of-memory construction left ${mib(oomDelta)} MiB behind`);
 
   // Injected failures at chosen acquisitions: the first module, the stream, inside the banks, among the
   // weights, the last one; N = how many a clean construction makes.
   const probe = failingAt(d, Infinity);
-  new CudaBackend(probe.driver, m.spec, m.raw, opts).dispose();
+  new CudaBackend(probe.driver, m.spec, mapTensorSource(m.raw), opts).dispose();
   const N = probe.count();
   const points = [...new Set([1, 2, 4, 5, 6, 8, 12, Math.floor(N / 2), N - 5, N - 1, N])].filter((n) => n >= 1 && n <= N);
   for (const n of points) {
     const f = failingAt(d, n);
-    assert.throws(() => new CudaBackend(f.driver, m.spec, m.raw, opts), (e: unknown) => e === f.injected());
+    assert.throws(() => new CudaBackend(f.driver, m.spec, mapTensorSource(m.raw), opts), (e: unknown) => e === f.injected());
     const delta = before.free - d.memInfo().free;
     results.push(`${n}/${N}: ${mib(delta)} MiB`);
     assert.ok(Math.abs(delta) <= SLACK, `failure at acquisition ${n} of ${N} (${String(f.injected()?.message)}) left ${mib(delta)} MiB behind`);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for the real-size checks of every format and family the op path computes: makes 2-layer
+# One device call for the real-size checks of every format and family the CUDA backend computes: makes 2-layer
 # make-checkpoint folders with references (qwen3-30b-a3b bf16 and --format fp8, mixtral-8x7b, gpt-oss-120b in
 # MXFP4, deepseek-v3), then on each the real-size test (greedy tokens vs transformers, CUDA vs CPU, NaN refusal) and, for the
 # 128-expert ones, the tiered moves test; and the family fixtures carried in .gpu/ (FAMILY_FIXTURES) against

@@ -1,4 +1,4 @@
-// Real shapes on the device (the op path): a make-checkpoint checkpoint ($REAL_CKPT, e.g. qwen3-30b-a3b x 2
+// Real shapes on the device: a make-checkpoint checkpoint ($REAL_CKPT, e.g. qwen3-30b-a3b x 2
 // layers) against make-checkpoint's transformers float32 references (greedy tokens, flips only at reported
 // near-ties) and against the CPU backend, the spec (normalized logit error < 1e-3); prefill as one batch,
 // decode batched in graphs. Also: a corrupt weight is refused naming the tensor, on every CUDA path.
@@ -15,7 +15,7 @@ import { createEngine } from '../../src/engine/engine.ts';
 import { runToCompletion } from '../../src/engine/complete.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { Backend } from '../../src/backend/backend.ts';
-import type { OpBackendOptions } from '../../src/backend/cuda/op/op-backend.ts';
+import type { KernelTuning } from '../../src/backend/cuda/tuning.ts';
 import { modelDir, normErr } from './harness.ts';
 import { report } from './model.gpu.ts';
 
@@ -44,7 +44,6 @@ test('real shapes: greedy tokens equal the transformers float32 references (near
   const steps = refs[0]!.tokens.length;
   const m = await loadModelFor(dir!, 'cuda');
   const be = await createCuda(m, { maxModelLen: 256, maxNumSeqs: refs.length });
-  assert.equal((be as { path?: string }).path, 'op');
   const gpu = run(be, refs, steps, (c, s) => refs[c]!.tokens[s]!);
   let mismatch = 0, maxTopErr = 0;
   const nearTies: string[] = [];
@@ -117,8 +116,8 @@ test('real shapes: early weight loads (PDL), evict-first loads, q|k|v in one wav
   while (long.prompt_ids.length < 160) long.prompt_ids.push(...refs.flatMap((c) => c.prompt_ids));
   const m = await loadModelFor(dir!, 'cuda');
   // Batch 4 (the bucket of 4 rows) and batch 1, each as the decode graphs replay them.
-  const logits = async (o: Pick<OpBackendOptions, 'earlyWeights' | 'evictFirst' | 'fuseResidual' | 'oneWaveDense' | 'attendMinBlocks'>): Promise<Float32Array[][]> => {
-    const be = await createCuda(m, { maxModelLen: 512, maxNumSeqs: refs.length, ...o });
+  const logits = async (tuning: Partial<KernelTuning>): Promise<Float32Array[][]> => {
+    const be = await createCuda(m, { maxModelLen: 512, maxNumSeqs: refs.length, tuning });
     try {
       const forced = (c: number, st: number): number => refs[c % refs.length]!.tokens[st]!;
       return [...run(be, refs, steps, forced), ...run(be, [refs[1]!], steps, (_c, st) => forced(1, st)), ...run(be, [long], steps, forced)];
@@ -216,18 +215,18 @@ function poisonedCopy(src: string, name: string): string {
   return tmp;
 }
 
-for (const [path, src] of [['row', modelDir()], ['op', dir]] as const) {
+for (const [which, src] of [['tiny-moe', modelDir()], ['real shapes', dir]] as const) {
   // bf16 0xFFFF and float8_e4m3fn 0xFF are both NaN, and so is an E8M0 scale of 0xFF: quantized checkpoints' experts are poisoned too.
-  const quant = path === 'op' && !skip && existsSync(join(src!, 'config.json')) ? JSON.parse(readFileSync(join(src!, 'config.json'), 'utf8')).quantization_config?.quant_method : undefined;
+  const quant = which === 'real shapes' && !skip && existsSync(join(src!, 'config.json')) ? JSON.parse(readFileSync(join(src!, 'config.json'), 'utf8')).quantization_config?.quant_method : undefined;
   // MXFP4: a 0xFF scale byte (E8M0 NaN) and a NaN expert bias.
   const more = quant === 'fp8' ? ['model.layers.1.mlp.experts.5.down_proj.weight', 'model.layers.0.self_attn.q_proj.weight']
     : quant === 'mxfp4' ? ['model.layers.1.mlp.experts.gate_up_proj_scales', 'model.layers.0.mlp.experts.down_proj_bias'] : [];
   for (const name of ['model.norm.weight', ...more]) {
-    test(`a NaN weight is refused at load naming the tensor (${path} path, ${name})`, { skip: path === 'op' ? skip : false }, async () => {
+    test(`a NaN weight is refused at load naming the tensor (${which}, ${name})`, { skip: which === 'real shapes' ? skip : false }, async () => {
       const tmp = poisonedCopy(src!, name);
       try {
         const mm = await loadModelFor(tmp, 'cuda');
-        await assert.rejects(createCuda(mm, { path, maxModelLen: 64, maxNumSeqs: 1 }), (e: Error & { code?: string }) => e.code === 'BAD_CHECKPOINT' && e.message.includes(name));
+        await assert.rejects(createCuda(mm, { maxModelLen: 64, maxNumSeqs: 1 }), (e: Error & { code?: string }) => e.code === 'BAD_CHECKPOINT' && e.message.includes(name));
         mm.tensors.close();
       } finally {
         rmSync(tmp, { recursive: true, force: true });

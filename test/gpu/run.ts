@@ -1,7 +1,6 @@
 // Device-run tests (not part of `npm test`: they need an NVIDIA GPU). Bundled by `npm run build` into
 // dist/gpu-tests.mjs and run on the GPU machine with `node dist/gpu-tests.mjs` (or `npm run test:gpu`).
 import { after } from 'node:test';
-import './conformance.gpu.ts';
 import { writeReport } from './model.gpu.ts';
 import './swaps.gpu.ts';
 import './serve.gpu.ts';

@@ -1,4 +1,4 @@
-// Tiered experts at real shapes (the op path): 64 of 128 experts hot, the cold bank read in place from mapped
+// Tiered experts at real shapes: 64 of 128 experts hot, the cold bank read in place from mapped
 // host memory, thousands of background moves landing while greedy decode runs. Every token and logit must
 // equal the all-hot run, and moving the boot map back must give back its digest. The host expert lane's case runs on
 // a bf16 checkpoint (REAL_CKPT), on a block-FP8 one (REAL_CKPT_FP8: make-checkpoint.py --format fp8) and on a gpt-oss
@@ -10,9 +10,9 @@ import { join } from 'node:path';
 import { loadModelFor } from '../../src/model/load.ts';
 import { argmax } from '../../src/backend/argmax.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
-import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
-import { SPLIT_UPDATE_STEPS } from '../../src/backend/cuda/host-experts.ts';
-import { splitText } from '../../src/backend/cuda/host-split.ts';
+import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
+import { SPLIT_UPDATE_STEPS } from '../../src/backend/cuda/host-lane/lane.ts';
+import { splitText } from '../../src/backend/cuda/host-lane/split.ts';
 import type { Backend, ExpertBanks } from '../../src/backend/backend.ts';
 import { mapFromBanks } from '../../src/engine/residency-driver.ts';
 import { MovesInFlight } from '../../src/backend/moves-in-flight.ts';
@@ -78,12 +78,12 @@ test('real shapes, 64/128 hot: thousands of background moves land while greedy d
   const prompts = refs.map((c) => c.prompt_ids);
   const m = await loadModelFor(dir!, 'cuda');
   const maxLen = Math.max(...prompts.map((p) => p.length)) + STEPS + 2;
-  const allHot = await createCuda(m, { path: 'op', maxModelLen: maxLen, maxNumSeqs: prompts.length });
+  const allHot = await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: prompts.length });
   const want = greedy(allHot, prompts, STEPS);
   allHot.dispose();
 
   const H = 64;
-  const be = await createCuda(m, { path: 'op', placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: prompts.length, spareRows: 4, copiesInFlight: 8 });
+  const be = await createCuda(m, { placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: prompts.length, spareRows: 4, copiesInFlight: 8 });
   const banks = be.banks;
   const E = banks.experts;
   const boot = identityRowMap(m.spec.name, banks.layers, E, H);
@@ -130,17 +130,17 @@ async function hostLaneCase(ckpt: string, key: string): Promise<void> {
   // Batch 1: each prompt alone; batch 4: the four together (each expert the host takes computed once for its rows).
   for (const B of [1, 4]) {
     const groups = B === 1 ? prompts.map((p) => [p]) : [prompts];
-    const allHot = await createCuda(m, { path: 'op', maxModelLen: maxLen, maxNumSeqs: B });
+    const allHot = await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: B });
     const want = groups.map((g) => greedy(allHot, g, steps));
     allHot.dispose();
     // The lane's steps combine the picks in op_residual_norm, as fuseResidual: false does: the same bits either way.
-    const unfusedHot = await createCuda(m, { path: 'op', maxModelLen: maxLen, maxNumSeqs: B, fuseResidual: false });
+    const unfusedHot = await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: B, tuning: { fuseResidual: false } });
     const wantUnfused = groups.map((g) => greedy(unfusedHot, g, steps));
     unfusedHot.dispose();
 
     const H = Math.floor(m.spec.numExperts / 2);
-    const be = await createCuda(m, { path: 'op', placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: B, spareRows: 4, copiesInFlight: 8, hostExperts: {} });
-    const lane = (be as CudaOpBackend).hostLane!;
+    const be = await createCuda(m, { placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: B, spareRows: 4, copiesInFlight: 8, hostExperts: {} });
+    const lane = (be as CudaBackend).hostLane!;
     assert.ok(lane, `the lane started (${m.spec.numExperts - H} of ${m.spec.numExperts} experts are cold)`);
     const E = be.banks.experts;
     const churn = randomMoves(be.banks, H, 11, 1);

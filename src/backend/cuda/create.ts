@@ -1,38 +1,34 @@
-// Picks the CUDA path for a model: the row path (one block per token's layer: fastest for tiny models,
-// limited to their shapes) when the shapes allow it, else the op path (real shapes). `path` forces one.
-import type { Backend } from '../backend.ts';
-import type { ModelSpec } from '../../model/spec.ts';
-import { loadDriver } from './driver.ts';
-import { CudaBackend, tensorsOf, type CudaBackendOptions, type CudaModel } from './cuda-backend.ts';
-import { CudaOpBackend, type OpBackendOptions } from './op/op-backend.ts';
-import { checkCudaSupport } from './support.ts';
-import { loadHostLaneLib, type HostExpertsOptions } from './host-experts.ts';
+// Builds the CUDA backend for a loaded model: the driver, the host expert lane's library when asked for, the
+// model's stored tensors.
 import { ResidencyError } from '../../errors.ts';
+import type { ModelSpec } from '../../model/spec.ts';
+import { mapTensorSource, type TensorSource } from '../../model/tensor-source.ts';
+import type { RawTensor } from '../../model/weights.ts';
+import { CudaBackend, type CudaBackendOptions } from './cuda-backend.ts';
+import { loadDriver } from './driver/driver.ts';
+import { loadHostLaneLib, type HostExpertsOptions } from './host-lane/lane.ts';
 
-export type CudaPath = 'auto' | 'row' | 'op';
+/** A model as the CUDA backend takes it: its spec and its stored tensors (streamed from the shards, or in memory). */
+export interface CudaModel {
+  readonly spec: ModelSpec;
+  readonly tensors?: TensorSource;
+  readonly raw?: ReadonlyMap<string, RawTensor>;
+}
 
-export interface CudaCreateOptions extends CudaBackendOptions, Omit<OpBackendOptions, 'hostExperts'> {
-  readonly path?: CudaPath;
-  /** The host expert lane (the op path's; its library is loaded here). */
+export interface CudaCreateOptions extends Omit<CudaBackendOptions, 'hostExperts'> {
+  /** The host expert lane (its library is loaded here). */
   readonly hostExperts?: Omit<HostExpertsOptions, 'lib'>;
 }
 
-/** The row path computes this model (its shape limits hold; the default row block of 1024 threads). */
-export function rowPathFits(spec: ModelSpec): boolean {
-  if (spec.architecture !== 'qwen3_moe') return false;
-  try {
-    checkCudaSupport(spec, 1024, 128, false);
-    return true;
-  } catch {
-    return false;
-  }
+/** The stored tensors of a model: its source, or its raw map as one. */
+export function tensorsOf(model: CudaModel): TensorSource {
+  if (model.tensors) return model.tensors;
+  if (model.raw) return mapTensorSource(model.raw);
+  throw new ResidencyError('INTERNAL', 'cuda backend: the model has neither a tensor source nor raw tensors');
 }
 
-export async function createCuda(model: CudaModel, opts: CudaCreateOptions = {}): Promise<Backend & { path?: string }> {
+export async function createCuda(model: CudaModel, opts: CudaCreateOptions = {}): Promise<CudaBackend> {
   const d = await loadDriver();
-  const path = opts.path ?? 'auto';
   const { hostExperts, ...rest } = opts;
-  if (hostExperts && path === 'row') throw new ResidencyError('BAD_ARGUMENT', '--host-experts: the row path has no host expert lane (the op path has)');
-  if (path === 'row' || (path === 'auto' && !hostExperts && rowPathFits(model.spec))) return new CudaBackend(d, model.spec, tensorsOf(model), rest);
-  return new CudaOpBackend(d, model.spec, tensorsOf(model), { ...rest, ...(hostExperts ? { hostExperts: { ...hostExperts, lib: await loadHostLaneLib() } } : {}) });
+  return new CudaBackend(d, model.spec, tensorsOf(model), { ...rest, ...(hostExperts ? { hostExperts: { ...hostExperts, lib: await loadHostLaneLib() } } : {}) });
 }

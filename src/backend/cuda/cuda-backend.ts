@@ -1,415 +1,557 @@
-// The CUDA backend: the whole Qwen3-MoE forward on one GPU, bf16 weights as stored, fp32 compute. A decode
-// step is 2 kernels per layer + 1 (LM head + argmax) (or, fused, 1 + 1), captured once per batch-size bucket into a CUDA graph
-// and replayed; every per-step input (tokens, positions, KV pointers, the count flag) and every table a
-// swap touches (slots, counter) lives in device memory, so graphs stay valid for the backend's lifetime.
+// The CUDA backend: one kernel per op over every SM, each expert's rows read once per step, a prefill chunk run as
+// one batch (tensor-core products), decode pieces of <= 16 rows replayed as CUDA graphs keyed by (bucket, attention
+// splits). This file plans memory, uploads, allocates, keeps the sequences and runs pieces; which kernels a piece
+// launches, in order, is step/step-kernels.ts. Weights stay as stored (bf16, block FP8 with its scales, or MXFP4
+// experts: weights/device-weights.ts), streamed from the shards; activations and the KV cache are fp32 (the CPU
+// spec's numbers within the vs-CPU bar). Memory is planned from --gpu-memory-utilization and --max-model-len before
+// anything is allocated.
 import { ResidencyError } from '../../errors.ts';
-import { checkCudaSupport } from './support.ts';
-import { type Backend, type SequenceChunk, type StepInput, type StepOutput } from '../backend.ts';
-import { argmaxOfRow } from './argmax-keys.ts';
+import { FED_TOKEN, type Backend, type PendingStep, type SequenceChunk, type StepInput, type StepOutput } from '../backend.ts';
+import { argmaxOfRow } from './step/argmax-keys.ts';
 import { logitsOut } from '../logits-out.ts';
-import type { ModelSpec } from '../../model/spec.ts';
-import type { RawTensor } from '../../model/weights.ts';
-import { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames } from '../../model/architecture.ts';
-import type { BankPlacement } from '../slot-tables.ts';
-import { CudaExpertBanks } from './banks.ts';
-import { expertRowLayout } from './device-weights.ts';
-import { checkStepChunks } from './step-chunks.ts';
-import { scatterRouting } from './routing-record.ts';
-import { mapTensorSource, type TensorSource } from '../../model/tensor-source.ts';
-import { TensorUploader, type UploadProgress } from './uploader.ts';
-import { loadDriver, type CudaDriver, type KernelArg } from './driver.ts';
-import { ROW_PATH_GROUPS, loadKernelModules, setModelConstants, type KernelName, type LoadedKernels } from './kernels.ts';
-import {
-  ROW_DEV_BYTES, STEP_HEADER_BYTES, decodeLayersSmemBytes, encodeLayers, expertFfnSmemBytes, lmHeadSmemBytes, rowSmemBytes, encodeModel, encodeStep, encodeWork,
-  type ModelDims, type RowInput, type WorkPointers,
-} from './layout.ts';
-import { ResourceScope, type ReleaseFailureSink } from './resource-scope.ts';
-import { DEFAULT_BUCKETS, attnGridFor, attnMaxSplits, bucketFor, planSubsteps, type AttnGrid, type PlannedRow } from './plan.ts';
+import { withFedTokens } from '../fed-tokens.ts';
+import { moeLayerCount, type ModelSpec } from '../../model/spec.ts';
+import type { TensorSource } from '../../model/tensor-source.ts';
+import { placementRows, type BankPlacement } from '../slot-tables.ts';
+import { CudaExpertBanks } from './banks/banks.ts';
+import { DEFAULT_SPARE_ROWS } from '../move-pipeline.ts';
+import { deviceWeightBytes, expertRowLayout, type ExpertRowLayout, type WeightFormat } from './weights/device-weights.ts';
+import { uploadResidentWeights } from './weights/resident-weights.ts';
+import type { CudaDriver } from './driver/driver.ts';
+import { loadKernelModules } from './driver/kernels.ts';
+import { ResourceScope, type ReleaseFailureSink } from './driver/resource-scope.ts';
+import { TensorUploader, type UploadProgress } from './weights/uploader.ts';
+import { stepLayout, type RouteMode } from './step/kernel-args.ts';
+import { hotExpertsThatFit, planMemory, type MemoryPlan } from './memory/memory.ts';
+import { DECODE_MAX_ROWS, DEFAULT_BUCKETS, attendSplits, bucketFor, planPieces, type OpPiece } from './step/plan.ts';
+import { checkCudaSupport } from './support.ts';
+import { padExpertsForKernels } from './weights/pad-experts.ts';
+import { resolveTuning, type KernelTuning } from './tuning.ts';
+import { ARGMAX_BLOCKS, MAX_OUT, memoryNeeds, workspaceLayout } from './memory/workspace.ts';
+import { checkStepChunks } from './step/step-chunks.ts';
+import { OpStepKernels, raiseSharedMemoryLimits, type RecordedLaunch } from './step/step-kernels.ts';
+import { scatterRouting } from './step/routing-record.ts';
+import { HostExpertLane, hostLaneRefusal, hostThreadsNote, MAILBOX, type HostExpertsOptions } from './host-lane/lane.ts';
+import { laneRow } from './host-lane/lane-row.ts';
+import { checkParts, fixedTakes } from './host-lane/split.ts';
 
 export interface CudaBackendOptions {
-  /** Initial hot/cold placement (default: every expert hot). */
   readonly placement?: BankPlacement;
-  /** Spare hot rows per layer that background moves land in, and row copies queued at once (see banks.ts). */
-  readonly spareRows?: number;
-  readonly copiesInFlight?: number;
-  /** Batch-size buckets to capture graphs for (ascending); a step's rows are split to the largest. */
+  /** Decode graph buckets (ascending, each 1, 2, 4, 8 or 16 rows). */
   readonly buckets?: readonly number[];
-  /** Replay captured graphs (default) or launch each kernel eagerly (for A/B timing and debugging). */
-  readonly graphs?: boolean;
-  /**
-   * One fused kernel for all layers of a row, or the layered path (default): attn_route + expert_ffn per
-   * layer (an expert block per pick), 13 kernels in one graph. Same math, same results; the layered graph
-   * measured faster on the H200 at batch 1, 4 and 16 (bench/gpu/NOTES.md), so it is the default. A fused
-   * backend still runs a sub-step with a row past ATTN_SPLIT_MIN positions on the layered graph, whose
-   * attention splits the positions over several blocks (decode_layers keeps one block per row).
-   */
-  readonly fused?: boolean;
-  /** Threads per row block of decode_layers / attn_route (default 1024; 256 and 512 for tuning). */
-  readonly rowThreads?: number;
-  /**
-   * Most blocks one row's attention is split over at long contexts (the flash-decoding split of attn_route;
-   * default: attnMaxSplits per bucket, from the SM count). 1 turns the split off: one block walks every
-   * position, as before the split (A/B timing, and the GPU test's reference).
-   */
-  readonly attnSplits?: number;
-  /** Directory of the compiled fatbins (default: found next to the bundle or in dist/kernels). */
   readonly kernelDir?: string;
-  /** Where a failed release during dispose() or a failed construction is reported (default: a warning line). */
   readonly onReleaseFailure?: ReleaseFailureSink;
-  /** Upload progress in bytes (the CLI's progress line). */
   readonly onProgress?: UploadProgress;
+  /** Positions a sequence may hold (default: the model's max_position_embeddings). */
+  readonly maxModelLen?: number;
+  /** Sequences with a KV cache at once (default 8: the scheduler's running batch). */
+  readonly maxNumSeqs?: number;
+  /** Share of the device's memory this backend may use (default 0.9). */
+  readonly gpuMemoryUtilization?: number;
+  /** Rows of one piece at most (prefill chunk; default 2048). */
+  readonly maxPieceRows?: number;
+  /** Most splits of one decode row's positions (default 32). */
+  readonly maxSplits?: number;
+  /** Spare hot rows per layer that background moves land in (see banks.ts). */
+  readonly spareRows?: number;
+  /** Row copies queued at once for moves (see banks.ts). */
+  readonly copiesInFlight?: number;
+  /** Kernel choices that change speed, never results (tuning.ts; the benchmarks' A/B switches). */
+  readonly tuning?: Partial<KernelTuning>;
+  /**
+   * The host expert lane: host threads compute a share of each layer's cold experts at decode steps of at most 32
+   * picks (rows x top-k), from the cold bank in host DRAM, beside the GPU (host-lane/; bf16, block-FP8 or MXFP4
+   * experts). Off by default.
+   */
+  readonly hostExperts?: HostExpertsOptions;
 }
 
-/** A model as the CUDA backends take it: the spec and its stored tensors (streamed from the shards, or in memory). */
-export interface CudaModel {
-  readonly spec: ModelSpec;
-  readonly tensors?: TensorSource;
-  readonly raw?: ReadonlyMap<string, RawTensor>;
+/** One of the two pinned sets a decode piece's rows go in and its argmax keys come back in, and its completion event. */
+interface DecodeIo {
+  readonly rows: { host: Uint8Array; hostPtr: bigint };
+  /** Mapped: op_argmax_rows writes a decode step's keys here itself (dev: the device's address of it), no copy back. */
+  readonly keys: { host: Uint8Array; hostPtr: bigint; dev: bigint };
+  readonly done: bigint;
+  readonly slot: number;
 }
 
-/** The stored tensors of a model: its source, or its raw map as one. */
-export function tensorsOf(model: CudaModel): TensorSource {
-  if (model.tensors) return model.tensors;
-  if (model.raw) return mapTensorSource(model.raw);
-  throw new ResidencyError('INTERNAL', 'cuda backend: the model has neither a tensor source nor raw tensors');
-}
-
-const ROW_THREADS = 1024; // decode_layers / attn_route: one block per row (default)
-const FFN_THREADS = 128; // expert_ffn: a thread per output row (>= expert intermediate)
-const LM_THREADS = 256; // lm_head_argmax: 16 row groups x 4 rows in flight
-const LM_ROWS_PER_BLOCK = 128;
-
-/** The row path (this class: one block per token's layer, for tiny models). Real shapes: createCuda in op/. */
-export async function createCudaBackend(model: CudaModel, opts: CudaBackendOptions = {}): Promise<CudaBackend> {
-  const d = await loadDriver();
-  return new CudaBackend(d, model.spec, tensorsOf(model), opts);
-}
+const FORMAT_NAMES: Record<WeightFormat, string> = { bf16: 'bf16', fp8: 'block FP8', mxfp4: 'MXFP4' };
+const gib = (b: number): string => `${(b / 2 ** 30).toFixed(1)} GiB`;
 
 export class CudaBackend implements Backend {
   readonly name = 'cuda';
   readonly banks: CudaExpertBanks;
-  readonly dims: ModelDims;
   readonly stream: bigint;
+  readonly memory: MemoryPlan;
+  /** How many experts per layer are hot, and why (serve prints it at start). */
+  readonly hotReason: string;
   readonly buckets: readonly number[];
   useGraphs: boolean;
-  readonly fused: boolean;
-  readonly rowThreads: number;
-  private readonly fns: Map<KernelName, bigint>;
-  /**
-   * Everything this backend holds on the driver (modules, stream, banks, buffers, pinned blocks, and later
-   * graphs and KV caches), released last-acquired-first by dispose() or a failed constructor.
-   */
   private readonly scope: ResourceScope;
-  private readonly modelDev: bigint;
   private readonly counterDev: bigint;
+  private readonly b: Record<string, bigint> = {};
   private readonly stepDev: bigint;
   private readonly stepHost: { host: Uint8Array; hostPtr: bigint };
-  private readonly logitsHost: { host: Uint8Array; hostPtr: bigint };
-  private readonly picksHost: { host: Uint8Array; hostPtr: bigint };
-  private readonly amaxHost: { host: Uint8Array; hostPtr: bigint };
-  readonly work: WorkPointers;
-  private readonly workBytes: Uint8Array;
+  private readonly outHost: { host: Uint8Array; hostPtr: bigint };
   /**
-   * Captured graphs by bucket, path and attention grid (`${bucket}/layered/short`, `${bucket}/layered/long`,
-   * `${bucket}/fused/short`): the long graph is captured with attn_route's split grid, the short one with one
-   * block per row, so a replay only serves the steps its grid was chosen for (attnGridFor).
+   * Decode pieces' pinned rows and argmax keys, two sets used in turn (with an event each), so a piece can be
+   * written and launched while the one before still runs (submit: run-ahead decoding).
    */
+  private readonly decodeIo: DecodeIo[];
+  private ioNext = 0;
+  /** Each sequence's row in the step just before when that was one argmax decode piece, and that piece's io set: where FED_TOKEN comes from. */
+  private fedFrom: { rows: Map<number, number>; io: DecodeIo } | null = null;
+  private readonly maxRows: number;
+  private readonly maxSplits: number;
+  private readonly kvPool: bigint;
+  private readonly kvSlotBytes: number;
+  private readonly freeSlots: number[];
+  /** Open sequences: seq -> KV slot, and the positions it was opened with. */
+  private readonly seqs = new Map<number, number>();
+  private readonly capacities = new Map<number, number>();
   private readonly graphs = new Map<string, bigint>();
-  private readonly attnSplitsOpt: number | undefined;
-  private readonly seqs = new Map<number, { kv: bigint; cap: number }>();
-  private readonly rowSmem: number;
-  private readonly decodeSmem: number;
+  private readonly d: CudaDriver;
   private disposed = false;
-  /** Device buffer for decode_layers' phase clocks (0: off). */
-  private profileDev = 0n;
+  readonly QKV: number;
+  /** The experts' bank row as stored (bf16, or block FP8 values and scale grids). */
+  readonly rowLayout: ExpertRowLayout;
+  /** The spec the kernels compute on: the model's, with its experts padded where they are narrower than the kernels' K slice. */
+  private readonly kernelSpec: ModelSpec;
+  readonly tuning: KernelTuning;
+  /** Host threads computing cold experts at decode steps (CudaBackendOptions.hostExperts). */
+  readonly hostLane?: HostExpertLane;
+  /** The kernels of a piece, in stream order (step-kernels.ts). */
+  private readonly kernels: OpStepKernels;
 
-  constructor(readonly driver: CudaDriver, readonly spec: ModelSpec, tensors: TensorSource | ReadonlyMap<string, RawTensor>, opts: CudaBackendOptions = {}) {
-    const source = tensors instanceof Map ? mapTensorSource(tensors) : (tensors as TensorSource);
+  constructor(driver: CudaDriver, readonly spec: ModelSpec, stored: TensorSource, opts: CudaBackendOptions = {}) {
     const d = driver;
-    const s = spec;
+    this.d = d;
+    checkCudaSupport(spec);
+    const { spec: s, source } = padExpertsForKernels(spec, stored);
+    this.kernelSpec = s;
     this.buckets = opts.buckets ?? DEFAULT_BUCKETS;
-    this.useGraphs = opts.graphs ?? true;
-    this.fused = opts.fused ?? false;
-    this.rowThreads = opts.rowThreads ?? ROW_THREADS;
-    if (opts.attnSplits !== undefined && (!Number.isInteger(opts.attnSplits) || opts.attnSplits < 1 || opts.attnSplits > 65535)) {
-      throw new ResidencyError('BAD_ARGUMENT', `attnSplits ${opts.attnSplits}: expected an integer in [1, 65535]`);
+    if (this.buckets.some((b) => !Number.isInteger(b) || b < 1 || b > DECODE_MAX_ROWS || ![1, 2, 4, 8, 16].includes(b))) {
+      throw new ResidencyError('BAD_ARGUMENT', `buckets [${this.buckets.join(', ')}]: each must be one of 1, 2, 4, 8, 16`);
     }
-    this.attnSplitsOpt = opts.attnSplits;
-    checkCudaSupport(s, this.rowThreads, FFN_THREADS, this.fused); // before anything is allocated
-    const scope = new ResourceScope('cuda backend', opts.onReleaseFailure);
-    this.scope = scope;
-    // All or nothing: every module, stream and buffer is recorded in the scope as it is acquired, so a
-    // failure half way (out of memory, a tensor that is not bf16, a missing fatbin) releases all of them.
-    try {
-      const kernels: LoadedKernels = loadKernelModules(d, scope, opts.kernelDir, new Set(opts.attnSplits === 1 ? ['attn_route_split'] as const : []), ROW_PATH_GROUPS);
-      this.fns = kernels.fns;
-      this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
-      const uploader = scope.adopt(new TensorUploader(d, source, { bf16: this.fns.get('op_check_finite_bf16')! }, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
-      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, expertRowLayout(source, s), this.stream, {
-        ...(opts.placement ? { placement: opts.placement } : {}), ...(opts.onReleaseFailure ? { onReleaseFailure: opts.onReleaseFailure } : {}),
-        ...(opts.spareRows !== undefined ? { spareRows: opts.spareRows } : {}), ...(opts.copiesInFlight !== undefined ? { copiesInFlight: opts.copiesInFlight } : {}),
-      }), 'expert banks', (b) => b.dispose());
-      const up = (name: string): bigint => {
-        const p = this.alloc(uploader.expectBf16(name), name);
-        uploader.toDevice(name, p);
-        return p;
-      };
-      const E = s.numExperts;
-      const layers = Array.from({ length: s.numLayers }, (_, l) => {
-        const n = layerTensorNames(l);
-        return {
-          inNorm: up(n.inputNorm), qProj: up(n.qProj), kProj: up(n.kProj), vProj: up(n.vProj), oProj: up(n.oProj),
-          qNorm: up(n.qNorm), kNorm: up(n.kNorm), postNorm: up(n.postAttnNorm), router: up(n.router),
-          hot: this.banks.hotDev[l]!, cold: this.banks.coldDev[l]!, slots: this.banks.slotTableDev + BigInt(4 * l * E),
-        };
-      });
-      const layersBytes = encodeLayers(layers);
-      const layersDev = this.alloc(layersBytes.byteLength, 'layer descriptors');
-      d.htod(layersDev, layersBytes);
-      const embed = up(EMBED);
-      const lmHead = s.tieWordEmbeddings ? embed : up(LM_HEAD);
-      this.counterDev = this.alloc(4 * s.numLayers * E, 'counter table');
-      d.memsetD8(this.counterDev, 0, 4 * s.numLayers * E);
-      this.dims = {
-        H: s.hiddenSize, nh: s.numHeads, nkv: s.numKvHeads, hd: s.headDim, E, K: s.topK, I: s.expertIntermediate,
-        V: s.vocabSize, L: s.numLayers, normTopk: s.normTopkProb, hotRows: this.banks.hotRowsAllocated, maxPos: s.maxPositions,
-        eps: s.rmsNormEps, theta: s.ropeTheta,
-      };
-      const modelBytes = encodeModel(this.dims, { embed, finalNorm: up(FINAL_NORM), lmHead, counter: this.counterDev, layers: layersDev });
-      this.modelDev = this.alloc(modelBytes.byteLength, 'model descriptor');
-      d.htod(this.modelDev, modelBytes);
-      for (const group of ['layer', 'moe'] as const) setModelConstants(d, kernels.modules.get(group)!, modelBytes, layersBytes);
+    const tuning = resolveTuning(opts.tuning);
+    this.tuning = tuning;
+    this.useGraphs = tuning.graphs;
+    this.maxRows = opts.maxPieceRows ?? 2048;
+    if (!Number.isInteger(this.maxRows) || this.maxRows < DECODE_MAX_ROWS || this.maxRows % 2 !== 0) {
+      throw new ResidencyError('BAD_ARGUMENT', `maxPieceRows ${this.maxRows}: expected an even integer >= ${DECODE_MAX_ROWS}`);
+    }
+    this.maxSplits = opts.maxSplits ?? 32;
+    const maxModelLen = opts.maxModelLen ?? s.maxPositions;
+    const maxNumSeqs = opts.maxNumSeqs ?? 8;
+    if (!Number.isInteger(maxModelLen) || maxModelLen < 1 || maxModelLen > s.maxPositions) {
+      throw new ResidencyError('BAD_ARGUMENT', `--max-model-len ${maxModelLen}: expected an integer in [1, ${s.maxPositions}] (the model's max_position_embeddings)`);
+    }
+    if (!Number.isInteger(maxNumSeqs) || maxNumSeqs < 1) throw new ResidencyError('BAD_ARGUMENT', `max running sequences ${maxNumSeqs}: expected an integer >= 1`);
+    const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, vocabSize: V, numLayers: L } = s;
+    const QD = nh * hd, KD = nkv * hd;
+    this.QKV = QD + 2 * KD;
+    const rk = s.router?.kind;
+    const routeMode: RouteMode = rk === 'sigmoid_group' ? 'sigmoid_group' : rk === 'topk_softmax' ? 'topk_softmax' : s.normTopkProb ? 'softmax_renorm' : 'softmax';
+    const Lm = moeLayerCount(s);
+    const T = this.maxRows;
 
-      const B = this.buckets[this.buckets.length - 1]!;
-      const { H, K, L, V } = this.dims;
-      this.work = {
-        hidden: this.alloc(4 * B * H, 'hidden'), xn: this.alloc(4 * B * H, 'xn'),
-        pickExpert: this.alloc(4 * B * L * K, 'picks'), pickWeight: this.alloc(4 * B * L * K, 'pick weights'),
-        pickSlot: this.alloc(4 * B * K, 'pick slots'), partial: this.alloc(4 * B * K * H, 'expert outputs'),
-        logits: this.alloc(4 * B * V, 'logits'), amax: this.alloc(8 * B, 'argmax'),
-        // Sized for the bucket with the most split blocks in all; one partial = nh*hd + 2*nh floats.
-        attnPart: this.alloc(4 * Math.max(...this.buckets.map((b) => b * this.attnSplits(b))) * (s.numHeads * s.headDim + 2 * s.numHeads), 'attention partials'),
-        attnDone: this.alloc(4 * B, 'attention split counts'),
+    // The plan first: nothing is allocated for a model that cannot fit. Without a placement the hot bank is
+    // sized from the budget: every expert if they fit, else as many per layer as fit (the rest stay in host memory).
+    const allocatedRows = (h: number): number => h + (h < E ? (opts.spareRows ?? DEFAULT_SPARE_ROWS) : 0);
+    const weightBytes = deviceWeightBytes(source, s);
+    this.rowLayout = expertRowLayout(source, s);
+    const refusal = opts.hostExperts ? hostLaneRefusal(s, this.rowLayout) : null;
+    if (refusal) throw new ResidencyError('BAD_ARGUMENT', `--host-experts: this model's experts cannot go to the host lane: ${refusal}`);
+    if (opts.hostExperts?.share !== undefined) fixedTakes(opts.hostExperts.share, MAILBOX.maxPicks); // refused before anything is allocated
+    if (opts.hostExperts?.parts !== undefined) checkParts(opts.hostExperts.parts);
+    const needsAt = (h: number) => memoryNeeds(s, allocatedRows(h), T, this.maxSplits, weightBytes);
+    const total = d.memInfo().total;
+    const util = opts.gpuMemoryUtilization ?? 0.9;
+    let placement = opts.placement;
+    let anyCold: boolean;
+    if (placement === undefined) {
+      const fit = hotExpertsThatFit(E, needsAt, total, util, maxModelLen, maxNumSeqs);
+      this.memory = fit.plan;
+      if (fit.hot < E) placement = { hotPerLayer: fit.hot };
+      anyCold = fit.hot < E;
+      this.hotReason = fit.hot < E
+        ? `${fit.hot} of ${E} experts per layer hot: as many as fit the ${gib(fit.plan.budget)} budget (--gpu-memory-utilization ${util}) beside the other weights, the KV cache (${gib(fit.plan.kv)}) and the workspace; the rest are read in place from host memory`
+        : `all ${E} experts per layer hot: they fit the ${gib(fit.plan.budget)} budget (--gpu-memory-utilization ${util})`;
+    } else {
+      const hot = placementRows(s, placement)[0]!.hot.length;
+      anyCold = hot < E;
+      this.memory = planMemory(needsAt(hot), total, util, maxModelLen, maxNumSeqs);
+      this.hotReason = `${hot} of ${E} experts per layer hot: ${'layers_map' in placement ? 'the map given' : 'the hot count given'}`;
+    }
+    this.hotReason += ` (an expert: ${(this.rowLayout.bytes / 2 ** 20).toFixed(2)} MiB, ${FORMAT_NAMES[this.rowLayout.format]} as stored)`;
+    if (anyCold && !opts.hostExperts && hostLaneRefusal(s, this.rowLayout) === null) {
+      this.hotReason += '; --host-experts auto would compute a share of the cold experts on this host\'s CPUs beside the GPU';
+    }
+    const kvPerPosition = needsAt(0).kvPerPosition;
+
+    const scope = new ResourceScope('cuda op backend', opts.onReleaseFailure);
+    this.scope = scope;
+    try {
+      const fns = loadKernelModules(d, scope, opts.kernelDir).fns;
+      this.stream = scope.acquire('stream', () => d.streamCreate(), (st) => d.streamDestroy(st));
+      const uploader = scope.adopt(new TensorUploader(d, source, { bf16: fns.get('op_check_finite_bf16')!, fp8: fns.get('op_check_finite_fp8')! }, opts.onProgress ? { onProgress: opts.onProgress } : {}), 'tensor uploader', (u) => u.abandon());
+      this.banks = scope.adopt(new CudaExpertBanks(d, s, uploader, this.rowLayout, this.stream, {
+        ...(placement ? { placement } : {}), ...(opts.spareRows !== undefined ? { spareRows: opts.spareRows } : {}),
+        ...(opts.copiesInFlight !== undefined ? { copiesInFlight: opts.copiesInFlight } : {}), ...(opts.onReleaseFailure ? { onReleaseFailure: opts.onReleaseFailure } : {}),
+      }), 'expert banks', (b) => b.dispose());
+      const w = uploadResidentWeights(d, s, source, uploader, (bytes, what) => this.alloc(bytes, what));
+      this.counterDev = this.alloc(4 * Lm * E, 'counter table');
+      d.memsetD8(this.counterDev, 0, 4 * Lm * E);
+
+      // Workspace of one piece (T rows); zeroed so padding rows never read uninitialized memory.
+      const buf = (name: string, bytes: number): void => {
+        this.b[name] = this.alloc(bytes, name);
+        d.memsetD8(this.b[name]!, 0, bytes);
       };
-      d.memsetD8(this.work.attnDone, 0, 4 * B); // the kernel's count starts at zero and is reset by its last block
-      this.workBytes = encodeWork(this.work);
-      const stepBytes = STEP_HEADER_BYTES + B * ROW_DEV_BYTES;
-      this.stepDev = this.alloc(stepBytes, 'step input');
-      this.stepHost = this.allocPinned(stepBytes, 'step input');
-      this.logitsHost = this.allocPinned(4 * B * V, 'logits');
-      this.picksHost = this.allocPinned(8 * B * L * K, 'routing record');
-      this.amaxHost = this.allocPinned(8 * B, 'argmax');
-      this.rowSmem = rowSmemBytes(this.dims, this.rowThreads);
-      this.decodeSmem = decodeLayersSmemBytes(this.dims, this.rowThreads);
-      if (this.rowSmem > 48 * 1024) {
-        for (const k of ['attn_route', 'attn_route_split'] as const) {
-          const fn = this.fns.get(k);
-          if (fn !== undefined) d.setMaxDynamicSmem(fn, this.rowSmem, k);
-        }
+      for (const [name, bytes] of workspaceLayout(s, T, this.maxSplits)) buf(name, bytes);
+      // The KV cache: one slot of maxModelLen positions per sequence, reserved now; a 1-position scratch for padding rows.
+      this.kvSlotBytes = kvPerPosition * maxModelLen;
+      this.kvPool = this.alloc(this.kvSlotBytes * maxNumSeqs, `KV cache (${maxNumSeqs} x ${maxModelLen} positions)`);
+      this.freeSlots = Array.from({ length: maxNumSeqs }, (_, i) => maxNumSeqs - 1 - i);
+      buf('kvScratch', kvPerPosition);
+      const stepBytes = stepLayout(T).bytes;
+      this.stepDev = this.alloc(stepBytes, 'step rows');
+      this.stepHost = scope.acquire('pinned step rows', () => d.allocPinned(stepBytes, 'step rows'), (h) => d.freeHost(h.hostPtr));
+      this.outHost = scope.acquire('pinned outputs', () => d.allocPinned(Math.max(4 * MAX_OUT * V, 8 * MAX_OUT * ARGMAX_BLOCKS, 8 * T * Lm * K), 'outputs'), (h) => d.freeHost(h.hostPtr));
+      this.decodeIo = [0, 1].map((i) => ({
+        rows: scope.acquire(`pinned decode rows ${i}`, () => d.allocPinned(stepLayout(DECODE_MAX_ROWS).bytes, 'decode rows'), (h) => d.freeHost(h.hostPtr)),
+        keys: scope.acquire(`mapped argmax keys ${i}`, () => d.allocMappedHost(8 * MAX_OUT * ARGMAX_BLOCKS, 'argmax keys'), (h) => d.freeHost(h.hostPtr)),
+        done: scope.acquire(`decode event ${i}`, () => d.eventCreate(), (e) => d.eventDestroy(e)),
+        slot: i,
+      }));
+      if (opts.hostExperts) {
+        this.hostLane = this.startHostLane(opts.hostExperts, scope);
+        this.hotReason += this.hostLane
+          ? `; host expert lane: ${this.hostLane.threads} threads (${this.hostLane.simd ? 'AVX-512' : 'reference loop'}) compute ${opts.hostExperts.share !== undefined ? `${+(opts.hostExperts.share * 100).toFixed(1)}%` : 'a share chosen from the layers\' measured times'} of each layer's cold experts${this.hostLane.parts > 1 ? ` (in ${this.hostLane.parts} parts an expert: one a layer may be split with the GPU)` : ''} at decode steps of up to ${Math.max(0, ...this.buckets.filter((b) => b * spec.topK <= MAILBOX.maxPicks && this.gemvFor(true, b)))} rows`
+          : '; host expert lane: off (no expert is cold)';
+        const note = this.hostLane ? hostThreadsNote(this.hostLane.threads) : null;
+        if (note) this.hotReason += ` (${note})`;
       }
-      if (this.decodeSmem > 48 * 1024) d.setMaxDynamicSmem(this.fns.get('decode_layers')!, this.decodeSmem, 'decode_layers');
+      raiseSharedMemoryLimits(d, fns, s, routeMode);
+      this.kernels = new OpStepKernels({
+        d, spec: s, stream: this.stream, fns, layers: w.layers, embed: w.embed, lmHead: w.lmHead, finalNorm: w.finalNorm, invFreq: w.invFreq,
+        ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,
+        routeMode, QKV: this.QKV, pdl: tuning.pdl, earlyWeights: tuning.earlyWeights, evictFirst: tuning.evictFirst,
+        fuseResidual: tuning.fuseResidual, ...(tuning.combineRows ? { combineRows: tuning.combineRows } : {}),
+        oneWaveDense: tuning.oneWaveDense, ...(this.hostLane ? { hostLane: { mailboxDev: this.hostLane.mailboxDev, stateDev: this.hostLane.stateDev, parts: this.hostLane.parts } } : {}),
+      });
       uploader.finish(); // every weight landed and is finite, before the first step
     } catch (e) {
       throw scope.unwind(e);
     }
   }
 
+  /** The host expert lane over the banks' cold rows (none when every expert is hot); released before the banks. */
+  private startHostLane(he: HostExpertsOptions, scope: ResourceScope): HostExpertLane | undefined {
+    const { hiddenSize: H, expertIntermediate: I, numExperts: E } = this.kernelSpec;
+    const b = this.banks;
+    if (b.hotPerLayer >= E) return undefined;
+    const banks = { hiddenSize: H, intermediate: I, layers: b.layers, hotRows: b.hotRowsAllocated, coldRows: E - b.hotPerLayer, rowBytes: b.rowBytes, at: laneRow(this.rowLayout, this.kernelSpec), coldHost: b.coldHostAddresses() };
+    const lane = scope.adopt(new HostExpertLane(he.lib, this.d, banks, he), 'host expert lane', (l) => l.dispose());
+    // Without its vector path the lane sums a value at a time (the reference loop): far slower than the bus it relieves.
+    if (!lane.simd && he.simd !== false) {
+      throw new ResidencyError('BAD_ARGUMENT', `--host-experts: this host cannot run the lane's vector path (it needs AVX-512${this.rowLayout.format === 'mxfp4' ? '' : `, and hidden ${H} and expert size ${I} multiples of 256`}); without --host-experts the GPU reads every cold expert in place`);
+    }
+    return lane;
+  }
+
   openSequence(seq: number, capacity: number): void {
     if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend used after dispose()');
     if (this.seqs.has(seq)) throw new ResidencyError('BAD_ARGUMENT', `openSequence: seq ${seq} is already open`);
-    if (!Number.isInteger(capacity) || capacity < 1 || capacity > this.spec.maxPositions) {
-      throw new ResidencyError('BAD_ARGUMENT', `openSequence: capacity ${capacity} must be an integer in [1, ${this.spec.maxPositions}]`);
+    if (!Number.isInteger(capacity) || capacity < 1 || capacity > this.memory.maxModelLen) {
+      throw new ResidencyError('BAD_ARGUMENT', `openSequence: capacity ${capacity} must be an integer in [1, ${this.memory.maxModelLen}] (--max-model-len)`);
     }
-    const bytes = this.spec.numLayers * capacity * 2 * this.dims.nkv * this.dims.hd * 4;
-    const what = `KV cache of seq ${seq} (${capacity} positions)`;
-    const kv = this.scope.acquire(what, () => this.driver.alloc(bytes, what), (p) => this.driver.free(p));
-    this.seqs.set(seq, { kv, cap: capacity });
+    const slot = this.freeSlots.pop();
+    if (slot === undefined) throw new ResidencyError('NOT_AVAILABLE', `every KV cache slot is in use (${this.memory.maxNumSeqs} sequences): close one first`);
+    this.seqs.set(seq, slot);
+    this.capacities.set(seq, capacity);
   }
 
   closeSequence(seq: number): void {
-    const c = this.seqs.get(seq);
-    if (!c) return;
-    this.driver.streamSync(this.stream, 'closeSequence');
+    const slot = this.seqs.get(seq);
+    if (slot === undefined) return;
+    this.d.streamSync(this.stream, 'closeSequence');
     this.seqs.delete(seq);
-    this.scope.releaseEarly(c.kv);
+    this.capacities.delete(seq);
+    this.freeSlots.push(slot);
   }
 
   forward(input: StepInput): StepOutput {
-    const { V, L, K } = this.dims;
-    const chunks = input.chunks;
-    const T = this.validate(chunks);
-    const record = input.recordRouting === true;
-    // argmaxOnly: the LM head kernel's argmax keys (a word pair a row) come back instead of the logits.
-    const argmaxOnly = input.argmaxOnly === true;
-    const logits = argmaxOnly ? new Float32Array(0) : logitsOut(input, V);
-    const argmax = argmaxOnly ? new Int32Array(chunks.length) : undefined;
-    const routing = record ? new Int32Array(T * L * K) : undefined;
-    const routingWeights = record ? new Float32Array(T * L * K) : undefined;
-    for (const rows of planSubsteps(chunks, this.buckets[this.buckets.length - 1]!)) {
-      this.runRows(rows, input.count);
-      const lastRows = rows.map((r, i) => (r.last ? i : -1)).filter((i) => i >= 0);
-      const n = rows.length;
-      if (lastRows.length > 0) {
-        if (argmax) this.driver.dtohAsync(this.amaxHost.hostPtr, this.work.amax, 8 * n, this.stream);
-        else this.driver.dtohAsync(this.logitsHost.hostPtr, this.work.logits, 4 * n * V, this.stream);
-      }
-      if (record) {
-        this.driver.dtohAsync(this.picksHost.hostPtr, this.work.pickExpert, 4 * n * L * K, this.stream);
-        this.driver.dtohAsync(this.picksHost.hostPtr + BigInt(4 * n * L * K), this.work.pickWeight, 4 * n * L * K, this.stream);
-      }
-      this.driver.streamSync(this.stream, 'forward');
-      if (argmax) {
-        for (const i of lastRows) argmax[rows[i]!.chunk] = argmaxOfRow(this.amaxHost.host, i, 1);
-      } else {
-        const lh = new Float32Array(this.logitsHost.host.buffer, this.logitsHost.host.byteOffset, n * V);
-        for (const i of lastRows) logits.set(lh.subarray(i * V, (i + 1) * V), rows[i]!.chunk * V);
-      }
-      if (routing && routingWeights) scatterRouting(this.picksHost.host, rows, L * K, routing, routingWeights);
-    }
-    const out: StepOutput = argmax ? { logits, argmax } : { logits };
-    return record ? { ...out, routing, routingWeights } : out;
-  }
-
-  readCounter(): Uint32Array {
-    const out = new Uint32Array(this.dims.L * this.dims.E);
-    this.driver.streamSync(this.stream, 'readCounter');
-    this.driver.dtoh(out, this.counterDev);
-    return out;
+    return this.run(input).wait();
   }
 
   /**
-   * Releases everything the backend holds, last acquired first: graphs and KV caches, buffers, pinned
-   * blocks, banks, the stream, the modules. Idempotent. A release that fails is reported (onReleaseFailure)
-   * and the others still run, so one bad handle never leaks the rest.
+   * forward() that returns before the step completes when it is one decode piece asking for the argmax only
+   * (run-ahead decoding: the engine submits the next step, its tokens fed on the device, while this one runs);
+   * any other step runs to completion here.
    */
+  submit(input: StepInput): PendingStep {
+    return this.run(input);
+  }
+
+  private run(input: StepInput): PendingStep {
+    const { vocabSize: V, topK: K } = this.spec;
+    const L = moeLayerCount(this.spec); // routing is recorded for the MoE layers
+    // Fed tokens come from the step just before (if it was one argmax decode piece); this step forgets them.
+    const fed = this.fedFrom;
+    this.fedFrom = null;
+    const T = this.validate(input.chunks, fed?.rows ?? null);
+    this.hostLane?.tune(this.stream); // now and then: the split from the layers' measured times, queued before this step
+    let fedFrom = fed?.rows ?? null;
+    let pieces = planPieces(input.chunks, this.maxRows, MAX_OUT);
+    if (fed && pieces.length > 1 && input.chunks.some((c) => c.tokens[0] === FED_TOKEN)) {
+      // Several pieces: an earlier one's argmax would overwrite the keys a later one feeds from, so the fed tokens
+      // are read back here (the step before has to complete first) and given as tokens.
+      this.d.eventSync(fed.io.done);
+      pieces = planPieces(withFedTokens(input.chunks, (seq) => argmaxOfRow(fed.io.keys.host, fed.rows.get(seq)!, ARGMAX_BLOCKS)), this.maxRows, MAX_OUT);
+      fedFrom = null;
+    }
+    const record = input.recordRouting === true;
+    // argmaxOnly: each out row's argmax keys come back (op_argmax_rows), not its logits.
+    const argmax = input.argmaxOnly === true ? new Int32Array(input.chunks.length) : undefined;
+    const logits = argmax ? new Float32Array(0) : logitsOut(input, V);
+    const routing = record ? new Int32Array(T * L * K) : undefined;
+    const routingWeights = record ? new Float32Array(T * L * K) : undefined;
+    const keysOf = (piece: OpPiece, rowsRun: boolean, host: Uint8Array): void => {
+      piece.outs.forEach((o, i) => { argmax![o.chunk] = argmaxOfRow(host, rowsRun ? o.row : i, ARGMAX_BLOCKS); });
+    };
+    const only = pieces.length === 1 ? pieces[0]! : undefined;
+    if (argmax && only && !record && this.isDecode(only)) {
+      // One argmax decode piece: its sequences' rows (a sequence's last: its output's) are where the next step's fed tokens come from.
+      const { io } = this.runPiece(only, input.count, true, fedFrom);
+      this.fedFrom = { rows: new Map(only.rows.map((r, i) => [r.seq, i])), io: io! };
+      this.d.eventRecord(io!.done, this.stream);
+      const finish = (): StepOutput => {
+        if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend: a submitted step waited for after dispose()');
+        this.d.eventSync(io!.done);
+        this.hostLane?.check();
+        keysOf(only, true, io!.keys.host);
+        return { logits, argmax };
+      };
+      return { wait: finish };
+    }
+    for (const piece of pieces) {
+      const { rowsRun, outRows, io } = this.runPiece(piece, input.count, argmax !== undefined, fedFrom);
+      const n = piece.rows.length;
+      const oh = this.outHost;
+      this.d.streamSync(this.stream, 'forward');
+      this.hostLane?.check();
+      // Decode pieces compute every row's logits (out row = row); prefill pieces only their outputs, in order.
+      if (argmax) {
+        keysOf(piece, rowsRun, io ? io.keys.host : oh.host);
+      } else {
+        const lh = new Float32Array(oh.host.buffer, oh.host.byteOffset, outRows * V);
+        piece.outs.forEach((o, i) => logits.set(lh.subarray((rowsRun ? o.row : i) * V, ((rowsRun ? o.row : i) + 1) * V), o.chunk * V));
+      }
+      if (routing && routingWeights) {
+        const LK = L * K;
+        this.d.dtohAsync(oh.hostPtr, this.b['pickE']!, 4 * n * LK, this.stream);
+        this.d.dtohAsync(oh.hostPtr + BigInt(4 * n * LK), this.b['pickW']!, 4 * n * LK, this.stream);
+        this.d.streamSync(this.stream, 'forward routing');
+        scatterRouting(oh.host, piece.rows, LK, routing, routingWeights);
+      }
+    }
+    const out: StepOutput = argmax ? { logits, argmax } : { logits };
+    const result = record ? { ...out, routing, routingWeights } : out;
+    return { wait: () => result };
+  }
+
+  readCounter(): Uint32Array {
+    const out = new Uint32Array(moeLayerCount(this.spec) * this.spec.numExperts);
+    this.d.streamSync(this.stream, 'readCounter');
+    this.d.dtoh(out, this.counterDev);
+    return out;
+  }
+
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    // Recorded last so it runs first: queued work may still read the buffers about to be freed.
-    this.scope.defer('wait for the stream', () => this.driver.streamSync(this.stream, 'dispose'));
+    this.scope.defer('wait for the stream', () => this.d.streamSync(this.stream, 'dispose'));
     this.scope.close();
     this.graphs.clear();
     this.seqs.clear();
+    this.capacities.clear();
   }
 
-  /** attn_route's grid height for a bucket: the most blocks a row's positions are split over. */
-  attnSplits(bucket: number): number {
-    return this.attnSplitsOpt ?? attnMaxSplits(bucket, this.driver.smCount, this.spec.maxPositions);
-  }
-
-  /** Uploads one sub-step's rows (padded to its bucket) and runs it: graph replay or eager launches. */
-  runRows(rows: readonly PlannedRow[], count: boolean): number {
-    const bucket = bucketFor(rows.length, this.buckets);
-    // Split grid only when some row reads more than ATTN_SPLIT_MIN positions; the host knows every row's
-    // position here. Fused backend, long context: the layered step (its attention splits the positions;
-    // decode_layers can't).
-    const { grid } = attnGridFor(rows.map((r) => r.pos), this.attnSplits(bucket));
-    const fused = this.fused && grid === 'short';
-    const inputs: RowInput[] = rows.map((r) => {
-      const c = this.seqs.get(r.seq)!;
-      return { token: r.token, pos: r.pos, valid: true, cap: c.cap, kv: c.kv };
-    });
-    const n = encodeStep(this.stepHost.host, count, inputs, bucket);
-    this.driver.htodAsync(this.stepDev, this.stepHost.hostPtr, n, this.stream);
-    if (this.useGraphs) this.driver.graphLaunch(this.graphFor(bucket, fused, grid), this.stream);
-    else this.enqueueStep(bucket, fused, grid);
-    return bucket;
-  }
-
-  /** The keys of the graphs captured so far (`${bucket}/${path}/${grid}`), for tests. */
+  /** The keys of the decode graphs captured so far (`${bucket}/${splits}/${fused|unfused attention}[/argmax]/io${0|1}`: one a pinned io set). */
   graphKeys(): string[] {
     return [...this.graphs.keys()];
   }
 
-  /** The captured graph of one bucket, path and attention grid (captured on first use). */
-  graphFor(bucket: number, fused = this.fused, grid: AttnGrid = 'short'): bigint {
-    const key = `${bucket}/${fused ? 'fused' : 'layered'}/${grid}`;
+  /**
+   * Uploads one piece's rows and runs it. Decode pieces (<= 16 rows) are padded to a bucket and every padded
+   * row computes logits (rowsRun: out row = row); prefill pieces run their rows as they are and compute logits
+   * for their outputs only. Returns the rows whose logits sit in the logits buffer.
+   */
+  runPiece(piece: OpPiece, count: boolean, argmax = false, fedFrom: ReadonlyMap<number, number> | null = null): { rowsRun: boolean; outRows: number; io?: DecodeIo } {
+    const decode = this.isDecode(piece);
+    const { T, S, fused } = this.shapeOf(piece);
+    const outs = decode ? T : piece.outs.length;
+    const outRows = decode ? T : Math.max(1, outs);
+    // Decode pieces take the two pinned row and key sets in turn (the one before may still be running).
+    const io = decode ? this.decodeIo[this.ioNext] : undefined;
+    if (io) this.ioNext ^= 1;
+    const rowsHost = io ? io.rows : this.stepHost;
+    this.writeRows(rowsHost.host, piece, T, count, decode, fedFrom);
+    if (decode && this.useGraphs) {
+      // The graph holds the copies too: rows in, logits out (one submission a decode step).
+      this.d.graphLaunch(this.graphFor(T, S, fused, argmax, io!), this.stream);
+    } else {
+      this.d.htodAsync(this.stepDev, rowsHost.hostPtr, stepLayout(T).bytes, this.stream);
+      this.kernels.enqueue(T, this.gemvFor(decode, T), S, outRows, fused);
+      if (piece.outs.length > 0) this.copyOut(outRows, argmax, io);
+    }
+    return io ? { rowsRun: decode, outRows, io } : { rowsRun: decode, outRows };
+  }
+
+  /** A piece's rows as run (decode pieces padded to a bucket), its attention splits, and whether its attention is the fused decode kind. */
+  private shapeOf(piece: OpPiece): { T: number; S: number; fused: boolean } {
+    const n = piece.rows.length;
+    const decode = this.isDecode(piece);
+    const T = decode ? bucketFor(n, this.buckets) : n;
+    const maxPos = Math.max(...piece.rows.map((r) => r.pos));
+    // Latent attention (mla.cuh) runs a row's positions in one block per 8 heads: no splits.
+    const S = this.spec.mla ? 1 : attendSplits(T, maxPos, this.maxSplits, this.spec.numKvHeads, this.tuning.attendMinBlocks);
+    // The fused decode attention writes a row's k/v in the same launch that reads the cache: right only when
+    // no row reads another's position, i.e. every row is a different sequence (not a short prefill chunk).
+    const fused = decode && new Set(piece.rows.map((r) => r.seq)).size === n;
+    return { T, S, fused };
+  }
+
+  /** A piece run as decode (padded to a bucket, gemv products, a graph) rather than as a prefill chunk. */
+  private isDecode(piece: OpPiece): boolean {
+    const n = piece.rows.length;
+    return n <= DECODE_MAX_ROWS && n <= this.buckets[this.buckets.length - 1]!;
+  }
+
+  /** Whether a piece of T rows takes the gemv products (decode pieces below tensorCoreDecodeRows) or the tensor-core tiles. */
+  private gemvFor(decode: boolean, T: number): boolean {
+    const tc = this.tuning.tensorCoreDecodeRows;
+    return decode && (tc === 0 || T < tc);
+  }
+
+  /** The out rows' logits, or with `argmax` their argmax keys, into the pinned outputs (a decode piece's keys into its io set). */
+  private copyOut(rows: number, argmax: boolean, io?: DecodeIo): void {
+    if (!argmax) {
+      this.d.dtohAsync(this.outHost.hostPtr, this.b['logits']!, 4 * rows * this.spec.vocabSize, this.stream);
+      return;
+    }
+    // A decode piece's keys go straight to its mapped io set; a prefill piece's are copied into the pinned outputs.
+    this.kernels.enqueueArgmax(rows, io ? io.keys.dev : 0n);
+    if (!io) this.d.dtohAsync(this.outHost.hostPtr, this.b['argmaxKeys']!, 8 * rows * ARGMAX_BLOCKS, this.stream);
+  }
+
+  private graphFor(T: number, S: number, fused: boolean, argmax: boolean, io: DecodeIo): bigint {
+    const key = `${T}/${S}/${fused ? 'fused' : 'unfused'}${argmax ? '/argmax' : ''}/io${io.slot}`;
     let g = this.graphs.get(key);
     if (g === undefined) {
-      const what = `decode graph, bucket ${bucket} (${fused ? 'fused' : 'layered'}, ${grid} attention grid)`;
-      g = this.scope.acquire(what, () => this.driver.captureGraph(this.stream, () => this.enqueueStep(bucket, fused, grid), what), (x) => this.driver.graphDestroy(x));
+      const what = `op decode graph, bucket ${T}, ${S} attention split(s), ${fused ? 'fused' : 'unfused'} attention${argmax ? ', argmax out' : ''}, io set ${io.slot}`;
+      const body = (): void => {
+        this.d.htodAsync(this.stepDev, io.rows.hostPtr, stepLayout(T).bytes, this.stream);
+        this.kernels.enqueue(T, this.gemvFor(true, T), S, T, fused);
+        this.copyOut(T, argmax, io);
+      };
+      g = this.scope.acquire(what, () => this.d.captureGraph(this.stream, body, what), (x) => this.d.graphDestroy(x));
       this.graphs.set(key, g);
     }
     return g;
   }
 
   /**
-   * Runs one eager fused step over `rows` with decode_layers' phase clocks on; returns per layer the 12
-   * phase boundaries (SM cycles of row 0) for the benchmark's breakdown.
+   * Step rows into pinned memory (the caller copies the stepLayout(T) bytes a piece of T rows uses). A fed
+   * token (FED_TOKEN) is written as -1 - its sequence's row in the step just before: layer 0's residual+norm
+   * takes that row's argmax keys, still on the device, for the token.
    */
-  profileStep(rows: readonly PlannedRow[]): number[][] {
-    const L = this.dims.L;
-    const bytes = 8 * 16 * L;
-    this.profileDev = this.driver.alloc(bytes, 'phase clocks');
-    const graphs = this.useGraphs;
-    try {
-      this.useGraphs = false;
-      this.runRows(rows, false);
-      this.driver.streamSync(this.stream, 'profileStep');
-      const out = new BigInt64Array(16 * L);
-      this.driver.dtoh(out, this.profileDev);
-      return Array.from({ length: L }, (_, l) => Array.from(out.subarray(16 * l, 16 * l + 12), (v) => Number(v)));
-    } finally {
-      this.useGraphs = graphs;
-      this.driver.free(this.profileDev);
-      this.profileDev = 0n;
+  private writeRows(host: Uint8Array, piece: OpPiece, T: number, count: boolean, decode: boolean, fedFrom: ReadonlyMap<number, number> | null): void {
+    const h = Buffer.from(host.buffer, host.byteOffset, host.byteLength);
+    const o = stepLayout(T);
+    h.writeInt32LE(piece.rows.length, 0);
+    h.writeInt32LE(count ? 1 : 0, 4);
+    for (let i = 0; i < T; i++) {
+      const r = piece.rows[i];
+      const slot = r ? this.seqs.get(r.seq)! : -1;
+      h.writeInt32LE(!r ? 0 : r.token === FED_TOKEN ? -1 - fedFrom!.get(r.seq)! : r.token, o.token + 4 * i);
+      h.writeInt32LE(r ? r.pos : 0, o.pos + 4 * i);
+      h.writeInt32LE(r ? this.memory.maxModelLen : 1, o.cap + 4 * i);
+      h.writeBigUInt64LE(r ? this.kvPool + BigInt(slot * this.kvSlotBytes) : this.b['kvScratch']!, o.kv + 8 * i);
     }
-  }
-
-  /** The kernels of one step over `bucket` rows, in stream order (fused or layered path, short or long attention grid). */
-  enqueueStep(bucket: number, fused = this.fused, grid: AttnGrid = 'short'): void {
-    if (fused) {
-      this.enqueueKernel('decode_layers', bucket, 0);
-    } else {
-      for (let l = 0; l < this.dims.L; l++) {
-        this.enqueueKernel('attn_route', bucket, l, fused, grid);
-        this.enqueueKernel('expert_ffn', bucket, l);
-      }
-    }
-    this.enqueueKernel('lm_head_argmax', bucket, 0, fused);
+    // Output rows (the lm head's gather), padded with the last one.
+    const outs = decode ? Array.from({ length: T }, (_, i) => i) : piece.outs.map((x) => x.row);
+    if (outs.length === 0) outs.push(0);
+    const ob = bucketFor(outs.length, [1, 2, 4, 8, 16]);
+    for (let i = 0; i < ob; i++) h.writeInt32LE(outs[Math.min(i, outs.length - 1)]!, o.out + 4 * i);
   }
 
   /**
-   * One kernel of the step (also used alone by the benchmark's per-kernel timing). `grid` is attn_route's:
-   * 'short' launches one block per row (the pre-split launch, right for any position, one block then walks
-   * them all), 'long' rows x attnSplits(bucket).
+   * Device time of each launch of one piece (the benchmark's per-kernel table): the piece runs once eagerly,
+   * recording its launches; then each launch is replayed `repeats` times inside a captured graph (so host
+   * launch latency stays out), timed with events. Also the device time of the whole piece's kernels as one graph
+   * (stepUs), what each role adds to it (marginalUs: that graph less the graph without the role's launches) and, for a
+   * decode piece, of its decode graph as an argmax step submits it, back to back (submittedUs: the rows copied in, the
+   * kernels, the argmax writing its keys into the mapped io set).
+   * Leaves the work buffers (and the KV cache at these positions) overwritten: use last.
    */
-  enqueueKernel(name: 'decode_layers' | 'attn_route' | 'expert_ffn' | 'lm_head_argmax', bucket: number, layer: number, fused = this.fused, grid: AttnGrid = 'short'): void {
-    const m: KernelArg = { u64: this.modelDev };
-    const st: KernelArg = { u64: this.stepDev };
-    const w: KernelArg = { bytes: this.workBytes };
-    const fn = this.fns.get(name)!;
-    const d = this.driver;
-    if (name === 'decode_layers') {
-      d.launch(fn, name, [bucket, 1, 1], this.rowThreads, this.decodeSmem, this.stream, [m, st, w, { u64: this.profileDev }]);
-    } else if (name === 'attn_route') {
-      // Long grid: attn_route_split on (rows, max splits); the kernel reads each row's position and lets the
-      // blocks it needs not exit. Short grid: attn_route on (rows, 1), compiled without the split path (the
-      // pre-split kernel: with the split path in it, short steps ran ~1.8 us slower per launch on the H200).
-      if (grid === 'long') {
-        d.launch(this.fns.get('attn_route_split')!, 'attn_route_split', [bucket, this.attnSplits(bucket), 1], this.rowThreads, this.rowSmem, this.stream, [m, { i32: layer }, st, w]);
-      } else {
-        d.launch(fn, name, [bucket, 1, 1], this.rowThreads, this.rowSmem, this.stream, [m, { i32: layer }, st, w]);
-      }
-    } else if (name === 'expert_ffn') {
-      d.launch(fn, name, [this.dims.K, bucket, 1], FFN_THREADS, expertFfnSmemBytes(this.dims), this.stream, [m, { i32: layer }, st, w]);
-    } else {
-      const blocks = Math.ceil(this.dims.V / LM_ROWS_PER_BLOCK);
-      d.launch(fn, name, [blocks, bucket, 1], LM_THREADS, lmHeadSmemBytes(this.dims, LM_ROWS_PER_BLOCK), this.stream,
-        [m, st, w, { i32: fused ? 0 : 1 }, { i32: LM_ROWS_PER_BLOCK }]);
+  profilePiece(piece: OpPiece, repeats = 20): { launches: { name: string; role: string; us: number }[]; stepUs: number; marginalUs: Record<string, number>; submittedUs?: number } {
+    const graphs = this.useGraphs;
+    const rec: RecordedLaunch[] = [];
+    this.useGraphs = false;
+    this.kernels.recording = rec;
+    const d = this.d;
+    const [e0, e1] = [d.eventCreate(), d.eventCreate()];
+    try {
+      this.fedFrom = null;
+      this.runPiece(piece, false);
+      this.kernels.recording = null;
+      d.streamSync(this.stream, 'profilePiece');
+      // A graph launched once to warm, then `times` times back to back between two events: us a launch.
+      const timeGraph = (g: bigint, times: number): number => {
+        try {
+          d.graphLaunch(g, this.stream);
+          d.eventRecord(e0, this.stream);
+          for (let i = 0; i < times; i++) d.graphLaunch(g, this.stream);
+          d.eventRecord(e1, this.stream);
+          return (1000 * d.eventElapsed(e0, e1)) / times;
+        } finally {
+          d.streamSync(this.stream, 'profile graph');
+        }
+      };
+      const time = (body: () => void, times: number): number => {
+        const g = d.captureGraph(this.stream, body, 'profile graph');
+        try {
+          return timeGraph(g, times);
+        } finally {
+          d.graphDestroy(g);
+        }
+      };
+      const launches = rec.map((r) => ({ name: r.name, role: r.role, us: time(() => { for (let i = 0; i < repeats; i++) r.run(); }, 3) / repeats }));
+      const stepUs = time(() => { for (const r of rec) r.run(); }, 10);
+      // What each role adds to the graph: the step's graph less the same graph without that role's launches (the kernels
+      // after read what the step before left, so they do the same work; only the time means anything).
+      const marginalUs = Object.fromEntries([...new Set(rec.map((r) => r.role))].map((role) => [role, stepUs - time(() => { for (const r of rec) if (r.role !== role) r.run(); }, 10)]));
+      if (!this.isDecode(piece) || !graphs) return { launches, stepUs, marginalUs };
+      const { T, S, fused } = this.shapeOf(piece);
+      const io = this.decodeIo[0]!;
+      this.writeRows(io.rows.host, piece, T, false, true, null);
+      return { launches, stepUs, marginalUs, submittedUs: timeGraph(this.graphFor(T, S, fused, true, io), 10) };
+    } finally {
+      this.kernels.recording = null;
+      this.useGraphs = graphs;
+      d.eventDestroy(e0);
+      d.eventDestroy(e1);
     }
   }
 
-  private validate(chunks: readonly SequenceChunk[]): number {
+  private validate(chunks: readonly SequenceChunk[], fedFrom: ReadonlyMap<number, number> | null): number {
     if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend used after dispose()');
-    return checkStepChunks(chunks, (seq) => this.seqs.get(seq)?.cap, this.dims.V, (cap) => `its capacity ${cap}`);
+    return checkStepChunks(chunks, (seq) => this.capacities.get(seq), this.spec.vocabSize, (cap) => `its capacity of ${cap} positions`, fedFrom);
   }
 
   private alloc(bytes: number, what: string): bigint {
-    return this.scope.acquire(what, () => this.driver.alloc(bytes, what), (p) => this.driver.free(p));
-  }
-
-  private allocPinned(bytes: number, what: string): { host: Uint8Array; hostPtr: bigint } {
-    return this.scope.acquire(`pinned ${what}`, () => this.driver.allocPinned(bytes, what), (h) => this.driver.freeHost(h.hostPtr));
+    return this.scope.acquire(what, () => this.d.alloc(bytes, what), (p) => this.d.free(p));
   }
 }
