@@ -44,7 +44,7 @@ if [ "$which" = host ]; then
   exit 0
 fi
 if [ "$which" = budgets ]; then
-  # Adaptive's budgets on the device (bench/tiered/results/sim-budgets-2026-12-03.md: in the simulator drain 16 and
+  # Adaptive's budgets on the device (docs/results/sim/sim-budgets-2026-12-03.md: in the simulator drain 16 and
   # half-life 250 halve the cold share after the shift): the defaults beside BUDGETS, with the host expert lane, the
   # shift at 1 user (1,500 steps a phase) and 4 users (600), the 4-user routing recorded for the simulator; within
   # one call (~70 + 45 + 90 + 50 s, with the checkpoint's 40 s).

@@ -45,11 +45,11 @@ export interface Budgets {
 /**
  * design.md's reference defaults were drain 64 / half-life 500 steps; drain 16 / half-life 250 since 2026-12-03: on the
  * device (H200, 16-layer qwen3-30b-a3b, 64/128 hot, host lane, 1,500-step phases) adaptive went from 330 / 321 / 279
- * tok/s to 579 / 525 / 465 at 1 user, p99 with moves in flight 0.99x the others (bench/tiered/results/h200-2026-12-03b/):
+ * tok/s to 579 / 525 / 465 at 1 user, p99 with moves in flight 0.99x the others (docs/results/tiered/h200-2026-12-03b/):
  * real text's experts change from document to document, and a 64-step drain decides on counts 32 steps old on average.
  * The half-life counts tokens, not steps, since 2026-12-03 too: at 4 users 250 steps held 1,000 tokens, four documents'
  * worth; 64 steps (250 tokens) took mixed traffic from 390 to 508 tok/s (21.6% -> 15.5% cold) and the shift's de+ja phase
- * from 535 to 842 (bench/tiered/results/h200-2026-12-03f/), where at 1 user 250 stays best (the simulator, both fixtures).
+ * from 535 to 842 (docs/results/tiered/h200-2026-12-03f/), where at 1 user 250 stays best (the simulator, both fixtures).
  */
 export const DEFAULT_BUDGETS: Budgets = Object.freeze({
   drain_every: 16,
