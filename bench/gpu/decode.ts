@@ -149,7 +149,7 @@ for (const n of [1, 4, 16]) {
   const longUs = replayUs(bl.rowsAt(1024, toks0), true, STEPS, true, layered);
   // The longest context the fixture holds (max_position_embeddings 2048), and pos 1024 with the split off.
   const lastPos = m.spec.maxPositions - 1;
-  // Fewer replays (each replayUs runs 5 x iters): a split-off step at pos 2047 is ~1 ms at batch 16.
+  // Fewer replays (each replayUs runs 5 x iters): a split-off step at the last position is long at batch 16.
   const longIters = Math.min(STEPS, 200);
   const longestUs = replayUs(bl.rowsAt(lastPos, toks0), true, longIters, true, layered);
   const bn = openBatch(n, noSplit);

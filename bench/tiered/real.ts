@@ -111,7 +111,7 @@ if (policies.includes('all-hot') || policies.includes('oracle-phase')) {
 // The counter's cost on the all-hot backend (its steps have no cold reads to drown the difference): the same
 // steps with counting off and on, interleaved in blocks of 20, median step of each. The noise beside it: the off
 // blocks split in two (every other one), compared the same way; a cost inside it is not measured, only bounded.
-// 4,000 steps by default (1,200 until 2026-12-03 left a noise of 0.4-0.6%, above the 0.5% bar; ~4 s at 1 user).
+// 4,000 steps by default: fewer left a noise above the 0.5% the counter's cost must be told from (docs/results.md).
 const counter = { off: [] as number[], on: [] as number[], offA: [] as number[], offB: [] as number[] };
 {
   const w = new Walk(walk, users);

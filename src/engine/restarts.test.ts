@@ -93,11 +93,11 @@ test('every run starts each .jsonl with a boot record; analyze reads the last ru
 
 test('a torn last line (a kill mid-append) is cut off on open and the boot record says how many bytes', () => withDir((dir) => {
   runOnce(dir, 64, { kill: true });
-  appendFileSync(join(dir, 'telemetry.jsonl'), '{"v":1,"time":"2026-1');
+  appendFileSync(join(dir, 'telemetry.jsonl'), '{"v":1,"time":"2025-1');
   appendFileSync(join(dir, 'swaps.jsonl'), '{"v":1,"ti');
   runOnce(dir, 64);
   const tele = lines(join(dir, 'telemetry.jsonl')); // every line parses
-  assert.equal(tele.filter((l) => l.type === 'boot').at(-1).torn_bytes_dropped, '{"v":1,"time":"2026-1'.length);
+  assert.equal(tele.filter((l) => l.type === 'boot').at(-1).torn_bytes_dropped, '{"v":1,"time":"2025-1'.length);
   assert.equal(lines(join(dir, 'swaps.jsonl')).filter((l) => l.type === 'boot').at(-1).torn_bytes_dropped, '{"v":1,"ti'.length);
 }));
 

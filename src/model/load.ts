@@ -90,7 +90,8 @@ export function bf16FromEnv(): Bf16Choice {
 /**
  * Whether bf16 weights stay as stored. 'auto': when the float32 weights would exceed what the SIMD kernel's
  * memory holds (wasm/simd-option.ts): at half the bytes the stored rows may still fit it, and run through the
- * kernel's bf16 linear (8x the JS loops at Qwen3-30B-A3B layer shapes, README); small models keep float32, whose
+ * kernel's bf16 linear (far faster than the JS loops at real layer shapes: docs/results.md, "CPU kernels"); small
+ * models keep float32, whose
  * stacked q/k/v the threads share out by tokens.
  */
 export function bf16Policy(choice: Bf16Choice | undefined, spec: ModelSpec): 'float32' | 'stored' {
