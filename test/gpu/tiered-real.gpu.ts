@@ -14,7 +14,7 @@ import type { CudaOpBackend } from '../../src/backend/cuda/op/op-backend.ts';
 import { SPLIT_UPDATE_STEPS } from '../../src/backend/cuda/host-experts.ts';
 import { splitText } from '../../src/backend/cuda/host-split.ts';
 import type { Backend, ExpertBanks } from '../../src/backend/backend.ts';
-import { mapFromBanks } from '../../src/engine/residency-driver.ts';
+import { mapFromBanks } from '../../src/backend/bank-map.ts';
 import { MovesInFlight } from '../../src/backend/moves-in-flight.ts';
 import { identityRowMap } from '../../src/residency/rowmap.ts';
 import { planRestore } from '../../src/residency/restore.ts';
