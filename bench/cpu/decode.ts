@@ -20,7 +20,7 @@ import { OpTimer } from '../../src/backend/cpu/op-timer.ts';
 import { createEngine } from '../../src/engine/engine.ts';
 import { runToCompletion } from '../../src/engine/complete.ts';
 import { argmax } from '../../src/backend/argmax.ts';
-import { loadModelFor } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/backend/load-for.ts';
 import { packageRoot } from '../../src/cli/generate.ts';
 import { runPeer, type PeerFigures } from './peer.ts';
 

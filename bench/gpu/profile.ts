@@ -5,7 +5,8 @@
 //   node dist/profile-gpu.mjs [--model DIR] [--steps 8] [--options JSON]   (built by `npm run build`)
 import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { loadModel, loadModelFor } from '../../src/model/load.ts';
+import { loadModel } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/backend/load-for.ts';
 import { createCudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 

@@ -15,7 +15,7 @@ import type { HostExpertLane } from '../../src/backend/cuda/host-experts.ts';
 import { splitText } from '../../src/backend/cuda/host-split.ts';
 import { parseMemoryFlags } from '../../src/cli/memory-flags.ts';
 import { createBackend, type BackendModel } from '../../src/backend/registry.ts';
-import { loadModelFor } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/backend/load-for.ts';
 import { loadTokenizer } from '../../src/model/tokenizer.ts';
 import { moeLayerCount } from '../../src/model/spec.ts';
 import { topHMap } from '../../src/sim/fit.ts';

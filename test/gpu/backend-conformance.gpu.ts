@@ -2,7 +2,8 @@
 // (the op path refuses its intermediate of 48) and the op path at real shapes on $REAL_CKPT (a 2-layer
 // make-checkpoint folder) when set.
 import { existsSync } from 'node:fs';
-import { loadModel, loadModelFor } from '../../src/model/load.ts';
+import { loadModel } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/backend/load-for.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import { runBackendConformance } from '../../src/backend/backend.case.ts';
 import { modelDir } from './harness.ts';
