@@ -1,6 +1,7 @@
 // `residency generate`: load a checkpoint, run one prompt through the engine on the CPU backend, print the
 // tokens (or one JSON object) and the prefill/decode speed.
-import { MEMORY_HELP, MEMORY_OPTIONS, parseMemoryFlags, withMaxModelLen } from './memory-flags.ts';
+import { MEMORY_HELP, MEMORY_OPTIONS, parseMemoryFlags } from './memory-flags.ts';
+import { withMaxModelLen } from '../model/max-model-len.ts';
 import { existsSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';

@@ -13,7 +13,7 @@ import { readChatTemplate } from '../model/chat-template.ts';
 import type { LoadedModel } from '../model/load.ts';
 import { loadModelFor } from '../backend/load-for.ts';
 import { progressLine } from '../model/progress.ts';
-import { withMaxModelLen } from '../cli/memory-flags.ts';
+import { withMaxModelLen } from '../model/max-model-len.ts';
 import { DEFAULT_SCHEDULER } from '../engine/scheduler.ts';
 import type { CountsDump } from '../residency/counts.ts';
 import type { Budgets } from '../residency/policy.ts';
