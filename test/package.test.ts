@@ -54,7 +54,7 @@ test('npm pack -> install in an empty folder (no dev dependencies) -> import, ty
     const t0 = performance.now();
     assert.match(execFileSync(bin, ['--help'], { encoding: 'utf8' }), /serve/);
     const ms = performance.now() - t0;
-    assert.ok(ms < 1500, `--help took ${ms.toFixed(0)} ms`); // measured ~0.15-0.3 s; loose for a loaded CI machine
+    assert.ok(ms < 1500, `--help took ${ms.toFixed(0)} ms`); // loose for a loaded CI machine
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

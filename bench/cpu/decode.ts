@@ -20,7 +20,7 @@ import { OpTimer } from '../../src/backend/cpu/op-timer.ts';
 import { createEngine } from '../../src/engine/engine.ts';
 import { runToCompletion } from '../../src/engine/complete.ts';
 import { argmax } from '../../src/backend/argmax.ts';
-import { loadModelFor } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/backend/load-for.ts';
 import { packageRoot } from '../../src/cli/generate.ts';
 import { runPeer, type PeerFigures } from './peer.ts';
 
@@ -95,12 +95,11 @@ function timed<T>(f: () => T): [T, Timing] {
 /**
  * Decode runs after a DECODE_CONTEXT-token prompt on the backend and through the engine alike, so both rows time
  * the same attention lengths (llama-bench's tg starts from an empty context). Decoding after the whole prefill
- * prompt instead made the backend row 20-30% slower than the engine's on tiny-moe: its steps attended over
- * positions 128..384, the engine's over 16..272.
+ * prompt instead made the backend row attend over longer positions than the engine's, and read slower.
  */
 const DECODE_CONTEXT = Math.min(16, PROMPT);
 
-/** Prefill forwards timed per backend row (their median is reported: a single one varied by +-20% here). */
+/** Prefill forwards timed per backend row (their median is reported: a single one varies too much). */
 const PREFILL_REPS = Number(values['prefill-reps']);
 if (!Number.isInteger(PREFILL_REPS) || PREFILL_REPS < 1) throw new Error(`--prefill-reps ${values['prefill-reps']}: expected an integer >= 1`);
 
@@ -110,7 +109,7 @@ if (!Number.isInteger(PREFILL_REPS) || PREFILL_REPS < 1) throw new Error(`--pref
  */
 function runBackend(b: CpuBackend, batch: number, steps: number, timer?: OpTimer): { prefill: Timing; decode: Timing } {
   const prefillChunks = (tokens: number[], seq0: number) => Array.from({ length: batch }, (_, s) => ({ seq: seq0 + s, tokens: tokens.map((t) => (t + s) % V), startPos: 0 }));
-  // One prefill forward lasts ~50 ms on tiny-moe: the median of PREFILL_REPS, each in fresh sequences.
+  // One prefill forward is short on tiny-moe: the median of PREFILL_REPS, each in fresh sequences.
   const prefills: Timing[] = [];
   for (let r = 0; r < PREFILL_REPS; r++) {
     for (let s = 0; s < batch; s++) b.openSequence(s, prompt.length);
@@ -120,8 +119,8 @@ function runBackend(b: CpuBackend, batch: number, steps: number, timer?: OpTimer
   const prefill = prefills.sort((x, y) => x.wall - y.wall)[PREFILL_REPS >> 1]!;
   const context = prompt.slice(0, DECODE_CONTEXT);
   for (let s = 0; s < batch; s++) b.openSequence(s, context.length + steps + 1);
-  // The logits land in one buffer reused every step, as the engine's runner passes them (a fresh 32 KB Float32Array a
-  // step cost tiny-moe's 1-thread decode ~25%: 1,219-1,543 vs 1,667-2,056 tok/s, in-process A/B, 2026-12-02).
+  // The logits land in one buffer reused every step, as the engine's runner passes them (a fresh Float32Array a
+  // step cost tiny-moe's decode a large share: docs/results.md, "CPU benchmark method").
   const logitsInto = new Float32Array(batch * V);
   let { logits } = b.forward({ chunks: prefillChunks(context, 0), count: false, logitsInto });
   if (timer) timer.on = true;
@@ -139,10 +138,10 @@ function runBackend(b: CpuBackend, batch: number, steps: number, timer?: OpTimer
 async function runEngine(threads: number, simd: boolean, batch: number, steps: number): Promise<{ tokens: number; t: Timing }> {
   const backend = newBackend(threads, simd);
   await backend.ready();
-  // Warmed as the backend row's backend is (its prefills and WARM_STEPS decode steps): a fresh 2-thread backend
-  // warmed by engine steps alone was timed ~20% below the same engine on a backend warmed that way, which read as
-  // engine overhead (the engine's own code is ~15-20 us a step, ~3%: profiled 2026-12-01). The engine's timed run
-  // still includes its 16-token prompt (~3-5% of it).
+  // Warmed as the backend row's backend is (its prefills and WARM_STEPS decode steps): a fresh backend warmed by
+  // engine steps alone was timed well below the same engine on a backend warmed that way, which read as engine
+  // overhead (the engine's own code is a small share of a step). The engine's timed run still includes its 16-token
+  // prompt. Figures: docs/results.md, "CPU benchmark method".
   runBackend(backend, batch, WARM_STEPS);
   const engine = createEngine(backend);
   const requests = (tag: string, maxTokens: number) => Array.from({ length: batch }, (_, s) => ({
@@ -171,11 +170,9 @@ console.log(`model: ${model.spec.name} (${values.model}), prefill ${prompt.lengt
 
 /**
  * Untimed decode steps each measured backend (and each engine's backend) runs first. V8 tiers each thread's code up
- * as it runs, and a pool's workers are fresh threads: a new 2-thread backend decoded batch 1 at ~750-950 tok/s over
- * its first 256 steps, rising to a plateau of ~1,900-2,000 after ~1,300 (the same backend, 256-step reps, quiet
- * machine), while one thread rose ~20%. So every row is timed after this many steps on the backend it times, as
- * llama-bench times after its own warm-up run (rows before 2026-12-01b were timed on fresh backends after 128 steps
- * on another one).
+ * as it runs, and a pool's workers are fresh threads: a new 2-thread backend decodes at less than half its plateau
+ * over its first few hundred steps. So every row is timed after this many steps on the backend it times, as
+ * llama-bench times after its own warm-up run (docs/results.md, "CPU benchmark method").
  */
 const WARM_STEPS = Number(values.warm);
 if (!Number.isInteger(WARM_STEPS) || WARM_STEPS < 0) throw new Error(`--warm ${values.warm}: expected an integer >= 0`);

@@ -10,7 +10,7 @@ import { parseArgs } from 'node:util';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadModelFor } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/backend/load-for.ts';
 import { openCheckpoint } from '../../src/model/checkpoint.ts';
 import { createCpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
 

@@ -14,7 +14,8 @@ import { parseArgs } from 'node:util';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadModel, loadModelFor } from '../../src/model/load.ts';
+import { loadModel } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/backend/load-for.ts';
 import { createCpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
 import { float32Bytes, heldBytes } from '../../src/model/weight-bytes.ts';
 

@@ -57,7 +57,7 @@ export function runPeer(llamaBench: string, gguf: string, o: PeerRun, batch?: nu
   if (batch === undefined || batch <= 1 || !existsSync(batched)) return bench;
   const args = ['-m', gguf, '-c', String(batch * (o.prompt + o.gen) + 64), '-b', '2048', '-ub', '512', '-npp', String(o.prompt), '-ntg', String(o.gen),
     '-npl', String(batch), '-t', String(o.threads), '-tb', String(o.threads), '--output-format', 'jsonl'];
-  // Once (2026-12-01) it exited 0 without its line, and the same command then ran fine: one more try before failing.
+  // It has exited 0 without its line, and the same command then ran fine: one more try before failing.
   let out = run(batched, args);
   if (!out.split('\n').some((l) => l.startsWith('{'))) out = run(batched, args);
   return { ...bench, tgBatch: { batch, tokS: parseBatchedBench(out, batch) } };

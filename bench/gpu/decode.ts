@@ -5,7 +5,7 @@
 // Real shapes: dist/bench-real.mjs. Writes $OUT/bench-gpu.json when OUT is set.
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { loadModelFor } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/backend/load-for.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
 import { FED_TOKEN } from '../../src/backend/backend.ts';

@@ -3,7 +3,7 @@
 // The model: --model DIR (a make-checkpoint folder), else tiny-moe.
 //   node dist/profile-gpu.mjs [--model DIR] [--steps 8] [--tuning JSON]   (built by `npm run build`)
 import { parseArgs } from 'node:util';
-import { loadModelFor } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/backend/load-for.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 
 const { values } = parseArgs({ options: { model: { type: 'string', default: 'models/tiny-moe' }, steps: { type: 'string', default: '8' }, tuning: { type: 'string', default: '{}' } } });

@@ -10,7 +10,7 @@ import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { loadModelFor } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/backend/load-for.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { CudaBackend, CudaBackendOptions } from '../../src/backend/cuda/cuda-backend.ts';
 import { planPieces } from '../../src/backend/cuda/step/plan.ts';

@@ -110,7 +110,7 @@ function costAtScale(layers: number, experts: number, hot: number, topK: number,
 
 fixtureShift(); // warm-up: the first run pays for JIT compilation
 const fixture = fixtureShift();
-costAtScale(40, 384, 295, 6, 64); // warm-up, as above (the first drains paid 4-10 ms of compilation: a p99 of 8 ms)
+costAtScale(40, 384, 295, 6, 64); // warm-up, as above (the first drains pay for compilation, which would set the p99)
 const scale = costAtScale(40, 384, 295, 6, 64);
 const result = { bench: 'controller', node: process.version, date: new Date().toISOString(), fixture, scale };
 console.log('fixture (tiny-moe, 6x64, 49 hot, batch 1, default budgets, boot = top-49 of en+code, GO at step 0):');

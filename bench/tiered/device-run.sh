@@ -44,10 +44,10 @@ if [ "$which" = host ]; then
   exit 0
 fi
 if [ "$which" = budgets ]; then
-  # Adaptive's budgets on the device (bench/tiered/results/sim-budgets-2026-12-03.md: in the simulator drain 16 and
+  # Adaptive's budgets on the device (docs/results/sim/sim-budgets-2026-12-03.md: in the simulator drain 16 and
   # half-life 250 halve the cold share after the shift): the defaults beside BUDGETS, with the host expert lane, the
   # shift at 1 user (1,500 steps a phase) and 4 users (600), the 4-user routing recorded for the simulator; within
-  # one call (~70 + 45 + 90 + 50 s, with the checkpoint's 40 s).
+  # one call (stage times: docs/results.md, "Device call times").
   [ -e /tmp/q16/config.json ] || python3 .gpu/make-checkpoint.py --preset qwen3-30b-a3b --layers 16 --out /tmp/q16 --refs 0 > /tmp/mk16.log 2>&1
   B="node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 --host-experts auto --out $OUT"
   NEW=${BUDGETS:-'{"drain_every":16,"half_life_tokens":250}'}
@@ -113,7 +113,7 @@ if [ "$which" = check ]; then
   exit 0
 fi
 if [ "$which" = fp8lane ]; then
-  # Block-FP8 experts on the host lane (2026-12-03; the FP8 gemv's sums got an explicit order the lane repeats): every
+  # Block-FP8 experts on the host lane (the FP8 gemv's sums have an explicit order the lane repeats): every
   # GPU test (the FP8 families against the CPU, the lane against all hot on a 2-layer bf16 and a 2-layer FP8
   # checkpoint), then the 16-layer FP8 checkpoint at 64/128 hot, 1 user, a short shift, fixed and adaptive without the
   # lane and with it; last (EXTRA_4U=1) the 4-user shift's LRU and seed lanes on the bf16 checkpoint.
@@ -160,15 +160,14 @@ if [ "$which" != mixed ] && [ -z "${NO_TEST:-}" ]; then
 fi
 # LANE: the host expert lane's flags (default: on, its split measured; LANE= runs without it).
 B="node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json --hot 64 --max-doc 256 --fit-steps 1000 ${LANE---host-experts auto}"
-# Time per lane at 3,000 steps a phase, 1 user (H200, 2026-12-01): all-hot ~13 s, fixed ~94 s, seed ~88 s, adaptive
-# ~61 s, oracle-phase ~36 s, plus ~20 s of loading and fitting: one call holds the 1-user lanes or the 4-user ones.
+# One call holds the 1-user lanes or the 4-user ones (time per lane: docs/results.md, "Device call times").
 if [ "$which" = 1u ] || [ "$which" = all ]; then
   timeout 330 $B --users 1 --policies all-hot,fixed,adaptive,oracle-phase,lru,seed --out "$OUT" > "$OUT/shift-1u.log" 2>&1; echo "shift 1 user rc=$?"
 fi
 if [ "$which" = 4u ] || [ "$which" = all ]; then
-  # 4 users: fixed takes ~125 s at 1,200 steps a phase (3,000 would not fit one call with the other lanes). The issue's
-  # 3,000 steps a phase take two calls: PHASE_STEPS=3000 POLICIES=all-hot,fixed,adaptive,oracle-phase (~16 / 5.5 / 2.8 /
-  # 4 ms a step on the H200: ~330 s with loading), then PHASE_STEPS=3000 POLICIES=lru,seed TAG=4u-b (~11 / 16 ms: ~270 s).
+  # 4 users: 1,200 steps a phase (3,000 would not fit one call with the other lanes). The 3,000 steps a phase
+  # take two calls: PHASE_STEPS=3000 POLICIES=all-hot,fixed,adaptive,oracle-phase, then PHASE_STEPS=3000
+  # POLICIES=lru,seed TAG=4u-b (time per lane: docs/results.md, "Device call times").
   n=${PHASE_STEPS:-1200}
   timeout ${LIMIT_4U:-400} $B --users 4 --phases en+code:$n,de+ja:$n,en+code:$n --policies ${POLICIES:-all-hot,fixed,adaptive,oracle-phase} \
     ${TAG:+--tag $TAG} --out "$OUT" > "$OUT/shift-4u${TAG:+-$TAG}.log" 2>&1; echo "shift 4 users rc=$?"

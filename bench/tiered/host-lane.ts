@@ -1,6 +1,6 @@
 // The host expert lane alone, without the GPU: requests posted from here into its mailbox (as op_route_group posts
 // them), answered by its threads from a cold bank of real-size experts in pinned memory, timed one by one. What a
-// layer's host share costs on this machine (the figures of the hardware probe it replaced: results/host-lane-2026-12-02.md).
+// layer's host share costs on this machine (the figures of the hardware probe it replaced: docs/results/tiered/host-lane-2026-12-02.md).
 // --batch B: each expert picked by each of B rows (a decode step of B sequences that share its cold experts).
 // --quarters: at batch 1, 0.25 to 3 experts in quarters (whole experts and the first quarters of one more, split with
 // a GPU that hands its units over at once: the host's side of a split expert, exchange included).

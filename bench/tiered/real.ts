@@ -15,7 +15,7 @@ import type { HostExpertLane } from '../../src/backend/cuda/host-lane/lane.ts';
 import { splitText } from '../../src/backend/cuda/host-lane/split.ts';
 import { parseMemoryFlags } from '../../src/cli/memory-flags.ts';
 import { createBackend, type BackendModel } from '../../src/backend/registry.ts';
-import { loadModelFor } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/backend/load-for.ts';
 import { loadTokenizer } from '../../src/model/tokenizer.ts';
 import { moeLayerCount } from '../../src/model/spec.ts';
 import { topHMap } from '../../src/sim/fit.ts';
@@ -111,7 +111,7 @@ if (policies.includes('all-hot') || policies.includes('oracle-phase')) {
 // The counter's cost on the all-hot backend (its steps have no cold reads to drown the difference): the same
 // steps with counting off and on, interleaved in blocks of 20, median step of each. The noise beside it: the off
 // blocks split in two (every other one), compared the same way; a cost inside it is not measured, only bounded.
-// 4,000 steps by default (1,200 until 2026-12-03 left a noise of 0.4-0.6%, above the 0.5% bar; ~4 s at 1 user).
+// 4,000 steps by default: fewer left a noise above the 0.5% the counter's cost must be told from (docs/results.md).
 const counter = { off: [] as number[], on: [] as number[], offA: [] as number[], offB: [] as number[] };
 {
   const w = new Walk(walk, users);

@@ -2,7 +2,8 @@
 // router picks the experts), timed with the residency work that follows it (drain, decide, request and land
 // moves), and scored for cold share against the banks' placement at that step.
 import type { Backend, SequenceChunk } from '../../src/backend/backend.ts';
-import { ResidencyDriver, placeMap } from '../../src/engine/residency-driver.ts';
+import { placeMap } from '../../src/backend/bank-map.ts';
+import { ResidencyDriver } from '../../src/engine/residency-driver.ts';
 import type { Budgets } from '../../src/residency/policy.ts';
 import type { RowMap } from '../../src/residency/rowmap.ts';
 import type { ReplayResult } from '../../src/sim/replay.ts';

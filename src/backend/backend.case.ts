@@ -12,9 +12,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { FED_TOKEN, type Backend } from './backend.ts';
 import { argmax } from './argmax.ts';
+import { mapFromBanks } from './bank-map.ts';
 import { MovesInFlight } from './moves-in-flight.ts';
 import type { BankPlacement } from './slot-tables.ts';
-import { mapFromBanks } from '../engine/residency-driver.ts';
 import { planRestore } from '../residency/restore.ts';
 import { mulberry32 } from '../util/rng.ts';
 

@@ -17,9 +17,8 @@ export const DEFAULT_SPARE_ROWS = 2;
 
 /**
  * Default copies queued at once. A copy lands at a step boundary and an exchange holds its slot for its two copies,
- * so steps land at most half this many exchanges each. With 2 the map trailed the policy (H200, 16-layer
- * qwen3-30b-a3b, 64/128 hot, 1 user, 1,500-step shift: adaptive 623 / 574 / 528 tok/s with 2, 637 / 632 / 607 with 4,
- * p99 with moves in flight 0.98x the other steps'; bench/tiered/results/h200-2026-12-03d).
+ * so steps land at most half this many exchanges each. With 2 the map trailed the policy on the device; 4 kept up
+ * without slowing the steps that copies overlap (docs/results.md, "Residency defaults").
  */
 export const DEFAULT_COPIES_IN_FLIGHT = 4;
 

@@ -1,6 +1,7 @@
 // `residency generate`: load a checkpoint, run one prompt through the engine on the CPU backend, print the
 // tokens (or one JSON object) and the prefill/decode speed.
-import { MEMORY_HELP, MEMORY_OPTIONS, parseMemoryFlags, withMaxModelLen } from './memory-flags.ts';
+import { MEMORY_HELP, MEMORY_OPTIONS, parseMemoryFlags } from './memory-flags.ts';
+import { withMaxModelLen } from '../model/max-model-len.ts';
 import { existsSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,7 +13,8 @@ import type { BankPlacement } from '../backend/slot-tables.ts';
 import { createEngine } from '../engine/engine.ts';
 import type { ResidencyHook } from '../engine/residency-hook.ts';
 import type { FinishReason } from '../engine/types.ts';
-import { loadModelFor, type LoadedModel } from '../model/load.ts';
+import type { LoadedModel } from '../model/load.ts';
+import { loadModelFor } from '../backend/load-for.ts';
 import { moeLayerCount } from '../model/spec.ts';
 import { progressLine } from '../model/progress.ts';
 import type { CliCommand } from './command.ts';

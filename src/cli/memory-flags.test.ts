@@ -1,6 +1,7 @@
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseMemoryFlags, withMaxModelLen } from './memory-flags.ts';
+import { parseMemoryFlags } from './memory-flags.ts';
+import { withMaxModelLen } from '../model/max-model-len.ts';
 import type { ModelSpec } from '../model/spec.ts';
 
 it('--gpu-memory-utilization and --max-model-len: parsed, refused naming the flag, N lowers the positions', () => {

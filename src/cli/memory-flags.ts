@@ -1,7 +1,7 @@
 // --gpu-memory-utilization and --max-model-len, shared by serve and generate (as vLLM spells them): the
-// budget the cuda backend sizes itself in, and the positions a sequence may hold (which also bounds requests).
+// budget the cuda backend sizes itself in, and the positions a sequence may hold (which also bounds requests;
+// applied to the spec by model/max-model-len.ts).
 import { ResidencyError } from '../errors.ts';
-import type { ModelSpec } from '../model/spec.ts';
 import { checkUtilization } from '../backend/cuda/memory/memory.ts';
 import { MAX_PARTS } from '../backend/cuda/host-lane/split.ts';
 
@@ -79,13 +79,4 @@ export function parseMemoryFlags(values: FlagValues): MemoryFlags {
     out.hostExperts = { ...(h.trim() === 'auto' ? {} : { threads: n }), ...(f !== undefined ? { share: f } : {}), ...(p !== undefined ? { parts: p } : {}) };
   }
   return out;
-}
-
-/** The spec with maxPositions lowered to --max-model-len (refused above the model's own limit). */
-export function withMaxModelLen(spec: ModelSpec, maxModelLen: number | undefined): ModelSpec {
-  if (maxModelLen === undefined) return spec;
-  if (maxModelLen > spec.maxPositions) {
-    throw new ResidencyError('BAD_ARGUMENT', `--max-model-len ${maxModelLen} is over the model's max_position_embeddings (${spec.maxPositions})`);
-  }
-  return Object.freeze({ ...spec, maxPositions: maxModelLen });
 }

@@ -9,7 +9,8 @@ import { createCpuBackend, type CpuBackend } from '../backend/cpu/cpu-backend.ts
 import { loadModel } from '../model/load.ts';
 import { Counter } from '../residency/counts.ts';
 import { rowMapsEqual } from '../residency/rowmap.ts';
-import { mapFromBanks, ResidencyDriver } from './residency-driver.ts';
+import { mapFromBanks } from '../backend/bank-map.ts';
+import { ResidencyDriver } from './residency-driver.ts';
 import { argmax } from '../backend/argmax.ts';
 
 const ROOT = process.cwd();

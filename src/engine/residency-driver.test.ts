@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { identityRowMap, rowMapsEqual } from '../residency/rowmap.ts';
 import { rng, shuffle, skewedRouting } from '../residency/test-helpers.ts';
 import { FAKE_GEOMETRY, fakeBackend } from './fake-backend.ts';
-import { mapFromBanks, ResidencyDriver } from './residency-driver.ts';
+import { mapFromBanks } from '../backend/bank-map.ts';
+import { ResidencyDriver } from './residency-driver.ts';
 import type { ExpertBanks } from '../backend/backend.ts';
 
 const { L, E, H, K } = FAKE_GEOMETRY;

@@ -1,6 +1,7 @@
 // The residency driver: the engine's ResidencyHook for one Backend. Count, drain, decide, swap; between steps.
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
-import type { Backend, ExpertBanks } from '../backend/backend.ts';
+import type { Backend } from '../backend/backend.ts';
+import { mapFromBanks, placeMap } from '../backend/bank-map.ts';
 import { ResidencyError } from '../errors.ts';
 import { Controller, type DrainReport } from '../residency/controller.ts';
 import { parseControl, printable, type ControlCommand, type ControlResult } from '../residency/control.ts';
@@ -9,9 +10,8 @@ import { ControlFileWatcher } from '../residency/control-watcher.ts';
 import { saveCountsDump, saveCountsDumpIn } from '../residency/files.ts';
 import { FOLDER_FILES, isFolderFile, remoteDumpNameProblem } from '../residency/folder-files.ts';
 import type { Budgets, Swap } from '../residency/policy.ts';
-import { planRestore } from '../residency/restore.ts';
 import { priorFromDump } from '../residency/prior.ts';
-import { geometry, type RowMap } from '../residency/rowmap.ts';
+import type { RowMap } from '../residency/rowmap.ts';
 import { drainLine, StepRing, swapLine, type SwapLine } from '../residency/telemetry.ts';
 import { TelemetryWriter } from '../residency/telemetry-writer.ts';
 import type { ResidencyHook, StepReport } from './residency-hook.ts';
@@ -42,26 +42,6 @@ export interface ResidencyDriverOptions {
   /** Milliseconds between rewrites of steps.json while steps run (a killed process keeps its ring). Default 10 s. */
   readonly stepsFlushMs?: number;
   readonly log?: (message: string) => void;
-}
-
-/** The map the banks hold now, read row by row. */
-export function mapFromBanks(banks: ExpertBanks, model: string): RowMap {
-  const layers_map = Array.from({ length: banks.layers }, (_, l) => ({
-    hot: Array.from({ length: banks.hotPerLayer }, (_, r) => banks.expertAt(l, 'hot', r)),
-    cold: Array.from({ length: banks.experts - banks.hotPerLayer }, (_, r) => banks.expertAt(l, 'cold', r)),
-  }));
-  return { version: 1, model, layers: banks.layers, experts: banks.experts, hot_per_layer: banks.hotPerLayer, layers_map };
-}
-
-/** Moves the banks to `map` at once (before serving, so no per-step budget); returns the swaps made. */
-export function placeMap(banks: ExpertBanks, model: string, map: RowMap): number {
-  const now = mapFromBanks(banks, model);
-  if (now.layers !== map.layers || now.experts !== map.experts || now.hot_per_layer !== map.hot_per_layer) {
-    throw new ResidencyError('BAD_MAP', `map is ${geometry(map)} but the banks are ${geometry(now)}: the geometry is fixed when the banks are built`);
-  }
-  const plan = planRestore(now, map, 0);
-  for (const s of plan) banks.swapRows(s.layer, s.hotRow, s.coldRow);
-  return plan.length;
 }
 
 export class ResidencyDriver implements ResidencyHook {

@@ -4,8 +4,8 @@
 // float64 bit patterns (exponent and three mantissa bits, 8 buckets an octave, counted down from the largest):
 // positive doubles order as their bits do, so a bucket index never increases with the probability and equal
 // probabilities share a bucket. Two passes over the row and the set sorted a bucket at a time, instead of a
-// comparator sort of up to the whole row (at a 151,936-token vocabulary and flat logits that sort took ~30-80 ms a
-// token on the 2-core VM; now ~6-15 ms a draw, most of it the probabilities' Math.exp).
+// comparator sort of up to the whole row, slow at a large vocabulary with flat logits (docs/results.md,
+// "Sampling, loading, server").
 
 const BUCKETS = 512;
 

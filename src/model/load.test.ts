@@ -1,12 +1,11 @@
 import { dequantize, matrixSize, type Bf16Matrix } from './quant.ts';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { loadModel, loadModelFor, loadOptionsFor } from './load.ts';
+import { loadModel } from './load.ts';
 import { readOnGet } from './tensor-source.ts';
-import type { ModelWeights } from './weights.ts';
 import { writeSyntheticCheckpoint } from './synthetic.ts';
 import { tensorToFloat32 } from './convert.ts';
-import { SHIPPED_MODEL, withTempDir } from './test-helpers.ts';
+import { SHIPPED_MODEL, weightArrays, withTempDir } from './test-helpers.ts';
 
 describe('loadModel on the shipped tiny-moe', async () => {
   const progress: [number, number, string][] = [];
@@ -132,16 +131,6 @@ describe('EOS when config.json names none', () => {
   });
 });
 
-/** Every float32 array of the weights (the tied lm_head once). */
-function weightArrays(w: ModelWeights): Float32Array[] {
-  const out = [dequantize(w.embed), w.finalNorm, ...(w.lmHead === w.embed ? [] : [dequantize(w.lmHead)])];
-  for (const l of w.layers) {
-    out.push(l.inputNorm, ...[l.qProj, l.kProj, l.vProj, l.oProj].map(dequantize), l.qNorm, l.kNorm, l.postAttnNorm, l.router);
-    for (const e of l.experts) out.push(dequantize(e.gate), dequantize(e.up), dequantize(e.down));
-  }
-  return out;
-}
-
 describe('loading only what the backend computes with', () => {
   it('raw:false keeps no raw tensors and no view of the shard bytes, only the float32 weights', async () => {
     const full = await loadModel(SHIPPED_MODEL);
@@ -190,39 +179,5 @@ describe('loading only what the backend computes with', () => {
 
   it('refuses weights:false with raw:false (nothing would be loaded)', async () => {
     await assert.rejects(loadModel(SHIPPED_MODEL, { weights: false, raw: false }), (e: Error & { code?: string }) => e.code === 'BAD_ARGUMENT' && /weights: false with raw: false/.test(e.message));
-  });
-
-  it('the cpu backend gets float32 weights and no raw tensors; the routed experts stay in the shards for its banks', async () => {
-    assert.deepEqual(loadOptionsFor('cpu'), { weights: true, raw: false, stream: false, bf16: 'auto', streamExperts: true });
-    const m = await loadModelFor(SHIPPED_MODEL, 'cpu', { name: 'tiny' });
-    assert.equal(m.spec.name, 'tiny');
-    assert.equal(m.raw.size, 0);
-    assert.equal(matrixSize(m.weights.embed), 8192 * 128);
-    const e = m.weights.layers[3]!.experts[17]!;
-    assert.equal((e.up as Float32Array).length, 0, 'not read at load');
-    assert.deepEqual([e.stored?.up, e.stored?.keepBf16], ['model.layers.3.mlp.experts.17.up_proj.weight', false]);
-    assert.equal(e.stored!.source, m.tensors, 'read from the model\'s tensors');
-    m.tensors.close();
-  });
-
-  it('the cuda backend streams the stored tensors: nothing read or converted at load', async () => {
-    assert.deepEqual(loadOptionsFor('cuda'), { weights: false, raw: false, stream: true });
-    const steps: string[] = [];
-    const m = await loadModelFor(SHIPPED_MODEL, 'cuda', { onProgress: (_d, _t, what) => steps.push(what) });
-    assert.equal(m.raw.size, 0);
-    assert.equal(steps.length, 0, 'no shard was read');
-    assert.ok(weightArrays(m.weights).every((a) => a.length === 0), 'every float32 array is empty');
-    const e = m.tensors.info('model.embed_tokens.weight');
-    assert.equal(e.dtype, 'BF16');
-    assert.deepEqual(e.shape, [8192, 128]);
-    // A positioned read gives the same bytes as the whole-checkpoint reader.
-    const full = await loadModel(SHIPPED_MODEL, { weights: false, raw: true });
-    const want = full.raw.get('model.layers.3.mlp.experts.7.down_proj.weight')!.bytes;
-    const got = new Uint8Array(64);
-    m.tensors.read('model.layers.3.mlp.experts.7.down_proj.weight', got, 256);
-    assert.deepEqual(got, want.subarray(256, 320));
-    assert.equal([...m.tensors.names()].length, 1208);
-    assert.throws(() => m.tensors.info('nope'), /tensor nope is missing/);
-    m.tensors.close();
   });
 });

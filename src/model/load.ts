@@ -4,7 +4,6 @@
 import { basename, resolve } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import { checkArchitecture, expectedTensors } from './architecture.ts';
-import { SIMD_MAX_BYTES } from '../backend/cpu/wasm/simd-option.ts';
 import { checkQuantTensors } from './quant-check.ts';
 import { openCheckpoint, readCheckpoint } from './checkpoint.ts';
 import { loadConfig } from './config.ts';
@@ -15,12 +14,9 @@ import type { Tokenizer } from './tokenizer.ts';
 import type { ModelSpec } from './spec.ts';
 import type { Bf16Memory, ModelWeights, RawTensor } from './weights.ts';
 import type { Bf16Placer } from './families/common.ts';
-import { resolveSimd } from '../backend/cpu/wasm/simd-option.ts';
-import { WasmArena } from '../backend/cpu/wasm/arena.ts';
 import { fileTensorSource, mapTensorSource, readBf16Checked, readOnGet, type TensorSource } from './tensor-source.ts';
 import { bf16Matrix } from './quant.ts';
 import type { CheckpointLayout } from './checkpoint.ts';
-import type { BackendName } from '../backend/registry.ts';
 
 export interface LoadedModel {
   spec: ModelSpec;
@@ -57,9 +53,14 @@ export interface LoadOptions {
   /**
    * bf16 attention projections, experts, embedding and lm head (qwen3_moe; a tied head one copy): converted to float32 (the default) or kept as stored
    * ('stored': half the memory, computed from the stored bits, bit-identical; with SIMD through the kernel's bf16 linear);
-   * 'auto': stored where float32 weights would be past the SIMD kernel's reach anyway (bf16Policy).
+   * 'auto': stored where the float32 weights would pass `bf16AutoBytes` (bf16Policy).
    */
   bf16?: Bf16Choice;
+  /**
+   * For bf16 'auto': the bytes of float32 weights past which bf16 stays as stored. The CPU backend passes what its
+   * SIMD kernel's memory may hold (backend/cpu/load-options.ts); without it 'auto' converts.
+   */
+  bf16AutoBytes?: number;
   /**
    * Leave the routed experts in the checkpoint (qwen3_moe with float or block-FP8 experts, mixtral, olmoe,
    * deepseek_v3; gpt-oss's stacked MXFP4 experts load as before):
@@ -71,54 +72,27 @@ export interface LoadOptions {
   /**
    * Where the bf16 projections and lm head kept as stored are read to (qwen3_moe loads with raw: false; the routed
    * experts go to the banks, an untied embedding stays on the heap): a factory called once per such load, when the
-   * policy keeps bf16 as stored. loadModelFor('cpu') gives the SIMD kernel's memory, so a backend taking the weights
-   * computes on them in place (no copy beside the loaded matrices). Matrices it has no room for stay on the heap.
+   * policy keeps bf16 as stored. The CPU backend gives its SIMD kernel's memory (backend/load-for.ts), so a backend
+   * taking the weights computes on them in place (no copy beside the loaded matrices). Matrices it has no room for
+   * stay on the heap.
    */
   bf16Memory?: () => Bf16Memory | undefined;
 }
 
 export type Bf16Choice = 'float32' | 'stored' | 'auto';
 
-/** RESIDENCY_CPU_BF16 (float32 | stored | auto), for the CPU backend's loads; unset: auto. */
-export function bf16FromEnv(): Bf16Choice {
-  const v = process.env.RESIDENCY_CPU_BF16?.trim().toLowerCase();
-  if (v === undefined || v === '' || v === 'auto') return 'auto';
-  if (v === 'float32' || v === 'stored') return v;
-  throw new ResidencyError('BAD_ARGUMENT', `RESIDENCY_CPU_BF16 ${v}: expected float32, stored or auto`);
-}
-
 /**
- * Whether bf16 weights stay as stored. 'auto': when the float32 weights would exceed what the SIMD kernel's
- * memory holds (wasm/simd-option.ts): at half the bytes the stored rows may still fit it, and run through the
- * kernel's bf16 linear (8x the JS loops at Qwen3-30B-A3B layer shapes, README); small models keep float32, whose
- * stacked q/k/v the threads share out by tokens.
+ * Whether bf16 weights stay as stored. 'auto': when the float32 weights would pass `autoBytes` (the CPU backend's
+ * SIMD kernel memory: at half the bytes the stored rows may still fit it, and run through the kernel's bf16 linear,
+ * far faster than the JS loops at real layer shapes); small models keep float32, whose stacked q/k/v the threads
+ * share out by tokens. Without a limit 'auto' converts.
  */
-export function bf16Policy(choice: Bf16Choice | undefined, spec: ModelSpec): 'float32' | 'stored' {
+export function bf16Policy(choice: Bf16Choice | undefined, spec: ModelSpec, autoBytes = Infinity): 'float32' | 'stored' {
   if (choice === 'stored' || choice === 'float32') return choice;
   if (choice === undefined) return 'float32';
   let values = 0;
   for (const shape of expectedTensors(spec).values()) values += shape.reduce((a, b) => a * b, 1);
-  return 4 * values > 0.75 * SIMD_MAX_BYTES ? 'stored' : 'float32';
-}
-
-/**
- * What each backend computes with, so a process holds one copy of the weights, not two: the CPU backend
- * the float32 weights (quantized ones as stored; bf16 ones too past the SIMD kernel's reach: bf16Policy), not the raw
- * shards beside them, the CUDA backend the raw bf16 tensors (it uploads them as stored; float32 copies would
- * be 2x the checkpoint).
- */
-export function loadOptionsFor(backend: BackendName): Required<Pick<LoadOptions, 'weights' | 'raw' | 'stream'>> & Pick<LoadOptions, 'bf16' | 'streamExperts'> {
-  return backend === 'cuda' ? { weights: false, raw: false, stream: true } : { weights: true, raw: false, stream: false, bf16: bf16FromEnv(), streamExperts: true };
-}
-
-/** loadModel with only the tensors `backend` uses (see loadOptionsFor); the CLI and server load this way. */
-export function loadModelFor(dir: string, backend: BackendName, opts: Omit<LoadOptions, 'weights' | 'raw' | 'stream' | 'bf16' | 'streamExperts'> = {}): Promise<LoadedModel> {
-  return loadModel(dir, { ...opts, ...loadOptionsFor(backend), ...(backend === 'cpu' ? { bf16Memory: kernelMemory } : {}) });
-}
-
-/** The CPU SIMD kernel's memory for bf16 matrices kept as stored, where the kernel runs (RESIDENCY_CPU_SIMD not 0). */
-function kernelMemory(): Bf16Memory | undefined {
-  return resolveSimd(undefined, 0) ? new WasmArena() : undefined;
+  return 4 * values > autoBytes ? 'stored' : 'float32';
 }
 
 const EMPTY = new Float32Array(0);
@@ -168,7 +142,7 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   };
   opts.onProgress?.(0, total, 'opening');
   const raw = await readCheckpoint(layout, (n, shard) => report(n, `reading ${shard}`));
-  const keepBf16 = bf16Policy(opts.bf16, spec) === 'stored';
+  const keepBf16 = bf16Policy(opts.bf16, spec, opts.bf16AutoBytes) === 'stored';
   const weights = convert ? toFloat32Weights(spec, raw, (name, n) => report(n, `converting ${name}`), { keepBf16 }) : emptyWeights(spec);
   if (convert && done < total) opts.onProgress?.(total, total, 'done'); // unconverted extras still count
 
@@ -207,7 +181,7 @@ function convertStreamed(spec: ModelSpec, layout: CheckpointLayout, opts: LoadOp
   const stream = opts.streamExperts === true && (family ? family.streamsExperts : spec.quantization === undefined || spec.quantization.method === 'fp8');
   let weights: ModelWeights;
   try {
-    const keepBf16 = bf16Policy(opts.bf16, spec) === 'stored';
+    const keepBf16 = bf16Policy(opts.bf16, spec, opts.bf16AutoBytes) === 'stored';
     // Only qwen3_moe keeps bf16 as stored (the families convert): a memory for nothing else.
     const memory = keepBf16 && !family ? opts.bf16Memory?.() : undefined;
     weights = toFloat32Weights(spec, readOnGet(source), (name, n) => {

@@ -18,8 +18,8 @@ const FLOAT32_MAX = 3.4028234663852886e38;
 
 /**
  * The index of the first E8M0 byte over MXFP4_MAX_SCALE in `bytes`, or -1. Four bytes a step where they are
- * aligned (a byte b = 128h + l is over 252 when h = 1 and l + 3 >= 128: no carry leaves a byte): ~30x a
- * findIndex over the 0.75 MiB of scales of one gpt-oss-120b expert.
+ * aligned (a byte b = 128h + l is over 252 when h = 1 and l + 3 >= 128: no carry leaves a byte), so a real
+ * expert's scales are checked without a findIndex's per-byte call (docs/results.md, "Sampling, loading, server").
  */
 export function firstBadE8m0(bytes: Uint8Array): number {
   const scan = (from: number, to: number): number => {

@@ -6,6 +6,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import type { ErrorCode } from '../errors.ts';
+import { dequantize } from './quant.ts';
+import type { ModelWeights } from './weights.ts';
 
 /** The repo root (tests run from it under `npm test`, but resolve from this file to be sure). */
 export const REPO_ROOT = resolve(new URL('../..', import.meta.url).pathname);
@@ -33,4 +35,14 @@ export async function rejectsWith(p: Promise<unknown> | (() => unknown), code: E
   assert.equal(err.code, code, err.message);
   for (const re of patterns) assert.match(err.message, re);
   return err;
+}
+
+/** Every float32 array of the weights (the tied lm_head once). */
+export function weightArrays(w: ModelWeights): Float32Array[] {
+  const out = [dequantize(w.embed), w.finalNorm, ...(w.lmHead === w.embed ? [] : [dequantize(w.lmHead)])];
+  for (const l of w.layers) {
+    out.push(l.inputNorm, ...[l.qProj, l.kProj, l.vProj, l.oProj].map(dequantize), l.qNorm, l.kNorm, l.postAttnNorm, l.router);
+    for (const e of l.experts) out.push(dequantize(e.gate), dequantize(e.up), dequantize(e.down));
+  }
+  return out;
 }

@@ -69,7 +69,7 @@ export interface CountsDump {
   readonly step: number;
   /** Steps whose picks were counted since the controller started. */
   readonly decode_steps: number;
-  /** Half-life of the `decayed` counts, in counted tokens (steps in dumps written before 2026-12-03). */
+  /** Half-life of the `decayed` counts, in counted tokens (steps in dumps written while the EWMA aged per step). */
   readonly half_life: number;
   /** [layers][experts] decayed pick counts (the controller's EWMA state, in decayed picks). */
   readonly decayed: readonly (readonly number[])[];

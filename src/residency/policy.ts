@@ -22,8 +22,8 @@ export interface Budgets {
    * What a move costs, in cold-expert reads: a swap is kept only when the cold expert's decayed picks exceed the hot
    * one's by at least this many, i.e. when the picks it saves from the bus over the EWMA's window (a decayed count is
    * the pick rate times that window) pay for the copies. Default 2: a swap copies two rows (the cold expert in, the
-   * hot one out), and a row copy moves the same bytes as an in-place read over the same link (H200: H2D copies 55
-   * GB/s, in-place reads 51 GB/s; bench/tiered). At batch > 1 a read serves every pick of its step, so counting picks
+   * hot one out), and a row copy moves the same bytes as an in-place read over the same link, at about the same rate
+   * (docs/results.md, "Host link"). At batch > 1 a read serves every pick of its step, so counting picks
    * overstates the saving there; hysteresis and min_average are the margin. With the defaults (1.5, 8) every pair they
    * pass already gains >= 8 / 3 picks: the gate binds only where they are lowered. With a seed prior the scores
    * compared are the decision scores (decayed picks plus the prior's pseudo-picks), as for the other two.
@@ -43,13 +43,9 @@ export interface Budgets {
 }
 
 /**
- * design.md's reference defaults were drain 64 / half-life 500 steps; drain 16 / half-life 250 since 2026-12-03: on the
- * device (H200, 16-layer qwen3-30b-a3b, 64/128 hot, host lane, 1,500-step phases) adaptive went from 330 / 321 / 279
- * tok/s to 579 / 525 / 465 at 1 user, p99 with moves in flight 0.99x the others (bench/tiered/results/h200-2026-12-03b/):
- * real text's experts change from document to document, and a 64-step drain decides on counts 32 steps old on average.
- * The half-life counts tokens, not steps, since 2026-12-03 too: at 4 users 250 steps held 1,000 tokens, four documents'
- * worth; 64 steps (250 tokens) took mixed traffic from 390 to 508 tok/s (21.6% -> 15.5% cold) and the shift's de+ja phase
- * from 535 to 842 (bench/tiered/results/h200-2026-12-03f/), where at 1 user 250 stays best (the simulator, both fixtures).
+ * Short drains and a short memory: real text's experts change from document to document, and a long drain decides on
+ * stale counts. The half-life counts tokens, not steps, so it spans the same text at any batch size. The runs that
+ * chose these values: docs/results.md, "Residency defaults".
  */
 export const DEFAULT_BUDGETS: Budgets = Object.freeze({
   drain_every: 16,
@@ -74,8 +70,8 @@ const numIn = (min: number, max: number) => z.number().min(min).max(max);
 export const budgetsPatchSchema = z.strictObject({
   drain_every: intIn(1, 1_000_000).optional(),
   half_life_tokens: numIn(1, 1e9).optional(),
-  // The name until 2026-12-03, when the EWMA went from aging per step to per token: refused with the new name, not
-  // as an unknown key, so an old control file says what to change.
+  // The old name, from when the EWMA aged per step rather than per token: refused with the new name, not as an
+  // unknown key, so an old control file says what to change.
   half_life_steps: z.never({ error: 'renamed half_life_tokens (the EWMA ages per decoded token; at 1 user a token is a step)' }).optional(),
   hysteresis: numIn(1, 1000).optional(),
   min_average: numIn(0, 1e9).optional(),

@@ -1,6 +1,6 @@
 // Prompt text -> token ids without freezing other streams: the step loop and every stream's relay run on
-// the main thread, and tokenizing ~1 MB of text takes ~1 s there. Short prompts are encoded inline (a few
-// microseconds); longer ones in a worker thread holding its own copy of the tokenizer.
+// the main thread, and a long prompt holds that thread for a long time (docs/results.md, "Sampling, loading,
+// server"). Short prompts are encoded inline; longer ones in a worker thread holding its own copy of the tokenizer.
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';

@@ -25,7 +25,7 @@ function simulatedRunDir(): { dir: string; shift: number } {
   const dir = mkdtempSync(join(tmpdir(), 'analyze-'));
   const w = new TelemetryWriter(dir);
   const ring = new StepRing(8192);
-  const t0 = Date.parse('2026-11-30T00:00:00Z');
+  const t0 = Date.parse('2025-11-30T00:00:00Z');
   const clock: number[] = [];
   let ms = 0;
   for (let s = 0; s < r.steps; s++) { ms += r.swaps[s] ? 10 : 5; clock.push(ms); ring.push(s, 5e6, 1, r.swaps[s]!, r.swaps[s] ? 5e6 : 0); }
@@ -55,7 +55,7 @@ describe('analyze', () => {
   });
   it('names the file, line and field of bad telemetry', () => {
     const bad = mkdtempSync(join(tmpdir(), 'analyze-bad-'));
-    writeFileSync(join(bad, 'telemetry.jsonl'), '{"v":1,"time":"2026-11-30T00:00:00Z","step":64,"window_steps":64,"picks":384,"cold_share":"high","swaps_applied":0,"swaps_refused":0}\n');
+    writeFileSync(join(bad, 'telemetry.jsonl'), '{"v":1,"time":"2025-11-30T00:00:00Z","step":64,"window_steps":64,"picks":384,"cold_share":"high","swaps_applied":0,"swaps_refused":0}\n');
     assert.throws(() => readLiveRun(bad), (e: unknown) => e instanceof ResidencyError && /telemetry\.jsonl:1: field 'cold_share' must be a number/.test(e.message));
     assert.throws(() => readLiveRun(join(bad, 'nope')), /no telemetry\.jsonl/);
   });

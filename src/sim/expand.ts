@@ -23,10 +23,8 @@ export interface ExpandOptions {
 }
 
 /**
- * The default skew for groups of 6: mild (favourite 25%, last 10%), the same for every domain. A steeper
- * skew concentrates picks on each group's favourite and flattens the shift: at 295 hot of 384, a map fitted
- * on en+code leaves de+ja 7.2% cold with this skew, 4.6% with (37, 23, 16, 11, 8, 5)%, against 9.4% on
- * the fixture itself at 49 hot of 64.
+ * The default skew for groups of 6: mild, the same for every domain. A steeper skew concentrates picks on each
+ * group's favourite and flattens the shift the fixture shows (docs/results.md, "Simulator").
  */
 export const DEFAULT_SKEW_6 = Object.freeze([0.25, 0.2, 0.17, 0.15, 0.13, 0.1]);
 

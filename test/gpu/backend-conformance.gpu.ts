@@ -1,7 +1,8 @@
 // The backend conformance suite (src/backend/backend.case.ts) on the CUDA backend: tiny-moe (its experts padded to
 // the kernels' 32-unit slices) and real shapes on $REAL_CKPT (a 2-layer make-checkpoint folder) when set.
 import { existsSync } from 'node:fs';
-import { loadModel, loadModelFor } from '../../src/model/load.ts';
+import { loadModel } from '../../src/model/load.ts';
+import { loadModelFor } from '../../src/backend/load-for.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import { runBackendConformance } from '../../src/backend/backend.case.ts';
 import { modelDir } from './harness.ts';

@@ -5,8 +5,8 @@
 # 128-expert ones, the tiered moves test; and the family fixtures carried in .gpu/ (FAMILY_FIXTURES) against
 # their parity.json. Each stage has its own time limit; logs and a summary in $OUT.
 #   source .gpu/boot.sh && bash test/gpu/real-run.sh [stage ...]   (stages: q2 q2f mx2 g2 ds2 ds2y ds2f q16f fixtures; default all but ds2* and q16f;
-#   on the H200 `q2 q2f mx2` took 3.2 minutes and `fixtures g2 q2 q2f` 4.5). Run nothing else that makes
-#   checkpoints beside it: after two concurrent make-checkpoint runs, node once failed to exec (ENOENT).
+#   stage times: docs/results.md, "Device call times"). Run nothing else that makes checkpoints beside it: after two
+#   concurrent make-checkpoint runs, node once failed to exec (ENOENT).
 set -u
 OUT=${OUT:-out/real}; mkdir -p "$OUT"
 STAGES=${*:-q2 q2f mx2 g2 fixtures}
@@ -43,7 +43,7 @@ fi
 # them) and no CPU twin, for time: at hidden 7168 the CPU holds a MoE layer's experts in 45 GB of float32 (its
 # banks take any size since 4dd4043; the first ds2 run, before, threw on a typed array's 2^32 elements); the
 # 2-layer q2f keeps the FP8 twin.
-# (300 s a stage: g2's took past 180 once its 64/128-hot cases held the host expert lane's at batch 1 and 4, 2026-12-03)
+# (300 s a stage: g2's 64/128-hot cases hold the host expert lane's at batch 1 and 4)
 for c in q2:"real shapes|NaN weight|64/128 hot" q2f:"real shapes|NaN weight|64/128 hot" mx2:"real shapes: greedy|NaN weight" g2:"real shapes|NaN weight|64/128 hot" ds2:"real shapes: greedy" ds2y:"real shapes: greedy" ds2f:"real shapes: greedy" q16f:"real shapes: greedy"; do
   name=${c%%:*}; has "$name" || continue
   dir=/tmp/$name; pat=${c#*:}; cpu=1; [ "${name#ds2}" != "$name" ] || [ "$name" = q16f ] && cpu=0

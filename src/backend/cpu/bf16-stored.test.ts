@@ -5,7 +5,9 @@
 // memory), tied embeddings and untied.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { bf16FromEnv, bf16Policy, loadModel, loadModelFor } from '../../model/load.ts';
+import { bf16Policy, loadModel } from '../../model/load.ts';
+import { bf16FromEnv, cpuBf16Placement } from './load-options.ts';
+import { loadModelFor } from '../load-for.ts';
 import { WasmArena } from './wasm/arena.ts';
 import { resolveSimd } from './wasm/simd-option.ts';
 import type { Bf16Matrix } from '../../model/quant.ts';
@@ -170,12 +172,14 @@ describe('bf16 kept as stored', () => {
 
   it('auto keeps bf16 as stored only past the SIMD kernel\'s reach (Qwen3-30B-A3B layer shapes x 2), float32 below it', async () => {
     const tiny = (await loadModel(SHIPPED_MODEL, { stream: true })).spec;
-    assert.equal(bf16Policy('auto', tiny), 'float32');
+    const reach = cpuBf16Placement().bf16AutoBytes;
+    assert.equal(bf16Policy('auto', tiny, reach), 'float32');
     const real = parseConfig(syntheticConfig({
       vocab_size: 32768, hidden_size: 2048, num_hidden_layers: 2, num_attention_heads: 32, num_key_value_heads: 4,
       head_dim: 128, moe_intermediate_size: 768, num_experts: 128, num_experts_per_tok: 8, tie_word_embeddings: false,
     }), 'real');
-    assert.equal(bf16Policy('auto', real), 'stored');
+    assert.equal(bf16Policy('auto', real, reach), 'stored');
+    assert.equal(bf16Policy('auto', real), 'float32', 'auto without a reach (no CPU backend asking): float32');
     assert.equal(bf16Policy('float32', real), 'float32');
     assert.equal(bf16Policy(undefined, real), 'float32', 'loadModel without the option: float32 as before');
     assert.equal(bf16Policy('stored', tiny), 'stored');

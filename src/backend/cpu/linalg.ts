@@ -11,7 +11,7 @@ export function dot(a: Float32Array, aOff: number, b: Float32Array, bOff: number
   let s1 = 0;
   let s2 = 0;
   let s3 = 0;
-  // Two running indices instead of base + i: fewer integer adds per load (~8% on the lm head).
+  // Two running indices instead of base + i: fewer integer adds per load (measurably faster on the lm head).
   const end = aOff + n;
   let i = aOff;
   let j = bOff;

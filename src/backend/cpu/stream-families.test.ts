@@ -12,7 +12,8 @@ import { fileURLToPath } from 'node:url';
 import { createCpuBackend } from './cpu-backend.ts';
 import { TAKEN_EXPERT } from './banks.ts';
 import { assertSameRecord, corruptCopy, randomMap, recordRun } from './test-helpers.ts';
-import { loadModel, loadModelFor } from '../../model/load.ts';
+import { loadModel } from '../../model/load.ts';
+import { loadModelFor } from '../load-for.ts';
 import { moeLayerIds } from '../../model/spec.ts';
 import { ResidencyError } from '../../errors.ts';
 

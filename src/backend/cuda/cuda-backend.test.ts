@@ -135,7 +135,7 @@ test('cuda backend, mixtral (fake driver): its own router and expert names, no q
 });
 
 test('cuda backend, deepseek-v3 (fake driver): latent attention launches, dense layer 0 with its MLP, shared expert, group router; banks and counter for the MoE layers only', async () => {
-  const { loadModelFor } = await import('../../model/load.ts');
+  const { loadModelFor } = await import('../load-for.ts');
   const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'deepseek-v3-tiny');
   const m = await loadModelFor(dir, 'cuda');
   const s = m.spec;
@@ -205,7 +205,7 @@ test('cuda backend, deepseek-v3 in block FP8 (fake driver): every linear but the
 });
 
 test('cuda backend, olmoe (fake driver): q and k normed over the whole projections in their own launch, before attention with no per-head norm', async () => {
-  const { loadModelFor } = await import('../../model/load.ts');
+  const { loadModelFor } = await import('../load-for.ts');
   const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'olmoe-tiny');
   const m = await loadModelFor(dir, 'cuda');
   assert.equal(m.spec.qkNorm, 'whole');

@@ -41,7 +41,7 @@ export interface CostProfile {
   readonly copyUs: number;
   /**
    * When set, a step that applies swaps takes max(own time, factor x p95 of swap-free steps) instead of
-   * adding swapUs per swap (measured at host level on GB300: ~1.9x).
+   * adding swapUs per swap (the factor the GB300 profile uses is a measurement: docs/results.md, "Cost model inputs").
    */
   readonly swapStepFactor?: number;
 }

@@ -3,7 +3,7 @@ import { V4_FLASH, type CostProfile } from './cost-model.ts';
 
 const HBM_BYTES_PER_US = 4.0e12 / 1e6; // ~4 TB/s as the design quotes for this part
 const COLD_TILE_US = 45; // a cold expert read in place per 8-token tile over C2C (~340 GB/s)
-const COPY_US = 64; // a row copy, 55-72 us measured
+const COPY_US = 64; // a row copy: the middle of the measured range (docs/results.md, "Cost model inputs")
 
 export const gb300C2c: CostProfile = {
   name: 'gb300-c2c',

@@ -1,9 +1,7 @@
 // Whether the cores are shared with other work right now, from this process's involuntary context switches (the
 // kernel preempting one of its threads for another runnable one). Idle workers poll for jobs only while they are not
-// (layout.ts POLL): polling keeps a core busy that a descheduled thread of ours or another process needs.
-// Measured on the 2-core VM, tiny-moe batch-1 decode on 2 threads: ~120-150 involuntary switches a second alone,
-// ~780-5,400 with one core busy (a shell loop); there workers that always polled ran 0.7-0.8x of workers that sleep
-// at once, and this check brought them to 1.28-1.49x of always polling (alone, polling gains 1.04-1.06x: A/B).
+// (layout.ts POLL): polling keeps a core busy that a descheduled thread of ours or another process needs. A shared
+// machine shows several times the switches of a quiet one; the threshold and the A/B: docs/results.md, "CPU threads".
 
 /** How often the rate is taken (ms of wall clock); a window includes idle time, which lowers the rate. */
 const WINDOW_MS = 50;

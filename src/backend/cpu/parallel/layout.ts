@@ -37,8 +37,8 @@ export const ACTIVE = 6;
 export const ACTIVE_POLL_MS = 2;
 /**
  * How long an idle worker polls between steps before it sleeps: longer than a decode loop's gap between steps (the
- * caller's argmax and bookkeeping, ~10-30 us), so back-to-back steps never wake a sleeper (Atomics.notify waking one
- * cost the main thread ~11 us a step on the 2-core VM).
+ * caller's argmax and bookkeeping), so back-to-back steps never wake a sleeper (Atomics.notify waking one costs the
+ * main thread a visible share of a small step; docs/results.md, "CPU threads").
  */
 export const IDLE_POLL_MS = 0.2;
 /** 1 when idle workers may poll (ACTIVE_POLL_MS, IDLE_POLL_MS), 0 when they sleep at once: the cores are shared (contention.ts). */

@@ -39,9 +39,8 @@ export interface PoolOptions {
 /** How jobs are cut (read at each op; benchmarks may change them to compare). */
 export const poolTuning = {
   /**
-   * Chunks per thread in a job: enough for dynamic balancing, few enough that claims stay cheap. 8: with 4, a
-   * prefill job's last chunk left the other thread waiting (~8% of the main thread's profile in `end`); 8 was
-   * ~4% faster at prefill 128 on 2 threads (in-process A/B, both orders), 16 no clearer gain.
+   * Chunks per thread in a job: enough for dynamic balancing, few enough that claims stay cheap. With 4, a prefill
+   * job's last chunk left the other thread waiting; 16 gained nothing over 8 (docs/results.md, "CPU threads").
    */
   chunksPerThread: 8,
   /** Ops with fewer multiply-adds run on the main thread alone (a hand-off costs a few microseconds). */
@@ -51,8 +50,8 @@ export const poolTuning = {
   /**
    * Polls of a worker's state before the main thread sleeps on it, and of the job number between an idle worker's
    * looks at the clock (it sleeps after layout.ts ACTIVE_POLL_MS within a step, IDLE_POLL_MS between steps). The main
-   * thread's is short: on a loaded machine a spinning thread steals the core the others need (measured on 2 cores with
-   * one busy: long spins lost 20-30%, these lose little; quiet: the same).
+   * thread's is short: on a loaded machine a spinning thread steals the core the others need (long spins lost there;
+   * on a quiet machine the length made no difference: docs/results.md, "CPU threads").
    */
   mainSpin: 5000,
   workerSpin: 2000,
@@ -159,7 +158,7 @@ export class CpuThreadPool implements RowCompute {
   }
 
   addNorm(x: Float32Array, add: Float32Array, xn: Float32Array, weight: Float32Array, tokens: number, hidden: number, eps: number): void {
-    // A token's add and norm is ~1 us here: split only steps long enough to pay for the hand-off several times.
+    // A token's add and norm is short: split only steps long enough to pay for the hand-off several times.
     const chunks = Math.min(this.threads * poolTuning.chunksPerThread, tokens, MAX_CHUNKS);
     if (this.disposed || tokens < 8 * this.threads) {
       addNorm(x, add, xn, weight, 0, tokens, hidden, eps);

@@ -1,8 +1,7 @@
 // How many threads the CPU backend uses when not told: RESIDENCY_CPU_THREADS (a count, or `auto`), else 1.
 //
-// Why 1 by default: threads win on a quiet machine (bench:cpu on the 2-core dev machine: 1.6-1.9x decode;
-// 16 cores: 2 threads ~2x, 8 threads 3.6-5.9x), but each worker costs ~0.3-0.5 s of CPU and ~30 MB to
-// start from sources, and a machine whose other cores are busy loses (2 cores with one busy: 0.8-1.1x).
+// Why 1 by default: threads win on a quiet machine, but each worker costs CPU time and memory to start from
+// sources, and a machine whose other cores are busy loses (figures: docs/results.md, "CPU threads").
 // Short-lived backends (tests build hundreds) should not pay that; long-lived ones (serve, generate,
 // benchmarks) opt in with the option or the variable.
 import { availableParallelism } from 'node:os';

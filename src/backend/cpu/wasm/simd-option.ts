@@ -1,6 +1,6 @@
 // Whether the CPU backend runs its linear layers and experts through the wasm SIMD kernel: the option,
 // else RESIDENCY_CPU_SIMD (1/0, true/false), else on wherever it can run (README.md says why: it is
-// bit-identical to the JS loops, and ~2x faster in bench:cpu).
+// bit-identical to the JS loops, and faster; docs/results.md, "CPU kernels").
 import { ResidencyError } from '../../../errors.ts';
 import { MAX_PAGES } from './module.ts';
 import { simdAvailable } from './kernel.ts';

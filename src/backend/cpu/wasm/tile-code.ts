@@ -9,8 +9,8 @@
 // rows by m weight rows, 2 x 2 while two or more rows are left and 1 x 4 for the last one (linear_tab1 when it is
 // the only one), each promoted weight pair serving the tile's n inputs and each input pair its m weight rows: eight
 // independent sums in flight, as many as two fused multiply-adds a cycle of four cycles' latency keep busy (3 x 1
-// kept six, with 1.33 loads a multiply-add against 2 x 2's one: 2 x 2 ran 1.1-1.25x at three or more rows in a loop
-// of each; one row against one weight row at a time left the sums waiting on their own adds). A tile's m weight
+// kept six, with 1.33 loads a multiply-add against 2 x 2's one, and ran slower; one row against one weight row at a
+// time left the sums waiting on their own adds). A tile's m weight
 // rows are a half (a quarter) of the block apart, each cursor running on through its part of the block row after
 // row, so the weights stream as m long sequential reads the prefetcher follows (m adjacent rows made m streams
 // of one row each: loads missed, and the whole step ran slower). Input rows outside and weight rows inside, so
@@ -98,9 +98,8 @@ function tile(n: number, m: number, fma: boolean, bf16: boolean): number[] {
     ...ks(2 * n * m).flatMap((s) => [...F64_ZERO2, ...set(ACC[s]!)]),
     // One input row of float32 weights: eight values a pass while eight are left (each cursor bumped once for two
     // groups of four), then one group of four: the same products added to the same sums in the same order as one group
-    // a pass, with fewer bumps and branches: 0.92-1.23x on decode's one-row products, ~1.08x typical (old and new
-    // kernels alternated in one process, 41 rounds each, 5 shapes x 5 runs); in the 2 x 2 tile it ran 0.65x alone and
-    // ~1.0x in that A/B, and with bf16 widening 0.91-0.95x, so those keep one group a pass.
+    // a pass, with fewer bumps and branches. It paid only here: the 2 x 2 tile and bf16 widening ran no faster or
+    // slower with it, so those keep one group a pass (docs/results.md, "CPU kernels").
     ...(n === 1 && !bf16
       ? [
           ...get(A[0]!), ...get(IND), ...i32c(-8), AND, ...i32c(wb / 4), MUL, ADD, ...set(AEND8),
@@ -188,7 +187,7 @@ export const tabCode = (fma: boolean, bf16 = false): number[] => [...vec([[...u3
 
 /**
  * linear_tab1: the same for one input row (rows must be 1: kernel.ts calls it for decode's one-row steps). Its own
- * function so that its code is compiled alone: inside linear_tab the one-row tiles ran ~0.94x once the other tiles
+ * function so that its code is compiled alone: inside linear_tab the one-row tiles slowed whenever the other tiles
  * changed (V8 allocates registers over the whole function).
  */
 export const tab1Code = (fma: boolean, bf16 = false): number[] => [...vec([[...u32(I32_LOCALS), I32], [...u32(V128_LOCALS), V128], [...u32(F64_LOCALS), F64]]),

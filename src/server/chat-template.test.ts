@@ -4,9 +4,9 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { readChatTemplate } from './chat-template.ts';
-import { chatFormatter } from '../server/chat-template.ts';
-import { withTempDir } from './test-helpers.ts';
+import { readChatTemplate } from '../model/chat-template.ts';
+import { withTempDir } from '../model/test-helpers.ts';
+import { chatFormatter } from './chat-template.ts';
 
 const DEEPSEEK = "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}<｜User｜>{{ m.content }}{% elif m.role == 'assistant' %}<｜Assistant｜>{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}{% if add_generation_prompt %}<｜Assistant｜>{% endif %}";
 const HARMONY = '{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}';
