@@ -1,7 +1,8 @@
-// Reads the fixture trace layout: <domain>.bin = uint8[tokens][layers][top_k] plus index.json.
+// Reads the fixture trace layout: <domain>.bin (or .bin.gz) = uint8[tokens][layers][top_k] plus index.json.
 import { readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { ResidencyError } from '../../errors.ts';
+import { readFileUnzipped } from '../../util/gzip-file.ts';
 import { validateTrace, traceSet, type RoutingTrace, type TraceSet } from './trace.ts';
 
 interface IndexDomain {
@@ -46,10 +47,12 @@ export function readFixtureTraces(dir: string, only?: readonly string[]): TraceS
     const tokens = field(d as unknown as Record<string, unknown>, 'tokens', where, isPosInt, 'a positive integer');
     const docStarts = field(d as unknown as Record<string, unknown>, 'doc_starts', where,
       (v): v is number[] => Array.isArray(v) && v.every((x) => Number.isInteger(x)), 'an array of integers');
-    const bin = join(dir, `${name}.bin`);
+    // A checkout keeps the traces gzipped; either spelling reads the same.
+    const plain = join(dir, `${name}.bin`);
+    const bin = existsSync(plain) || !existsSync(`${plain}.gz`) ? plain : `${plain}.gz`;
     let bytes: Buffer;
     try {
-      bytes = readFileSync(bin);
+      bytes = readFileUnzipped(bin);
     } catch (err) {
       throw new ResidencyError('BAD_TRACE', `${bin}: cannot read (${(err as Error).message})`, { cause: err });
     }
