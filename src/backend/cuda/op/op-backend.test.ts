@@ -2,6 +2,7 @@
 // allocated, the KV pool's limits, pieces planned and graphs keyed as documented, nothing left after dispose.
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { familyCheckpoint, familyConfig } from '../../../../fixtures/fixture-paths.ts';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -108,8 +109,7 @@ test('op path, mixtral (fake driver): its own router and expert names, no q/k no
   const { readFileSync } = await import('node:fs');
   const { parseConfig } = await import('../../../model/config.ts');
   const { checkOpSupport } = await import('./support.ts');
-  const fixtures = join(process.cwd(), '..', 'shared', 'fixtures');
-  const cfg = JSON.parse(readFileSync(join(fixtures, 'mixtral-tiny', 'config.json'), 'utf8'));
+  const cfg = JSON.parse(readFileSync(familyConfig('mixtral-tiny'), 'utf8'));
   // The fixture's head_dim of 32 is one the attention kernels take; 16 is not.
   assert.doesNotThrow(() => checkOpSupport(parseConfig(cfg, 'mixtral-tiny')));
   assert.throws(() => checkOpSupport(parseConfig({ ...cfg, head_dim: 16 }, 'mixtral-16')), /head_dim 16 \(the attention kernels take 32, 64 or 128\)/);
@@ -126,7 +126,7 @@ test('op path, mixtral (fake driver): its own router and expert names, no q/k no
   be.dispose();
   assert.deepEqual(d.liveByKind(), {});
   // What the latent attention kernels do not take is refused by name.
-  const ds = JSON.parse(readFileSync(join(fixtures, 'deepseek-v3-tiny', 'config.json'), 'utf8'));
+  const ds = JSON.parse(readFileSync(familyConfig('deepseek-v3-tiny'), 'utf8'));
   assert.doesNotThrow(() => checkOpSupport(parseConfig(ds, 'ds')));
   assert.throws(() => checkOpSupport(parseConfig({ ...ds, kv_lora_rank: 1024 }, 'ds')), /kv_lora_rank 1024 \(the latent attention kernels take a multiple of 32, at most 512\)/);
   assert.throws(() => checkOpSupport(parseConfig({ ...ds, q_lora_rank: 48 }, 'ds')), /q_lora_rank 48 is not a multiple of 32/);
@@ -135,7 +135,7 @@ test('op path, mixtral (fake driver): its own router and expert names, no q/k no
 
 test('op path, deepseek-v3 (fake driver): latent attention launches, dense layer 0 with its MLP, shared expert, group router; banks and counter for the MoE layers only', async () => {
   const { loadModelFor } = await import('../../../model/load.ts');
-  const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'deepseek-v3-tiny');
+  const dir = familyCheckpoint('deepseek-v3-tiny');
   const m = await loadModelFor(dir, 'cuda');
   const s = m.spec;
   assert.deepEqual(s.moeLayers, [1, 2, 3]);
@@ -169,7 +169,7 @@ test('op path, deepseek-v3 (fake driver): latent attention launches, dense layer
 test('op path, deepseek-v3 in block FP8 (fake driver): every linear but the router as stored, the absorb kernels reading kv_b_proj in FP8', async () => {
   const { readFileSync } = await import('node:fs');
   const { parseConfig } = await import('../../../model/config.ts');
-  const cfg = JSON.parse(readFileSync(join(process.cwd(), '..', 'shared', 'fixtures', 'deepseek-v3-tiny', 'config.json'), 'utf8'));
+  const cfg = JSON.parse(readFileSync(familyConfig('deepseek-v3-tiny'), 'utf8'));
   const s = parseConfig({ ...cfg, quantization_config: { quant_method: 'fp8', fmt: 'e4m3', activation_scheme: 'dynamic', weight_block_size: [128, 128] } }, 'ds-fp8');
   assert.equal(s.quantization?.method, 'fp8');
   // As make-checkpoint --format fp8 stores it: F8_E4M3 values and a float32 weight_scale_inv per [128, 128] block.
@@ -205,7 +205,7 @@ test('op path, deepseek-v3 in block FP8 (fake driver): every linear but the rout
 
 test('op path, olmoe (fake driver): q and k normed over the whole projections in their own launch, before attention with no per-head norm', async () => {
   const { loadModelFor } = await import('../../../model/load.ts');
-  const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'olmoe-tiny');
+  const dir = familyCheckpoint('olmoe-tiny');
   const m = await loadModelFor(dir, 'cuda');
   assert.equal(m.spec.qkNorm, 'whole');
   const d = new FakeCudaDriver();
