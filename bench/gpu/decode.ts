@@ -4,14 +4,13 @@
 // per-kernel times (the expert FFN against the bytes it must read). Times are CUDA events around many
 // back-to-back steps (device time) plus host loops (end-to-end). Writes $OUT/bench-gpu.json when OUT is set.
 import { writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { loadModel } from '../../src/model/load.ts';
 import { createCudaBackend, type CudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
 import type { PlannedRow } from '../../src/backend/cuda/plan.ts';
 
 const HBM_BYTES_PER_S = 4.3e12; // device copy bandwidth measured on this H200 (design.md section 2)
-const dir = process.env['MOE_MODEL_DIR'] ?? (existsSync('models/tiny-moe') ? 'models/tiny-moe' : resolve(process.env['MOE_FIXTURE_DIR'] ?? '../shared/fixtures/tiny-moe'));
+const dir = process.env['MOE_MODEL_DIR'] ?? 'models/tiny-moe';
 const STEPS = Number(process.env['BENCH_STEPS'] ?? 1000);
 
 const m = await loadModel(dir, { weights: false });

@@ -3,7 +3,6 @@
 // prompt then --steps decode steps at batch 1 launched eagerly (so each kernel is its own launch for ncu), with
 // the op path's launch options from --options JSON (e.g. '{"downCombine":false}').
 //   node dist/profile-gpu.mjs [--model DIR] [--steps 8] [--options JSON]   (built by `npm run build`)
-import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { loadModel, loadModelFor } from '../../src/model/load.ts';
 import { createCudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
@@ -22,7 +21,7 @@ if (values.model) {
   be.dispose();
   m.tensors.close();
 } else {
-  const dir = existsSync('models/tiny-moe') ? 'models/tiny-moe' : (process.env['MOE_FIXTURE_DIR'] ?? '../shared/fixtures/tiny-moe');
+  const dir = 'models/tiny-moe';
   const m = await loadModel(dir, { weights: false });
   for (const fused of [true, false]) {
     const be = await createCudaBackend(m, { fused, graphs: false });

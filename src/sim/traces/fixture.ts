@@ -22,6 +22,12 @@ export function isFixtureDir(dir: string): boolean {
   return existsSync(join(dir, 'index.json'));
 }
 
+/** The file of a domain's routing: `<domain>.bin`, or `<domain>.bin.gz` as a checkout keeps it. */
+export function traceFile(dir: string, domain: string): string {
+  const plain = join(dir, `${domain}.bin`);
+  return existsSync(plain) || !existsSync(`${plain}.gz`) ? plain : `${plain}.gz`;
+}
+
 /** Loads every domain listed in `dir/index.json` (or only `only`, when given). */
 export function readFixtureTraces(dir: string, only?: readonly string[]): TraceSet {
   const indexFile = join(dir, 'index.json');
@@ -47,9 +53,7 @@ export function readFixtureTraces(dir: string, only?: readonly string[]): TraceS
     const tokens = field(d as unknown as Record<string, unknown>, 'tokens', where, isPosInt, 'a positive integer');
     const docStarts = field(d as unknown as Record<string, unknown>, 'doc_starts', where,
       (v): v is number[] => Array.isArray(v) && v.every((x) => Number.isInteger(x)), 'an array of integers');
-    // A checkout keeps the traces gzipped; either spelling reads the same.
-    const plain = join(dir, `${name}.bin`);
-    const bin = existsSync(plain) || !existsSync(`${plain}.gz`) ? plain : `${plain}.gz`;
+    const bin = traceFile(dir, name);
     let bytes: Buffer;
     try {
       bytes = readFileUnzipped(bin);
