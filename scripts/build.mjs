@@ -1,7 +1,8 @@
 // `npm run build`: bundles the CLI (dist/residency.mjs, which bin/residency.js prefers), the GPU tests
-// (dist/gpu-tests.mjs) and the GPU benchmark (dist/bench-gpu.mjs) with esbuild, for machines that have
-// Node.js but no node_modules (the GPU machine carries node_modules/koffi only), then the kernels when nvcc
-// is present. koffi stays external: it loads a native module.
+// (dist/gpu-tests.mjs), the GPU benchmark (dist/bench-gpu.mjs) and the fixture generator
+// (dist/make-fixtures.mjs) with esbuild, for machines that have Node.js but no node_modules (the GPU machine
+// carries node_modules/koffi only), then the kernels when nvcc is present. koffi stays external: it loads a
+// native module.
 import { build } from 'esbuild';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -20,6 +21,7 @@ const entries = [
   ['bench/tiered/real.ts', 'dist/bench-tiered.mjs'],
   ['bench/tiered/host-lane.ts', 'dist/bench-host-lane.mjs'],
   ['bench/cpu/decode.ts', 'dist/bench-cpu.mjs'],
+  ['fixtures/make/cli.ts', 'dist/make-fixtures.mjs'],
 ];
 for (const [src, out] of entries) {
   if (!existsSync(resolve(root, src))) { console.log(`build: ${src} not present, skipped`); continue; }

@@ -6,9 +6,9 @@
 // mixing FP8 and float matrices refused by name.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { dequantize, isQuantized, type Fp8Matrix, type Matrix } from '../src/model/quant.ts';
 import { loadModel } from '../src/model/load.ts';
 import { loadModelFor } from '../src/backend/load-for.ts';
@@ -20,8 +20,9 @@ import { simdAvailable } from '../src/backend/cpu/wasm/kernel.ts';
 import { rejectsWith } from '../src/model/test-helpers.ts';
 import { roundTrip } from './parity-harness.ts';
 import { BLOCK, HUB_FP8, writeTwins } from './fp8-twin.ts';
+import { familyCheckpoint } from '../fixtures/fixture-paths.ts';
 
-const SRC = resolve(process.cwd(), '../shared/fixtures/deepseek-v3-tiny');
+const SRC = familyCheckpoint('deepseek-v3-tiny');
 const HOT = 24;
 const MiB = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
@@ -38,7 +39,7 @@ function linears(w: ModelWeights): [string, Matrix][] {
   });
 }
 
-describe('deepseek-v3-tiny in block FP8 on the CPU backend', { skip: !existsSync(SRC) && `no fixture at ${SRC}` }, () => {
+describe('deepseek-v3-tiny in block FP8 on the CPU backend', () => {
   let root = '';
   const fp8Dir = (): string => join(root, 'fp8');
   const f32Dir = (): string => join(root, 'f32');

@@ -22,7 +22,7 @@ test('npm pack -> install in an empty folder (no dev dependencies) -> import, ty
     assert.ok(files.includes('LICENSE') && files.includes('lib/index.mjs') && files.includes('lib/types/index.d.ts'));
     assert.ok(files.includes('models/tiny-moe/chat_template.jinja'));
     assert.deepEqual(files.filter((f) => /\.ts$/.test(f) && !f.endsWith('.d.ts')), [], 'no TypeScript sources');
-    assert.deepEqual(files.filter((f) => /^(src|test|bench|kernels|scripts|dist)\//.test(f)), [], 'only what runs');
+    assert.deepEqual(files.filter((f) => /^(src|test|bench|kernels|scripts|dist|fixtures)\//.test(f)), [], 'only what runs');
     const app = join(dir, 'app');
     execFileSync('mkdir', ['-p', app]);
     writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));

@@ -3,26 +3,23 @@
 // computed from the stored format), and a residency round trip on each: harness in parity-harness.ts.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
 import { checkReport, configsAgree, liveResidency, roundTrip, runParity } from './parity-harness.ts';
+import { familyCheckpoint, familyParity, type Family } from '../fixtures/fixture-paths.ts';
 
-const FIXTURES = resolve(process.cwd(), '../shared/fixtures');
-
-/** Each fixture with a hot share that leaves cold rows in every MoE layer. */
-const FAMILIES: { dir: string; hot: number }[] = [
-  { dir: 'mixtral-tiny', hot: 6 },
-  { dir: 'olmoe-tiny', hot: 24 },
-  { dir: 'deepseek-v3-tiny', hot: 24 },
-  { dir: 'gpt-oss-tiny-mxfp4', hot: 12 },
-  { dir: 'qwen3-moe-fp8-tiny', hot: 12 },
+/** Each family (its checkpoint generated from fixtures/<family>/config.json) with a hot share that leaves cold rows in every MoE layer. */
+const FAMILIES: { family: Family; hot: number }[] = [
+  { family: 'mixtral-tiny', hot: 6 },
+  { family: 'olmoe-tiny', hot: 24 },
+  { family: 'deepseek-v3-tiny', hot: 24 },
+  { family: 'gpt-oss-tiny-mxfp4', hot: 12 },
+  { family: 'qwen3-moe-fp8-tiny', hot: 12 },
 ];
 
-for (const { dir, hot } of FAMILIES) {
-  const path = resolve(FIXTURES, dir);
-  describe(dir, { skip: !existsSync(path) && `no fixture at ${path}` }, () => {
+for (const { family, hot } of FAMILIES) {
+  const path = familyCheckpoint(family);
+  describe(family, () => {
     it('matches the transformers float32 reference on all 8 cases (24 greedy steps each)', async (t) => {
-      const r = await runParity(path, { hot });
+      const r = await runParity(path, familyParity(family), { hot });
       assert.equal(r.cases, 8);
       checkReport(t, r);
     });

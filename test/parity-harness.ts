@@ -1,10 +1,9 @@
 // Parity of the CPU backend with a fixture's transformers float32 reference (the format of
-// ../shared/fixtures/README.md): greedy tokens, top-5 logits and prefill/decode routing of every MoE layer,
+// fixtures/README.md): greedy tokens, top-5 logits and prefill/decode routing of every MoE layer,
 // with each mismatch reported by its margin, then a residency round trip (swaps, restore, same digest and
 // logits). Shared by the family parity tests.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { loadModel } from '../src/model/load.ts';
 import { moeLayerCount, moeLayerIds } from '../src/model/spec.ts';
@@ -55,8 +54,9 @@ export const ROUTING_TIE = 1e-5;
 /** Largest logit gap a greedy-token mismatch may have and still count as a near-tie. */
 export const TOKEN_TIE = 1e-4;
 
-export async function runParity(dir: string, opts: CpuBackendOptions & { hot: number }): Promise<ParityReport> {
-  const fixture = JSON.parse(readFileSync(join(dir, 'parity.json'), 'utf8')) as Fixture;
+/** The checkpoint in `dir` against the references in `parityFile` (a parity.json). */
+export async function runParity(dir: string, parityFile: string, opts: CpuBackendOptions & { hot: number }): Promise<ParityReport> {
+  const fixture = JSON.parse(readFileSync(parityFile, 'utf8')) as Fixture;
   const { spec, weights } = await loadModel(dir);
   const Lm = moeLayerCount(spec);
   assert.deepEqual([...moeLayerIds(spec)], fixture.moe_layers);

@@ -2,14 +2,12 @@
 // tokens, top-5 logits, and prefill/decode routing per layer, with near-ties reported by their margin.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
 import { loadModel } from '../src/model/load.ts';
 import { createCpuBackend, type CpuBackend } from '../src/backend/cpu/cpu-backend.ts';
 import { argmax } from '../src/backend/argmax.ts';
+import { TINY_MOE_MODEL as MODEL, tinyMoeFile } from '../fixtures/fixture-paths.ts';
 
-const FIXTURE = resolve(process.cwd(), '../shared/fixtures/tiny-moe/parity.json');
-const MODEL = resolve(process.cwd(), 'models/tiny-moe');
 /** Largest router-probability gap a routing mismatch may have and still count as a near-tie. */
 const ROUTING_TIE = 1e-5;
 /** Largest top-two logit gap a greedy-token mismatch may have and still count as a near-tie. */
@@ -76,8 +74,8 @@ function compareRouting(b: CpuBackend, routing: Int32Array, row: number, ref: nu
   return ties;
 }
 
-test('CPU backend matches the transformers float32 reference on all parity cases', { skip: !existsSync(FIXTURE) && `no fixture at ${FIXTURE}` }, async (t) => {
-  const fixture = JSON.parse(readFileSync(FIXTURE, 'utf8')) as { cases: Case[] };
+test('CPU backend matches the transformers float32 reference on all parity cases', async (t) => {
+  const fixture = JSON.parse(readFileSync(tinyMoeFile('parity.json'), 'utf8')) as { cases: Case[] };
   const { spec, weights } = await load();
   const b = createCpuBackend(spec, weights, { keepRouterProbs: true, placement: { hotPerLayer: 49 } });
   const cases = fixture.cases;

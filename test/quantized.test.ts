@@ -3,8 +3,8 @@
 // host memory of the FP8 fixture against a float32 copy of its weights (both printed).
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { copyFileSync, existsSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { copyFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { openCheckpoint, readCheckpoint } from '../src/model/checkpoint.ts';
 import { encodeSafetensors, type TensorToWrite } from '../src/model/safetensors-writer.ts';
 import { rejectsWith, withTempDir } from '../src/model/test-helpers.ts';
@@ -19,13 +19,13 @@ import { FakeCudaDriver } from '../src/backend/cuda/driver/fake-driver.ts';
 import { KERNEL_GROUPS } from '../src/backend/cuda/driver/kernels.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { familyCheckpoint } from '../fixtures/fixture-paths.ts';
 
-const FIXTURES = resolve(process.cwd(), '../shared/fixtures');
-const FP8 = resolve(FIXTURES, 'qwen3-moe-fp8-tiny');
-const MXFP4 = resolve(FIXTURES, 'gpt-oss-tiny-mxfp4');
+const FP8 = familyCheckpoint('qwen3-moe-fp8-tiny');
+const MXFP4 = familyCheckpoint('gpt-oss-tiny-mxfp4');
 const MiB = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
-describe('qwen3-moe-fp8-tiny', { skip: !existsSync(FP8) && 'no fixture' }, () => {
+describe('qwen3-moe-fp8-tiny', () => {
   it('the tensor description carries the stored format: data, scales and block shape; bf16 tensors as before', async () => {
     const [stream, full] = await Promise.all([loadModel(FP8, { stream: true }), loadModel(FP8, { raw: false })]);
     try {
@@ -139,7 +139,7 @@ async function rewritten(src: string, dir: string, edit: (ts: TensorToWrite[]) =
   writeFileSync(join(dir, 'model.safetensors'), encodeSafetensors(edit([...raw.values()].map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, bytes: t.bytes })))));
 }
 
-describe('gpt-oss-tiny-mxfp4', { skip: !existsSync(MXFP4) && 'no fixture' }, () => {
+describe('gpt-oss-tiny-mxfp4', () => {
   it('a corrupt MXFP4 scale (0xFF, or one that overflows float32) or packed data not in U8 is refused at load, naming the tensor', async () => {
     const scales = 'model.layers.2.mlp.experts.gate_up_proj_scales';
     const put = (v: number) => (ts: TensorToWrite[]) => ts.map((t) => (t.name === scales ? { ...t, bytes: Uint8Array.from(t.bytes, (b, i) => (i === 4 * 256 + 3 ? v : b)) } : t));

@@ -8,7 +8,7 @@ set -u
 OUT=${OUT:-out}/cpu-threads; mkdir -p "$OUT"
 COUNTS=${*:-2 4 8 16}
 CKPT=/tmp/q30-1l
-[ -f "$CKPT/config.json" ] || python3 .gpu/make-checkpoint.py --refs 0 --preset qwen3-30b-a3b --layers 1 --out "$CKPT" > "$OUT/mk.log" 2>&1 || { echo "make-checkpoint failed"; tail -5 "$OUT/mk.log"; exit 1; }
+[ -f "$CKPT/config.json" ] || python3 fixtures/make/make-checkpoint.py --refs 0 --preset qwen3-30b-a3b --layers 1 --out "$CKPT" > "$OUT/mk.log" 2>&1 || { echo "make-checkpoint failed"; tail -5 "$OUT/mk.log"; exit 1; }
 for n in $COUNTS; do
   timeout 300 node dist/bench-cpu.mjs --model "$CKPT" --warm 8 --steps 24 --prompt-tokens 32 --threads "$n" --simd on > "$OUT/threads-$n.md" 2>&1
   echo "threads $n rc=$?"

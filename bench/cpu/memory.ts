@@ -7,7 +7,7 @@
 // and server create it (takeExperts: the banks hold the only copy), or (--take off) copying them as tests and the API do.
 // Prints a table and writes out/bench-cpu-memory.json. (bench/cpu/load-memory.ts: the peak of each load stage.)
 // Run: node --expose-gc --import tsx bench/cpu/memory.ts [--simd off|auto|both] [--bf16 float32|stored|both] [--take on|off|both] [DIR ...]
-// (default: the two quantized fixtures and models/tiny-moe; bench/cpu/real-geometry.ts writes a checkpoint of
+// (default: the two quantized fixtures, generated into fixtures/.cache, and models/tiny-moe; bench/cpu/real-geometry.ts writes a checkpoint of
 // Qwen3-30B-A3B's layer shapes)
 import { spawnSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
@@ -18,9 +18,9 @@ import { loadModel } from '../../src/model/load.ts';
 import { loadModelFor } from '../../src/backend/load-for.ts';
 import { createCpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
 import { float32Bytes, heldBytes } from '../../src/model/weight-bytes.ts';
+import { familyCheckpoint } from '../../fixtures/fixture-paths.ts';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-const FIXTURES = resolve(ROOT, '../shared/fixtures');
 
 interface Row {
   model: string;
@@ -72,7 +72,7 @@ if (child) {
   process.stdout.write(JSON.stringify(await measure(dir, simd ?? undefined, take)));
 } else {
   const { values, positionals } = parseArgs({ allowPositionals: true, options: { simd: { type: 'string', default: 'both' }, bf16: { type: 'string', default: 'both' }, take: { type: 'string', default: 'on' } } });
-  const dirs = positionals.length > 0 ? positionals : [join(FIXTURES, 'qwen3-moe-fp8-tiny'), join(FIXTURES, 'gpt-oss-tiny-mxfp4'), join(ROOT, 'models/tiny-moe')];
+  const dirs = positionals.length > 0 ? positionals : [familyCheckpoint('qwen3-moe-fp8-tiny'), familyCheckpoint('gpt-oss-tiny-mxfp4'), join(ROOT, 'models/tiny-moe')];
   const simds = values.simd === 'both' ? [false, null] : values.simd === 'off' ? [false] : [null];
   const bf16s = values.bf16 === 'both' ? ['float32', 'stored'] : [values.bf16!];
   const takes = values.take === 'both' ? [false, true] : values.take === 'off' ? [false] : [true];

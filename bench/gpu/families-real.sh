@@ -10,7 +10,7 @@ set -u
 OUT=${OUT:-out/families}; mkdir -p "$OUT"
 STAGES=${*:-ds4 ds4f g8}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-mk() { local out=${*: -1}; python3 .gpu/make-checkpoint.py --refs 0 "$@" > "$OUT/mk-$(basename "$out").log" 2>&1 || { echo "make-checkpoint $* failed"; return 1; }; }
+mk() { local out=${*: -1}; python3 fixtures/make/make-checkpoint.py --refs 0 "$@" > "$OUT/mk-$(basename "$out").log" 2>&1 || { echo "make-checkpoint $* failed"; return 1; }; }
 bench() {
   mkdir -p "$OUT/$2"
   timeout 300 node dist/bench-real.mjs --model "$1" --steps 64 --out "$OUT/$2" > "$OUT/$2/table.md" 2> "$OUT/$2/stderr.log"

@@ -20,11 +20,11 @@ import { runToCompletion } from '../../src/engine/complete.ts';
 import { attentionProducts, mlaProducts, productBytes } from '../../src/backend/cuda/weights/device-weights.ts';
 
 const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' }, layers: { type: 'string', default: '16' }, 'tc-rows': { type: 'string' }, batches: { type: 'string', default: '1,4,16' }, ab: { type: 'boolean', default: false } } });
-// Without --model the checkpoint is made here (the device has torch and transformers; gpu-bundle copies
-// make-checkpoint.py into .gpu/): qwen3-30b-a3b geometry, --layers deep, no references (~12 s for 16 layers).
+// Without --model the checkpoint is made here (the device has torch and transformers) by the repo's
+// make-checkpoint.py: qwen3-30b-a3b geometry, --layers deep, no references (~12 s for 16 layers).
 if (!values.model) {
-  const script = ['.gpu/make-checkpoint.py', '../shared/tools/make-checkpoint.py'].find((p) => existsSync(p));
-  if (!script) throw new Error('--model DIR (a make-checkpoint folder), or run beside .gpu/make-checkpoint.py to make one');
+  const script = 'fixtures/make/make-checkpoint.py';
+  if (!existsSync(script)) throw new Error(`--model DIR (a make-checkpoint folder), or run from the repository root to make one with ${script}`);
   values.model = `/tmp/bench-real-q${values.layers}`;
   if (!existsSync(join(values.model, 'config.json'))) {
     process.stderr.write(`making ${values.model} with ${script} (qwen3-30b-a3b, ${values.layers} layers)\n`);

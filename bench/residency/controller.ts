@@ -1,23 +1,26 @@
 // Controller benchmark: decision rate under a domain shift on the fixture traces, and the controller's
 // cost per drain (and per applied swap) in microseconds, at fixture scale and at DeepSeek-V4 scale.
 // Run: npm run bench:controller [-- --out out/bench-controller.json] [--traces DIR]
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Controller } from '../../src/residency/controller.ts';
 import { Counter, toRows } from '../../src/residency/counts.ts';
 import { fitMap } from '../../src/residency/fit.ts';
 import { identityRowMap } from '../../src/residency/rowmap.ts';
+import { traceFile } from '../../src/sim/traces/fixture.ts';
+import { FIXTURE_TRACES } from '../../src/sim/traces/load.ts';
+import { readFileUnzipped } from '../../src/util/gzip-file.ts';
 
 const { values } = parseArgs({
   options: {
     out: { type: 'string', default: 'out/bench-controller.json' },
-    traces: { type: 'string', default: join(process.cwd(), '../shared/fixtures/tiny-moe/traces') },
+    traces: { type: 'string', default: join(process.cwd(), FIXTURE_TRACES) },
   },
 });
 const TRACES = values.traces!;
 const L = 6, E = 64, K = 6, HOT = 49, ROW = L * K;
-const load = (d: string) => readFileSync(join(TRACES, `${d}.bin`));
+const load = (d: string) => readFileUnzipped(traceFile(TRACES, d));
 
 function percentile(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);

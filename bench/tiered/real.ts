@@ -3,7 +3,7 @@
 // from pinned host memory); real text from prompts.json, routed by the model's own router, walks a domain
 // shift; each policy runs the same tokens. Fixed and seed maps are fitted on held-out halves of the
 // documents, counted by the product's own counter.
-//   node dist/bench-tiered.mjs --model /tmp/q16 --prompts .gpu/tiny-moe/prompts.json [--hot 64] [--users 1]
+//   node dist/bench-tiered.mjs --model /tmp/q16 --prompts fixtures/tiny-moe/prompts.json.gz [--hot 64] [--users 1]
 //     [--phases en+code:3000,de+ja:3000,en+code:3000] [--policies all-hot,fixed,seed,adaptive,lru,oracle-phase]
 //     [--budgets JSON] [--fit-steps 1500] [--max-doc 512] [--out DIR] [--trace-out DIR] [--copies-in-flight N]
 import { mkdirSync, writeFileSync } from 'node:fs';

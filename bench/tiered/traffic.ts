@@ -1,6 +1,6 @@
 // Real text as decode traffic: users each walk documents of a phase's domains, one token a step (teacher
 // forced, so every policy sees exactly the same tokens), routed by the model's own router.
-import { readFileSync } from 'node:fs';
+import { readFileUnzipped } from '../../src/util/gzip-file.ts';
 import type { SequenceChunk } from '../../src/backend/backend.ts';
 import type { Tokenizer } from '../../src/model/tokenizer.ts';
 
@@ -19,7 +19,7 @@ export interface Phase {
  * very tokens it is scored on.
  */
 export function loadDocs(path: string, tok: Tokenizer, maxDocTokens: number): { fit: Docs; walk: Docs } {
-  const raw = JSON.parse(readFileSync(path, 'utf8')) as Record<string, string[]>;
+  const raw = JSON.parse(readFileUnzipped(path).toString('utf8')) as Record<string, string[]>;
   const fit = new Map<string, number[][]>();
   const walk = new Map<string, number[][]>();
   for (const [domain, texts] of Object.entries(raw)) {

@@ -2,12 +2,11 @@
 // and --json prints exactly one JSON object on stdout.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
-import { resolve } from 'node:path';
 import { generateOptionsFrom, parseFlags, runGenerate, GENERATE_OPTIONS, GENERATE_HELP } from './generate.ts';
+import { tinyMoeFile } from '../../fixtures/fixture-paths.ts';
 
-const FIXTURE = resolve(process.cwd(), '../shared/fixtures/tiny-moe/parity.json');
 const opts = (argv: string[]) => generateOptionsFrom(parseFlags(argv, GENERATE_OPTIONS, GENERATE_HELP));
 
 test('flags become options; bad flags are refused by name', () => {
@@ -24,8 +23,8 @@ test('flags become options; bad flags are refused by name', () => {
   assert.throws(() => opts(['--prompt', 'a', '--temperature', '-1']), /--temperature/);
 });
 
-test('greedy generate reproduces the fixture continuation', { skip: !existsSync(FIXTURE) && 'no fixture' }, async () => {
-  const c = (JSON.parse(readFileSync(FIXTURE, 'utf8')) as { cases: { prompt_ids: number[]; steps: { token: number }[] }[] }).cases[3]!;
+test('greedy generate reproduces the fixture continuation', async () => {
+  const c = (JSON.parse(readFileSync(tinyMoeFile('parity.json'), 'utf8')) as { cases: { prompt_ids: number[]; steps: { token: number }[] }[] }).cases[3]!;
   const r = await runGenerate({ ...opts(['--prompt-ids', c.prompt_ids.join(','), '--max-tokens', '12', '--hot', '49']), ignoreEos: true }, {});
   assert.deepEqual(r.tokens, c.steps.slice(0, 12).map((s) => s.token));
   assert.equal(r.reason, 'length');

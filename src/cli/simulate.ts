@@ -33,8 +33,8 @@ export const SIM_FLAGS = {
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
 
-export const SIM_HELP = `  --traces DIR|FILE     (required) fixture trace dir (index.json + .bin), a dir of .jsonl traces, or one .jsonl
-                        (the tiny-moe fixture's, in a checkout: ../shared/fixtures/tiny-moe/traces)
+export const SIM_HELP = `  --traces DIR|FILE     (required) fixture trace dir (index.json + .bin or .bin.gz), a dir of .jsonl traces, or one
+                        .jsonl (the tiny-moe fixture's, in a checkout: fixtures/tiny-moe/traces)
   --phases SPEC         "en+code_js:3000,de+ja:3000": domains joined by +, steps per phase ("code" = code_*);
                         "recorded" replays engine-recorded .jsonl traces step for step (one phase per file)
   --hot N               hot experts per layer (default 49)
@@ -79,7 +79,7 @@ export function simOptions(v: SimValues): SimOptions {
   // No default: a path relative to the working folder would only work from inside a checkout.
   if (v.traces === undefined) {
     throw new ResidencyError('BAD_ARGUMENT', '--traces DIR|FILE is required: the routing traces to replay (a fixture trace dir, a dir of .jsonl traces ' +
-      'from `residency trace`, or one .jsonl; in a checkout of this repository the tiny-moe fixture is ../shared/fixtures/tiny-moe/traces)');
+      'from `residency trace`, or one .jsonl; in a checkout of this repository the tiny-moe fixture is fixtures/tiny-moe/traces)');
   }
   const budgets: Partial<Budgets> = {};
   const drain = int(v['drain-every'], 'drain-every');

@@ -3,9 +3,9 @@
 // and bad input gets an error naming the flag or file:line.
 import { describe, it, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import { loadModel, type LoadedModel } from '../model/load.ts';
 import { moeLayerCount } from '../model/spec.ts';
@@ -13,11 +13,7 @@ import { loadTraces } from '../sim/traces/load.ts';
 import { readJsonlTrace } from '../sim/traces/jsonl.ts';
 import { simulateCommand } from './simulate.ts';
 import { TRACE_CHUNK, runTrace, traceCommand, traceOptionsFrom, type TraceOptions } from './trace.ts';
-
-const root = process.cwd();
-const FIXTURE = resolve(root, '../shared/fixtures/tiny-moe');
-const MODEL = resolve(root, 'models/tiny-moe');
-const DEEPSEEK = resolve(root, '../shared/fixtures/deepseek-v3-tiny');
+import { TINY_MOE_MODEL as MODEL, familyCheckpoint, tinyMoeFile, tinyMoeTrace } from '../../fixtures/fixture-paths.ts';
 
 interface Case { domain: string; prompt: string; prompt_ids: number[]; prefill_routing: number[][][] }
 
@@ -34,7 +30,7 @@ describe('residency trace', () => {
   before(async () => { model = await loadModel(MODEL); });
 
   it("reproduces parity.json's prefill routing for a prompt's text", async () => {
-    const cases = (JSON.parse(readFileSync(join(FIXTURE, 'parity.json'), 'utf8')) as { cases: Case[] }).cases;
+    const cases = (JSON.parse(readFileSync(tinyMoeFile('parity.json'), 'utf8')) as { cases: Case[] }).cases;
     // Two domains, two scripts: the text must encode back to the reference ids (no special tokens).
     for (const c of [cases.find((x) => x.domain === 'en')!, cases.find((x) => x.domain === 'ja')!]) {
       const text = join(dir, `${c.domain}.txt`);
@@ -53,13 +49,14 @@ describe('residency trace', () => {
   });
 
   it("matches the fixture's de trace across a prefill chunk boundary", async () => {
-    // prompts.json's first de document is the fixture trace's first (recorded in one pass, 512 tokens).
+    // prompts.json's first de document is the fixture trace's first (recorded in one pass, 512 tokens); both
+    // are read gzipped, as the checkout keeps them.
     const n = TRACE_CHUNK + 44;
     const out = join(dir, 'de.jsonl');
-    const s = await runTrace(opts({ source: { kind: 'prompts', file: join(FIXTURE, 'prompts.json'), domain: 'de' }, out, maxDocs: 1, maxTokensPerDoc: n }), model);
+    const s = await runTrace(opts({ source: { kind: 'prompts', file: tinyMoeFile('prompts.json.gz'), domain: 'de' }, out, maxDocs: 1, maxTokensPerDoc: n }), model);
     assert.deepEqual({ documents: s.documents, tokens: s.tokens, truncated: s.truncated }, { documents: 1, tokens: n, truncated: 1 });
     const ours = readJsonlTrace(out);
-    const ref = readFileSync(join(FIXTURE, 'traces/de.bin')).subarray(0, n * 36);
+    const ref = tinyMoeTrace('de').subarray(0, n * 36);
     assert.deepEqual(Array.from(ours.ids), Array.from(ref));
   });
 
@@ -85,7 +82,8 @@ describe('residency trace', () => {
     assert.equal(traffic.steps, 40);
   });
 
-  it('a model with a dense layer (deepseek-v3-tiny, layer 0): the header and rows count the MoE layers only', { skip: !existsSync(DEEPSEEK) && 'no fixture' }, async () => {
+  it('a model with a dense layer (deepseek-v3-tiny, layer 0): the header and rows count the MoE layers only', async () => {
+    const DEEPSEEK = familyCheckpoint('deepseek-v3-tiny');
     const ds = await loadModel(DEEPSEEK);
     const text = join(dir, 'ds.txt');
     writeFileSync(text, 'The ls command lists files.');
@@ -116,7 +114,7 @@ describe('residency trace', () => {
     await bad(['--jsonl', jsonl, ...out], new RegExp(`--jsonl ${jsonl}:3: not JSON`));
     writeFileSync(jsonl, '{"text":"fine"}\n{"body":"wrong field"}\n');
     await bad(['--jsonl', jsonl, ...out], new RegExp(`--jsonl ${jsonl}:2: field 'text' must be a string, got no such field`));
-    await bad(['--prompts', join(FIXTURE, 'prompts.json'), '--domain', 'klingon', ...out], /--domain 'klingon': not in .*prompts\.json \(it has code_js, /);
+    await bad(['--prompts', tinyMoeFile('prompts.json.gz'), '--domain', 'klingon', ...out], /--domain 'klingon': not in .*prompts\.json\.gz \(it has code_js, /);
     const empty = join(dir, 'empty.txt');
     writeFileSync(empty, '');
     await assert.rejects(runTrace(opts({ source: { kind: 'text', files: [empty] } }), model), /no documents to trace/);

@@ -1,10 +1,10 @@
 // `residency trace`: record the routing of a user's own text, teacher-forced, as a JSONL routing trace the
 // simulator replays. Made the way the fixture's traces were (recipe/refs.py): each document runs through
 // the model as one sequence, and every token's top-k expert ids per layer become one trace row.
-import { readFileSync } from 'node:fs';
 import { resolve, join } from 'node:path';
 import type { ParseArgsConfig } from 'node:util';
 import { ResidencyError } from '../errors.ts';
+import { readFileUnzipped } from '../util/gzip-file.ts';
 import { createBackend, parseBackendName, parseThreads, type BackendName } from '../backend/registry.ts';
 import type { LoadedModel } from '../model/load.ts';
 import { loadModelFor } from '../backend/load-for.ts';
@@ -23,7 +23,8 @@ picks for it), as a JSONL routing trace: one row per token, one document per 'se
   --text FILE              a plain-text file; the whole file is ONE document (repeat --text for more)
   --jsonl FILE             one JSON object per line; each object's --field string is one document
   --field NAME             the text field of --jsonl objects (default text)
-  --prompts FILE.json      the fixture's prompts.json layout {domain: [documents]} ...
+  --prompts FILE.json      the fixture's prompts.json layout {domain: [documents]} (in a checkout:
+                           fixtures/tiny-moe/prompts.json.gz; any of these files may be gzipped) ...
   --domain NAME            ... and the domain whose documents to trace
   --out TRACE.jsonl        where the trace goes (overwritten)
   --max-docs N             trace at most N documents (empty ones do not count)
@@ -118,7 +119,7 @@ export function traceOptionsFrom(v: TraceValues): TraceOptions {
 
 function readText(flag: string, file: string): string {
   try {
-    return readFileSync(file, 'utf8');
+    return readFileUnzipped(file).toString('utf8');
   } catch (err) {
     throw new ResidencyError('BAD_ARGUMENT', `--${flag} ${file}: cannot read (${(err as Error).message})`, { cause: err });
   }

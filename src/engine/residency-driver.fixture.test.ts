@@ -3,7 +3,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Backend } from '../backend/backend.ts';
 import { createCpuBackend, type CpuBackend } from '../backend/cpu/cpu-backend.ts';
 import { loadModel } from '../model/load.ts';
@@ -12,14 +11,13 @@ import { rowMapsEqual } from '../residency/rowmap.ts';
 import { mapFromBanks } from '../backend/bank-map.ts';
 import { ResidencyDriver } from './residency-driver.ts';
 import { argmax } from '../backend/argmax.ts';
+import { TINY_MOE_MODEL, tinyMoeFile, tinyMoeTrace } from '../../fixtures/fixture-paths.ts';
 
-const ROOT = process.cwd();
-const FIXTURE = join(ROOT, '../shared/fixtures/tiny-moe');
-const model = await loadModel(join(ROOT, 'models/tiny-moe'));
+const model = await loadModel(TINY_MOE_MODEL);
 const { spec } = model;
-const parity = JSON.parse(readFileSync(join(FIXTURE, 'parity.json'), 'utf8')) as { cases: { domain: string; prompt_ids: number[] }[] };
+const parity = JSON.parse(readFileSync(tinyMoeFile('parity.json'), 'utf8')) as { cases: { domain: string; prompt_ids: number[] }[] };
 const prompts = ['en', 'ja', 'code_py'].map((d) => parity.cases.find((c) => c.domain === d)!.prompt_ids);
-const traces = Object.fromEntries(['en', 'ja', 'de', 'code_js'].map((d) => [d, readFileSync(join(FIXTURE, 'traces', `${d}.bin`))]));
+const traces = Object.fromEntries(['en', 'ja', 'de', 'code_js'].map((d) => [d, tinyMoeTrace(d)]));
 
 /** Greedy decode of each prompt, `steps` tokens, one sequence at a time. */
 function greedy(backend: CpuBackend, steps: number): number[][] {

@@ -1,4 +1,4 @@
-// Block-FP8 quantization of a float matrix as ../shared/tools/make-checkpoint.py's fp8_block does it (for tests
+// Block-FP8 quantization of a float matrix as fixtures/make/make-checkpoint.py's fp8_block does it (for tests
 // and tools that build FP8 checkpoints): per [br][bc] block (trailing blocks partial) a float32 scale
 // amax / 448 (at least 1e-12), values float32(v / scale) rounded to the nearest float8_e4m3fn (ties to even),
 // and the dequantized values float32(e4m3 x scale) that the reference model is given.

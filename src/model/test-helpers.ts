@@ -12,7 +12,6 @@ import type { ModelWeights } from './weights.ts';
 /** The repo root (tests run from it under `npm test`, but resolve from this file to be sure). */
 export const REPO_ROOT = resolve(new URL('../..', import.meta.url).pathname);
 export const SHIPPED_MODEL = join(REPO_ROOT, 'models', 'tiny-moe');
-export const FIXTURE = resolve(REPO_ROOT, '..', 'shared', 'fixtures', 'tiny-moe');
 
 export async function withTempDir<T>(fn: (dir: string) => Promise<T>): Promise<T> {
   const dir = await mkdtemp(join(tmpdir(), 'moe-model-test-'));

@@ -3,13 +3,14 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { loadTokenizer } from './tokenizer.ts';
-import { FIXTURE, SHIPPED_MODEL, rejectsWith } from './test-helpers.ts';
+import { SHIPPED_MODEL, rejectsWith } from './test-helpers.ts';
+import { tinyMoeFile } from '../../fixtures/fixture-paths.ts';
 
 interface ParityCase { domain: string; prompt: string; prompt_ids: number[] }
 
 describe('tokenizer (tiny-moe)', async () => {
   const tok = await loadTokenizer(SHIPPED_MODEL);
-  const parity = JSON.parse(await readFile(join(FIXTURE, 'parity.json'), 'utf8')) as { cases: ParityCase[] };
+  const parity = JSON.parse(await readFile(tinyMoeFile('parity.json'), 'utf8')) as { cases: ParityCase[] };
 
   it('knows its vocabulary size and eos from tokenizer_config.json', () => {
     assert.equal(tok.vocabSize, 8192);

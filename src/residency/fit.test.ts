@@ -1,20 +1,18 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { fitMap } from './fit.ts';
 import { toRows, type CountsDump } from './counts.ts';
 import { diffRowMaps, identityRowMap, rowMapProblem, slotTable, type RowMap } from './rowmap.ts';
 import { randomRowMap, rng } from './test-helpers.ts';
+import { tinyMoeTrace } from '../../fixtures/fixture-paths.ts';
 
-const TRACES = join(process.cwd(), '../shared/fixtures/tiny-moe/traces');
 const L = 6;
 const E = 64;
 const K = 6;
 
 /** Picks per [layer][expert] in a trace (layout uint8[tokens][6][6], see the fixture README). */
 function countTrace(domain: string): Float64Array {
-  const bytes = readFileSync(join(TRACES, `${domain}.bin`));
+  const bytes = tinyMoeTrace(domain);
   const out = new Float64Array(L * E);
   for (let i = 0; i < bytes.length; i++) out[(Math.floor(i / K) % L) * E + bytes[i]!]! += 1;
   return out;

@@ -2,7 +2,7 @@
 // decisions on the same picks: the same swaps, at the same steps, in the same order.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createCpuBackend } from '../backend/cpu/cpu-backend.ts';
@@ -21,8 +21,8 @@ import { adaptivePolicy, type AdaptiveOptions } from './policies/adaptive.ts';
 import { PipelineBanks, TableBanks, type LoggedExchange } from './model-banks.ts';
 import type { Geometry } from './policies/policy.ts';
 import { replay } from './replay.ts';
+import { TINY_MOE_MODEL, tinyMoeFile } from '../../fixtures/fixture-paths.ts';
 
-const FIXTURE_MODEL = '../shared/fixtures/tiny-moe';
 type Swapped = LoggedExchange;
 
 /** A backend whose forward only feeds its counter with the picks it is handed (the step's trace rows). */
@@ -127,8 +127,8 @@ describe('lockstep: engine-side driver vs simulator', () => {
     sameState(driver.controller, sim.controller);
   });
 
-  it('makes identical decisions on routing recorded from the real CPU backend', { skip: existsSync(join(FIXTURE_MODEL, 'config.json')) ? false : 'fixture model not found' }, async () => {
-    const model = await loadModel(FIXTURE_MODEL, { name: 'tiny-moe' });
+  it('makes identical decisions on routing recorded from the real CPU backend', async () => {
+    const model = await loadModel(TINY_MOE_MODEL, { name: 'tiny-moe' });
     const spec = model.spec;
     const g: Geometry = { layers: spec.numLayers, experts: spec.numExperts, topK: spec.topK, hotPerLayer: 49 };
     const set = loadTraces(FIXTURE_TRACES, { only: ['en'] });
@@ -142,7 +142,7 @@ describe('lockstep: engine-side driver vs simulator', () => {
     backend.banks.swapRows = (layer: number, hotRow: number, coldRow: number) => { engineSwaps.push([stepNow, layer, hotRow, coldRow]); swapRows(layer, hotRow, coldRow); };
 
     // Three concurrent requests from the parity set (German, Japanese, English): each prefills, then decodes.
-    const parity = JSON.parse(readFileSync(join(FIXTURE_MODEL, 'parity.json'), 'utf8')) as { cases: { domain: string; prompt_ids: number[] }[] };
+    const parity = JSON.parse(readFileSync(tinyMoeFile('parity.json'), 'utf8')) as { cases: { domain: string; prompt_ids: number[] }[] };
     const prompts = ['de', 'ja', 'en'].map((d) => parity.cases.find((c) => c.domain === d)!.prompt_ids);
     const file = join(mkdtempSync(join(tmpdir(), 'lockstep-')), 'cpu.jsonl');
     const { recorder, close } = openTraceFile(file, { layers: g.layers, experts: g.experts, topK: g.topK }, 'lockstep test');

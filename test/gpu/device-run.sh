@@ -24,7 +24,7 @@ t=$SECONDS; PORT=18347; BACKEND=${DRY:+cpu}; BACKEND=${BACKEND:-cuda}
 node dist/residency.mjs serve --backend $BACKEND --hot 49 --adapt --port $PORT > "$R/cli-serve.log" 2>&1 & spid=$!
 timeout 40 node -e '
 const url = `http://127.0.0.1:${process.argv[1]}`;
-const p = JSON.parse(require("fs").readFileSync(process.env.MOE_FIXTURE_DIR + "/parity.json", "utf8")).cases[7].prompt_ids;
+const p = JSON.parse(require("fs").readFileSync("fixtures/tiny-moe/parity.json", "utf8")).cases[7].prompt_ids;
 (async () => {
   for (let i = 0; i < 150; i++) { try { await fetch(url + "/health"); break; } catch { await new Promise((r) => setTimeout(r, 200)); } }
   const r = await fetch(url + "/v1/completions", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: p, max_tokens: 40, temperature: 0, ignore_eos: true }) });

@@ -1,13 +1,14 @@
-// The family fixtures on the device: $FAMILY_FIXTURES, comma-separated folders in the format of
-// ../shared/fixtures/README.md (parity.json: 8 cases, greedy steps, top-5 logits, routing). For each: greedy
+// The family fixtures on the device: $FAMILY_FIXTURES, comma-separated family names or "all", each
+// checkpoint generated from fixtures/<family>/config.json and checked against fixtures/<family>/parity.json (the
+// format of fixtures/README.md: 8 cases, greedy steps, top-5 logits, routing). For each: greedy
 // tokens against the transformers float32 references (mismatches only at reported near-ties), top-5 logits,
 // routing ids against the references (mismatches reported with the reference's weight gap), CUDA vs the CPU
 // backend (the spec) on the same teacher-forced run, and half the experts cold giving the very same logits.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { basename, join } from 'node:path';
+import { join } from 'node:path';
 import { loadModel } from '../../src/model/load.ts';
 import { loadModelFor } from '../../src/backend/load-for.ts';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
@@ -18,12 +19,16 @@ import type { BankPlacement } from '../../src/backend/slot-tables.ts';
 import { normErr } from './harness.ts';
 import { report } from './model.gpu.ts';
 import { HUB_FP8, writeTwins } from '../fp8-twin.ts';
+import { FAMILIES, familyCheckpoint, familyParity, type Family } from '../../fixtures/fixture-paths.ts';
 
 interface Step { token: number; top5_ids: number[]; top5_logits: number[]; routing: number[][]; routing_weights: number[][] }
 interface Case { prompt_ids: number[]; prefill_routing: number[][][]; steps: Step[] }
 interface Fixture { cases: Case[]; moe_layers: number[] }
 
-const dirs = (process.env['FAMILY_FIXTURES'] ?? '').split(',').filter((d) => d && existsSync(join(d, 'parity.json')));
+const named = (process.env['FAMILY_FIXTURES'] ?? '').split(',').filter((f) => f !== '');
+const unknown = named.filter((f) => f !== 'all' && !(FAMILIES as readonly string[]).includes(f));
+if (unknown.length > 0) throw new Error(`FAMILY_FIXTURES: unknown ${unknown.join(', ')}; expected "all" or some of ${FAMILIES.join(', ')}`);
+const fixtures = (named.includes('all') ? [...FAMILIES] : (named as Family[])).map((name) => ({ name, dir: familyCheckpoint(name) }));
 
 /** Prefill every case in one step, then teacher-forced decode steps (all cases batched), recording routing. */
 function run(be: Backend, cases: Case[]): StepOutput[] {
@@ -74,9 +79,9 @@ function differing(a: StepOutput[], b: StepOutput[]): number {
   return n;
 }
 
-for (const dir of dirs) {
-  test(`family fixture ${basename(dir)} on CUDA: greedy tokens and top-5 logits vs transformers, routing, CUDA vs CPU < 1e-3, half cold = all hot`, async () => {
-    const fx = JSON.parse(readFileSync(join(dir, 'parity.json'), 'utf8')) as Fixture;
+for (const { name, dir } of fixtures) {
+  test(`family fixture ${name} on CUDA: greedy tokens and top-5 logits vs transformers, routing, CUDA vs CPU < 1e-3, half cold = all hot`, async () => {
+    const fx = JSON.parse(readFileSync(familyParity(name), 'utf8')) as Fixture;
     const cases = fx.cases;
     const m = await loadModelFor(dir, 'cuda');
     const { vocabSize: V, topK: K, numExperts: E } = m.spec;
@@ -123,8 +128,8 @@ for (const dir of dirs) {
     // The spec: the CPU backend, the same run.
     const vsCpu = worstErr(gpu, await cpuRun(dir, cases), cases.length, V);
     const steps = cases[0]!.steps.length;
-    report[`family_${basename(dir)}`] = { cases: cases.length, steps, tokenMismatch, maxTopErr, routeMismatch, routeChecks, vsCpu, placementDiffs, tensorCoreDecodeVsGemv: tcErr, notes };
-    console.log(`# family ${basename(dir)}: ${cases.length} cases x ${steps} steps, ${tokenMismatch} token flips vs transformers, top-5 logit err ${maxTopErr.toExponential(2)}, routing ${routeMismatch}/${routeChecks} differ, vs CPU ${vsCpu.toExponential(2)}, half cold vs all hot ${placementDiffs} logits differ, tensor-core decode vs gemv ${tcErr.toExponential(2)}`);
+    report[`family_${name}`] = { cases: cases.length, steps, tokenMismatch, maxTopErr, routeMismatch, routeChecks, vsCpu, placementDiffs, tensorCoreDecodeVsGemv: tcErr, notes };
+    console.log(`# family ${name}: ${cases.length} cases x ${steps} steps, ${tokenMismatch} token flips vs transformers, top-5 logit err ${maxTopErr.toExponential(2)}, routing ${routeMismatch}/${routeChecks} differ, vs CPU ${vsCpu.toExponential(2)}, half cold vs all hot ${placementDiffs} logits differ, tensor-core decode vs gemv ${tcErr.toExponential(2)}`);
     for (const n of notes.slice(0, 12)) console.log(`#   ${n}`);
     assert.ok(vsCpu < 1e-3, `CUDA vs CPU normalized logit error ${vsCpu}`);
     assert.equal(placementDiffs, 0, 'placement changed a result');
@@ -137,9 +142,9 @@ for (const dir of dirs) {
 // DeepSeek-V3's hub format on the device: the fixture's block-FP8 twin (test/fp8-twin.ts, written as
 // make-checkpoint --format fp8 does) against the CPU backend on the same FP8 checkpoint (the references are the
 // bf16 weights', not these), half the experts cold, and decode through the tensor-core products.
-for (const dir of dirs.filter((d) => basename(d) === 'deepseek-v3-tiny')) {
+for (const { name, dir } of fixtures.filter((f) => f.name === 'deepseek-v3-tiny')) {
   test('family fixture deepseek-v3-tiny in block FP8 on CUDA: vs the CPU on the same FP8 weights < 1e-3, half cold = all hot, tensor-core decode = gemv', async () => {
-    const cases = (JSON.parse(readFileSync(join(dir, 'parity.json'), 'utf8')) as Fixture).cases;
+    const cases = (JSON.parse(readFileSync(familyParity(name), 'utf8')) as Fixture).cases;
     const root = mkdtempSync(join(tmpdir(), 'ds-fp8-'));
     try {
       const fp8 = join(root, 'fp8');
@@ -168,9 +173,9 @@ for (const dir of dirs.filter((d) => basename(d) === 'deepseek-v3-tiny')) {
 // cos and sin unscaled, the softmax scale times (0.1 ln 40 + 1)^2): the fixture's weights under that config, CUDA
 // against the CPU backend (the spec; transformers' formula is checked in src/model/families/families.test.ts), half
 // the experts cold.
-for (const dir of dirs.filter((d) => basename(d) === 'deepseek-v3-tiny')) {
+for (const { name, dir } of fixtures.filter((f) => f.name === 'deepseek-v3-tiny')) {
   test('family fixture deepseek-v3-tiny under DeepSeek\'s YaRN (factor 40, mscale_all_dim 1) on CUDA: vs the CPU < 1e-3, half cold = all hot', async () => {
-    const cases = (JSON.parse(readFileSync(join(dir, 'parity.json'), 'utf8')) as Fixture).cases;
+    const cases = (JSON.parse(readFileSync(familyParity(name), 'utf8')) as Fixture).cases;
     const root = mkdtempSync(join(tmpdir(), 'ds-yarn-'));
     try {
       for (const f of readdirSync(dir)) if (f !== 'config.json') symlinkSync(join(dir, f), join(root, f));

@@ -1,9 +1,8 @@
 // Shared helpers of the device-run tests: the driver, the kernels, random bf16 data, normalized error.
-import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
 import { loadDriver, type CudaDriver } from '../../src/backend/cuda/driver/driver.ts';
 import { loadKernels, type KernelName } from '../../src/backend/cuda/driver/kernels.ts';
 import { mulberry32 } from '../../src/backend/cpu/synthetic.ts';
+import { TINY_MOE, TINY_MOE_MODEL } from '../../fixtures/fixture-paths.ts';
 
 export interface Gpu {
   d: CudaDriver;
@@ -20,20 +19,14 @@ export async function getGpu(): Promise<Gpu> {
   return gpu;
 }
 
-/**
- * The folder holding parity.json: $MOE_FIXTURE_DIR (set by .gpu/boot.sh), .gpu-cuda/ (a carried copy, for
- * GPU runs where .gpu holds no fixture), or ../shared/fixtures/tiny-moe beside the repo.
- */
+/** The folder holding tiny-moe's parity.json: the repository's fixtures/tiny-moe. */
 export function fixtureDir(): string {
-  const candidates = [process.env['MOE_FIXTURE_DIR'], resolve(process.cwd(), '.gpu-cuda'), resolve(process.cwd(), '../shared/fixtures/tiny-moe')];
-  for (const c of candidates) if (c && existsSync(resolve(c, 'parity.json'))) return c;
-  return resolve(process.cwd(), '../shared/fixtures/tiny-moe');
+  return TINY_MOE;
 }
 
 /** The model folder: the repo's tracked copy of tiny-moe. */
 export function modelDir(): string {
-  const repo = resolve(process.cwd(), 'models/tiny-moe');
-  return existsSync(repo) ? repo : fixtureDir();
+  return TINY_MOE_MODEL;
 }
 
 /** Fresh random values each run (seeded from the clock; the seed is printed for replay). */

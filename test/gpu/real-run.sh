@@ -2,8 +2,8 @@
 # One device call for the real-size checks of every format and family the CUDA backend computes: makes 2-layer
 # make-checkpoint folders with references (qwen3-30b-a3b bf16 and --format fp8, mixtral-8x7b, gpt-oss-120b in
 # MXFP4, deepseek-v3), then on each the real-size test (greedy tokens vs transformers, CUDA vs CPU, NaN refusal) and, for the
-# 128-expert ones, the tiered moves test; and the family fixtures carried in .gpu/ (FAMILY_FIXTURES) against
-# their parity.json. Each stage has its own time limit; logs and a summary in $OUT.
+# 128-expert ones, the tiered moves test; and the family fixtures (FAMILY_FIXTURES, generated from the repo)
+# against their parity.json. Each stage has its own time limit; logs and a summary in $OUT.
 #   source .gpu/boot.sh && bash test/gpu/real-run.sh [stage ...]   (stages: q2 q2f mx2 g2 ds2 ds2y ds2f q16f fixtures; default all but ds2* and q16f;
 #   stage times: docs/results.md, "Device call times"). Run nothing else that makes checkpoints beside it: after two
 #   concurrent make-checkpoint runs, node once failed to exec (ENOENT).
@@ -27,13 +27,9 @@ if has ds2y; then
   tail -2 "$OUT/ds2y-refs.log" | tee -a "$OUT/summary.txt"
 fi
 if has fixtures; then
-  # A fixture carried as .gpu/<name>.tar.xz (too big to carry plain; packed without its tokenizer.json, the
-  # tiny-moe one they all share) is unpacked beside the plain ones first.
-  for t in .gpu/*-tiny*.tar.xz; do
-    [ -e "$t" ] || continue
-    d=.gpu/$(basename "$t" .tar.xz); tar -C .gpu -xJf "$t" && { [ -e "$d/tokenizer.json" ] || cp .gpu/tiny-moe/tokenizer.json "$d/"; } || echo "unpacking $t failed" | tee -a "$OUT/summary.txt"
-  done
-  FIX=$(ls -d .gpu/*-tiny*/ 2>/dev/null | sed "s:/$::" | paste -sd, -)
+  # The five random-weight families (FAMILY_FIXTURES: names, default all): the tests generate each checkpoint
+  # from fixtures/<family>/config.json and check it against fixtures/<family>/parity.json.
+  FIX=${FAMILY_FIXTURES:-all}
   FAMILY_FIXTURES=$FIX OUT=$OUT timeout 150 node --test-name-pattern="family fixture" dist/gpu-tests.mjs > "$OUT/t-fixtures.log" 2>&1
   echo "fixtures ($FIX) rc=$?: $(grep -cE '^ok ' "$OUT/t-fixtures.log") ok, $(grep -cE '^not ok ' "$OUT/t-fixtures.log") not ok" | tee -a "$OUT/summary.txt"
   grep -E "^# (family|  )" "$OUT/t-fixtures.log" | cut -c1-300 | tee -a "$OUT/summary.txt"

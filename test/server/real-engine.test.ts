@@ -12,9 +12,9 @@ import type { ResidencyDriver } from '../../src/engine/residency-driver.ts';
 import { loadModel, type LoadedModel } from '../../src/model/load.ts';
 import { startServing, type Serving } from '../../src/server/boot.ts';
 import { post, readSse, sseText } from './helpers.ts';
+import { tinyMoeFile } from '../../fixtures/fixture-paths.ts';
 
 const MODEL_DIR = resolve(process.cwd(), 'models/tiny-moe');
-const PARITY = resolve(process.cwd(), '../shared/fixtures/tiny-moe/parity.json');
 const quiet = () => {};
 
 let model: LoadedModel;
@@ -35,7 +35,7 @@ describe('greedy completions on the real engine', () => {
   after(async () => { await s.close(); });
 
   test('token-id prompts from the parity set: HTTP text == backend greedy text, streamed or not', async () => {
-    const cases = (JSON.parse(readFileSync(PARITY, 'utf8')) as { cases: { domain: string; prompt_ids: number[] }[] }).cases;
+    const cases = (JSON.parse(readFileSync(tinyMoeFile('parity.json'), 'utf8')) as { cases: { domain: string; prompt_ids: number[] }[] }).cases;
     for (const c of [cases[0]!, cases[7]!, cases[13]!]) {
       const want = referenceText(c.prompt_ids, 24);
       const body = { prompt: c.prompt_ids, max_tokens: 24, temperature: 0, ignore_eos: true };

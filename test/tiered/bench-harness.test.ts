@@ -3,7 +3,6 @@
 // leaves less cold than the fixed map after the shift, and every lane's moves go through the product's banks.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { fileURLToPath } from 'node:url';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
 import { loadModel } from '../../src/model/load.ts';
 import { loadTokenizer } from '../../src/model/tokenizer.ts';
@@ -11,9 +10,9 @@ import { topHMap } from '../../src/sim/fit.ts';
 import { lruPolicy } from '../../src/sim/policies/lru.ts';
 import { runPolicy } from '../../bench/tiered/run-policy.ts';
 import { loadDocs, parsePhases } from '../../bench/tiered/traffic.ts';
+import { TINY_MOE_MODEL as dir, tinyMoeFile } from '../../fixtures/fixture-paths.ts';
 
-const dir = fileURLToPath(new URL('../../models/tiny-moe', import.meta.url));
-const prompts = fileURLToPath(new URL('../../../shared/fixtures/tiny-moe/prompts.json', import.meta.url));
+const prompts = tinyMoeFile('prompts.json.gz');
 
 test('bench:tiered harness: same routing for every policy, all hot never cold, hindsight beats fixed after the shift', async () => {
   const m = await loadModel(dir);

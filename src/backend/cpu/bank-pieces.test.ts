@@ -4,7 +4,7 @@
 // bf16-as-stored, block-FP8 and MXFP4 rows, a family with a dense layer; one and two threads, SIMD on and off.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createCpuBackend } from './cpu-backend.ts';
 import { CpuExpertBanks } from './banks.ts';
@@ -12,9 +12,9 @@ import { assertSameRecord, randomMap, recordRun } from './test-helpers.ts';
 import { loadModel } from '../../model/load.ts';
 import { moeLayerCount } from '../../model/spec.ts';
 import { ResidencyError } from '../../errors.ts';
+import { familyCheckpoint } from '../../../fixtures/fixture-paths.ts';
 
 const TINY = resolve(fileURLToPath(new URL('../../../models/tiny-moe', import.meta.url)));
-const FIXTURES = resolve(fileURLToPath(new URL('../../../../shared/fixtures', import.meta.url)));
 const sched = { swapsPerStep: 3, seed: 5, token: (f: number, i: number, s: number) => f * 7 + i * 13 + s, counted: (i: number) => i % 3 !== 1 };
 const batches = [[[1, 5, 9, 2]], [[3, 4], [7, 8, 10, 11, 12], [6]]];
 
@@ -23,9 +23,9 @@ const ALL = [[1, false], [1, true], [2, false], [2, true]] as const;
 const cases: readonly Case[] = [
   ['tiny-moe float32', () => loadModel(TINY, { raw: false, bf16: 'float32' }), 40, ALL],
   ['tiny-moe bf16 as stored', () => loadModel(TINY, { raw: false, bf16: 'stored' }), 40, ALL],
-  ['qwen3-moe-fp8-tiny (block FP8 rows)', () => loadModel(join(FIXTURES, 'qwen3-moe-fp8-tiny'), { raw: false }), 5, [[1, false], [2, true]]],
-  ['gpt-oss-tiny-mxfp4 (MXFP4 rows with biases)', () => loadModel(join(FIXTURES, 'gpt-oss-tiny-mxfp4'), { raw: false }), 7, [[1, false], [2, true]]],
-  ['deepseek-v3-tiny (dense layer 0)', () => loadModel(join(FIXTURES, 'deepseek-v3-tiny'), { raw: false }), 13, [[1, true], [2, false]]],
+  ['qwen3-moe-fp8-tiny (block FP8 rows)', () => loadModel(familyCheckpoint('qwen3-moe-fp8-tiny'), { raw: false }), 5, [[1, false], [2, true]]],
+  ['gpt-oss-tiny-mxfp4 (MXFP4 rows with biases)', () => loadModel(familyCheckpoint('gpt-oss-tiny-mxfp4'), { raw: false }), 7, [[1, false], [2, true]]],
+  ['deepseek-v3-tiny (dense layer 0)', () => loadModel(familyCheckpoint('deepseek-v3-tiny'), { raw: false }), 13, [[1, true], [2, false]]],
 ];
 
 describe('bank pieces', () => {

@@ -4,20 +4,17 @@
 // unchanged model's run.
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { loadModel } from '../../model/load.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { ModelWeights } from '../../model/weights.ts';
 import { recordFresh } from './test-helpers.ts';
+import { familyCheckpoint } from '../../../fixtures/fixture-paths.ts';
 
-const DIR = join(resolve(fileURLToPath(new URL('../../../../shared/fixtures', import.meta.url))), 'deepseek-v3-tiny');
 const sched = { swapsPerStep: 0, seed: 3, token: (f: number, i: number, s: number) => f * 5 + i * 11 + s, counted: () => true };
 const batches = [[[3, 17, 40, 2, 9, 31]], [[5, 6], [70, 8, 12]]];
 
-it('MLA: the softmax scale is MlaSpec.softmaxScale (twice it = q_b_proj twice, bit for bit)', { skip: !existsSync(DIR) && 'no deepseek-v3-tiny fixture' }, async () => {
-  const { spec, weights } = await loadModel(DIR, { raw: false });
+it('MLA: the softmax scale is MlaSpec.softmaxScale (twice it = q_b_proj twice, bit for bit)', async () => {
+  const { spec, weights } = await loadModel(familyCheckpoint('deepseek-v3-tiny'), { raw: false });
   const sharper: ModelSpec = { ...spec, mla: { ...spec.mla!, softmaxScale: 2 * spec.mla!.softmaxScale } };
   const doubledQ: ModelWeights = {
     ...weights,

@@ -7,8 +7,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { createCpuBackend } from './cpu-backend.ts';
 import { TAKEN_EXPERT } from './banks.ts';
 import { assertSameRecord, corruptCopy, randomMap, recordRun } from './test-helpers.ts';
@@ -16,8 +14,8 @@ import { loadModel } from '../../model/load.ts';
 import { loadModelFor } from '../load-for.ts';
 import { moeLayerIds } from '../../model/spec.ts';
 import { ResidencyError } from '../../errors.ts';
+import { familyCheckpoint } from '../../../fixtures/fixture-paths.ts';
 
-const FIXTURES = resolve(fileURLToPath(new URL('../../../../shared/fixtures', import.meta.url)));
 const sched = { swapsPerStep: 3, seed: 5, token: (f: number, i: number, s: number) => f * 7 + i * 13 + s, counted: (i: number) => i % 3 !== 1 };
 const batches = [[[1, 5, 9, 2]], [[3, 4], [7, 8, 10, 11, 12], [6]]];
 
@@ -25,7 +23,7 @@ describe('streamed experts of the families and block FP8', () => {
   for (const [name, hot] of [['mixtral-tiny', 5], ['olmoe-tiny', 20], ['deepseek-v3-tiny', 13], ['qwen3-moe-fp8-tiny', 5]] as const) {
     for (const [threads, simd] of [[1, false], [1, true], [2, false], [2, true]] as const) {
       it(`${name}, ${threads} thread(s), SIMD ${simd ? 'on' : 'off'}: the same bytes as banks filled from loaded experts`, async () => {
-        const dir = join(FIXTURES, name);
+        const dir = familyCheckpoint(name);
         const loaded = await loadModel(dir, { raw: false });
         const streamed = await loadModel(dir, { raw: false, streamExperts: true });
         const ids = moeLayerIds(streamed.spec);
@@ -51,8 +49,8 @@ describe('streamed experts of the families and block FP8', () => {
   }
 
   it('the CPU load streams the families\' and FP8 experts; gpt-oss\'s stacked MXFP4 experts are loaded', async () => {
-    for (const name of ['mixtral-tiny', 'olmoe-tiny', 'deepseek-v3-tiny', 'qwen3-moe-fp8-tiny', 'gpt-oss-tiny-mxfp4']) {
-      const m = await loadModelFor(join(FIXTURES, name), 'cpu');
+    for (const name of ['mixtral-tiny', 'olmoe-tiny', 'deepseek-v3-tiny', 'qwen3-moe-fp8-tiny', 'gpt-oss-tiny-mxfp4'] as const) {
+      const m = await loadModelFor(familyCheckpoint(name), 'cpu');
       const e = m.weights.layers[moeLayerIds(m.spec)[0]!]!.experts[1]!;
       assert.equal(e.stored !== undefined, name !== 'gpt-oss-tiny-mxfp4', name);
       const b = createCpuBackend(m.spec, m.weights, { threads: 1 });
@@ -61,7 +59,7 @@ describe('streamed experts of the families and block FP8', () => {
     }
   });
 
-  const FP8 = join(FIXTURES, 'qwen3-moe-fp8-tiny');
+  const FP8 = familyCheckpoint('qwen3-moe-fp8-tiny');
   const tensor = 'model.layers.1.mlp.experts.3.up_proj.weight';
   for (const [what, name, at, bytes, message] of [
     ['a NaN byte', tensor, 7, [0x7f], new RegExp(`tensor "${tensor.replaceAll('.', '\\.')}": element 7 of 256x256 is NaN`)],

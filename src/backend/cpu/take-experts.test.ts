@@ -3,7 +3,7 @@
 // two threads), leave the loaded weights without their routed experts, and refuse a second backend over them.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createCpuBackend } from './cpu-backend.ts';
 import { TAKEN_EXPERT } from './banks.ts';
@@ -13,8 +13,8 @@ import { loadModel } from '../../model/load.ts';
 import { moeLayerIds, type ModelSpec } from '../../model/spec.ts';
 import type { ModelWeights } from '../../model/weights.ts';
 import { ResidencyError } from '../../errors.ts';
+import { familyCheckpoint } from '../../../fixtures/fixture-paths.ts';
 
-const FIXTURES = resolve(fileURLToPath(new URL('../../../../shared/fixtures', import.meta.url)));
 const sched = { swapsPerStep: 3, seed: 5, token: (f: number, i: number, s: number) => f * 7 + i * 13 + s, counted: (i: number) => i % 3 !== 1 };
 const batches = [[[1, 5, 9, 2]], [[3, 4], [7, 8, 10, 11, 12], [6]]];
 
@@ -43,5 +43,5 @@ function compare(name: string, load: () => Promise<{ spec: ModelSpec; weights: M
 }
 
 compare('synthetic float32', async () => syntheticModel({ seed: 3, numExperts: 16, topK: 4 }), 10);
-compare('block FP8 fixture', () => loadModel(join(FIXTURES, 'qwen3-moe-fp8-tiny'), { raw: false }), 5);
+compare('block FP8 fixture', () => loadModel(familyCheckpoint('qwen3-moe-fp8-tiny'), { raw: false }), 5);
 compare('tiny-moe, bf16 kept as stored', () => loadModel(resolve(fileURLToPath(new URL('../../../models/tiny-moe', import.meta.url))), { raw: false, bf16: 'stored' }), 40);

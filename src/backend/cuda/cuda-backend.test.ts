@@ -2,6 +2,7 @@
 // allocated, the KV pool's limits, pieces planned and graphs keyed as documented, nothing left after dispose.
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { familyCheckpoint, familyConfig } from '../../../fixtures/fixture-paths.ts';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -109,8 +110,7 @@ test('cuda backend, mixtral (fake driver): its own router and expert names, no q
   const { readFileSync } = await import('node:fs');
   const { parseConfig } = await import('../../model/config.ts');
   const { checkCudaSupport } = await import('./support.ts');
-  const fixtures = join(process.cwd(), '..', 'shared', 'fixtures');
-  const cfg = JSON.parse(readFileSync(join(fixtures, 'mixtral-tiny', 'config.json'), 'utf8'));
+  const cfg = JSON.parse(readFileSync(familyConfig('mixtral-tiny'), 'utf8'));
   // The fixture's head_dim of 32 is one the attention kernels take; 16 is not.
   assert.doesNotThrow(() => checkCudaSupport(parseConfig(cfg, 'mixtral-tiny')));
   assert.throws(() => checkCudaSupport(parseConfig({ ...cfg, head_dim: 16 }, 'mixtral-16')), /head_dim 16 \(the attention kernels take 32, 64 or 128\)/);
@@ -127,7 +127,7 @@ test('cuda backend, mixtral (fake driver): its own router and expert names, no q
   be.dispose();
   assert.deepEqual(d.liveByKind(), {});
   // What the latent attention kernels do not take is refused by name.
-  const ds = JSON.parse(readFileSync(join(fixtures, 'deepseek-v3-tiny', 'config.json'), 'utf8'));
+  const ds = JSON.parse(readFileSync(familyConfig('deepseek-v3-tiny'), 'utf8'));
   assert.doesNotThrow(() => checkCudaSupport(parseConfig(ds, 'ds')));
   assert.throws(() => checkCudaSupport(parseConfig({ ...ds, kv_lora_rank: 1024 }, 'ds')), /kv_lora_rank 1024 \(the latent attention kernels take a multiple of 32, at most 512\)/);
   assert.throws(() => checkCudaSupport(parseConfig({ ...ds, q_lora_rank: 48 }, 'ds')), /q_lora_rank 48 is not a multiple of 32/);
@@ -136,7 +136,7 @@ test('cuda backend, mixtral (fake driver): its own router and expert names, no q
 
 test('cuda backend, deepseek-v3 (fake driver): latent attention launches, dense layer 0 with its MLP, shared expert, group router; banks and counter for the MoE layers only', async () => {
   const { loadModelFor } = await import('../load-for.ts');
-  const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'deepseek-v3-tiny');
+  const dir = familyCheckpoint('deepseek-v3-tiny');
   const m = await loadModelFor(dir, 'cuda');
   const s = m.spec;
   assert.deepEqual(s.moeLayers, [1, 2, 3]);
@@ -170,7 +170,7 @@ test('cuda backend, deepseek-v3 (fake driver): latent attention launches, dense 
 test('cuda backend, deepseek-v3 in block FP8 (fake driver): every linear but the router as stored, the absorb kernels reading kv_b_proj in FP8', async () => {
   const { readFileSync } = await import('node:fs');
   const { parseConfig } = await import('../../model/config.ts');
-  const cfg = JSON.parse(readFileSync(join(process.cwd(), '..', 'shared', 'fixtures', 'deepseek-v3-tiny', 'config.json'), 'utf8'));
+  const cfg = JSON.parse(readFileSync(familyConfig('deepseek-v3-tiny'), 'utf8'));
   const s = parseConfig({ ...cfg, quantization_config: { quant_method: 'fp8', fmt: 'e4m3', activation_scheme: 'dynamic', weight_block_size: [128, 128] } }, 'ds-fp8');
   assert.equal(s.quantization?.method, 'fp8');
   // As make-checkpoint --format fp8 stores it: F8_E4M3 values and a float32 weight_scale_inv per [128, 128] block.
@@ -206,7 +206,7 @@ test('cuda backend, deepseek-v3 in block FP8 (fake driver): every linear but the
 
 test('cuda backend, olmoe (fake driver): q and k normed over the whole projections in their own launch, before attention with no per-head norm', async () => {
   const { loadModelFor } = await import('../load-for.ts');
-  const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'olmoe-tiny');
+  const dir = familyCheckpoint('olmoe-tiny');
   const m = await loadModelFor(dir, 'cuda');
   assert.equal(m.spec.qkNorm, 'whole');
   const d = new FakeCudaDriver();

@@ -3,15 +3,15 @@
 // layer added in a shard of its own gives the weights of the fixture without it.
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadModel } from '../load.ts';
 import { float32ToBF16Bytes, writeSafetensors } from '../safetensors-writer.ts';
-import { REPO_ROOT, withTempDir } from '../test-helpers.ts';
+import { withTempDir } from '../test-helpers.ts';
+import { familyCheckpoint } from '../../../fixtures/fixture-paths.ts';
 
-const DIR = join(REPO_ROOT, '..', 'shared', 'fixtures', 'deepseek-v3-tiny');
-
-it('deepseek_v3: an MTP layer (num_nextn_predict_layers 1, its tensors after the last layer) is left unread; the weights are the fixture\'s', { skip: !existsSync(DIR) && 'no deepseek-v3-tiny fixture' }, async () => {
+it('deepseek_v3: an MTP layer (num_nextn_predict_layers 1, its tensors after the last layer) is left unread; the weights are the fixture\'s', async () => {
+  const DIR = familyCheckpoint('deepseek-v3-tiny');
   await withTempDir(async (dir) => {
     for (const f of readdirSync(DIR)) if (f !== 'config.json' && f !== 'model.safetensors.index.json') symlinkSync(join(DIR, f), join(dir, f));
     const config = JSON.parse(readFileSync(join(DIR, 'config.json'), 'utf8')) as { num_hidden_layers: number; hidden_size: number };

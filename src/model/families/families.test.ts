@@ -2,18 +2,15 @@
 // backend computes, and what the engine does not implement is refused naming the key.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
 import { parseConfig } from '../config.ts';
 import { moeLayerIds } from '../spec.ts';
 import { rejectsWith } from '../test-helpers.ts';
-import { REPO_ROOT } from '../test-helpers.ts';
+import { familyConfig, type Family } from '../../../fixtures/fixture-paths.ts';
 
-const FIXTURES = join(REPO_ROOT, '..', 'shared', 'fixtures');
-const config = (dir: string): Record<string, unknown> => JSON.parse(readFileSync(join(FIXTURES, dir, 'config.json'), 'utf8')) as Record<string, unknown>;
-const have = (dir: string): boolean => existsSync(join(FIXTURES, dir, 'config.json'));
+const config = (family: Family): Record<string, unknown> => JSON.parse(readFileSync(familyConfig(family), 'utf8')) as Record<string, unknown>;
 
-describe('mixtral config', { skip: !have('mixtral-tiny') && 'no fixture' }, () => {
+describe('mixtral config', () => {
   it('parses: softmax top-2 renormalized, GQA, no q/k norm', () => {
     const s = parseConfig(config('mixtral-tiny'), 'm');
     assert.equal(s.architecture, 'mixtral');
@@ -37,7 +34,7 @@ describe('mixtral config', { skip: !have('mixtral-tiny') && 'no fixture' }, () =
   }
 });
 
-describe('olmoe config', { skip: !have('olmoe-tiny') && 'no fixture' }, () => {
+describe('olmoe config', () => {
   it('parses: top-8 of 32 without renormalization, q/k norm over the whole projection', () => {
     const s = parseConfig(config('olmoe-tiny'), 'o');
     assert.equal(s.architecture, 'olmoe');
@@ -56,7 +53,7 @@ describe('olmoe config', { skip: !have('olmoe-tiny') && 'no fixture' }, () => {
   }
 });
 
-describe('deepseek_v3 config', { skip: !have('deepseek-v3-tiny') && 'no fixture' }, () => {
+describe('deepseek_v3 config', () => {
   it('parses: MLA, layer 0 dense, group-limited sigmoid router x 2.5, one shared expert', () => {
     const s = parseConfig(config('deepseek-v3-tiny'), 'd');
     assert.equal(s.architecture, 'deepseek_v3');
@@ -133,7 +130,7 @@ describe('deepseek_v3 config', { skip: !have('deepseek-v3-tiny') && 'no fixture'
   });
 });
 
-describe('gpt_oss config', { skip: !have('gpt-oss-tiny-mxfp4') && 'no fixture' }, () => {
+describe('gpt_oss config', () => {
   it('parses: sinks, alternating sliding (16) and full layers, YaRN, biased router, clamped SwiGLU', () => {
     const s = parseConfig(config('gpt-oss-tiny-mxfp4'), 'g');
     assert.equal(s.architecture, 'gpt_oss');
@@ -168,7 +165,6 @@ describe('model_type', () => {
     await rejectsWith(() => parseConfig({ model_type: 'llama' }, 'x'), 'UNSUPPORTED_MODEL', /"llama" is not supported; only "qwen3_moe", "mixtral"/);
   });
   it('a wrong field type names the field', async () => {
-    if (!have('mixtral-tiny')) return;
     await rejectsWith(() => parseConfig({ ...config('mixtral-tiny'), num_local_experts: 'eight' }, 'm'), 'BAD_CONFIG', /field num_local_experts/);
   });
 });

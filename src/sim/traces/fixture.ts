@@ -1,7 +1,8 @@
-// Reads the fixture trace layout: <domain>.bin = uint8[tokens][layers][top_k] plus index.json.
+// Reads the fixture trace layout: <domain>.bin (or .bin.gz) = uint8[tokens][layers][top_k] plus index.json.
 import { readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { ResidencyError } from '../../errors.ts';
+import { readFileUnzipped } from '../../util/gzip-file.ts';
 import { validateTrace, traceSet, type RoutingTrace, type TraceSet } from './trace.ts';
 
 interface IndexDomain {
@@ -19,6 +20,12 @@ const isPosInt = (v: unknown): v is number => Number.isInteger(v) && (v as numbe
 /** True when `dir` looks like the fixture layout (an index.json next to .bin files). */
 export function isFixtureDir(dir: string): boolean {
   return existsSync(join(dir, 'index.json'));
+}
+
+/** The file of a domain's routing: `<domain>.bin`, or `<domain>.bin.gz` as a checkout keeps it. */
+export function traceFile(dir: string, domain: string): string {
+  const plain = join(dir, `${domain}.bin`);
+  return existsSync(plain) || !existsSync(`${plain}.gz`) ? plain : `${plain}.gz`;
 }
 
 /** Loads every domain listed in `dir/index.json` (or only `only`, when given). */
@@ -46,10 +53,10 @@ export function readFixtureTraces(dir: string, only?: readonly string[]): TraceS
     const tokens = field(d as unknown as Record<string, unknown>, 'tokens', where, isPosInt, 'a positive integer');
     const docStarts = field(d as unknown as Record<string, unknown>, 'doc_starts', where,
       (v): v is number[] => Array.isArray(v) && v.every((x) => Number.isInteger(x)), 'an array of integers');
-    const bin = join(dir, `${name}.bin`);
+    const bin = traceFile(dir, name);
     let bytes: Buffer;
     try {
-      bytes = readFileSync(bin);
+      bytes = readFileUnzipped(bin);
     } catch (err) {
       throw new ResidencyError('BAD_TRACE', `${bin}: cannot read (${(err as Error).message})`, { cause: err });
     }

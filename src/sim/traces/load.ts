@@ -1,4 +1,4 @@
-// Loads traces from a path: a fixture directory (index.json + .bin), a directory of .jsonl files, or one .jsonl file.
+// Loads traces from a path: a fixture directory (index.json + .bin or .bin.gz), a directory of .jsonl files, or one .jsonl file.
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { ResidencyError } from '../../errors.ts';
@@ -22,5 +22,5 @@ export function loadTraces(path: string, opts: { only?: readonly string[]; exper
   return traceSet(traces, path);
 }
 
-/** The fixture traces' directory, relative to the repository root (tests and benches run from there). */
-export const FIXTURE_TRACES = '../shared/fixtures/tiny-moe/traces';
+/** The tiny-moe fixture's traces, relative to the repository root (tests and benches run from there). */
+export const FIXTURE_TRACES = 'fixtures/tiny-moe/traces';

@@ -5,9 +5,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { createCpuBackend, type CpuBackend } from '../cpu-backend.ts';
 import { syntheticModel } from '../synthetic.ts';
 import { bytesOf as bytes, randomMap, recordRun } from '../test-helpers.ts';
@@ -16,9 +16,8 @@ import type { ModelSpec } from '../../../model/spec.ts';
 import type { ModelWeights } from '../../../model/weights.ts';
 import type { BankPlacement } from '../../slot-tables.ts';
 import { ResidencyError } from '../../../errors.ts';
+import { TINY_MOE_MODEL as MODEL, tinyMoeFile } from '../../../../fixtures/fixture-paths.ts';
 
-const MODEL = resolve(process.cwd(), 'models/tiny-moe');
-const FIXTURE = resolve(process.cwd(), '../shared/fixtures/tiny-moe/parity.json');
 
 /** Everything a run produces, as bytes: per step logits, routing and weights; then counter and digest. */
 interface Trace {
@@ -79,11 +78,9 @@ test('synthetic model: threads 2 and 3 are bit-identical to 1 thread (batch 1 an
   await compareThreads(spec, weights, placements, batches, 6);
 });
 
-test('real model: threads 2 and 3 are bit-identical to 1 thread on parity prompts (batch 1 and 4, 49 hot, swaps)', { skip: !existsSync(MODEL) && `no model at ${MODEL}` }, async () => {
+test('real model: threads 2 and 3 are bit-identical to 1 thread on parity prompts (batch 1 and 4, 49 hot, swaps)', async () => {
   const { spec, weights } = await loadModel(MODEL);
-  const cases = existsSync(FIXTURE)
-    ? (JSON.parse(readFileSync(FIXTURE, 'utf8')) as { cases: { prompt_ids: number[] }[] }).cases.map((c) => c.prompt_ids)
-    : [[1, 2, 3, 400, 5000, 17, 99, 1024], [7, 7, 7, 300, 8000, 12], [5, 6, 7], [42, 4242]];
+  const cases = (JSON.parse(readFileSync(tinyMoeFile('parity.json'), 'utf8')) as { cases: { prompt_ids: number[] }[] }).cases.map((c) => c.prompt_ids);
   const pick = [cases[0]!, cases[5 % cases.length]!, cases[10 % cases.length]!, cases[20 % cases.length]!].map((p) => p.slice(0, 24));
   const placements: [string, BankPlacement | undefined][] = [
     ['all hot', undefined],

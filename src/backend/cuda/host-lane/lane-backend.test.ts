@@ -3,6 +3,7 @@
 // the lane, what other steps keep, which models it refuses, and that dispose stops it before anything is freed.
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { familyCheckpoint } from '../../../../fixtures/fixture-paths.ts';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -288,9 +289,9 @@ test('host lane: refused by name for experts it cannot compute; block FP8 taken,
   assert.match(hostLaneRefusal(spec, { ...row, gateUpBiasAt: 0 })!, /only one of its gate \| up and down products has biases/);
   assert.match(hostLaneRefusal({ ...spec, topK: 33 }, row)!, /it picks 33 experts a token \(a request carries 32 picks\)/);
 
-  // gpt-oss's MXFP4 rows as the banks lay them out (the shared tiny checkpoint: H = I = 128): gate | up rows
+  // gpt-oss's MXFP4 rows as the banks lay them out (the tiny gpt-oss checkpoint: H = I = 128): gate | up rows
   // interleaved (up unit j is row 2j + 1, H / 2 bytes after gate's), a scale byte a 32 values, biases, clamped SwiGLU.
-  const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'gpt-oss-tiny-mxfp4');
+  const dir = familyCheckpoint('gpt-oss-tiny-mxfp4');
   const { spec: g, tensors } = await loadModel(dir, { stream: true });
   const mx = expertRowLayout(tensors!, g);
   assert.equal(mx.format, 'mxfp4');

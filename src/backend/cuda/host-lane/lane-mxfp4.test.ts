@@ -5,8 +5,8 @@
 // float reference; and the threaded lane answering requests on such rows, an expert split with the GPU's side.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { familyCheckpoint } from '../../../../fixtures/fixture-paths.ts';
 import { availableParallelism } from 'node:os';
-import { join } from 'node:path';
 import { expertSpec, gpuDotMxfp4 } from './lane-spec.ts';
 import { HostExpertLane, MAILBOX } from './lane.ts';
 import { laneRow, type LaneRow } from './lane-row.ts';
@@ -178,9 +178,9 @@ test('MXFP4: NaN gate and up sums (+inf and -inf words in one load) give way to 
   }
 });
 
-test('MXFP4: a real expert row of the shared tiny gpt-oss checkpoint (its bank row as the uploads build it): the lane equals its spec and the dequantized float64 expert within float32 rounding', { skip: noCompiler }, async () => {
+test('MXFP4: a real expert row of the tiny gpt-oss checkpoint (its bank row as the uploads build it): the lane equals its spec and the dequantized float64 expert within float32 rounding', { skip: noCompiler }, async () => {
   const L = await lib();
-  const dir = join(process.cwd(), '..', 'shared', 'fixtures', 'gpt-oss-tiny-mxfp4');
+  const dir = familyCheckpoint('gpt-oss-tiny-mxfp4');
   const { spec, tensors } = await loadModel(dir, { stream: true });
   const layout = expertRowLayout(tensors!, spec);
   const at = laneRow(layout, spec), H = spec.hiddenSize, I = spec.expertIntermediate;

@@ -2,8 +2,8 @@
 // bytes the memory plan counts (bf16 vs block FP8 at Qwen3-30B-A3B shapes, MXFP4 at gpt-oss-120b's), without a GPU.
 import { describe, it } from 'node:test';
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import assert from 'node:assert/strict';
+import { familyConfig } from '../../../../fixtures/fixture-paths.ts';
 import { parseConfig } from '../../../model/config.ts';
 import { syntheticConfig } from '../../../model/synthetic.ts';
 import { mapTensorSource } from '../../../model/tensor-source.ts';
@@ -69,7 +69,7 @@ describe('weights on the device as stored', () => {
     assert.ok(hf >= 2 * hb - 1, `fp8 hot ${hf} vs bf16 ${hb}`);
   });
   it('gpt-oss-120b shapes, MXFP4 experts: a bank row is the stored blocks, scales and biases; the same budget holds ~3.7x the experts of bf16 rows', (t) => {
-    const fx = JSON.parse(readFileSync(join(process.cwd(), '..', 'shared', 'fixtures', 'gpt-oss-tiny-mxfp4', 'config.json'), 'utf8')) as Record<string, unknown>;
+    const fx = JSON.parse(readFileSync(familyConfig('gpt-oss-tiny-mxfp4'), 'utf8')) as Record<string, unknown>;
     const g = parseConfig({
       ...fx, vocab_size: 8192, hidden_size: 2880, intermediate_size: 2880, num_hidden_layers: 36, num_attention_heads: 64, num_key_value_heads: 8,
       head_dim: 64, num_local_experts: 128, num_experts_per_tok: 4, sliding_window: 128, max_position_embeddings: 131072,
