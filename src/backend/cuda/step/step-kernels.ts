@@ -23,7 +23,7 @@ import {
 } from './launches.ts';
 
 /** The kernel arguments of a product's FP8 scale grid (none for bf16). */
-function gridArgs(p: ProductWeights): Pick<GemmArgs, 'sRows' | 'sCols' | 'sLd'> {
+export function gridArgs(p: ProductWeights): Pick<GemmArgs, 'sRows' | 'sCols' | 'sLd'> {
   return p.grid ? { sRows: p.grid.sRows, sCols: p.grid.sCols, sLd: p.grid.sLd } : {};
 }
 
