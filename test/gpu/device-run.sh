@@ -15,9 +15,10 @@ pack() { tar czf "$OUT/results.tgz" -C "$R" . ; cp "$R/summary.txt" "$OUT/summar
 note() { echo "$*" | tee -a "$R/summary.txt"; }
 note "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
 
-t=$SECONDS; if [ -z "$DRY" ]; then OUT="$R" timeout 170 node dist/gpu-tests.mjs 2>&1 | tee "$R/test-gpu.log"; rc=${PIPESTATUS[0]}; else echo dry > "$R/test-gpu.log"; rc=dry; fi
+# (The op-by-op tests, ops.gpu.ts, run last in it: ~60 s more.)
+t=$SECONDS; if [ -z "$DRY" ]; then OUT="$R" timeout 230 node dist/gpu-tests.mjs 2>&1 | tee "$R/test-gpu.log"; rc=${PIPESTATUS[0]}; else echo dry > "$R/test-gpu.log"; rc=dry; fi
 note "test:gpu rc=$rc in $((SECONDS - t)) s: $(grep -cE '^ok ' "$R/test-gpu.log") ok, $(grep -cE '^not ok ' "$R/test-gpu.log") not ok"
-grep -E '^# (parity|vs cpu|long context|counter|churn|serve smoke|lifecycle)' "$R/test-gpu.log" | cut -c1-400 >> "$R/summary.txt"; pack
+grep -E '^# (parity|vs cpu|long context|counter|churn|serve smoke|lifecycle|op |ops )' "$R/test-gpu.log" | cut -c1-400 >> "$R/summary.txt"; pack
 
 # The CLI path (an earlier tree served empty text on cuda): one greedy token-id request.
 t=$SECONDS; PORT=18347; BACKEND=${DRY:+cpu}; BACKEND=${BACKEND:-cuda}

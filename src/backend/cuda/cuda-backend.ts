@@ -21,7 +21,7 @@ import type { CudaDriver } from './driver/driver.ts';
 import { loadKernelModules } from './driver/kernels.ts';
 import { ResourceScope, type ReleaseFailureSink } from './driver/resource-scope.ts';
 import { TensorUploader, type UploadProgress } from './weights/uploader.ts';
-import { stepLayout, type RouteMode } from './step/kernel-args.ts';
+import { routeModeOf, stepLayout } from './step/kernel-args.ts';
 import { hotExpertsThatFit, planMemory, type MemoryPlan } from './memory/memory.ts';
 import { DECODE_MAX_ROWS, DEFAULT_BUCKETS, attendSplits, bucketFor, planPieces, type OpPiece } from './step/plan.ts';
 import { checkCudaSupport } from './support.ts';
@@ -150,8 +150,7 @@ export class CudaBackend implements Backend {
     const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: hd, numExperts: E, topK: K, vocabSize: V, numLayers: L } = s;
     const QD = nh * hd, KD = nkv * hd;
     this.QKV = QD + 2 * KD;
-    const rk = s.router?.kind;
-    const routeMode: RouteMode = rk === 'sigmoid_group' ? 'sigmoid_group' : rk === 'topk_softmax' ? 'topk_softmax' : s.normTopkProb ? 'softmax_renorm' : 'softmax';
+    const routeMode = routeModeOf(s);
     const Lm = moeLayerCount(s);
     const T = this.maxRows;
 

@@ -1,5 +1,6 @@
 // Byte layouts of the kernels' arguments (kernels/product.cuh GemmProblem, attention.cuh OpRows,
 // moe.cuh OpRoute and OpGroups), passed by value. Keep the two in step: each field at the C offset.
+import type { ModelSpec } from '../../../model/spec.ts';
 
 /** One product of a step (GemmProblem). Grouped when `grpN` is set (the experts), else dense over `rows`. */
 export interface GemmArgs {
@@ -100,6 +101,12 @@ export interface RouteArgs {
 
 export type RouteMode = 'softmax' | 'softmax_renorm' | 'topk_softmax' | 'sigmoid_group';
 const ROUTE_MODES: Record<RouteMode, number> = { softmax: 0, softmax_renorm: 1, topk_softmax: 2, sigmoid_group: 3 };
+
+/** How a model's router picks (the spec's router and normTopkProb) as the routing kernels take it. */
+export function routeModeOf(s: ModelSpec): RouteMode {
+  const rk = s.router?.kind;
+  return rk === 'sigmoid_group' ? 'sigmoid_group' : rk === 'topk_softmax' ? 'topk_softmax' : s.normTopkProb ? 'softmax_renorm' : 'softmax';
+}
 
 export const ROUTE_BYTES = 104;
 

@@ -10,31 +10,25 @@ import { ResidencyError } from '../../../errors.ts';
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { CudaExpertBanks } from '../banks/banks.ts';
 import type { ExpertRowLayout, ProductWeights, WeightFormat } from '../weights/device-weights.ts';
-import type { CudaDriver, KernelArg } from '../driver/driver.ts';
-import type { AttendHeadDim, KernelName, WeightInfix } from '../driver/kernels.ts';
-import { combineSmemBytes, encodeAttn, encodeGemm, encodeGroups, encodeHostPost, encodeMla, encodeRoute, encodeRows, gemvSmemBytes, gemvStagesWhole, groupSmemBytes, maxGroupedTiles, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type GemmArgs, type RouteMode } from './kernel-args.ts';
+import type { CudaDriver } from '../driver/driver.ts';
+import type { AttendHeadDim, KernelName } from '../driver/kernels.ts';
+import { encodeAttn, encodeGroups, encodeHostPost, encodeRoute, encodeRows, gemvStagesWhole, groupSmemBytes, maxGroupedTiles, residualNormSmemBytes, routeGroupSmemBytes, routeRowsSmemBytes, stepLayout, type GemmArgs, type MlaArgs, type RouteMode } from './kernel-args.ts';
 import { HOST_STATE, MAILBOX } from '../host-lane/lane.ts';
 import { bucketFor, combineRowsPerWarp, DECODE_MAX_ROWS, gemvRowsPerWarp, oneWaveFeatureBlocks } from './plan.ts';
 import type { DenseDev, LayerDev } from '../weights/resident-weights.ts';
-import { ARGMAX_BLOCKS } from '../memory/workspace.ts';
-
-/** Threads a block of op_argmax_rows: a row's 152K logits in ~5 loads a thread over its ARGMAX_BLOCKS blocks. */
-const ARGMAX_THREADS = 1024;
+import {
+  argmaxLaunch, attendLaunch, attendMergeLaunch, combineLaunch, gemmTcLaunch, gemvEvenLaunch, gemvLaunch, GEMV_WARPS, groupLaunch, hostCollectLaunch,
+  hostExchangeLaunch, mlaAttendLaunch, mlaNormRopeKvLaunch, mlaOAbsorbLaunch, mlaQAbsorbLaunch, qkNormWholeLaunch, qkRopeKvLaunch, residualNormLaunch,
+  routeGroupLaunch, routeRowsLaunch, type GemvRows, type Launch,
+} from './launches.ts';
 
 /** The kernel arguments of a product's FP8 scale grid (none for bf16). */
-function gridArgs(p: ProductWeights): Pick<GemmArgs, 'sRows' | 'sCols' | 'sLd'> {
+export function gridArgs(p: ProductWeights): Pick<GemmArgs, 'sRows' | 'sCols' | 'sLd'> {
   return p.grid ? { sRows: p.grid.sRows, sCols: p.grid.sCols, sLd: p.grid.sLd } : {};
 }
 
-const GEMV_WARPS = 8;
 /** product.cuh's GemmProblem.l2 bit. */
 const L2_EVICT_FIRST = 1;
-const INFIX: Record<WeightFormat, WeightInfix> = { bf16: '', fp8: 'fp8_', mxfp4: 'mxfp4_' };
-const TC_THREADS = 128;
-/** Kernel arguments by value. */
-const f32 = (v: number): KernelArg => ({ f32: v });
-const i32 = (v: number): KernelArg => ({ i32: v });
-const u64 = (v: bigint): KernelArg => ({ u64: v });
 
 /** What the step's kernels read and write on the device: the backend's weights, buffers and launch options. */
 export interface StepDevice {
@@ -154,12 +148,11 @@ export class OpStepKernels {
     const rows = encodeRows({ token: at(o.token), pos: at(o.pos), cap: at(o.cap), kv: at(o.kv) });
     const header = this.stepDev;
     const outRows = at(o.out);
-    const norm = (mode: number, prev: number, rowsPtr: bigint, w: bigint, out: bigint, grid: number): void => {
-      // 1,024 threads: a row is one block, and each thread's columns (their K partials' loads, then the store) run
-      // one after another; 2 columns a thread at hidden 2048 (fewer threads ran slower: docs/results.md).
-      this.launch('op_residual_norm', [grid, 1, 1], 1024, residualNormSmemBytes(H),
-        [i32(mode), u64(this.ptr('hidden')), u64(this.ptr('partial')), u64(this.ptr('pickW')), i32(LK), i32(prev), i32(K), u64(rowsPtr),
-          u64(at(o.token)), u64(this.ptr('argmaxKeys')), u64(this.embed), u64(w), u64(out), i32(H), f32(s.rmsNormEps)]);
+    const norm = (mode: 0 | 1 | 2, prev: number, rowsPtr: bigint, w: bigint, out: bigint, grid: number): void => {
+      this.launch(residualNormLaunch(grid, {
+        mode, hidden: this.ptr('hidden'), partial: this.ptr('partial'), pickWeight: this.ptr('pickW'), LK, prevLayer: prev, K, rows: rowsPtr,
+        tokens: at(o.token), fedKeys: this.ptr('argmaxKeys'), embed: this.embed, w, out, H, eps: s.rmsNormEps,
+      }));
     };
     // A SwiGLU MLP outside the banks (a dense layer's, a shared expert): gate | up from xn, down added to hidden.
     const mlp = (m: NonNullable<LayerDev['mlp']>, role: string): void => {
@@ -171,7 +164,7 @@ export class OpStepKernels {
     // that layer's index among the MoE layers), or nothing more (mode 2: a dense layer added its MLP already, or
     // the MoE layer's down product its picks).
     let prevMoe = -1;
-    const residualMode = (l: number): number => (l === 0 ? 0 : prevMoe >= 0 ? 1 : 2);
+    const residualMode = (l: number): 0 | 1 | 2 => (l === 0 ? 0 : prevMoe >= 0 ? 1 : 2);
     // With the host lane a decode step's picks are combined by the next norm (op_residual_norm mode 1), after
     // op_host_collect has put the host's outputs in their partial rows.
     const lane = gemv && T * K <= MAILBOX.maxPicks ? this.hostLane : undefined;
@@ -206,10 +199,10 @@ export class OpStepKernels {
       const groups = encodeGroups({ n: this.ptr('grpN'), slot: this.ptr('grpSlot'), start: this.ptr('grpStart'), rows: this.ptr('grpRows'), tileN: this.ptr('tileN'), tileGroup: this.ptr('tileGroup'), tileRow0: this.ptr('tileRow0') });
       if (gemv) {
         const post = lane ? { mailbox: lane.mailboxDev, state: lane.stateDev, x: this.ptr('xn'), hotRows: banks.hotRowsAllocated, I, H, layer: m } : null;
-        this.launch('op_route_group', [1, 1, 1], 32 * Math.max(4, T), routeGroupSmemBytes(T, K, E, this.routeMode), [{ bytes: route }, { bytes: groups }, { bytes: encodeHostPost(post) }]);
+        this.launch(routeGroupLaunch(T, K, E, this.routeMode, route, groups, encodeHostPost(post)));
       } else {
-        this.launch('op_route_rows', [Math.ceil(T / 8), 1, 1], 256, routeRowsSmemBytes(this.routeMode, E), [{ bytes: route }]);
-        this.launch('op_group', [1, 1, 1], 1024, groupSmemBytes(E), [{ bytes: route }, { bytes: groups }]);
+        this.launch(routeRowsLaunch(T, E, this.routeMode, route));
+        this.launch(groupLaunch(E, route, groups));
       }
       // The shared expert (DeepSeek) beside the routed ones, on the same normalized rows.
       if (ly.mlp) mlp(ly.mlp, 'shared');
@@ -229,7 +222,7 @@ export class OpStepKernels {
       if (splits) {
         // The split expert's units: the GPU's to the host, the host's into act.
         this.role = 'host_exchange';
-        this.launch('op_host_exchange', [1, 1, 1], 256, 0, [u64(splits.mailboxDev), u64(splits.stateDev), u64(this.ptr('act')), i32(H), i32(I)]);
+        this.launch(hostExchangeLaunch({ mailbox: splits.mailboxDev, state: splits.stateDev, act: this.ptr('act'), H, I }));
         this.role = '';
       }
       // The down product's groups were written by the routing, before gate/up: its weights may load early.
@@ -243,7 +236,7 @@ export class OpStepKernels {
         this.product('experts_down', gemv, T, 'store', { ...down, y: this.ptr('partial') }, row.format, true);
         if (lane) {
           this.role = 'host_collect';
-          this.launch('op_host_collect', [1, 1, 1], 256, 0, [u64(lane.mailboxDev), u64(lane.stateDev), u64(this.ptr('partial')), i32(H)]);
+          this.launch(hostCollectLaunch({ mailbox: lane.mailboxDev, state: lane.stateDev, partial: this.ptr('partial'), H }));
           this.role = '';
         }
         prevMoe = m;
@@ -259,7 +252,7 @@ export class OpStepKernels {
    * into mapped host memory at `hostKeys` (its device address) when given.
    */
   enqueueArgmax(rows: number, hostKeys = 0n): void {
-    this.launch('op_argmax_rows', [ARGMAX_BLOCKS, rows, 1], ARGMAX_THREADS, 0, [u64(this.ptr('logits')), i32(this.spec.vocabSize), u64(this.ptr('argmaxKeys')), u64(hostKeys)]);
+    this.launch(argmaxLaunch(rows, { logits: this.ptr('logits'), V: this.spec.vocabSize, keys: this.ptr('argmaxKeys'), hostKeys }));
   }
 
   /** A layer's q | k | v attention, from xn (or hidden, normalized inside the q | k | v gemv: normInQkv) to hidden += o_proj(attention). */
@@ -272,22 +265,20 @@ export class OpStepKernels {
     this.product('qkv', gemv, T, 'store', { ...input, y: this.ptr('qkv'), w: qkv.w, scales: qkv.grid, ...gridArgs(qkv.p), ldx: H, ldy: this.QKV, O: this.QKV, K: H, rows: T, bias: ly.qkvBias }, qkv.p.format);
     const whole = s.qkNorm === 'whole';
     if (whole) {
-      this.launch('op_qk_norm_whole', [T, 2, 1], 256, 0, [u64(this.ptr('qkv')), i32(this.QKV), u64(ly.qNorm), u64(ly.kNorm), i32(QD), i32(nkv * hd), f32(s.rmsNormEps)]);
+      this.launch(qkNormWholeLaunch(T, { qkv: this.ptr('qkv'), ld: this.QKV, qNorm: ly.qNorm, kNorm: ly.kNorm, QD, KD: nkv * hd, eps: s.rmsNormEps }));
     }
-    const G = nh / nkv;
-    const attend = [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, u64(this.ptr('att')), u64(this.ptr('attnPart')), i32(l), i32(nh), i32(nkv)];
-    const params = { bytes: encodeAttn({ qNorm: whole ? 0n : ly.qNorm, kNorm: whole ? 0n : ly.kNorm, invFreq: this.invFreq, sinks: ly.sinks, eps: s.rmsNormEps, mscale: this.ropeScale, window: ly.window }) };
-    const threads = G === 16 ? 128 : 256;
-    const shape = `hd${hd as AttendHeadDim}_g${G as 1 | 2 | 4 | 8 | 16}` as const;
+    const params = encodeAttn({ qNorm: whole ? 0n : ly.qNorm, kNorm: whole ? 0n : ly.kNorm, invFreq: this.invFreq, sinks: ly.sinks, eps: s.rmsNormEps, mscale: this.ropeScale, window: ly.window });
+    const attention = { qkv: this.ptr('qkv'), ld: this.QKV, rows, params, layer: l, nh, nkv, hd: hd as AttendHeadDim };
+    const out = { att: this.ptr('att'), part: this.ptr('attnPart') };
     if (fusedAttention) {
       // Decode rows of distinct sequences: q/k norm, RoPE and the KV write happen inside the attention blocks.
-      this.launch(`op_attend_decode_${shape}`, [T, nkv, S], threads, 0, [...attend, params]);
+      this.launch(attendLaunch(true, T, S, { ...attention, ...out }));
     } else {
       // Rows that read each other's k and v (a prefill chunk): every row's are written first.
-      this.launch('op_qk_rope_kv', [T, Math.ceil((nh + nkv) / 4), 1], 128, 0, [u64(this.ptr('qkv')), i32(this.QKV), { bytes: rows }, params, i32(l), i32(nh), i32(nkv), i32(hd)]);
-      this.launch(`op_attend_${shape}`, [T, nkv, S], threads, 0, [...attend, params]);
+      this.launch(qkRopeKvLaunch(T, attention));
+      this.launch(attendLaunch(false, T, S, { ...attention, ...out }));
     }
-    if (S > 1) this.launch('op_attend_merge', [T, nh, 1], Math.max(32, hd), 0, [u64(this.ptr('attnPart')), u64(this.ptr('att')), i32(nh), i32(hd), i32(S), u64(ly.sinks)]);
+    if (S > 1) this.launch(attendMergeLaunch(T, { part: this.ptr('attnPart'), att: this.ptr('att'), nh, hd, S, sinks: ly.sinks }));
     this.dense('o_proj', gemv, T, 'add', ly.o, { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: QD, ldy: H, O: H, K: QD, rows: T, bias: ly.oBias });
   }
 
@@ -303,18 +294,17 @@ export class OpStepKernels {
     const w = ly.mla!;
     const { hiddenSize: H, numHeads: nh, headDim: rope } = s;
     const A = m.qLoraRank + m.kvLoraRank + rope, qk = m.qkNopeDim + rope;
-    const params = { bytes: encodeMla({
+    const params: MlaArgs = {
       qANorm: w.qANorm, kvANorm: w.kvANorm, kvB: w.kvB.w, kvBScales: w.kvB.grid, ...gridArgs(w.kvB.p), invFreq: this.invFreq, eps: s.rmsNormEps, mscale: this.ropeScale, scale: m.softmaxScale,
       nh, qLora: m.qLoraRank, kvLora: m.kvLoraRank, rope, nope: m.qkNopeDim, vd: m.vHeadDim, layer: l,
-    }) };
+    };
     this.dense('mla_a', gemv, T, 'store', w.a, { x: this.ptr('xn'), y: this.ptr('mlaA'), ldx: H, ldy: A, O: A, K: H, rows: T });
-    this.launch('op_mla_norm_rope_kv', [T, 1, 1], 256, 0, [u64(this.ptr('mlaA')), i32(A), { bytes: rows }, params]);
+    this.launch(mlaNormRopeKvLaunch(T, { a: this.ptr('mlaA'), lda: A, rows, m: params }));
     this.dense('mla_q_b', gemv, T, 'store', w.qB, { x: this.ptr('mlaA'), y: this.ptr('mlaQ'), ldx: A, ldy: nh * qk, O: nh * qk, K: m.qLoraRank, rows: T });
-    // mla.cuh: MLA_QROWS = 8 rows a block, MLA_QG = 2 slices of the nope dims; MLA_WARPS = 8 warps a (row, head).
-    const absorb = w.kvB.p.format === 'fp8' ? '_fp8' : '';
-    this.launch(`op_mla_q_absorb${absorb}`, [nh, Math.ceil(T / 8), 1], 128, 4 * (8 * m.qkNopeDim + 2 * 8 * m.kvLoraRank), [u64(this.ptr('mlaQ')), { bytes: rows }, u64(this.ptr('mlaQLat')), params, i32(T)]);
-    this.launch('op_mla_attend', [T, nh, 1], 256, 4 * (m.kvLoraRank + rope + 8 * (m.kvLoraRank + 2)), [u64(this.ptr('mlaQLat')), { bytes: rows }, u64(this.ptr('mlaOLat')), params]);
-    this.launch(`op_mla_o_absorb${absorb}`, [Math.ceil((nh * m.vHeadDim) / 8), 1, 1], 256, 0, [u64(this.ptr('mlaOLat')), u64(this.ptr('att')), params, i32(T)]);
+    const f = w.kvB.p.format;
+    this.launch(mlaQAbsorbLaunch(f, T, { q: this.ptr('mlaQ'), rows, qlat: this.ptr('mlaQLat'), m: params }));
+    this.launch(mlaAttendLaunch(T, { qlat: this.ptr('mlaQLat'), rows, olat: this.ptr('mlaOLat'), m: params }));
+    this.launch(mlaOAbsorbLaunch(f, T, { olat: this.ptr('mlaOLat'), att: this.ptr('att'), m: params }));
     const QD = nh * m.vHeadDim;
     this.dense('o_proj', gemv, T, 'add', ly.o, { x: this.ptr('att'), y: this.ptr('hidden'), res: this.ptr('hidden'), ldx: QD, ldy: H, O: H, K: QD, rows: T });
   }
@@ -330,7 +320,6 @@ export class OpStepKernels {
    * PDL its group table and first weights load before the wait, as a dense product's weights do).
    */
   private product(role: string, gemv: boolean, T: number, epi: 'store' | 'add' | 'swiglu' | 'combine', a: GemmArgs, format: WeightFormat = 'bf16', groupsSettled = false): void {
-    const wf = INFIX[format];
     this.role = role;
     const grouped = a.grpN !== undefined;
     const { numExperts: E, topK: K } = this.spec;
@@ -343,7 +332,7 @@ export class OpStepKernels {
       // A warp a pick (K of them), R features of every pick a block: one wave of blocks for bf16 rows; FP8 and MXFP4
       // rows keep the gemv's rule (4 a warp has not been measured for them).
       const R = this.combineRows ?? (format === 'bf16' ? combineRowsPerWarp(a.O, this.d.smCount) : gemvRowsPerWarp(a.O, K, this.d.smCount));
-      this.launch(`op_gemv_${wf}b1_r${R}_combine`, [Math.ceil(a.O / R), 1, 1], 32 * K, combineSmemBytes(K, a.K), [{ bytes: encodeGemm(a) }]);
+      this.launch(combineLaunch(format, R, K, a));
     } else if (gemv) {
       const groups = grouped ? Math.min(T * K, E) : 1;
       const feats = a.O;
@@ -353,18 +342,15 @@ export class OpStepKernels {
       const gxPlain = Math.ceil(feats / (GEMV_WARPS * R));
       const gxEven = this.oneWaveDense && T === 1 && format === 'bf16' && !grouped && epi === 'store' ? oneWaveFeatureBlocks(feats, groups, R, this.d.smCount) : 0;
       const oneWave = gxEven > gxPlain;
-      const name = oneWave ? (`op_gemv_b1_r${R}_store_even` as const) : (`op_gemv_${wf}b${T as 1 | 2 | 4 | 8 | 16}_r${R}_${epi}` as const);
-      const gx = oneWave ? gxEven : gxPlain;
-      this.launch(name, [gx, groups, 1], GEMV_WARPS * 32, gemvSmemBytes(T, a.K), [{ bytes: encodeGemm(a) }]);
+      this.launch(oneWave ? gemvEvenLaunch(R, gxEven, groups, a) : gemvLaunch(format, T as GemvRows, R, epi, groups, a));
     } else {
       const tiles = grouped ? maxGroupedTiles(T * K, E) : Math.ceil(T / 64);
-      const gx = epi === 'swiglu' ? Math.ceil(a.O / 32) : Math.ceil(a.O / 64);
-      this.launch(`op_gemm_tc_${wf}${epi}`, [gx, tiles, 1], TC_THREADS, 0, [{ bytes: encodeGemm(a) }]);
+      this.launch(gemmTcLaunch(format, epi, tiles, a));
     }
     this.role = '';
   }
 
-  private launch(name: KernelName, grid: [number, number, number], block: number, smem: number, args: KernelArg[]): void {
+  private launch({ name, grid, block, smem, args }: Launch): void {
     const fn = this.fns.get(name);
     if (fn === undefined) throw new ResidencyError('INTERNAL', `op kernel ${name} is not loaded`);
     const pdl = this.pdl && this.afterKernel;
