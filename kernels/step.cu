@@ -302,12 +302,15 @@ extern "C" __global__ void op_residual_norm(int mode, float* hidden, const float
     const bf16_t* e = embed + (size_t)tok * H;
     for (int c = threadIdx.x; c < H; c += blockDim.x) { x[c] = bf2f(e[c]); h[c] = x[c]; }
   } else if (mode == 1) {
+    // The out rows are padded by repeating the last one: only its first block writes the row back, so the picks are
+    // added to hidden once (a padding block may read it either side of that write; its output is never read).
+    const bool writer = !rows || i == 0 || rows[i - 1] != r;
     const float* wk = pick_weight + (size_t)r * LK + (size_t)prev_layer * K;
     for (int c = threadIdx.x; c < H; c += blockDim.x) {
       float acc = 0.f;
       for (int k = 0; k < K; k++) acc = __fmaf_rn(wk[k], partial[((size_t)r * K + k) * H + c], acc); // as the fused combine (gemv.cuh)
       x[c] = h[c] + acc;
-      h[c] = x[c];
+      if (writer) h[c] = x[c];
     }
   } else {
     for (int c = threadIdx.x; c < H; c += blockDim.x) x[c] = h[c];

@@ -116,9 +116,14 @@ function runResidualNorm(dev: OpDevice, draw: Draw, f: Family, mode: 0 | 1 | 2, 
       hiddenWant.set(x, r * H);
       rmsnorm(want, i * H, x, 0, w.f32, H, eps);
     }
-    const got = dev.readF32(xn, n * H);
+    const all = dev.readF32(xn, n * H);
+    // Padding rows (the last output repeated) of mode 1 may read their row after its first block added the picks:
+    // their outputs are never read, so only the first of each run is compared.
+    const first = Array.from({ length: n }, (_, i) => i).filter((i) => mode !== 1 || !gather || i === 0 || gather[i] !== gather[i - 1]);
+    const pick = (a: Float32Array): Float32Array => Float32Array.from(first.flatMap((i) => Array.from(a.subarray(i * H, (i + 1) * H))));
+    const got = pick(all);
     const problems: string[] = [];
-    if (nonFinite(got) > 0) problems.push(`${nonFinite(got)} of ${n * H} outputs not written (or not finite)`);
+    if (nonFinite(all) > 0) problems.push(`${nonFinite(all)} of ${n * H} outputs not written (or not finite)`);
     if (!dev.guardIntact(xn, 4 * n * H)) problems.push('wrote past xn');
     // Modes 0 and 1 write the residual back to hidden (the rows read).
     if (mode !== 2) {
@@ -129,7 +134,7 @@ function runResidualNorm(dev: OpDevice, draw: Draw, f: Family, mode: 0 | 1 | 2, 
       if (!(he <= BAR.f32)) problems.push(`hidden written back: error ${he}`);
     }
     const what = ['embedding (2 fed tokens)', 'residual + picks', 'residual'][mode];
-    record(l.name, `${f.name} H${H} mode ${mode} ${what} T${T}${gather ? ` gather ${gather.join(',')}` : ''}`, 'f32', normErr(got, want), BAR.f32, problems);
+    record(l.name, `${f.name} H${H} mode ${mode} ${what} T${T}${gather ? ` gather ${gather.join(',')}` : ''}`, 'f32', normErr(got, pick(want)), BAR.f32, problems);
   } finally {
     dev.release();
   }
@@ -142,7 +147,9 @@ export function residualNormCases(dev: OpDevice, draw: Draw): void {
     for (const mode of [0, 1, 2] as const) runResidualNorm(dev, draw, f, mode, 5, null);
   }
   // The final norm: the rows whose logits are wanted, after an MoE layer (its picks added) or as they are, padded
-  // with the last one as the backend pads them (mode 2 only: two blocks adding the picks to one row would race).
+  // with the last one as the backend pads them (mode 1: only the first block of a row writes it back, so the picks
+  // are added once whatever order the blocks run in).
   runResidualNorm(dev, draw, qwen3, 1, 6, [5, 2, 0, 3]);
+  runResidualNorm(dev, draw, qwen3, 1, 6, [4, 1, 1, 1]);
   runResidualNorm(dev, draw, deepseek, 2, 6, [4, 1, 1, 1]);
 }

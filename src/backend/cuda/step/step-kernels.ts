@@ -1,4 +1,4 @@
-// The kernels of one op-path piece in stream order (the backend's step: op-backend.ts enqueues a piece eagerly or
+// The kernels of one piece in stream order (the backend's step: cuda-backend.ts enqueues a piece eagerly or
 // inside a decode graph's capture): per layer the residual and input norm, q | k | v (or latent attention), the
 // attention and its merge, o_proj, the router (after the post-attention norm), route and group, the experts'
 // gate/up and down (or a dense layer's MLP, a shared expert beside them); then the final norm of the rows whose
