@@ -42,13 +42,15 @@ export const KERNEL_GROUPS = {
 export type KernelName = (typeof KERNEL_GROUPS)[keyof typeof KERNEL_GROUPS][number];
 export type KernelGroup = keyof typeof KERNEL_GROUPS;
 
-/** Where the fatbins are: $RESIDENCY_KERNELS, next to a bundle (dist/kernels), or the repo's dist/kernels. */
+/**
+ * Where the fatbins are: $RESIDENCY_KERNELS, next to a bundle (dist/kernels), the checkout's dist/kernels seen from
+ * the compiled package (lib/), or from these sources (src/backend/cuda/driver/).
+ */
 export function kernelDirCandidates(): string[] {
   const c: string[] = [];
   const env = process.env['RESIDENCY_KERNELS'];
   if (env) c.push(env);
-  c.push(fileURLToPath(new URL('./kernels/', import.meta.url)));
-  c.push(fileURLToPath(new URL('../../../../dist/kernels/', import.meta.url)));
+  for (const rel of ['./kernels/', '../dist/kernels/', '../../../../dist/kernels/']) c.push(fileURLToPath(new URL(rel, import.meta.url)));
   return c;
 }
 
