@@ -8,16 +8,18 @@ import { parseArgs } from 'node:util';
 import { loadModel, loadModelFor } from '../../src/model/load.ts';
 import { createCudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
+import { DirectSequences } from '../../src/backend/sequences.ts';
 
 const { values } = parseArgs({ options: { model: { type: 'string' }, steps: { type: 'string', default: '8' }, options: { type: 'string', default: '{}' } } });
 if (values.model) {
   const m = await loadModelFor(values.model, 'cuda');
   const be = await createCuda(m, { path: 'op', graphs: false, maxModelLen: 512, maxNumSeqs: 1, ...(JSON.parse(values.options) as object) });
-  be.openSequence(0, 512);
+  const seqs = new DirectSequences(be);
+  seqs.open(0, 512);
   const prompt = Array.from({ length: 64 }, (_, i) => (i * 7919 + 13) % m.spec.vocabSize);
-  be.forward({ chunks: [{ seq: 0, tokens: prompt, startPos: 0 }], count: false });
+  seqs.forward({ chunks: [{ seq: 0, tokens: prompt, startPos: 0 }], count: false });
   const steps = Number(values.steps);
-  for (let s = 0; s < steps; s++) be.forward({ chunks: [{ seq: 0, tokens: [prompt[s % 64]!], startPos: 64 + s }], count: true });
+  for (let s = 0; s < steps; s++) seqs.forward({ chunks: [{ seq: 0, tokens: [prompt[s % 64]!], startPos: 64 + s }], count: true });
   console.log(`profile: ${values.model} op path, ${steps} decode steps at batch 1, options ${values.options}`);
   be.dispose();
   m.tensors.close();
