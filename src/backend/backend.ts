@@ -15,7 +15,8 @@ export interface SequenceChunk {
    * Paged backends (`kvCache`): the sequence's blocks, entry i holding positions [i x blockSize, (i+1) x blockSize),
    * at least up to position startPos + tokens.length - 1. The step writes this chunk's positions into them and reads
    * 0..startPos-1 from them as the caller wrote them earlier (or copied them: copyBlocks). Blocks may be shared
-   * between sequences (a common prefix); no two chunks of a step write one block. Ignored by a backend without one.
+   * between sequences (a common prefix); no two chunks of a step write one block. The caller does not change the
+   * array after passing it (a step submitted to run ahead may read it later). Ignored by a backend without one.
    */
   readonly blockTable?: readonly number[];
 }

@@ -80,3 +80,22 @@ export class DirectSequences {
     for (const seq of [...this.tables.keys(), ...this.opened]) this.close(seq);
   }
 }
+
+/** A backend opened and closed by sequence (the transition's shape). */
+export type SequenceBackend<B extends Backend> = B & { openSequence(seq: number, capacity: number): void; closeSequence(seq: number): void };
+
+/**
+ * The backend seen as one opened and closed by sequence, its block tables filled in here (DirectSequences): for
+ * hand-driven code that steps paged and unpaged backends side by side with the same chunks. A backend without a
+ * pool is returned as it is.
+ */
+export function bySequence<B extends Backend>(backend: B): SequenceBackend<B> {
+  if (!backend.kvCache) return backend as SequenceBackend<B>;
+  const seqs = new DirectSequences(backend);
+  return Object.assign(Object.create(backend) as B, {
+    openSequence: (seq: number, capacity: number) => seqs.open(seq, capacity),
+    closeSequence: (seq: number) => seqs.close(seq),
+    forward: (input: StepInput) => seqs.forward(input),
+    ...(backend.submit ? { submit: (input: StepInput) => seqs.submit(input) } : {}),
+  });
+}

@@ -48,7 +48,9 @@ export class ModelRunner {
 
   private chunksOf(step: ScheduledStep, fed: boolean): SequenceChunk[] {
     return step.chunks.map((c) => {
-      const blockTable = this.kv.table(c.req);
+      // A copy: a step submitted to run ahead may be read after the sequence's table changed (grew, or was given back).
+      const table = this.kv.table(c.req);
+      const blockTable = table ? [...table] : undefined;
       return {
         seq: c.req.seq,
         tokens: fed ? [FED_TOKEN] : c.req.tokens.slice(c.startPos, c.startPos + c.count),

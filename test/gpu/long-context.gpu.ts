@@ -15,6 +15,7 @@ import { ATTN_SPLIT_MIN, attnSplitsOf } from '../../src/backend/cuda/plan.ts';
 import type { SequenceChunk } from '../../src/backend/backend.ts';
 import { modelDir, normErr, rng } from './harness.ts';
 import { report } from './model.gpu.ts';
+import { bySequence } from '../../src/backend/sequences.ts';
 
 const LAST_POS = 1200; // the longer sequence decodes to this position: 10 split blocks of ~120 positions
 // Greedy tokens must be identical; a mismatch where the CPU's top-2 logits are closer than this (fp32
@@ -37,7 +38,7 @@ test(`long contexts: split attention equals the CPU backend to position ${LAST_P
   const m = await loadModel(modelDir());
   const r = rng('long context');
   const V = m.spec.vocabSize;
-  const cpu = new CpuBackend(m.spec, m.weights);
+  const cpu = bySequence(new CpuBackend(m.spec, m.weights));
   const split = await createCudaBackend(m); // layered, split on (default), graph replay
   const eager = await createCudaBackend(m, { graphs: false }); // same kernels launched eagerly
   const fused = await createCudaBackend(m, { fused: true }); // long sub-steps go to the layered (split) graph
