@@ -92,6 +92,8 @@ export interface GenerationEngine {
   readonly kvCacheUsage?: number;
   /** A paged KV cache's figures (null or absent: the backend has no pool). */
   readonly kvCache?: KvCacheStats | null;
+  /** Requests preempted since start (their KV cache given back, recomputed later). */
+  readonly preemptions?: number;
   /** Finish in-flight work and stop the loop. */
   close(): Promise<void>;
 }
