@@ -12,10 +12,11 @@ export { ResidencyError } from './errors.ts';
 export { loadModel, type LoadedModel, type LoadOptions } from './model/load.ts';
 export { generate, type GenerateOptions, type Generation } from './api/generate.ts';
 export { createBackend, BACKEND_NAMES, type BackendName, type CreateBackendOptions } from './backend/registry.ts';
-export type { Backend } from './backend/backend.ts';
+export type { Backend, KvPool, KvCacheDtype, SequenceChunk } from './backend/backend.ts';
+export { DirectSequences } from './backend/sequences.ts';
 export { createEngine, Engine, type EngineOptions } from './engine/engine.ts';
 export { runToCompletion, type Completion } from './engine/complete.ts';
-export type { GenerationEngine, GenerationRequest, GenerationEvent, SamplingParams, FinishReason, TokenConstraint } from './engine/types.ts';
+export type { GenerationEngine, GenerationRequest, GenerationEvent, SamplingParams, FinishReason, TokenConstraint, KvCacheStats } from './engine/types.ts';
 
 // Serving (what `residency serve` runs).
 export { startServing, defaultHot, type ServeOptions, type Serving } from './server/boot.ts';

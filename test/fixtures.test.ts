@@ -14,6 +14,7 @@ import { readHeader } from '../src/model/safetensors.ts';
 import { createCpuBackend } from '../src/backend/cpu/cpu-backend.ts';
 import { argmax } from '../src/backend/argmax.ts';
 import { FAMILIES, FIXTURES_DIR, REPO_ROOT, TINY_MOE_MODEL, familyCheckpoint, familyConfig, requireFixture } from '../fixtures/fixture-paths.ts';
+import { bySequence } from '../src/backend/sequences.ts';
 import { FIXTURE_SEED, GENERATOR_VERSION, cachedCheckpoint, checkpointDigest } from '../fixtures/make/generate.ts';
 
 const pinned = JSON.parse(readFileSync(join(FIXTURES_DIR, 'make', 'digests.json'), 'utf8')) as { generator_version: number; seed: number; families: Record<string, string> };
@@ -48,7 +49,7 @@ describe('generated family checkpoints', () => {
   for (const family of FAMILIES) {
     it(`${family}: the CPU backend runs it, logits finite and not flat, routing spread over the experts`, async () => {
       const { spec, weights } = await loadModel(familyCheckpoint(family));
-      const b = createCpuBackend(spec, weights, {});
+      const b = bySequence(createCpuBackend(spec, weights, {}));
       try {
         const Lm = moeLayerCount(spec);
         const [K, E, V] = [spec.topK, spec.numExperts, spec.vocabSize];

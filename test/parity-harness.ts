@@ -13,6 +13,7 @@ import { ResidencyDriver } from '../src/engine/residency-driver.ts';
 import { mulberry32 } from '../src/util/rng.ts';
 import { recordRun } from '../src/backend/cpu/test-helpers.ts';
 import { argmax } from '../src/backend/argmax.ts';
+import { DirectSequences } from '../src/backend/sequences.ts';
 
 interface Step {
   token: number;
@@ -94,8 +95,9 @@ function decodeAll(b: CpuBackend, cases: Case[], Lm: number): ParityReport {
     }
   };
 
-  cases.forEach((c, i) => b.openSequence(i, c.prompt_ids.length + c.steps.length + 1));
-  let out = b.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: c.prompt_ids, startPos: 0 })), count: true, recordRouting: true });
+  const seqs = new DirectSequences(b);
+  cases.forEach((c, i) => seqs.open(i, c.prompt_ids.length + c.steps.length + 1));
+  let out = seqs.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: c.prompt_ids, startPos: 0 })), count: true, recordRouting: true });
   let row = 0;
   cases.forEach((c, i) => c.prompt_ids.forEach((_, p) => compare(out.routing!, out.routingWeights!, row++, c.prefill_routing[p]!, undefined, `case ${i} prefill token ${p}`)));
   const steps = cases[0]!.steps.length;
@@ -109,7 +111,7 @@ function decodeAll(b: CpuBackend, cases: Case[], Lm: number): ParityReport {
       if (best !== ref.token) r.tokenMismatches.push({ where: `case ${i} step ${s}: ours ${best} ref ${ref.token}`, margin: Math.abs(logits[best]! - logits[ref.token]!) });
     });
     // Feed the reference token, so that one near-tie cannot derail the rest of a case.
-    out = b.forward({
+    out = seqs.forward({
       chunks: cases.map((c, i) => ({ seq: i, tokens: [c.steps[s]!.token], startPos: c.prompt_ids.length + s })),
       count: true,
       recordRouting: true,
@@ -121,7 +123,7 @@ function decodeAll(b: CpuBackend, cases: Case[], Lm: number): ParityReport {
   const tokens = cases.reduce((a, c) => a + c.prompt_ids.length + steps, 0);
   assert.equal(b.readCounter().length, Lm * E);
   assert.equal(counted, tokens * Lm * K);
-  cases.forEach((_, i) => b.closeSequence(i));
+  seqs.closeAll();
   return r;
 }
 
@@ -147,10 +149,11 @@ export async function roundTrip(dir: string, hot: number, opts: CpuBackendOption
   const b = createCpuBackend(spec, weights, { ...opts, placement: { hotPerLayer: hot } });
   try {
     const prompts = [[1, 2, 3, 400, 5000, 17, 99, 1024], [7, 7, 7, 300, 8000, 12]];
+    const seqs = new DirectSequences(b);
     const run = (): Float32Array => {
-      prompts.forEach((_, i) => b.openSequence(i, 16));
-      const logits = b.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 })), count: false }).logits;
-      prompts.forEach((_, i) => b.closeSequence(i));
+      prompts.forEach((_, i) => seqs.open(i, 16));
+      const logits = seqs.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 })), count: false }).logits;
+      seqs.closeAll();
       return logits;
     };
     const boot = mapFromBanks(b.banks, spec.name);
@@ -207,16 +210,17 @@ export async function liveResidency(dir: string, hot: number): Promise<{ applied
   const STEPS = 48;
   const decode = (b: CpuBackend, hook?: ResidencyDriver): Buffer[] => {
     const out: Buffer[] = [];
-    prompts.forEach((p, i) => b.openSequence(i, p.length + STEPS + 1));
-    let logits = b.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 })), count: false }).logits;
+    const seqs = new DirectSequences(b);
+    prompts.forEach((p, i) => seqs.open(i, p.length + STEPS + 1));
+    let logits = seqs.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 })), count: false }).logits;
     for (let s = 0; s < STEPS; s++) {
       out.push(Buffer.from(logits.buffer, logits.byteOffset, logits.byteLength));
       const next = prompts.map((_, i) => argmax(logits, i * spec.vocabSize, spec.vocabSize));
       const count = hook?.countStep(prompts.length) ?? false;
-      logits = b.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: [next[i]!], startPos: p.length + s })), count }).logits;
+      logits = seqs.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: [next[i]!], startPos: p.length + s })), count }).logits;
       hook?.afterStep({ step: s, tokens: prompts.length, counted: count, durationNs: 1000 });
     }
-    prompts.forEach((_, i) => b.closeSequence(i));
+    seqs.closeAll();
     return out;
   };
   const reference = decode(createCpuBackend(spec, weights));

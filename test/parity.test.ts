@@ -7,6 +7,7 @@ import { loadModel } from '../src/model/load.ts';
 import { createCpuBackend, type CpuBackend } from '../src/backend/cpu/cpu-backend.ts';
 import { argmax } from '../src/backend/argmax.ts';
 import { TINY_MOE_MODEL as MODEL, tinyMoeFile } from '../fixtures/fixture-paths.ts';
+import { DirectSequences } from '../src/backend/sequences.ts';
 
 /** Largest router-probability gap a routing mismatch may have and still count as a near-tie. */
 const ROUTING_TIE = 1e-5;
@@ -88,8 +89,9 @@ test('CPU backend matches the transformers float32 reference on all parity cases
   let minTop2 = Infinity;
 
   // Prefill all cases in one step, one chunk each.
-  cases.forEach((c, i) => b.openSequence(i, c.prompt_ids.length + c.steps.length + 1));
-  let out = b.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: c.prompt_ids, startPos: 0 })), count: false, recordRouting: true });
+  const seqs = new DirectSequences(b);
+  cases.forEach((c, i) => seqs.open(i, c.prompt_ids.length + c.steps.length + 1));
+  let out = seqs.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: c.prompt_ids, startPos: 0 })), count: false, recordRouting: true });
   let row = 0;
   cases.forEach((c, i) => {
     c.prompt_ids.forEach((_, p) => {
@@ -114,7 +116,7 @@ test('CPU backend matches the transformers float32 reference on all parity cases
       minTop2 = Math.min(minTop2, ref.top5_logits[0]! - ref.top5_logits[1]!);
       if (best !== ref.token) tokenTies.push({ where: `case ${i} step ${s}: ours ${best} ref ${ref.token}`, margin: Math.abs(logits[best]! - logits[ref.token]!) });
     });
-    out = b.forward({
+    out = seqs.forward({
       chunks: cases.map((c, i) => ({ seq: i, tokens: [c.steps[s]!.token], startPos: c.prompt_ids.length + s })),
       count: false,
       recordRouting: true,
@@ -139,8 +141,11 @@ test('the real model gives bit-identical logits with all experts hot, 49 of 64 h
   const { spec, weights } = await load();
   const prompts = [[1, 2, 3, 400, 5000, 17, 99, 1024], [7, 7, 7, 300, 8000, 12]];
   const run = (b: CpuBackend): Float32Array => {
-    prompts.forEach((p, i) => b.openSequence(i, 16));
-    return b.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 })), count: false }).logits;
+    const seqs = new DirectSequences(b);
+    prompts.forEach((p, i) => seqs.open(i, 16));
+    const logits = seqs.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 })), count: false }).logits;
+    seqs.closeAll();
+    return logits;
   };
   const allHot = run(createCpuBackend(spec, weights));
   const b = createCpuBackend(spec, weights, { placement: { hotPerLayer: 49 } });
@@ -150,6 +155,5 @@ test('the real model gives bit-identical logits with all experts hot, 49 of 64 h
   const next = (n: number): number => ((x = (x * 1103515245 + 12345) >>> 0) % n);
   for (let i = 0; i < 200; i++) b.banks.swapRows(next(6), next(49), next(15));
   assert.notEqual(b.banks.digest(), before);
-  prompts.forEach((_, i) => b.closeSequence(i));
   assert.deepEqual(run(b), allHot);
 });

@@ -23,6 +23,7 @@ import { argmax } from '../../src/backend/argmax.ts';
 import { loadModelFor } from '../../src/backend/load-for.ts';
 import { packageRoot } from '../../src/cli/generate.ts';
 import { runPeer, type PeerFigures } from './peer.ts';
+import { bySequence } from '../../src/backend/sequences.ts';
 
 const { values } = parseArgs({
   options: {
@@ -107,7 +108,8 @@ if (!Number.isInteger(PREFILL_REPS) || PREFILL_REPS < 1) throw new Error(`--pref
  * Prefill `prompt` as one chunk per sequence (PREFILL_REPS times, the median timed), then, in fresh sequences after a DECODE_CONTEXT-token
  * prompt, `steps` greedy decode steps for `batch` sequences (timed).
  */
-function runBackend(b: CpuBackend, batch: number, steps: number, timer?: OpTimer): { prefill: Timing; decode: Timing } {
+function runBackend(backend: CpuBackend, batch: number, steps: number, timer?: OpTimer): { prefill: Timing; decode: Timing } {
+  const b = bySequence(backend);
   const prefillChunks = (tokens: number[], seq0: number) => Array.from({ length: batch }, (_, s) => ({ seq: seq0 + s, tokens: tokens.map((t) => (t + s) % V), startPos: 0 }));
   // One prefill forward is short on tiny-moe: the median of PREFILL_REPS, each in fresh sequences.
   const prefills: Timing[] = [];

@@ -57,8 +57,7 @@ async function measure(dir: string, simd: boolean | undefined, take: boolean): P
   const streamed = m.weights.layers.reduce((a, l) => a + l.experts.filter((e) => e.stored).length, 0);
   const float32Copy = float32Bytes(m.weights) + streamed * 4 * 3 * m.spec.expertIntermediate * m.spec.hiddenSize;
   const b = createCpuBackend(m.spec, m.weights, { simd, threads: 1, placement: { hotPerLayer: Math.max(1, m.spec.numExperts - 4) }, takeExperts: take });
-  b.openSequence(0, 8);
-  b.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
+  b.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0, blockTable: [0] }], count: false });
   const m1 = await settle();
   const banks = b.banks.bytes;
   const row = { model: basename(dir), simd: b.simd, bf16: process.env.RESIDENCY_CPU_BF16 ?? 'float32', take, float32Copy, heldWeights: heldBytes(m.weights), banks, rssGrowth: m1.rss - m0.rss, arrayBufferGrowth: m1.arrayBuffers - m0.arrayBuffers, peakRss: process.resourceUsage().maxRSS * 1024 };

@@ -5,6 +5,7 @@
 import { parseArgs } from 'node:util';
 import { loadModelFor } from '../../src/backend/load-for.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
+import { DirectSequences } from '../../src/backend/sequences.ts';
 
 const { values } = parseArgs({ options: { model: { type: 'string', default: 'models/tiny-moe' }, steps: { type: 'string', default: '8' }, tuning: { type: 'string', default: '{}' } } });
 const m = await loadModelFor(values.model, 'cuda');

@@ -26,6 +26,7 @@ import type { RowMap } from '../../src/residency/rowmap.ts';
 import { runPolicy, type PolicyKind, type PolicyRun } from './run-policy.ts';
 import { loadDocs, parsePhases, Walk, type Docs } from './traffic.ts';
 import { chartSvg, summarize, tableMarkdown } from './real-report.ts';
+import { DirectSequences } from '../../src/backend/sequences.ts';
 
 const { values: v } = parseArgs({
   options: {
@@ -66,14 +67,15 @@ const log = (msg: string): void => console.error(`[tiered ${tag}] ${msg}`);
 function countTraffic(be: Backend, docs: Docs, domains: readonly string[], steps: number): Float64Array {
   const before = be.readCounter();
   const w = new Walk(docs, 16);
+  const seqs = new DirectSequences(be);
   const phase = { name: 'fit', domains, steps };
   for (let i = 0; i < steps; i++) {
     const { chunks, close, open } = w.next(0, phase);
-    for (const q of close) be.closeSequence(q);
-    for (const o of open) be.openSequence(o.seq, o.capacity);
-    be.forward({ chunks, count: true });
+    for (const q of close) seqs.close(q);
+    for (const o of open) seqs.open(o.seq, o.capacity);
+    seqs.forward({ chunks, count: true });
   }
-  for (const q of w.openSeqs()) be.closeSequence(q);
+  for (const q of w.openSeqs()) seqs.close(q);
   const after = be.readCounter();
   return Float64Array.from(after, (x, i) => (x - before[i]!) >>> 0);
 }
@@ -115,19 +117,20 @@ if (policies.includes('all-hot') || policies.includes('oracle-phase')) {
 const counter = { off: [] as number[], on: [] as number[], offA: [] as number[], offB: [] as number[] };
 {
   const w = new Walk(walk, users);
+  const seqs = new DirectSequences(allHot);
   for (let i = 0; i < cs; i++) {
     const { chunks, close, open } = w.next(0, phases[0]!);
-    for (const q of close) allHot.closeSequence(q);
-    for (const o of open) allHot.openSequence(o.seq, o.capacity);
+    for (const q of close) seqs.close(q);
+    for (const o of open) seqs.open(o.seq, o.capacity);
     const block = Math.floor(i / 20);
     const on = block % 2 === 1;
     const t = performance.now();
-    allHot.forward({ chunks, count: on });
+    seqs.forward({ chunks, count: on });
     const ms = performance.now() - t;
     (on ? counter.on : counter.off).push(ms);
     if (!on) (block % 4 === 0 ? counter.offA : counter.offB).push(ms);
   }
-  for (const q of w.openSeqs()) allHot.closeSequence(q);
+  for (const q of w.openSeqs()) seqs.close(q);
 }
 const counterShare = (median(counter.on) - median(counter.off)) / median(counter.off);
 const counterNoise = Math.abs(median(counter.offA) - median(counter.offB)) / median(counter.off);

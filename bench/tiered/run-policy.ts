@@ -10,6 +10,7 @@ import type { ReplayResult } from '../../src/sim/replay.ts';
 import type { Policy } from '../../src/sim/policies/policy.ts';
 import { Walk, type Docs, type Phase } from './traffic.ts';
 import { Follower } from '../../src/sim/follower.ts';
+import { DirectSequences } from '../../src/backend/sequences.ts';
 
 export type PolicyKind =
   | { readonly name: string; readonly kind: 'static'; readonly map?: RowMap }
@@ -51,17 +52,18 @@ export function runPolicy(be: Backend, p: PolicyKind, phases: readonly Phase[], 
   const sim = p.kind === 'follow' ? p.make(p.map) : null;
   const follower = sim ? new Follower(be.banks) : null;
   const walk = new Walk(docs, users);
+  const seqs = new DirectSequences(be);
   let step = 0;
   for (let ph = 0; ph < phases.length; ph++) {
     if (p.kind === 'phase-maps') placeMap(banks, model, p.maps[ph]!);
     for (let s = 0; s < phases[ph]!.steps; s++, step++) {
       const { chunks, close, open } = walk.next(ph, phases[ph]!);
-      for (const q of close) be.closeSequence(q);
-      for (const o of open) be.openSequence(o.seq, o.capacity);
+      for (const q of close) seqs.close(q);
+      for (const o of open) seqs.open(o.seq, o.capacity);
       const count = driver ? driver.countStep(chunks.length) : false;
       const moving = banks.moving > 0;
       const t0 = performance.now();
-      const out = be.forward({ chunks, count, recordRouting: true });
+      const out = seqs.forward({ chunks, count, recordRouting: true });
       const forwardMs = performance.now() - t0;
       // Cold share against the placement this step ran with (before the residency work after it lands or starts moves).
       const routing = out.routing!;
@@ -97,7 +99,7 @@ export function runPolicy(be: Backend, p: PolicyKind, phases: readonly Phase[], 
       r.landed += landed;
     }
   }
-  for (const q of walk.openSeqs()) be.closeSequence(q);
+  for (const q of walk.openSeqs()) seqs.close(q);
   // Let every move land, so the next policy starts from a quiet bank.
   while (banks.moving > 0) {
     const landed = banks.takeLanded();

@@ -14,6 +14,7 @@ import { FED_TOKEN, type Backend } from './backend.ts';
 import { argmax } from './argmax.ts';
 import { mapFromBanks } from './bank-map.ts';
 import { MovesInFlight } from './moves-in-flight.ts';
+import { DirectSequences } from './sequences.ts';
 import type { BankPlacement } from './slot-tables.ts';
 import { planRestore } from '../residency/restore.ts';
 import { mulberry32 } from '../util/rng.ts';
@@ -39,8 +40,9 @@ interface Run { tokens: number[][]; logits: Float32Array[]; routing: Int32Array[
 function decode(be: Backend, o: ConformanceOptions, between?: () => void, forced?: number[][]): Run {
   const V = be.spec.vocabSize;
   const before = be.readCounter();
-  o.prompts.forEach((p, i) => be.openSequence(i, p.length + o.steps + 1));
-  let out = be.forward({ chunks: o.prompts.map((p, i) => ({ seq: i, tokens: [...p], startPos: 0 })), count: false, recordRouting: true });
+  const seqs = new DirectSequences(be);
+  o.prompts.forEach((p, i) => seqs.open(i, p.length + o.steps + 1));
+  let out = seqs.forward({ chunks: o.prompts.map((p, i) => ({ seq: i, tokens: [...p], startPos: 0 })), count: false, recordRouting: true });
   const run: Run = { tokens: o.prompts.map(() => []), logits: [], routing: [], counts: new Uint32Array(0) };
   for (let s = 0; s < o.steps; s++) {
     run.logits.push(out.logits);
@@ -49,10 +51,10 @@ function decode(be: Backend, o: ConformanceOptions, between?: () => void, forced
     });
     if (s === o.steps - 1) break;
     between?.();
-    out = be.forward({ chunks: o.prompts.map((p, i) => ({ seq: i, tokens: [run.tokens[i]![s]!], startPos: p.length + s })), count: true, recordRouting: true });
+    out = seqs.forward({ chunks: o.prompts.map((p, i) => ({ seq: i, tokens: [run.tokens[i]![s]!], startPos: p.length + s })), count: true, recordRouting: true });
     run.routing.push(out.routing!);
   }
-  o.prompts.forEach((_, i) => be.closeSequence(i));
+  seqs.closeAll();
   const after = be.readCounter();
   run.counts = Uint32Array.from(after, (x, i) => (x - before[i]!) >>> 0);
   return run;
@@ -150,56 +152,66 @@ export function runBackendConformance(name: string, make: BackendFactory, o: Con
     try {
       const V = be.spec.vocabSize;
       const p = [...o.prompts[0]!];
-      be.openSequence(0, p.length + 4);
-      const first = be.forward({ chunks: [{ seq: 0, tokens: p, startPos: 0 }], count: true });
+      const seqs = new DirectSequences(be);
+      seqs.open(0, p.length + 4);
+      const first = seqs.forward({ chunks: [{ seq: 0, tokens: p, startPos: 0 }], count: true });
       const counter = be.readCounter();
+      const one = seqs.chunk({ seq: 0, tokens: [1], startPos: p.length });
+      const pool = be.kvCache;
       const bad = [
-        { chunks: [{ seq: 0, tokens: [V], startPos: p.length }] }, // token out of range
-        { chunks: [{ seq: 0, tokens: [1], startPos: p.length }, { seq: 9, tokens: [1], startPos: 0 }] }, // a sequence not open
-        { chunks: [{ seq: 0, tokens: [1, 2, 3, 4, 5], startPos: p.length }] }, // past the sequence's capacity
+        { chunks: [seqs.chunk({ seq: 0, tokens: [V], startPos: p.length })] }, // token out of range
+        { chunks: [one, { seq: 9, tokens: [1], startPos: 0 }] }, // a sequence not open (paged: no block table)
+        ...(pool
+          ? [
+              { chunks: [{ ...one, blockTable: [] }] }, // a table short of the chunk's positions
+              { chunks: [{ ...one, blockTable: [pool.numBlocks] }] }, // a block outside the pool
+              { chunks: [one, { seq: 1, tokens: [1], startPos: 0, blockTable: one.blockTable! }] }, // two chunks writing one block
+            ]
+          : [{ chunks: [{ seq: 0, tokens: [1, 2, 3, 4, 5], startPos: p.length }] }]), // past the sequence's capacity
         { chunks: [] },
-        { chunks: [{ seq: 0, tokens: [1], startPos: p.length }], logitsInto: new Float32Array(V - 1) }, // a logits buffer too small
+        { chunks: [one], logitsInto: new Float32Array(V - 1) }, // a logits buffer too small
       ];
       for (const b of bad) assert.throws(() => be.forward({ ...b, count: true }), (e: Error & { code?: string }) => e.code === 'BAD_ARGUMENT');
       assert.deepEqual(be.readCounter(), counter, 'the counter is unchanged');
       // The KV cache too: the next good step equals a fresh backend's.
-      const next = be.forward({ chunks: [{ seq: 0, tokens: [1], startPos: p.length }], count: false }).logits;
-      be.closeSequence(0);
+      const next = be.forward({ chunks: [one], count: false }).logits;
+      seqs.close(0);
       const fresh = await make({ hotPerLayer: o.hot });
+      const fs = new DirectSequences(fresh);
       try {
-        fresh.openSequence(0, p.length + 4);
+        fs.open(0, p.length + 4);
         // Into a caller's buffer (what a serving loop passes every step): the same logits, a view of its start.
         const into = new Float32Array(V + 3).fill(Number.NaN);
-        const f0 = fresh.forward({ chunks: [{ seq: 0, tokens: p, startPos: 0 }], count: true, logitsInto: into });
+        const f0 = fs.forward({ chunks: [{ seq: 0, tokens: p, startPos: 0 }], count: true, logitsInto: into });
         assert.deepEqual(f0.logits, first.logits);
         assert.ok(f0.logits.buffer === into.buffer && f0.logits.byteOffset === into.byteOffset && f0.logits.length === V, 'logits are a view of logitsInto');
         assert.ok(into.subarray(V).every(Number.isNaN), 'nothing past the step\'s logits is written');
-        assert.deepEqual(fresh.forward({ chunks: [{ seq: 0, tokens: [1], startPos: p.length }], count: false }).logits, next);
+        assert.deepEqual(fs.forward({ chunks: [{ seq: 0, tokens: [1], startPos: p.length }], count: false }).logits, next);
         // argmaxOnly (on the device for CUDA): each chunk's argmax as the host's argmax of its logits picks it: a
         // prompt chunk, a decode step of two rows out of sequence order, a prompt of 20 tokens beside a decode
         // row (a prefill piece); each step run again at the same positions for its logits.
-        fresh.openSequence(1, p.length + 4);
-        fresh.openSequence(2, 24);
-        const a = fresh.forward({ chunks: [{ seq: 1, tokens: p, startPos: 0 }], count: false, argmaxOnly: true });
+        fs.open(1, p.length + 4);
+        fs.open(2, 24);
+        const a = fs.forward({ chunks: [{ seq: 1, tokens: p, startPos: 0 }], count: false, argmaxOnly: true });
         assert.deepEqual(Array.from(a.argmax!), [argmax(first.logits, 0, V)]);
         const long = Array.from({ length: 20 }, (_, i) => p[i % p.length]!);
         for (const chunks of [
           [{ seq: 1, tokens: [1], startPos: p.length }, { seq: 0, tokens: [2], startPos: p.length + 1 }],
           [{ seq: 0, tokens: [3], startPos: p.length + 2 }, { seq: 2, tokens: long, startPos: 0 }],
         ]) {
-          const picked = fresh.forward({ chunks, count: false, argmaxOnly: true }).argmax!;
-          const logits = fresh.forward({ chunks, count: false }).logits;
+          const picked = fs.forward({ chunks, count: false, argmaxOnly: true }).argmax!;
+          const logits = fs.forward({ chunks, count: false }).logits;
           assert.deepEqual(Array.from(picked), chunks.map((_, i) => argmax(logits, i * V, V)), `argmaxOnly of ${chunks.map((c) => c.tokens.length).join(' + ')} tokens`);
         }
-        assert.equal(argmax(fresh.forward({ chunks: [{ seq: 1, tokens: [1], startPos: p.length }], count: false }).logits, 0, V), argmax(next, 0, V));
+        assert.equal(argmax(fs.forward({ chunks: [{ seq: 1, tokens: [1], startPos: p.length }], count: false }).logits, 0, V), argmax(next, 0, V));
         if (fresh.submit) {
           // Run ahead (submit): two rows out of sequence order, then the next step submitted before the first is
           // waited for, each row's token fed from that step's argmax: the argmax of the same step given the tokens.
-          const s0 = fresh.submit({ chunks: [{ seq: 1, tokens: [4], startPos: p.length }, { seq: 0, tokens: [5], startPos: p.length + 1 }], count: false, argmaxOnly: true });
-          const s1 = fresh.submit({ chunks: [0, 1].map((seq) => ({ seq, tokens: [FED_TOKEN], startPos: p.length + 2 - seq })), count: false, argmaxOnly: true });
+          const s0 = fs.submit({ chunks: [{ seq: 1, tokens: [4], startPos: p.length }, { seq: 0, tokens: [5], startPos: p.length + 1 }], count: false, argmaxOnly: true });
+          const s1 = fs.submit({ chunks: [0, 1].map((seq) => ({ seq, tokens: [FED_TOKEN], startPos: p.length + 2 - seq })), count: false, argmaxOnly: true });
           const [t1, t0] = Array.from(s0.wait().argmax!);
           const fed = Array.from(s1.wait().argmax!);
-          const given = fresh.forward({ chunks: [{ seq: 0, tokens: [t0!], startPos: p.length + 2 }, { seq: 1, tokens: [t1!], startPos: p.length + 1 }], count: false, argmaxOnly: true });
+          const given = fs.forward({ chunks: [{ seq: 0, tokens: [t0!], startPos: p.length + 2 }, { seq: 1, tokens: [t1!], startPos: p.length + 1 }], count: false, argmaxOnly: true });
           assert.deepEqual(fed, Array.from(given.argmax!), 'fed tokens: the argmax of the step given them');
         }
       } finally {

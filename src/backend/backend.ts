@@ -3,11 +3,43 @@ import type { ModelSpec } from '../model/spec.ts';
 
 /** One sequence's part of a step: tokens fed at consecutive positions from `startPos`. */
 export interface SequenceChunk {
-  /** Sequence id, opened with `openSequence` (owns a KV cache). */
+  /**
+   * Sequence id: names the sequence within a step (once a step) and from one step to the next (FED_TOKEN). A paged
+   * backend keeps nothing else by it; a backend without a pool, the sequence opened with `openSequence`.
+   */
   readonly seq: number;
   readonly tokens: readonly number[];
   /** Position of tokens[0]; the KV cache must already hold positions 0..startPos-1. */
   readonly startPos: number;
+  /**
+   * Paged backends (`kvCache`): the sequence's blocks, entry i holding positions [i x blockSize, (i+1) x blockSize),
+   * at least up to position startPos + tokens.length - 1. The step writes this chunk's positions into them and reads
+   * 0..startPos-1 from them as the caller wrote them earlier (or copied them: copyBlocks). Blocks may be shared
+   * between sequences (a common prefix); no two chunks of a step write one block. The caller does not change the
+   * array after passing it (a step submitted to run ahead may read it later). Ignored by a backend without one.
+   */
+  readonly blockTable?: readonly number[];
+}
+
+/**
+ * What keys and values are stored as (vLLM's --kv-cache-dtype names; 'auto' is resolved by whoever builds the
+ * backend). Every backend rounds a stored value as kv-dtype.ts defines, so backends agree bit for bit.
+ */
+export type KvCacheDtype = 'float32' | 'bfloat16' | 'fp8';
+
+/**
+ * A paged backend's KV cache: one pool of blocks, each holding `blockSize` positions of every layer's keys and
+ * values. The backend owns the memory; the engine owns which sequence holds which block (engine/kv-blocks.ts).
+ */
+export interface KvPool {
+  /** Positions a block holds: the unit the engine allocates, shares between prefixes and copies. */
+  readonly blockSize: number;
+  /** Blocks in the pool, ids 0..numBlocks-1: what the engine hands out and preempts to get back. */
+  readonly numBlocks: number;
+  /** How stored keys and values are rounded (kv-dtype.ts): what a hit reuses must be what a recompute writes. */
+  readonly dtype: KvCacheDtype;
+  /** Bytes one block takes on this backend, every layer's keys and values: the pool's share of memory, reported. */
+  readonly bytesPerBlock: number;
 }
 
 export interface StepInput {
@@ -112,9 +144,22 @@ export interface Backend {
   readonly name: string;
   readonly spec: ModelSpec;
   readonly banks: ExpertBanks;
-  /** Reserve a KV cache for `seq` holding up to `capacity` positions. */
-  openSequence(seq: number, capacity: number): void;
-  closeSequence(seq: number): void;
+  /**
+   * The paged KV cache, when the backend has one: every chunk then carries its blockTable, and no sequence is
+   * opened or closed. Absent: the transition (openSequence / closeSequence) until every backend is paged.
+   * (Named kvCache, not kvPool: the CUDA backend's private field of that name holds its reservation today.)
+   */
+  readonly kvCache?: KvPool;
+  /**
+   * Paged backends: copies every layer's keys and values of block `src` into block `dst`, pair by pair in order
+   * (copy-on-write: a sequence about to write a block it shares gets its own copy first). Between steps; a step
+   * submitted after it sees the copies.
+   */
+  copyBlocks?(pairs: readonly (readonly [src: number, dst: number])[]): void;
+  /** Transition, backends without kvCache: reserve a KV cache for `seq` holding up to `capacity` positions. */
+  openSequence?(seq: number, capacity: number): void;
+  /** Transition, backends without kvCache: release `seq`'s KV cache. */
+  closeSequence?(seq: number): void;
   forward(input: StepInput): StepOutput;
   /**
    * Starts a step and returns before it completes, so the caller can plan the next while this one runs

@@ -1,7 +1,7 @@
 // Backend selection by name (`--backend cpu|cuda`). The cuda backend is imported lazily so that the
 // package runs where koffi, libcuda or the compiled kernels are absent.
 import { ResidencyError } from '../errors.ts';
-import type { Backend } from './backend.ts';
+import type { Backend, KvCacheDtype } from './backend.ts';
 import type { BankPlacement } from './slot-tables.ts';
 import type { ModelSpec } from '../model/spec.ts';
 import type { ModelWeights, RawTensor } from '../model/weights.ts';
@@ -37,6 +37,11 @@ export interface CreateBackendOptions {
   readonly onProgress?: (done: number, total: number, what: string) => void;
   /** cuda: the host expert lane (threads absent: the CPUs less 2; share absent: chosen from measured times, host-lane/split.ts). */
   readonly hostExperts?: { readonly threads?: number; readonly share?: number; readonly parts?: number };
+  /**
+   * cpu: the paged KV cache (--block-size, --kv-cache-dtype, --kv-cache-memory / --kv-cache-tokens); 'auto' = float32,
+   * the spec. The cuda backend's KV cache is not paged yet (the transition): it takes none of these.
+   */
+  readonly kvCache?: { readonly blockSize?: number; readonly dtype?: KvCacheDtype | 'auto'; readonly tokens?: number; readonly bytes?: number };
 }
 
 /** Parses a `--threads` value: a count in 1..64 or `auto`. */
@@ -61,10 +66,12 @@ export async function createBackend(name: string, model: BackendModel, opts: Cre
     const { CpuBackend } = await import('./cpu/cpu-backend.ts');
     const { autoThreads } = await import('./cpu/parallel/threads.ts');
     const threads = opts.threads === 'auto' ? autoThreads() : opts.threads;
+    const kv = opts.kvCache;
     const backend = new CpuBackend(model.spec, model.weights, {
       ...(opts.placement ? { placement: opts.placement } : {}),
       ...(threads !== undefined ? { threads } : {}),
       ...(opts.takeExperts ? { takeExperts: true } : {}),
+      ...(kv ? { kvCache: { ...kv, dtype: kv.dtype === 'auto' || kv.dtype === undefined ? 'float32' : kv.dtype } } : {}),
     });
     await backend.ready(); // the first steps should not run on one thread while workers start
     return backend;

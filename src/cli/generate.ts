@@ -2,6 +2,7 @@
 // tokens (or one JSON object) and the prefill/decode speed.
 import { MEMORY_HELP, MEMORY_OPTIONS, parseMemoryFlags } from './memory-flags.ts';
 import { withMaxModelLen } from '../model/max-model-len.ts';
+import { KV_HELP, KV_OPTIONS, kvBootLine, parseKvFlags, refusePoolFlags, type KvFlags } from './kv-flags.ts';
 import { existsSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -42,6 +43,7 @@ export const GENERATE_HELP = `usage: residency generate [--model DIR] (--prompt 
   --record-trace FILE  write every step's routing as a JSONL trace (residency simulate --traces FILE --phases recorded)
   --threads N|auto     cpu: worker threads sharing each step (bit-identical; default RESIDENCY_CPU_THREADS, else 1)
 ${MEMORY_HELP}
+${KV_HELP}
   --backend NAME       cpu (default) or cuda (an NVIDIA GPU, kernels built by npm run build:kernels)
   --json               print exactly one JSON object {"prompt_ids","tokens","text"} on stdout`;
 
@@ -62,6 +64,7 @@ export const GENERATE_OPTIONS = {
   'record-trace': { type: 'string' },
   threads: { type: 'string' },
   ...MEMORY_OPTIONS,
+  ...KV_OPTIONS,
   backend: { type: 'string', default: 'cpu' },
   json: { type: 'boolean', default: false },
   help: { type: 'boolean', short: 'h', default: false },
@@ -87,6 +90,8 @@ export interface GenerateOptions {
   /** cuda: the host expert lane (--host-experts). */
   readonly hostExperts?: { readonly threads?: number; readonly share?: number; readonly parts?: number };
   readonly maxModelLen?: number;
+  /** The KV cache and scheduler flags (kv-flags.ts). */
+  readonly kv?: KvFlags;
 }
 
 /** What an extending command may add: a placement for the banks and a residency hook for the engine. */
@@ -138,6 +143,9 @@ export function generateOptionsFrom(values: { [K in keyof typeof GENERATE_OPTION
     const t = str(flag);
     return t === undefined ? undefined : number(flag, t, (n) => Number.isInteger(n) && n >= min, `an integer >= ${min}`);
   };
+  const backend = parseBackendName(str('backend') ?? 'cpu');
+  const kv = parseKvFlags(values);
+  if (backend !== 'cpu') refusePoolFlags(backend, kv);
   return {
     modelDir: resolve(str('model') ?? join(packageRoot(), 'models/tiny-moe')),
     prompt,
@@ -149,10 +157,11 @@ export function generateOptionsFrom(values: { [K in keyof typeof GENERATE_OPTION
     ignoreEos: values['ignore-eos'] === true,
     hot: int('hot', 0),
     json: values.json === true,
-    backend: parseBackendName(str('backend') ?? 'cpu'),
+    backend,
     recordTrace: str('record-trace'),
     threads: str('threads') === undefined ? undefined : parseThreads(str('threads')!),
     ...parseMemoryFlags(values as { 'gpu-memory-utilization'?: string; 'max-model-len'?: string }),
+    kv,
   };
 }
 
@@ -169,6 +178,7 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
     if (promptIds.length === 0) throw new ResidencyError('BAD_ARGUMENT', '--prompt encodes to no tokens: give a longer prompt');
     const placement = ext.placement?.(model) ?? (opts.hot !== undefined ? { hotPerLayer: opts.hot } : undefined);
     backend = await createBackend(opts.backend ?? 'cpu', model, {
+      ...(opts.kv ? { kvCache: opts.kv.kvCache } : {}),
       ...(placement ? { placement } : {}),
       ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
       takeExperts: true, // the model was loaded here for this backend alone
@@ -200,6 +210,8 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
     let prefillDone = false;
     engine = createEngine(backend, {
       hook,
+      ...(opts.kv ? { scheduler: opts.kv.scheduler } : {}),
+      ...(opts.kv?.prefixCaching !== undefined ? { prefixCaching: opts.kv.prefixCaching } : {}),
       onRouting: tr ? (chunks, routing) => tr.recorder.recordStep(chunks.map((c) => ({ seq: c.seq, startPos: c.startPos, tokens: c.tokens.length })), routing) : undefined,
       onStep: (r) => {
         if (prefillDone) decode.seconds += r.durationNs / 1e9;
@@ -209,6 +221,7 @@ export async function runGenerate(opts: GenerateOptions, ext: GenerateExtensions
         }
       },
     });
+    if (engine.kvCache) process.stderr.write(`${kvBootLine(engine.kvCache, engine.config)}\n`);
     reason = await new Promise<FinishReason>((resolveDone, reject) => {
       const sampling = { temperature: opts.temperature, topP: opts.topP, seed: opts.seed, maxTokens: opts.maxTokens, ignoreEos: opts.ignoreEos };
       engine!.submit({ id: 'generate', promptIds, sampling }, (ev) => {

@@ -1,5 +1,6 @@
 // `residency serve`: the OpenAI-compatible server with live residency control, /metrics and a dashboard.
 import { MEMORY_HELP, MEMORY_OPTIONS, parseMemoryFlags } from './memory-flags.ts';
+import { KV_HELP, KV_OPTIONS, kvBootLine, parseKvFlags, refusePoolFlags } from './kv-flags.ts';
 import { resolve, join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import { parseBackendName, parseThreads } from '../backend/registry.ts';
@@ -62,9 +63,9 @@ export const SERVE_HELP = `usage: residency serve [MODEL] [options]      (as vll
   --allowed-origins O,...  web pages (scheme://host[:port], or *) allowed to call the API besides this server's own
                        and loopback pages; their hosts are also answered on a loopback --host (a proxy in front)
   --max-queue N        requests waiting to join the batch before new ones get 429 (default ${defaultServerConfig.maxQueue})
-  --max-running N      sequences in the running batch at most (default 8)
   --threads N|auto     cpu: worker threads sharing each step (bit-identical; default RESIDENCY_CPU_THREADS, else 1)
 ${MEMORY_HELP}
+${KV_HELP}
   --max-body BYTES     request body limit (default ${defaultServerConfig.maxBodyBytes})
   --shutdown-timeout S on SIGTERM/SIGINT: stop accepting, refuse queued requests at once, give running streams
                        S seconds to finish, then end them (default 30)
@@ -91,11 +92,11 @@ const OPTIONS = {
   'control-api-key': { type: 'string' },
   'allowed-origins': { type: 'string' },
   'max-queue': { type: 'string' },
-  'max-running': { type: 'string' },
   'max-body': { type: 'string' },
   'shutdown-timeout': { type: 'string' },
   threads: { type: 'string' },
   ...MEMORY_OPTIONS,
+  ...KV_OPTIONS,
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
 
@@ -119,7 +120,8 @@ export const serveCommand: CliCommand = {
     const backend = parseBackendName(v.backend);
     if (v.hot !== undefined && v.map !== undefined) throw new ResidencyError('BAD_ARGUMENT', 'give --hot H or --map MAP.json, not both');
     const maxQueue = int('max-queue', v['max-queue'], 1);
-    const maxRunning = int('max-running', v['max-running'], 1);
+    const kv = parseKvFlags(v);
+    if (backend !== 'cpu') refusePoolFlags(backend, kv);
     const maxBody = int('max-body', v['max-body'], 1024);
     const shutdownS = int('shutdown-timeout', v['shutdown-timeout'], 0, 86_400) ?? 30;
     const apiKey = v['api-key'] ?? process.env['RESIDENCY_API_KEY'];
@@ -142,7 +144,9 @@ export const serveCommand: CliCommand = {
       port: int('port', v.port, 0, 65535)!,
       host: v.host,
       config: { ...(apiKey ? { apiKey } : {}), ...(controlApiKey ? { controlApiKey } : {}), allowedOrigins, ...(maxQueue ? { maxQueue } : {}), ...(maxBody ? { maxBodyBytes: maxBody } : {}) },
-      scheduler: maxRunning ? { maxRunning } : undefined,
+      scheduler: kv.scheduler,
+      kvCache: kv.kvCache,
+      ...(kv.prefixCaching !== undefined ? { prefixCaching: kv.prefixCaching } : {}),
       ...(v.threads !== undefined ? { threads: parseThreads(v.threads) } : {}),
       ...parseMemoryFlags(v),
     });
@@ -154,6 +158,8 @@ export const serveCommand: CliCommand = {
       `residency ${serving.driver ? (v.adapt ? 'adapting' : 'frozen until GO or {"freeze": false}') : 'off'}${apiKey ? '; API key required' : ''})`);
     const hotReason = (serving.backend as { hotReason?: string }).hotReason;
     if (hotReason) console.error(`hot bank: ${hotReason}`);
+    const pool = serving.engine.kvCache;
+    if (pool) console.error(kvBootLine(pool, serving.engine.config));
     console.error(`dashboard: ${serving.server.url}/   metrics: ${serving.server.url}/metrics`);
     await new Promise<void>((done) => {
       const stop = (sig: string) => {

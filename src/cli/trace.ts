@@ -13,6 +13,7 @@ import { progressLine } from '../model/progress.ts';
 import { openTraceFile } from '../sim/traces/recorder.ts';
 import type { CliCommand } from './command.ts';
 import { packageRoot, parseFlags } from './generate.ts';
+import { DirectSequences } from '../backend/sequences.ts';
 
 export const TRACE_HELP = `usage: residency trace [--model DIR] (--text FILE... | --jsonl FILE [--field text] | --prompts FILE.json --domain NAME) --out TRACE.jsonl [options]
 
@@ -207,15 +208,16 @@ export async function runTrace(opts: TraceOptions, loaded?: LoadedModel): Promis
       throw new ResidencyError('BAD_ARGUMENT', `--out ${opts.out}: cannot write (${(err as Error).message})`, { cause: err });
     }
     const row = moeLayerCount(spec) * spec.topK;
+    const seqs = new DirectSequences(backend);
     for (let d = 0; d < docs.length; d++) {
       const ids = docs[d]!;
       // One sequence per document, fed in chunks; count: false because tracing is not traffic.
-      backend.openSequence(d, ids.length);
+      seqs.open(d, ids.length);
       try {
         for (let start = 0; start < ids.length; start += TRACE_CHUNK) {
           const chunk = ids.slice(start, start + TRACE_CHUNK);
           const t0 = process.hrtime.bigint();
-          const out = backend.forward({ chunks: [{ seq: d, tokens: chunk, startPos: start }], count: false, recordRouting: true });
+          const out = seqs.forward({ chunks: [{ seq: d, tokens: chunk, startPos: start }], count: false, recordRouting: true });
           seconds += Number(process.hrtime.bigint() - t0) / 1e9;
           if (!out.routing) throw new ResidencyError('INTERNAL', `backend ${backend.name} returned no routing with recordRouting`);
           // One recorder step per token: the row is what a decode step of batch 1 would pick for it
@@ -225,7 +227,7 @@ export async function runTrace(opts: TraceOptions, loaded?: LoadedModel): Promis
           }
         }
       } finally {
-        backend.closeSequence(d);
+        seqs.close(d);
       }
       tokens += ids.length;
     }

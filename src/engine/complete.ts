@@ -2,6 +2,7 @@
 // set of requests through an engine to completion.
 import { type Backend } from '../backend/backend.ts';
 import { argmax } from '../backend/argmax.ts';
+import { DirectSequences } from '../backend/sequences.ts';
 import type { FinishReason, GenerationEngine, GenerationRequest } from './types.ts';
 
 /**
@@ -10,20 +11,21 @@ import type { FinishReason, GenerationEngine, GenerationRequest } from './types.
  */
 export function generateGreedy(backend: Backend, promptIds: readonly number[], maxTokens: number, seq = 0x7fffffff): number[] {
   const V = backend.spec.vocabSize;
-  backend.openSequence(seq, promptIds.length + maxTokens);
+  const seqs = new DirectSequences(backend);
+  seqs.open(seq, promptIds.length + maxTokens);
   try {
     const out: number[] = [];
     const into = new Float32Array(V); // every step's logits, no allocation a token
-    let { logits } = backend.forward({ chunks: [{ seq, tokens: promptIds, startPos: 0 }], count: false, logitsInto: into });
+    let { logits } = seqs.forward({ chunks: [{ seq, tokens: promptIds, startPos: 0 }], count: false, logitsInto: into });
     for (let i = 0; i < maxTokens; i++) {
       const token = argmax(logits, 0, V);
       out.push(token);
       if (i + 1 === maxTokens) break;
-      ({ logits } = backend.forward({ chunks: [{ seq, tokens: [token], startPos: promptIds.length + i }], count: false, logitsInto: into }));
+      ({ logits } = seqs.forward({ chunks: [{ seq, tokens: [token], startPos: promptIds.length + i }], count: false, logitsInto: into }));
     }
     return out;
   } finally {
-    backend.closeSequence(seq);
+    seqs.close(seq);
   }
 }
 

@@ -1,4 +1,4 @@
-// Every sequence the engine opens is closed, however its request ends: cancelled while waiting or mid-
+// Every block the engine takes is given back, however its request ends: cancelled while waiting or mid-
 // prefill, EOS as the first token, a stop id, the context end, a failing step. Many requests, few slots.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,34 +12,26 @@ import type { FinishReason, GenerationEvent, SamplingParams } from './types.ts';
 const model = syntheticModel({ seed: 11, vocabSize: 96, numExperts: 8, topK: 2, tieWordEmbeddings: false, maxPositions: 48 });
 const greedy = (maxTokens: number, extra: Partial<SamplingParams> = {}): SamplingParams => ({ temperature: 0, topP: 1, maxTokens, ignoreEos: true, ...extra });
 
-/** The CPU backend, counting open sequences; `failAt` makes that forward call throw. */
+/** The CPU backend (a pool of 24 blocks of 4); `failAt` makes that forward call throw. */
 function tracked(spec = model.spec, failAt = -1) {
-  const b = createCpuBackend(spec, model.weights, { placement: { hotPerLayer: 5 } });
-  const open = new Set<number>();
+  const b = createCpuBackend(spec, model.weights, { placement: { hotPerLayer: 5 }, kvCache: { blockSize: 4, blocks: 24 } });
   let forwards = 0;
   const backend: Backend = Object.assign(Object.create(b) as Backend, {
-    openSequence: (seq: number, capacity: number) => {
-      assert.ok(!open.has(seq), `seq ${seq} opened twice`);
-      assert.ok(capacity <= spec.maxPositions, `capacity ${capacity} beyond the model's ${spec.maxPositions} positions`);
-      b.openSequence(seq, capacity);
-      open.add(seq);
-    },
-    closeSequence: (seq: number) => {
-      assert.ok(open.delete(seq), `seq ${seq} closed but not open`);
-      b.closeSequence(seq);
-    },
     forward: (input: Parameters<Backend['forward']>[0]) => {
       if (forwards++ === failAt) throw new Error('device fell over');
       return b.forward(input);
     },
   });
-  return { backend, open };
+  return { backend };
 }
+
+/** Blocks still held after the engine closed. */
+const held = (e: { kvCache: { numBlocks: number; freeBlocks: number } | null }): number => e.kvCache!.numBlocks - e.kvCache!.freeBlocks;
 
 interface Outcome { tokens: number[]; reason?: FinishReason; events: number }
 
 test('cancel storms: waiting, mid-prefill and decoding requests all release their sequence', async () => {
-  const { backend, open } = tracked();
+  const { backend } = tracked();
   const engine = createEngine(backend, { scheduler: { maxRunning: 3, maxStepTokens: 4, maxWaiting: 200 } });
   const out: Outcome[] = [];
   for (let i = 0; i < 60; i++) {
@@ -59,7 +51,7 @@ test('cancel storms: waiting, mid-prefill and decoding requests all release thei
     if (i % 7 === 3) setImmediate(() => h!.cancel()); // cancelled mid-prefill (a 4-token step budget)
   }
   await engine.close();
-  assert.equal(open.size, 0, `sequences left open: ${[...open].join(',')}`);
+  assert.equal(held(engine), 0, 'blocks held after every request ended');
   assert.ok(out.every((o) => o.reason !== undefined), 'every request got its done');
   assert.ok(out.some((o) => o.reason === 'cancelled') && out.some((o) => o.reason === 'length'));
   assert.equal(engine.running + engine.queueDepth, 0);
@@ -67,7 +59,7 @@ test('cancel storms: waiting, mid-prefill and decoding requests all release thei
 
 test('EOS as the first token, stop ids, the context end and a failing step all release their sequence', async () => {
   const first = generateGreedy(createCpuBackend(model.spec, model.weights), [9, 8, 7], 1)[0]!;
-  const { backend, open } = tracked({ ...model.spec, eosTokenIds: [first] });
+  const { backend } = tracked({ ...model.spec, eosTokenIds: [first] });
   const engine = createEngine(backend);
   const run = (promptIds: number[], sampling: SamplingParams) => new Promise<Outcome>((resolve) => {
     const o: Outcome = { tokens: [], events: 0 };
@@ -86,7 +78,7 @@ test('EOS as the first token, stop ids, the context end and a failing step all r
   assert.equal(edge.reason, 'length');
   assert.ok(edge.tokens.length >= 1 && 47 + edge.tokens.length <= 49, `${edge.tokens.length} tokens after a 47-token prompt in 48 positions`);
   await engine.close();
-  assert.equal(open.size, 0);
+  assert.equal(held(engine), 0);
 
   const failing = tracked(model.spec, 2);
   const e2 = createEngine(failing.backend, { scheduler: { maxRunning: 2 } });
@@ -99,5 +91,5 @@ test('EOS as the first token, stop ids, the context end and a failing step all r
   })));
   assert.deepEqual(results.map((r) => r.reason), ['error', 'error', 'length']);
   await e2.close();
-  assert.equal(failing.open.size, 0);
+  assert.equal(held(e2), 0);
 });

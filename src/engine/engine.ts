@@ -6,7 +6,9 @@ import type { ResidencyHook, StepReport } from './residency-hook.ts';
 import type { FinishReason, GenerationEngine, GenerationEvent, GenerationRequest, RequestHandle } from './types.ts';
 import { RequestState } from './request.ts';
 import { ModelRunner, type RoutingListener } from './runner.ts';
-import { DEFAULT_SCHEDULER, Scheduler, type ScheduledStep, type SchedulerConfig } from './scheduler.ts';
+import { DEFAULT_SCHEDULER, MAX_DEFAULT_RUNNING, Scheduler, type ScheduledStep, type SchedulerConfig } from './scheduler.ts';
+import { kvSpaceFor, type KvSpace } from './kv-space.ts';
+import type { KvCacheStats } from './types.ts';
 import { validateRequest } from './validate.ts';
 
 /** Without a hook, steps of at most this many tokens are counted (decode-like steps; design.md). */
@@ -29,6 +31,11 @@ export interface EngineOptions {
    * that ends costs one step computed and dropped.
    */
   readonly runAhead?: boolean;
+  /**
+   * Prefix caching on a paged backend (default on, as vLLM's v1 engine): full blocks of a prompt another request
+   * computed are reused, and only the new tokens are prefilled. Ignored for a backend without a KV pool.
+   */
+  readonly prefixCaching?: boolean;
 }
 
 /** A step submitted and not yet finished (run-ahead decoding). */
@@ -44,6 +51,7 @@ const nextTick = (): Promise<void> => new Promise((resolve) => setImmediate(reso
 export class Engine implements GenerationEngine {
   private readonly scheduler: Scheduler;
   private readonly runner: ModelRunner;
+  private readonly kv: KvSpace;
   private stepIndex = 0;
   private loop: Promise<void> | null = null;
   private closing = false;
@@ -56,8 +64,17 @@ export class Engine implements GenerationEngine {
     readonly backend: Backend,
     private readonly options: EngineOptions = {},
   ) {
-    this.scheduler = new Scheduler({ ...DEFAULT_SCHEDULER, ...options.scheduler });
-    this.runner = new ModelRunner(backend, options.onRouting);
+    this.kv = kvSpaceFor(backend, options.prefixCaching ?? true);
+    // A paged pool: as many sequences as it has blocks (each holds one at least), up to vLLM's default.
+    const maxRunning = options.scheduler?.maxRunning
+      ?? (backend.kvCache ? Math.min(MAX_DEFAULT_RUNNING, backend.kvCache.numBlocks) : DEFAULT_SCHEDULER.maxRunning);
+    this.scheduler = new Scheduler({ ...DEFAULT_SCHEDULER, ...options.scheduler, maxRunning }, this.kv);
+    this.runner = new ModelRunner(backend, this.kv, options.onRouting);
+  }
+
+  /** The scheduler's limits as resolved (maxRunning from the pool when not given). */
+  get config(): SchedulerConfig {
+    return this.scheduler.config;
   }
 
   get queueDepth(): number {
@@ -69,9 +86,19 @@ export class Engine implements GenerationEngine {
   }
 
   get kvCacheUsage(): number {
-    let held = 0;
-    for (const r of this.scheduler.running) held += r.capacity;
-    return held / (this.scheduler.config.maxRunning * this.backend.spec.maxPositions);
+    return this.scheduler.usage;
+  }
+
+  /** The paged KV cache's figures, or null for a backend without a pool. */
+  get kvCache(): KvCacheStats | null {
+    const s = this.kv.stats();
+    if (!s) return null;
+    return { ...s, usage: this.kv.usage(this.scheduler.running, this.scheduler.config.maxRunning), prefixCaching: this.options.prefixCaching ?? true, preemptions: this.scheduler.preemptions };
+  }
+
+  /** Requests preempted since start (their KV cache given back, recomputed later). */
+  get preemptions(): number {
+    return this.scheduler.preemptions;
   }
 
   /** Steps run since the engine started. */
@@ -82,7 +109,11 @@ export class Engine implements GenerationEngine {
   submit(request: GenerationRequest, onEvent: (event: GenerationEvent) => void): RequestHandle {
     if (this.closing) throw new ResidencyError('NOT_AVAILABLE', 'the engine is closing: no new requests');
     validateRequest(request, this.backend.spec);
+    if (request.promptIds.length >= this.kv.maxPositions) {
+      throw new ResidencyError('BAD_REQUEST', `promptIds: ${request.promptIds.length} tokens leave no room to generate: the KV cache holds ${this.kv.maxPositions} positions`);
+    }
     const req = new RequestState(request, onEvent, this.backend.spec.eosTokenIds, performance.now());
+    req.capacity = Math.min(req.promptTokens + request.sampling.maxTokens, this.backend.spec.maxPositions, this.kv.maxPositions);
     this.scheduler.add(req);
     this.start();
     return {
@@ -142,17 +173,20 @@ export class Engine implements GenerationEngine {
   /** One engine step. */
   private step(): void {
     if (this.inFlight) return this.finishInFlight();
-    let step = this.scheduler.schedule();
+    const step = this.scheduler.schedule();
     for (const req of step.cancelled) this.finish(req, 'cancelled', req.cancelReason);
-    for (const req of step.admitted) {
+    for (const { req, error } of step.failed) this.finish(req, 'error', error.message);
+    if (step.chunks.length === 0) return;
+    const copies = this.kv.takeCopies();
+    if (copies.length > 0) {
       try {
-        this.runner.admit(req);
+        this.backend.copyBlocks!(copies);
       } catch (err) {
-        this.finish(req, 'error', (err as Error).message);
+        // A copy that did not land leaves the blocks it was for suspect: end their requests, as a failed step does.
+        for (const c of step.chunks) this.finish(c.req, 'error', (err as Error).message);
+        return;
       }
     }
-    if (step.admitted.some((r) => r.finished)) step = withoutFinished(step);
-    if (step.chunks.length === 0) return;
     const counted = this.counts(step);
     const t0 = process.hrtime.bigint();
     if (this.runsAhead(step)) {
@@ -166,7 +200,7 @@ export class Engine implements GenerationEngine {
   }
 
   private counts(step: ScheduledStep): boolean {
-    return this.options.hook ? this.options.hook.countStep(step.tokens) : step.tokens <= DEFAULT_COUNT_TMAX;
+    return this.options.hook ? this.options.hook.countStep(step.countTokens) : step.countTokens <= DEFAULT_COUNT_TMAX;
   }
 
   private report(step: ScheduledStep, counted: boolean, t0: bigint): void {
@@ -228,7 +262,7 @@ export class Engine implements GenerationEngine {
    * The next decode step of the requests of `step` (a step running ahead: each chunk decodes one token greedily),
    * when it can be planned before `step`'s tokens are known: nobody waiting to join (they join through the
    * scheduler), every running request in it, none ended or cancelled, each with room in its KV cache for the
-   * token after. Else null.
+   * token after (taken now, without preempting anyone: when there is none, the scheduler plans the step). Else null.
    */
   private continuation(step: ScheduledStep): ScheduledStep | null {
     if (this.scheduler.waiting.length > 0 || this.scheduler.running.length !== step.chunks.length) return null;
@@ -236,8 +270,9 @@ export class Engine implements GenerationEngine {
       const r = c.req;
       if (r.finished || r.cancelled || c.startPos + 2 > r.capacity) return null;
     }
+    if (!step.chunks.every((c) => this.kv.grow(c.req, c.startPos + 2))) return null;
     const chunks = step.chunks.map((c) => ({ req: c.req, count: 1, startPos: c.startPos + 1, samples: true }));
-    return { chunks, admitted: [], cancelled: [], tokens: chunks.length };
+    return { chunks, admitted: [], cancelled: [], failed: [], tokens: chunks.length, countTokens: chunks.length };
   }
 
   /** Submits a step to run ahead (its tokens given); a backend refusing it ends its requests, as a failed step does. */
@@ -277,6 +312,7 @@ export class Engine implements GenerationEngine {
       // Ended, or cancelled, while a step ran ahead of it: that step's token is dropped (a cancelled request ends at the next schedule).
       if (req.finished || req.cancelled) return;
       req.computed += c.count;
+      this.scheduler.committed(req);
       const token = next[i]!;
       if (token < 0) return;
       if (req.stopIds.has(token)) return this.finish(req, 'stop');
@@ -292,8 +328,7 @@ export class Engine implements GenerationEngine {
   private finish(req: RequestState, reason: FinishReason, error?: string): void {
     if (req.finished) return;
     req.finished = reason;
-    this.scheduler.finish(req);
-    if (req.seq >= 0) this.runner.release(req.seq);
+    this.scheduler.finish(req); // and gives back its KV cache
     req.emit({
       type: 'done',
       reason,
@@ -303,11 +338,6 @@ export class Engine implements GenerationEngine {
       ...(error !== undefined ? { error } : {}),
     });
   }
-}
-
-function withoutFinished(step: ScheduledStep): ScheduledStep {
-  const chunks = step.chunks.filter((c) => !c.req.finished);
-  return { ...step, chunks, tokens: chunks.reduce((n, c) => n + c.count, 0) };
 }
 
 export function createEngine(backend: Backend, options?: EngineOptions): Engine {

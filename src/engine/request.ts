@@ -10,8 +10,10 @@ export class RequestState {
   generated = 0;
   /** Backend sequence id, set when the request joins the running batch. */
   seq = -1;
-  /** KV positions reserved for the sequence. */
+  /** Positions the request may reach, prompt + output: its max tokens within the model's and the KV cache's room. */
   capacity = 0;
+  /** Times it was preempted (its KV cache given back, recomputed when it ran again). */
+  preemptions = 0;
   cancelled = false;
   /** Why the server (not the client) cancelled it, told to the client in the 'done' event. */
   cancelReason: string | undefined = undefined;
@@ -38,9 +40,9 @@ export class RequestState {
     return this.request.promptIds.length;
   }
 
-  /** Still feeding the prompt (more than the one pending generated token left to compute). */
+  /** Still feeding known tokens (the prompt, or everything again after a preemption): more than one left to compute. */
   get prefilling(): boolean {
-    return this.computed < this.promptTokens;
+    return this.computed < this.tokens.length - 1;
   }
 
   /** Tokens the next step may feed: the rest of the prompt, or the one token just generated. */

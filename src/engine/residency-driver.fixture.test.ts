@@ -12,6 +12,7 @@ import { mapFromBanks } from '../backend/bank-map.ts';
 import { ResidencyDriver } from './residency-driver.ts';
 import { argmax } from '../backend/argmax.ts';
 import { TINY_MOE_MODEL, tinyMoeFile, tinyMoeTrace } from '../../fixtures/fixture-paths.ts';
+import { DirectSequences } from '../backend/sequences.ts';
 
 const model = await loadModel(TINY_MOE_MODEL);
 const { spec } = model;
@@ -21,17 +22,18 @@ const traces = Object.fromEntries(['en', 'ja', 'de', 'code_js'].map((d) => [d, t
 
 /** Greedy decode of each prompt, `steps` tokens, one sequence at a time. */
 function greedy(backend: CpuBackend, steps: number): number[][] {
+  const seqs = new DirectSequences(backend);
   return prompts.map((ids, seq) => {
-    backend.openSequence(seq, ids.length + steps);
+    seqs.open(seq, ids.length + steps);
     const out: number[] = [];
     let chunk = { seq, tokens: ids, startPos: 0 };
     for (let i = 0; i < steps; i++) {
-      const { logits } = backend.forward({ chunks: [chunk], count: false });
+      const { logits } = seqs.forward({ chunks: [chunk], count: false });
       const best = argmax(logits, 0, spec.vocabSize);
       out.push(best);
       chunk = { seq, tokens: [best], startPos: chunk.startPos + chunk.tokens.length };
     }
-    backend.closeSequence(seq);
+    seqs.close(seq);
     return out;
   });
 }
@@ -81,13 +83,14 @@ test('live: the CPU backend counts in its MoE op and the driver drains real pick
   const backend = createCpuBackend(spec, model.weights, { placement: { hotPerLayer: 49 } });
   const driver = new ResidencyDriver({ backend, frozen: false, log: () => {}, budgets: { drain_every: 4, min_average: 0.5, move_cost_picks: 0 } });
   const ids = prompts[1]!;
-  backend.openSequence(0, ids.length + 24);
+  const seqs = new DirectSequences(backend);
+  seqs.open(0, ids.length + 24);
   let chunk = { seq: 0, tokens: ids, startPos: 0 };
   let countedSteps = 0;
   for (let step = 0; step < 24; step++) {
     const counted = driver.countStep(chunk.tokens.length); // count
     if (counted) countedSteps++;
-    const { logits } = backend.forward({ chunks: [chunk], count: counted });
+    const { logits } = seqs.forward({ chunks: [chunk], count: counted });
     driver.afterStep({ step, tokens: chunk.tokens.length, counted, durationNs: 0 }); // drain, decide, swap
     chunk = { seq: 0, tokens: [argmax(logits, 0, spec.vocabSize)], startPos: chunk.startPos + chunk.tokens.length };
   }
@@ -103,7 +106,7 @@ test('live: the CPU backend counts in its MoE op and the driver drains real pick
 function backendShape(b: CpuBackend): Omit<Backend, 'readCounter'> {
   return {
     name: b.name, spec: b.spec, banks: b.banks,
-    openSequence: (s, c) => b.openSequence(s, c), closeSequence: (s) => b.closeSequence(s),
+    kvCache: b.kvCache, copyBlocks: (p) => b.copyBlocks(p),
     forward: (i) => b.forward(i), dispose: () => b.dispose(),
   };
 }

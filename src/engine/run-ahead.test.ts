@@ -1,6 +1,6 @@
 // Run-ahead decoding (EngineOptions.runAhead, Backend.submit, FED_TOKEN) on the CPU backend made lazy: a
-// submitted step computes only when it is waited for, as a device finishes it later, and closing a sequence
-// first finishes what was submitted, as a stream sync does. Greedy requests get the tokens they get step by step,
+// submitted step computes only when it is waited for, as a device finishes it later, and a block copy first
+// finishes what was submitted, as the device's stream order does. Greedy requests get the tokens they get step by step,
 // whatever ends them; the steps after the first decode one feed their tokens; counting and reports stay whole.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,6 +12,7 @@ import { createEngine } from './engine.ts';
 import { generateGreedy, runToCompletion } from './complete.ts';
 import type { GenerationEvent, GenerationRequest, SamplingParams } from './types.ts';
 import type { StepReport } from './residency-hook.ts';
+import { DirectSequences } from '../backend/sequences.ts';
 
 const model = syntheticModel({ seed: 11, vocabSize: 96, numExperts: 8, topK: 2, tieWordEmbeddings: false });
 const greedy = (maxTokens: number, extra: Partial<SamplingParams> = {}): SamplingParams => ({ temperature: 0, topP: 1, maxTokens, ignoreEos: true, ...extra });
@@ -31,10 +32,10 @@ function lazy(spec: ModelSpec = model.spec) {
     inputs.push(input);
     return forward(input);
   };
-  const close = be.closeSequence.bind(be);
-  be.closeSequence = (seq) => {
+  const copy = be.copyBlocks.bind(be);
+  be.copyBlocks = (pairs) => {
     flush();
-    close(seq);
+    copy(pairs);
   };
   let unwaited = 0;
   const submit = (input: StepInput) => {
@@ -133,9 +134,9 @@ test('run-ahead: the hook sees every step in order, dropped ones too, and the co
 });
 
 test('a fed token with no argmax from the step just before is refused, naming the sequence', () => {
-  const be = createCpuBackend(model.spec, model.weights);
-  be.openSequence(0, 16);
-  be.openSequence(1, 16);
+  const be = new DirectSequences(createCpuBackend(model.spec, model.weights));
+  be.open(0, 16);
+  be.open(1, 16);
   assert.throws(() => be.forward({ chunks: [{ seq: 0, tokens: [FED_TOKEN], startPos: 0 }], count: false }), /seq 0 has a fed token .* not an argmaxOnly step/);
   be.forward({ chunks: [{ seq: 0, tokens: [3, 4], startPos: 0 }], count: false, argmaxOnly: true });
   assert.throws(() => be.forward({ chunks: [{ seq: 1, tokens: [FED_TOKEN], startPos: 0 }], count: false }), /seq 1 has a fed token/);

@@ -4,30 +4,21 @@ import { FED_TOKEN, type Backend, type PendingStep, type SequenceChunk, type Ste
 
 /** Receives each step's routing: the step's chunks and [tokens][layers][topK] expert ids in chunk order. */
 export type RoutingListener = (chunks: readonly SequenceChunk[], routing: Int32Array) => void;
-import type { RequestState } from './request.ts';
 import type { ScheduledStep } from './scheduler.ts';
+import type { KvSpace } from './kv-space.ts';
 import { SamplerScratch } from './sampler.ts';
 
 export class ModelRunner {
   private readonly scratch: SamplerScratch;
-  private nextSeq = 0;
   /** The logits of every step go here (grown to the widest step): no step allocates its logits. */
   private logits = new Float32Array(0);
 
   constructor(
     readonly backend: Backend,
+    private readonly kv: KvSpace,
     private readonly onRouting?: RoutingListener,
   ) {
     this.scratch = new SamplerScratch(backend.spec.vocabSize);
-  }
-
-  /** Gives a newly admitted request a backend sequence (a KV cache of prompt + maxTokens positions). */
-  admit(req: RequestState): void {
-    const capacity = Math.min(req.promptTokens + req.request.sampling.maxTokens, this.backend.spec.maxPositions);
-    const seq = this.nextSeq++;
-    this.backend.openSequence(seq, capacity);
-    req.seq = seq;
-    req.capacity = capacity;
   }
 
   /** Runs the step; returns per chunk the sampled token, or -1 for a prefill chunk that samples nothing. */
@@ -56,11 +47,17 @@ export class ModelRunner {
   }
 
   private chunksOf(step: ScheduledStep, fed: boolean): SequenceChunk[] {
-    return step.chunks.map((c) => ({
-      seq: c.req.seq,
-      tokens: fed ? [FED_TOKEN] : c.req.tokens.slice(c.startPos, c.startPos + c.count),
-      startPos: c.startPos,
-    }));
+    return step.chunks.map((c) => {
+      // A copy: a step submitted to run ahead may be read after the sequence's table changed (grew, or was given back).
+      const table = this.kv.table(c.req);
+      const blockTable = table ? [...table] : undefined;
+      return {
+        seq: c.req.seq,
+        tokens: fed ? [FED_TOKEN] : c.req.tokens.slice(c.startPos, c.startPos + c.count),
+        startPos: c.startPos,
+        ...(blockTable ? { blockTable } : {}),
+      };
+    });
   }
 
   private logitsFor(chunks: number): Float32Array {
@@ -78,9 +75,5 @@ export class ModelRunner {
       next[i] = out.argmax?.[i] ?? c.req.sampler.sample(out.logits, i * V, this.scratch);
     });
     return next;
-  }
-
-  release(seq: number): void {
-    if (seq >= 0) this.backend.closeSequence(seq);
   }
 }

@@ -88,8 +88,32 @@ export interface GenerationEngine {
   readonly queueDepth: number;
   /** Sequences in the running batch. */
   readonly running: number;
-  /** KV positions reserved by the running sequences / what the running batch may hold at most (0..1). */
+  /** The KV cache's held share (0..1): a paged pool's blocks in use, else positions reserved / what the batch may hold. */
   readonly kvCacheUsage?: number;
+  /** A paged KV cache's figures (null or absent: the backend has no pool). */
+  readonly kvCache?: KvCacheStats | null;
+  /** Requests preempted since start (their KV cache given back, recomputed later). */
+  readonly preemptions?: number;
   /** Finish in-flight work and stop the loop. */
   close(): Promise<void>;
+}
+
+/** A paged KV cache as the engine accounts it (/metrics, /v1/residency, the boot line). */
+export interface KvCacheStats {
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  readonly dtype: 'float32' | 'bfloat16' | 'fp8';
+  readonly bytesPerBlock: number;
+  /** Blocks no running sequence holds (cached free blocks among them). */
+  readonly freeBlocks: number;
+  /** Free blocks still holding a cached prefix. */
+  readonly cachedFreeBlocks: number;
+  /** Blocks held, as a share of the pool (0..1). */
+  readonly usage: number;
+  readonly prefixCaching: boolean;
+  /** Prompt tokens looked up in the prefix cache, and those found. */
+  readonly prefixQueries: number;
+  readonly prefixHits: number;
+  /** Requests preempted (their blocks given back, recomputed later). */
+  readonly preemptions: number;
 }

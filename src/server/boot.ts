@@ -3,7 +3,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Backend } from '../backend/backend.ts';
-import { createBackend, type BackendName } from '../backend/registry.ts';
+import { createBackend, type BackendName, type CreateBackendOptions } from '../backend/registry.ts';
 import type { BankPlacement } from '../backend/slot-tables.ts';
 import { createEngine, type Engine } from '../engine/engine.ts';
 import { ResidencyDriver } from '../engine/residency-driver.ts';
@@ -52,6 +52,10 @@ export interface ServeOptions {
   readonly host: string;
   readonly config?: Partial<ServerConfig>;
   readonly scheduler?: Partial<SchedulerConfig>;
+  /** cpu: the paged KV cache's block size, dtype and size (CreateBackendOptions.kvCache). */
+  readonly kvCache?: CreateBackendOptions['kvCache'];
+  /** Prefix caching on a paged backend (default on). */
+  readonly prefixCaching?: boolean;
   readonly log?: (message: string) => void;
   /** One line per HTTP request (method, path, status, time); default: off. */
   readonly accessLog?: (line: string) => void;
@@ -126,6 +130,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
       ...(opts.model === undefined ? { takeExperts: true } : {}), // loaded here for this backend alone
       ...(opts.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: opts.gpuMemoryUtilization } : {}),
       ...(opts.hostExperts ? { hostExperts: opts.hostExperts } : {}),
+      ...(opts.kvCache ? { kvCache: opts.kvCache } : {}),
       maxNumSeqs: opts.scheduler?.maxRunning ?? DEFAULT_SCHEDULER.maxRunning,
       onProgress: progress.onProgress,
     });
@@ -158,6 +163,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
       onStep: view ? (r) => view.onStep(r) : undefined,
       // The server answers 429 at maxQueue; the engine's own limit sits above it so it never refuses first.
       scheduler: { ...opts.scheduler, maxWaiting: Math.max(config.maxQueue + 1, opts.scheduler?.maxWaiting ?? 0) },
+      ...(opts.prefixCaching !== undefined ? { prefixCaching: opts.prefixCaching } : {}),
       onError: (e) => log(`engine: ${e.message}`),
     });
     // Long prompts are tokenized in a worker thread, so one big prompt does not freeze every running stream.

@@ -54,11 +54,12 @@ export function createMetrics(engine: GenerationEngine, residency: ResidencyView
   const requestsByFinish = new Counter({ name: 'residency_request_finished_total', help: 'Generations (one per choice) by finish reason: stop, length, abort, error', labelNames: ['finished_reason'] as const, registers: [registry] });
   const requestLatency = new Histogram({ name: 'residency_e2e_request_latency_seconds', help: 'Submit to the end of one generation', buckets: requestBuckets, registers: [registry] });
   new Gauge({
-    name: 'residency_kv_cache_usage_ratio', help: 'KV cache positions reserved by running sequences / positions the running batch may hold (0..1)', registers: [registry],
+    name: 'residency_kv_cache_usage_ratio', help: 'KV cache held (0..1): a paged pool\'s blocks in use, else positions reserved by running sequences / what the running batch may hold', registers: [registry],
     collect() { this.set(engine.kvCacheUsage ?? 0); },
   });
   new Gauge({ name: 'residency_queue_depth', help: 'Requests waiting to join the batch', registers: [registry], collect() { this.set(engine.queueDepth); } });
   new Gauge({ name: 'residency_running_sequences', help: 'Sequences in the running batch', registers: [registry], collect() { this.set(engine.running); } });
+  vllmMetrics(registry, engine);
 
   if (residency) {
     // Read the residency system once per scrape; the collectors below share the snapshot.
@@ -93,6 +94,19 @@ export function createMetrics(engine: GenerationEngine, residency: ResidencyView
     countToken: () => { generated++; completionTokens.inc(); },
     tokensGenerated: () => generated,
   };
+}
+
+/**
+ * The series vLLM exports under the same meaning, by its names (what routers and autoscalers read: the Gateway API
+ * inference extension's endpoint picker, vLLM's dashboards). prom-client takes ':' in a metric name, as Prometheus does.
+ */
+function vllmMetrics(registry: Registry, engine: GenerationEngine): void {
+  new Gauge({ name: 'vllm:num_requests_running', help: 'Number of requests in model execution batches', registers: [registry], collect() { this.set(engine.running); } });
+  new Gauge({ name: 'vllm:num_requests_waiting', help: 'Number of requests waiting to be processed', registers: [registry], collect() { this.set(engine.queueDepth); } });
+  new Gauge({ name: 'vllm:kv_cache_usage_perc', help: 'KV-cache usage. 1 means 100 percent usage', registers: [registry], collect() { this.set(engine.kvCacheUsage ?? 0); } });
+  mirrorCounter(registry, 'vllm:prefix_cache_queries_total', 'Prefix cache queries, in terms of number of queried tokens', () => engine.kvCache?.prefixQueries ?? 0);
+  mirrorCounter(registry, 'vllm:prefix_cache_hits_total', 'Prefix cache hits, in terms of number of cached tokens', () => engine.kvCache?.prefixHits ?? 0);
+  mirrorCounter(registry, 'vllm:num_preemptions_total', 'Cumulative number of preemptions from the engine', () => engine.preemptions ?? 0);
 }
 
 /** A counter mirroring a monotonic total kept elsewhere (the controller's, the lane's): it advances by the difference. */

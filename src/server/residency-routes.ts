@@ -32,14 +32,26 @@ export function statsPayload(snap: ResidencySnapshot, history: History, engine: 
     hot,
     queue_depth: engine.queueDepth,
     running: engine.running,
+    kv_cache: kvCacheView(engine),
     history: history.all(),
+  };
+}
+
+/** The KV pool's use as /v1/residency shows it (null: the backend's KV cache is not paged). */
+export function kvCacheView(engine: ServerDeps['engine']) {
+  const kv = engine.kvCache;
+  if (!kv) return null;
+  return {
+    blocks: kv.numBlocks, block_size: kv.blockSize, positions: kv.numBlocks * kv.blockSize, dtype: kv.dtype,
+    bytes: kv.numBlocks * kv.bytesPerBlock, free_blocks: kv.freeBlocks, cached_free_blocks: kv.cachedFreeBlocks, usage: kv.usage,
+    prefix_caching: kv.prefixCaching, prefix_queries: kv.prefixQueries, prefix_hits: kv.prefixHits, preemptions: kv.preemptions,
   };
 }
 
 export function residencyRoutes(app: Hono, deps: ServerDeps, history: History, config: ServerConfig): void {
   app.get('/v1/residency', (c) => {
     const s = need(deps.residency).snapshot();
-    return c.json({ model: s.map.model, geometry: s.geometry, map: s.map, cold_share: s.cold_share, swaps: s.swaps, controller: s.controller, step: s.step });
+    return c.json({ model: s.map.model, geometry: s.geometry, map: s.map, cold_share: s.cold_share, swaps: s.swaps, controller: s.controller, step: s.step, kv_cache: kvCacheView(deps.engine) });
   });
 
   app.get('/v1/residency/stats', (c) => c.json(statsPayload(need(deps.residency).snapshot(), history, deps.engine)));

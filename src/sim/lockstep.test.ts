@@ -22,6 +22,7 @@ import { PipelineBanks, TableBanks, type LoggedExchange } from './model-banks.ts
 import type { Geometry } from './policies/policy.ts';
 import { replay } from './replay.ts';
 import { TINY_MOE_MODEL, tinyMoeFile } from '../../fixtures/fixture-paths.ts';
+import { DirectSequences } from '../backend/sequences.ts';
 
 type Swapped = LoggedExchange;
 
@@ -147,12 +148,13 @@ describe('lockstep: engine-side driver vs simulator', () => {
     const file = join(mkdtempSync(join(tmpdir(), 'lockstep-')), 'cpu.jsonl');
     const { recorder, close } = openTraceFile(file, { layers: g.layers, experts: g.experts, topK: g.topK }, 'lockstep test');
     const seqs = prompts.map((p, i) => ({ seq: i, next: [...p], pos: 0 }));
-    for (const s of seqs) backend.openSequence(s.seq, 256);
+    const direct = new DirectSequences(backend);
+    for (const s of seqs) direct.open(s.seq, 256);
     for (stepNow = 0; stepNow < 40; stepNow++) {
       const chunks = seqs.map((s) => ({ seq: s.seq, tokens: s.next, startPos: s.pos }));
       const tokens = chunks.reduce((n, c) => n + c.tokens.length, 0);
       const count = driver.countStep(tokens);
-      const out = backend.forward({ chunks, count, recordRouting: true });
+      const out = direct.forward({ chunks, count, recordRouting: true });
       recorder.recordStep(chunks.map((c) => ({ seq: c.seq, startPos: c.startPos, tokens: c.tokens.length })), out.routing!);
       seqs.forEach((s, i) => { s.pos += s.next.length; s.next = [argmax(out.logits, i * spec.vocabSize, spec.vocabSize)]; });
       driver.afterStep({ step: stepNow, tokens, counted: count, durationNs: 0 });

@@ -13,6 +13,7 @@ import { Controller } from '../../src/residency/controller.ts';
 import { identityRowMap, rowMapsEqual } from '../../src/residency/rowmap.ts';
 import { restoreLowerBound } from '../../src/residency/restore.ts';
 import { mulberry32 } from '../../src/util/rng.ts';
+import { DirectSequences } from '../../src/backend/sequences.ts';
 
 export interface ParityCase { domain: string; prompt_ids: number[]; prefill_routing: number[][][]; steps: { token: number; routing: number[][] }[] }
 
@@ -47,20 +48,21 @@ export interface ChurnResult {
 /** Greedy decode of `n` tokens; `between` runs between decode steps (swaps there are legal). */
 function greedy(be: Backend, prompt: readonly number[], n: number, seq: number, between?: () => void): number[] {
   const V = be.spec.vocabSize;
-  be.openSequence(seq, prompt.length + n + 1);
+  const seqs = new DirectSequences(be);
+  seqs.open(seq, prompt.length + n + 1);
   try {
-    let { logits } = be.forward({ chunks: [{ seq, tokens: prompt, startPos: 0 }], count: false });
+    let { logits } = seqs.forward({ chunks: [{ seq, tokens: prompt, startPos: 0 }], count: false });
     const out: number[] = [];
     for (let i = 0; i < n; i++) {
       const t = argmax(logits, 0, V);
       out.push(t);
       if (i + 1 === n) break;
       between?.();
-      ({ logits } = be.forward({ chunks: [{ seq, tokens: [t], startPos: prompt.length + i }], count: false }));
+      ({ logits } = seqs.forward({ chunks: [{ seq, tokens: [t], startPos: prompt.length + i }], count: false }));
     }
     return out;
   } finally {
-    be.closeSequence(seq);
+    seqs.close(seq);
   }
 }
 

@@ -20,6 +20,7 @@ import { normErr } from './harness.ts';
 import { report } from './model.gpu.ts';
 import { HUB_FP8, writeTwins } from '../fp8-twin.ts';
 import { FAMILIES, familyCheckpoint, familyParity, type Family } from '../../fixtures/fixture-paths.ts';
+import { DirectSequences } from '../../src/backend/sequences.ts';
 
 interface Step { token: number; top5_ids: number[]; top5_logits: number[]; routing: number[][]; routing_weights: number[][] }
 interface Case { prompt_ids: number[]; prefill_routing: number[][][]; steps: Step[] }
@@ -32,12 +33,13 @@ const fixtures = (named.includes('all') ? [...FAMILIES] : (named as Family[])).m
 
 /** Prefill every case in one step, then teacher-forced decode steps (all cases batched), recording routing. */
 function run(be: Backend, cases: Case[]): StepOutput[] {
-  cases.forEach((c, i) => be.openSequence(i, c.prompt_ids.length + c.steps.length + 1));
-  const outs = [be.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: c.prompt_ids, startPos: 0 })), count: false, recordRouting: true })];
+  const seqs = new DirectSequences(be);
+  cases.forEach((c, i) => seqs.open(i, c.prompt_ids.length + c.steps.length + 1));
+  const outs = [seqs.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: c.prompt_ids, startPos: 0 })), count: false, recordRouting: true })];
   for (let s = 0; s + 1 < cases[0]!.steps.length; s++) {
-    outs.push(be.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: [c.steps[s]!.token], startPos: c.prompt_ids.length + s })), count: true, recordRouting: true }));
+    outs.push(seqs.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: [c.steps[s]!.token], startPos: c.prompt_ids.length + s })), count: true, recordRouting: true }));
   }
-  cases.forEach((_, i) => be.closeSequence(i));
+  seqs.closeAll();
   return outs;
 }
 

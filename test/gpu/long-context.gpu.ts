@@ -10,6 +10,7 @@ import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { SequenceChunk } from '../../src/backend/backend.ts';
 import { modelDir, normErr, rng } from './harness.ts';
 import { report } from './model.gpu.ts';
+import { bySequence } from '../../src/backend/sequences.ts';
 
 const LAST_POS = 1200; // the longer sequence decodes to this position
 // Greedy tokens must be identical; a mismatch where the CPU's top-2 logits are closer than this (fp32
@@ -32,7 +33,7 @@ test(`long contexts: split attention equals the CPU backend to position ${LAST_P
   const m = await loadModel(modelDir());
   const r = rng('long context');
   const V = m.spec.vocabSize;
-  const cpu = new CpuBackend(m.spec, m.weights);
+  const cpu = bySequence(new CpuBackend(m.spec, m.weights));
   const opts = { maxModelLen: LAST_POS + 1, maxNumSeqs: 2 };
   const split = await createCuda(m, opts); // split on (default), graph replay
   const eager = await createCuda(m, { ...opts, tuning: { graphs: false } }); // the same kernels launched eagerly

@@ -12,6 +12,7 @@ import { createCuda, type CudaCreateOptions } from '../../src/backend/cuda/creat
 import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
 import type { SequenceChunk } from '../../src/backend/backend.ts';
 import { fixtureDir, modelDir, normErr, rng } from './harness.ts';
+import { bySequence } from '../../src/backend/sequences.ts';
 
 interface Step { token: number; top5_ids: number[]; top5_logits: number[]; routing: number[][] }
 interface Case { domain: string; prompt_ids: number[]; prefill_routing: number[][][]; steps: Step[] }
@@ -85,7 +86,7 @@ test('CUDA backend equals the CPU backend on random tokens (logits, routing): gr
   const m = await getModel();
   const r = rng('model vs cpu');
   const V = m.spec.vocabSize;
-  const cpu = new CpuBackend(m.spec, m.weights);
+  const cpu = bySequence(new CpuBackend(m.spec, m.weights));
   const gpuG = await createCudaBackend(m);
   const gpuE = await createCudaBackend(m, { tuning: { graphs: false } });
   const gpuT = await createCudaBackend(m, { tuning: { tensorCoreDecodeRows: 1 } });

@@ -19,6 +19,7 @@ import type { Backend } from '../../src/backend/backend.ts';
 import type { KernelTuning } from '../../src/backend/cuda/tuning.ts';
 import { modelDir, normErr } from './harness.ts';
 import { report } from './model.gpu.ts';
+import { DirectSequences } from '../../src/backend/sequences.ts';
 
 interface RefCase { domain: string; prompt_ids: number[]; tokens: number[]; top5_ids: number[][]; top5_logits: number[][] }
 
@@ -28,15 +29,16 @@ const skip = dir && existsSync(join(dir, 'refs.json')) ? false : 'REAL_CKPT (a m
 /** Prefill every case in one step, then teacher-forced decode steps (all cases batched): logits per step. */
 function run(be: Backend, cases: RefCase[], steps: number, forced: (c: number, s: number) => number): Float32Array[][] {
   const V = be.spec.vocabSize;
-  cases.forEach((c, i) => be.openSequence(i, c.prompt_ids.length + steps + 1));
+  const seqs = new DirectSequences(be);
+  cases.forEach((c, i) => seqs.open(i, c.prompt_ids.length + steps + 1));
   const out: Float32Array[][] = cases.map(() => []);
-  let o = be.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: c.prompt_ids, startPos: 0 })), count: false });
+  let o = seqs.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: c.prompt_ids, startPos: 0 })), count: false });
   for (let s = 0; s < steps; s++) {
     cases.forEach((_, i) => out[i]!.push(o.logits.slice(i * V, (i + 1) * V)));
     if (s === steps - 1) break;
-    o = be.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: [forced(i, s)], startPos: c.prompt_ids.length + s })), count: true });
+    o = seqs.forward({ chunks: cases.map((c, i) => ({ seq: i, tokens: [forced(i, s)], startPos: c.prompt_ids.length + s })), count: true });
   }
-  cases.forEach((_, i) => be.closeSequence(i));
+  seqs.closeAll();
   return out;
 }
 
@@ -66,16 +68,17 @@ test('real shapes: greedy tokens equal the transformers float32 references (near
   // The prompt fed 8 tokens a step (decode-sized pieces whose rows read each other's positions) must agree
   // with the one-chunk prefill (tensor-core path).
   const c0 = refs[0]!;
-  be.openSequence(0, c0.prompt_ids.length + steps + 1);
+  const seqs = new DirectSequences(be);
+  seqs.open(0, c0.prompt_ids.length + steps + 1);
   let last: Float32Array = new Float32Array(0);
   for (let at = 0; at < c0.prompt_ids.length; at += 8) {
-    last = be.forward({ chunks: [{ seq: 0, tokens: c0.prompt_ids.slice(at, at + 8), startPos: at }], count: false }).logits;
+    last = seqs.forward({ chunks: [{ seq: 0, tokens: c0.prompt_ids.slice(at, at + 8), startPos: at }], count: false }).logits;
   }
   const chunked: Float32Array[] = [last];
   for (let st = 0; st < steps - 1; st++) {
-    chunked.push(be.forward({ chunks: [{ seq: 0, tokens: [c0.tokens[st]!], startPos: c0.prompt_ids.length + st }], count: false }).logits);
+    chunked.push(seqs.forward({ chunks: [{ seq: 0, tokens: [c0.tokens[st]!], startPos: c0.prompt_ids.length + st }], count: false }).logits);
   }
-  be.closeSequence(0);
+  seqs.close(0);
   let chunkErr = 0;
   for (let st = 0; st < steps; st++) chunkErr = Math.max(chunkErr, normErr(chunked[st]!, gpu[0]![st]!));
   be.dispose();

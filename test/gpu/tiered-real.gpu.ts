@@ -20,6 +20,7 @@ import { identityRowMap } from '../../src/residency/rowmap.ts';
 import { planRestore } from '../../src/residency/restore.ts';
 import { mulberry32 } from '../../src/util/rng.ts';
 import { report } from './model.gpu.ts';
+import { DirectSequences } from '../../src/backend/sequences.ts';
 
 /** A make-checkpoint folder from env `name` (with refs.json), or why the tests on it are skipped. */
 function checkpoint(name: string): { dir?: string; skip: string | false } {
@@ -58,8 +59,9 @@ function randomMoves(banks: ExpertBanks, hot: number, seed: number, perLayer: nu
 /** Greedy decode of every case batched; `between` runs between steps. Returns tokens and the logits' bytes per step. */
 function greedy(be: Backend, prompts: number[][], steps: number, between?: (step: number) => void): { tokens: number[][]; logits: Float32Array[] } {
   const V = be.spec.vocabSize;
-  prompts.forEach((p, i) => be.openSequence(i, p.length + steps + 1));
-  let o = be.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 })), count: false });
+  const seqs = new DirectSequences(be);
+  prompts.forEach((p, i) => seqs.open(i, p.length + steps + 1));
+  let o = seqs.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 })), count: false });
   const tokens: number[][] = prompts.map(() => []);
   const logits: Float32Array[] = [];
   for (let s = 0; s < steps; s++) {
@@ -67,9 +69,9 @@ function greedy(be: Backend, prompts: number[][], steps: number, between?: (step
     prompts.forEach((_, i) => tokens[i]!.push(argmax(o.logits, i * V, V)));
     if (s === steps - 1) break;
     between?.(s);
-    o = be.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: [tokens[i]![s]!], startPos: p.length + s })), count: true });
+    o = seqs.forward({ chunks: prompts.map((p, i) => ({ seq: i, tokens: [tokens[i]![s]!], startPos: p.length + s })), count: true });
   }
-  prompts.forEach((_, i) => be.closeSequence(i));
+  seqs.closeAll();
   return { tokens, logits };
 }
 

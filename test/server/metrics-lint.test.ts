@@ -52,6 +52,26 @@ test('/metrics is promtool-clean, process metrics included', async () => {
   }
 });
 
+test('vLLM\'s names carry the engine\'s figures (running, waiting, KV usage, prefix cache, preemptions), promtool-clean', async () => {
+  const engine = new FakeEngine();
+  const kv = { numBlocks: 100, blockSize: 16, dtype: 'bfloat16' as const, bytesPerBlock: 4096, freeBlocks: 75, cachedFreeBlocks: 10, usage: 0.25, prefixCaching: true, prefixQueries: 640, prefixHits: 512, preemptions: 3 };
+  Object.defineProperties(engine, { kvCache: { get: () => kv }, kvCacheUsage: { get: () => kv.usage }, preemptions: { get: () => kv.preemptions } });
+  const s = await startServer({ engine, model: fakeModel, config: defaultServerConfig }, { port: 0, host: '127.0.0.1' }, { defaultMetrics: false });
+  try {
+    const text = await (await fetch(`${s.url}/metrics`)).text();
+    assert.deepEqual(lintMetrics(text), []);
+    const m = 'model_name="fake-moe"';
+    for (const [name, value] of [['vllm:num_requests_running', 0], ['vllm:num_requests_waiting', 0], ['vllm:kv_cache_usage_perc', 0.25],
+      ['vllm:prefix_cache_queries_total', 640], ['vllm:prefix_cache_hits_total', 512], ['vllm:num_preemptions_total', 3]] as const) {
+      assert.match(text, new RegExp(`^${name}\\{${m}\\} ${value}$`, 'm'), name);
+    }
+    assert.match(text, /^# TYPE vllm:prefix_cache_hits_total counter$/m);
+    assert.match(text, /^# TYPE vllm:kv_cache_usage_perc gauge$/m);
+  } finally {
+    await s.close();
+  }
+});
+
 test('with the host expert lane: its requests, busy time, split and layer times, promtool-clean', async () => {
   let requests = 0;
   const hostLane = {

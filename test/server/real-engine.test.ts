@@ -49,6 +49,33 @@ describe('greedy completions on the real engine', () => {
     }
   });
 
+  test('the paged KV pool: a repeated prompt hits the prefix cache with the same text; /metrics and /v1/residency show the pool', async () => {
+    const prompt = Array.from({ length: 40 }, (_, i) => (i * 37 + 11) % 8000);
+    const body = { prompt, max_tokens: 8, temperature: 0, ignore_eos: true };
+    const before = s.engine.kvCache!;
+    const first = (await (await post(`${s.server.url}/v1/completions`, body)).json()).choices[0].text;
+    const again = (await (await post(`${s.server.url}/v1/completions`, body)).json()).choices[0].text;
+    assert.equal(again, first, 'a prefix hit gives the same text');
+    assert.equal(first, referenceText(prompt, 8));
+    const kv = s.engine.kvCache!;
+    assert.equal(kv.prefixHits - before.prefixHits, 32, 'the second request found its first two blocks of 16 cached');
+    assert.equal(kv.prefixQueries - before.prefixQueries, 80);
+    const text = await (await fetch(`${s.server.url}/metrics`)).text();
+    const m = 'model_name="tiny-moe"';
+    assert.match(text, new RegExp(`^vllm:prefix_cache_hits_total\\{${m}\\} ${kv.prefixHits}$`, 'm'));
+    assert.match(text, new RegExp(`^vllm:prefix_cache_queries_total\\{${m}\\} ${kv.prefixQueries}$`, 'm'));
+    assert.match(text, new RegExp(`^vllm:num_requests_running\\{${m}\\} 0$`, 'm'));
+    assert.match(text, new RegExp(`^vllm:num_requests_waiting\\{${m}\\} 0$`, 'm'));
+    assert.match(text, new RegExp(`^vllm:kv_cache_usage_perc\\{${m}\\} 0$`, 'm'), 'nothing held between requests');
+    assert.match(text, new RegExp(`^vllm:num_preemptions_total\\{${m}\\} 0$`, 'm'));
+    const r = await (await fetch(`${s.server.url}/v1/residency`)).json();
+    assert.deepEqual(
+      [r.kv_cache.blocks, r.kv_cache.block_size, r.kv_cache.dtype, r.kv_cache.free_blocks, r.kv_cache.prefix_caching, r.kv_cache.prefix_hits],
+      [kv.numBlocks, 16, 'float32', kv.numBlocks, true, kv.prefixHits],
+    );
+    assert.ok(r.kv_cache.cached_free_blocks >= 2, 'the prompt\'s full blocks stay cached after it ended');
+  });
+
   test('text prompts and chat go through the tokenizer and the plain template', async () => {
     const want = referenceText(model.tokenizer.encode('The ls command'), 12);
     const j = await (await post(`${s.server.url}/v1/completions`, { prompt: 'The ls command', max_tokens: 12, temperature: 0, ignore_eos: true })).json();

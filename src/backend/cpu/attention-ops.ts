@@ -1,6 +1,8 @@
 // The attention ops of the CPU reference: RoPE as transformers applies it for Qwen3, per-head RMSNorm
-// (q_norm / k_norm), and causal grouped-query attention over a KV cache.
+// (q_norm / k_norm), and causal grouped-query attention over a paged KV cache: a layer's keys (values) are one
+// array of rows, [blocks x blockSize][width], and a sequence's position p is row table[tOff + p / bs] x bs + p % bs.
 import { dot, rmsnorm } from './linalg.ts';
+import { roundKvInPlace, type KvDtypeCode } from '../kv-dtype.ts';
 
 /**
  * RoPE tables as transformers builds them for Qwen3, in float32: inv_freq[i] = 1 / theta^(2i/d),
@@ -61,33 +63,55 @@ export interface QkvShape {
   readonly eps: number;
   readonly cos: Float32Array;
   readonly sin: Float32Array;
+  /** How keys and values are rounded as they are stored (kv-dtype.ts code). */
+  readonly kvDtype: KvDtypeCode;
+}
+
+/**
+ * Where a step's tokens read and write a paged layer cache: token i's block table starts at table[tableOf[i]]
+ * (blocks of blockSize positions), and its own position's row is rowOf[i].
+ */
+export interface KvPages {
+  readonly table: Int32Array;
+  readonly tableOf: Int32Array;
+  readonly rowOf: Int32Array;
+  readonly blockSize: number;
+}
+
+/** The cache row of position p of a sequence whose block table starts at table[tOff] (blocks of bs positions). */
+export function kvRow(table: Int32Array, tOff: number, bs: number, p: number): number {
+  return table[tOff + ((p / bs) | 0)]! * bs + (p % bs);
 }
 
 /**
  * Qwen3's attention prologue for token i from its row of the stacked q|k|v projection ([T][(heads + 2 kvHeads) d]):
- * q = RoPE(q_norm(q)) into q[i], k = RoPE(k_norm(k)) and v into the caches at position `pos`. The same ops as
- * headNorm then rope in place (a head's norm reads all of it before writing), so threads may take any tokens.
+ * q = RoPE(q_norm(q)) into q[i], k = RoPE(k_norm(k)) and v into the caches' row `row` (its position `pos`'s row
+ * through the block table), rounded as stored (kv-dtype.ts). The same ops as headNorm then rope in place (a head's
+ * norm reads all of it before writing), so threads may take any tokens.
  */
-export function qkvPrologue(qkv: Float32Array, q: Float32Array, keys: Float32Array, values: Float32Array, i: number, pos: number, s: QkvShape): void {
+export function qkvPrologue(qkv: Float32Array, q: Float32Array, keys: Float32Array, values: Float32Array, i: number, pos: number, row: number, s: QkvShape): void {
   const { heads, kvHeads, d } = s;
   const qW = heads * d;
   const kvW = kvHeads * d;
-  const row = i * (qW + 2 * kvW);
+  const at = i * (qW + 2 * kvW);
   for (let h = 0; h < heads; h++) {
-    rmsnorm(q, i * qW + h * d, qkv, row + h * d, s.qNorm, d, s.eps);
+    rmsnorm(q, i * qW + h * d, qkv, at + h * d, s.qNorm, d, s.eps);
     rope(q, i * qW + h * d, d, s.cos, s.sin, pos);
   }
   for (let h = 0; h < kvHeads; h++) {
-    rmsnorm(keys, pos * kvW + h * d, qkv, row + qW + h * d, s.kNorm, d, s.eps);
-    rope(keys, pos * kvW + h * d, d, s.cos, s.sin, pos);
+    rmsnorm(keys, row * kvW + h * d, qkv, at + qW + h * d, s.kNorm, d, s.eps);
+    rope(keys, row * kvW + h * d, d, s.cos, s.sin, pos);
   }
-  values.set(qkv.subarray(row + qW + kvW, row + qW + 2 * kvW), pos * kvW);
+  values.set(qkv.subarray(at + qW + kvW, at + qW + 2 * kvW), row * kvW);
+  roundKvInPlace(s.kvDtype, keys, row * kvW, kvW);
+  roundKvInPlace(s.kvDtype, values, row * kvW, kvW);
 }
 
 /**
- * Causal grouped-query attention of one token at position `pos` over cached keys/values 0..pos.
- * q: [numHeads][d] at qOff; kCache/vCache: [capacity][numKvHeads*d]; out: [numHeads][d] at outOff.
- * scores: scratch of at least pos+1 float64, acc: scratch of d float64. Softmax in float64, scale 1/sqrt(d).
+ * Causal grouped-query attention of one token at position `pos` over cached keys/values 0..pos, read through its
+ * block table (table[tOff..], blocks of bs positions). q: [numHeads][d] at qOff; kCache/vCache: rows of
+ * [numKvHeads*d]; out: [numHeads][d] at outOff. scores: scratch of at least pos+1 float64, acc: scratch of d float64.
+ * Softmax in float64, scale 1/sqrt(d).
  */
 export function attention(
   out: Float32Array,
@@ -96,6 +120,9 @@ export function attention(
   qOff: number,
   kCache: Float32Array,
   vCache: Float32Array,
+  table: Int32Array,
+  tOff: number,
+  bs: number,
   pos: number,
   numHeads: number,
   numKvHeads: number,
@@ -103,12 +130,12 @@ export function attention(
   scores: Float64Array,
   acc: Float64Array,
 ): void {
-  for (let h = 0; h < numHeads; h++) attentionHead(out, outOff, q, qOff, kCache, vCache, pos, h, numHeads, numKvHeads, d, scores, acc);
+  for (let h = 0; h < numHeads; h++) attentionHead(out, outOff, q, qOff, kCache, vCache, table, tOff, bs, pos, h, numHeads, numKvHeads, d, scores, acc);
 }
 
 /**
  * Head `h` of `attention` (heads are independent, so threads may split a token's heads between them;
- * each head is computed by this same code either way).
+ * each head is computed by this same code either way). Positions are visited in order, a block at a time.
  */
 export function attentionHead(
   out: Float32Array,
@@ -117,6 +144,9 @@ export function attentionHead(
   qOff: number,
   kCache: Float32Array,
   vCache: Float32Array,
+  table: Int32Array,
+  tOff: number,
+  bs: number,
   pos: number,
   h: number,
   numHeads: number,
@@ -131,10 +161,13 @@ export function attentionHead(
   const kvOff = ((h / group) | 0) * d;
   const qh = qOff + h * d;
   let max = -Infinity;
-  for (let p = 0; p <= pos; p++) {
-    const s = dot(q, qh, kCache, p * kvStride + kvOff, d) * scale;
-    scores[p] = s;
-    if (s > max) max = s;
+  for (let p = 0, b = tOff; p <= pos; b++) {
+    const end = Math.min(p + bs, pos + 1);
+    for (let r = table[b]! * bs; p < end; p++, r++) {
+      const s = dot(q, qh, kCache, r * kvStride + kvOff, d) * scale;
+      scores[p] = s;
+      if (s > max) max = s;
+    }
   }
   let sum = 0;
   for (let p = 0; p <= pos; p++) {
@@ -145,10 +178,13 @@ export function attentionHead(
   // Sum the values position by position (rows of the cache are contiguous), each output over p in order.
   const oh = outOff + h * d;
   acc.fill(0, 0, d);
-  for (let p = 0; p <= pos; p++) {
-    const e = scores[p]!;
-    const v = p * kvStride + kvOff;
-    for (let i = 0; i < d; i++) acc[i] = acc[i]! + e * vCache[v + i]!;
+  for (let p = 0, b = tOff; p <= pos; b++) {
+    const end = Math.min(p + bs, pos + 1);
+    for (let r = table[b]! * bs; p < end; p++, r++) {
+      const e = scores[p]!;
+      const v = r * kvStride + kvOff;
+      for (let i = 0; i < d; i++) acc[i] = acc[i]! + e * vCache[v + i]!;
+    }
   }
   for (let i = 0; i < d; i++) out[oh + i] = acc[i]! / sum;
 }

@@ -8,6 +8,7 @@ import type { ModelSpec } from '../../model/spec.ts';
 import type { ModelWeights } from '../../model/weights.ts';
 import { dequantize, type Matrix } from '../../model/quant.ts';
 import { ResidencyError } from '../../errors.ts';
+import { DirectSequences } from '../sequences.ts';
 
 const model = syntheticModel({ seed: 7, numExperts: 16, topK: 4 });
 
@@ -85,9 +86,13 @@ function referenceForward(spec: ModelSpec, w: ModelWeights, tokens: number[]): F
   return Float64Array.from(mv(w.lmHead, norm(xs[xs.length - 1]!, w.finalNorm), spec.vocabSize, H));
 }
 
+/** Sequences opened by hand on a backend (one DirectSequences a backend, as a caller keeps one). */
+const direct = new WeakMap<CpuBackend, DirectSequences>();
+const seqsOf = (b: CpuBackend): DirectSequences => direct.get(b) ?? direct.set(b, new DirectSequences(b)).get(b)!;
+
 function prefill(b: CpuBackend, seq: number, tokens: number[], extra: Partial<{ count: boolean; recordRouting: boolean }> = {}) {
-  b.openSequence(seq, 64);
-  return b.forward({ chunks: [{ seq, tokens, startPos: 0 }], count: extra.count ?? false, recordRouting: extra.recordRouting });
+  seqsOf(b).open(seq, 64);
+  return seqsOf(b).forward({ chunks: [{ seq, tokens, startPos: 0 }], count: extra.count ?? false, recordRouting: extra.recordRouting });
 }
 
 const prompt = [3, 17, 42, 5, 9, 60, 1, 33, 12, 7];
@@ -102,11 +107,12 @@ test('forward matches a naive float64 forward of the whole model', () => {
 test('prefill in chunks, token by token, or batched with other sequences gives bit-identical logits', () => {
   const whole = prefill(createCpuBackend(model.spec, model.weights), 1, prompt).logits;
   const b = createCpuBackend(model.spec, model.weights);
-  b.openSequence(1, 64);
-  b.openSequence(2, 64);
-  b.forward({ chunks: [{ seq: 1, tokens: prompt.slice(0, 4), startPos: 0 }], count: false });
-  let out = b.forward({ chunks: [{ seq: 1, tokens: prompt.slice(4, 9), startPos: 4 }, { seq: 2, tokens: [8, 8], startPos: 0 }], count: false });
-  out = b.forward({ chunks: [{ seq: 2, tokens: [9], startPos: 2 }, { seq: 1, tokens: prompt.slice(9), startPos: 9 }], count: false });
+  const s = seqsOf(b);
+  s.open(1, 64);
+  s.open(2, 64);
+  s.forward({ chunks: [{ seq: 1, tokens: prompt.slice(0, 4), startPos: 0 }], count: false });
+  let out = s.forward({ chunks: [{ seq: 1, tokens: prompt.slice(4, 9), startPos: 4 }, { seq: 2, tokens: [8, 8], startPos: 0 }], count: false });
+  out = s.forward({ chunks: [{ seq: 2, tokens: [9], startPos: 2 }, { seq: 1, tokens: prompt.slice(9), startPos: 9 }], count: false });
   assert.deepEqual(out.logits.subarray(model.spec.vocabSize), whole);
 });
 
@@ -172,10 +178,10 @@ test('the counter is the histogram of routed picks of counted steps, untouched b
   const out = prefill(b, 1, prompt, { count: true, recordRouting: true });
   add(out.routing!);
   assert.deepEqual(b.readCounter(), hist);
-  b.openSequence(2, 64);
-  b.forward({ chunks: [{ seq: 2, tokens: [4, 5, 6], startPos: 0 }], count: false });
+  seqsOf(b).open(2, 64);
+  seqsOf(b).forward({ chunks: [{ seq: 2, tokens: [4, 5, 6], startPos: 0 }], count: false });
   assert.deepEqual(b.readCounter(), hist, 'uncounted step leaves the counter alone');
-  const dec = b.forward({ chunks: [{ seq: 1, tokens: [11], startPos: 10 }, { seq: 2, tokens: [12], startPos: 3 }], count: true, recordRouting: true });
+  const dec = seqsOf(b).forward({ chunks: [{ seq: 1, tokens: [11], startPos: 10 }, { seq: 2, tokens: [12], startPos: 3 }], count: true, recordRouting: true });
   add(dec.routing!);
   assert.deepEqual(b.readCounter(), hist);
   const total = hist.reduce((a, v) => a + v, 0);
@@ -198,11 +204,18 @@ test('recordRouting returns ids in descending weight and weights summing to 1', 
   }
 });
 
-test('bad steps are refused before anything changes', () => {
-  const b = createCpuBackend(model.spec, model.weights);
-  b.openSequence(1, 8);
-  assert.throws(() => b.forward({ chunks: [{ seq: 2, tokens: [1], startPos: 0 }], count: false }), /seq 2 is not open/);
-  assert.throws(() => b.forward({ chunks: [{ seq: 1, tokens: [1], startPos: 3 }], count: false }), /startPos 3/);
-  assert.throws(() => b.forward({ chunks: [{ seq: 1, tokens: [64], startPos: 0 }], count: false }), /token 64/);
-  assert.throws(() => b.forward({ chunks: [{ seq: 1, tokens: new Array(9).fill(1), startPos: 0 }], count: false }), /capacity 8/);
+test('bad steps are refused, naming what is wrong, before anything changes', () => {
+  const b = createCpuBackend(model.spec, model.weights, { kvCache: { blockSize: 4, blocks: 8 } });
+  const p = b.spec.maxPositions;
+  const bad: [object, RegExp][] = [
+    [{ seq: 2, tokens: [1], startPos: 0 }, /seq 2 has no blockTable/],
+    [{ seq: 1, tokens: [1], startPos: 4, blockTable: [0] }, /blockTable holds 1 blocks; positions up to 4 need 2 of 4/],
+    [{ seq: 1, tokens: [1], startPos: 0, blockTable: [8] }, /blockTable\[0\] = 8 is not a block in \[0, 8\)/],
+    [{ seq: 1, tokens: [1], startPos: -1, blockTable: [0] }, /positions -1\.\.-1 are not in/],
+    [{ seq: 1, tokens: [1], startPos: p, blockTable: [0] }, new RegExp(`positions ${p}\\.\\.${p} are not in \\[0, ${p}\\)`)],
+    [{ seq: 1, tokens: [64], startPos: 0, blockTable: [0] }, /token 64/],
+  ];
+  for (const [chunk, message] of bad) assert.throws(() => b.forward({ chunks: [chunk as never], count: false }), message);
+  assert.throws(() => b.forward({ chunks: [{ seq: 1, tokens: [1], startPos: 0, blockTable: [3] }, { seq: 2, tokens: [1, 2], startPos: 2, blockTable: [3] }], count: false }), /block 3 is written by two chunks/);
+  assert.throws(() => b.copyBlocks([[0, 1], [2, 8]]), /dst block 8 is not in \[0, 8\)/);
 });

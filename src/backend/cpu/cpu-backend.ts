@@ -3,6 +3,7 @@
 // MLPs in family-mlp.ts), the reference every other backend is tested against.
 import { ResidencyError } from '../../errors.ts';
 import { type Backend, type StepInput, type StepOutput } from '../backend.ts';
+import { kvDtypeCode, roundKvInPlace, type KvDtypeCode } from '../kv-dtype.ts';
 import { HostFedTokens } from '../fed-tokens.ts';
 import { logitsOut } from '../logits-out.ts';
 import { withHostArgmax } from '../argmax.ts';
@@ -12,9 +13,9 @@ import { isBf16, isQuantized, type Matrix } from '../../model/quant.ts';
 import { linearQ } from './quant-linear.ts';
 import { CpuExpertBanks } from './banks.ts';
 import type { BankPlacement } from '../slot-tables.ts';
-import { KvCaches, type SequenceCache } from './kv-cache.ts';
+import { CpuKvPool, cpuBytesPerBlock, cpuKvBlocks, type CpuKvOptions } from './kv-pool.ts';
 import { moeLayer, moeScratch, type MoeScratch, type MoeShape } from './moe.ts';
-import { headNorm, rope, type QkvShape } from './attention-ops.ts';
+import { headNorm, rope, type KvPages, type QkvShape } from './attention-ops.ts';
 import { attentionWindowed, mlaAttention, mlaScratch, type MlaScratch, type Project } from './family-attention.ts';
 import { addBias, FamilyMlps } from './family-mlp.ts';
 import { checkWeights } from './check-weights.ts';
@@ -26,7 +27,7 @@ import { timedCompute, type OpTimer } from './op-timer.ts';
 import { CpuThreadPool } from './parallel/pool.ts';
 import { resolveThreads } from './parallel/threads.ts';
 import { WasmArena } from './wasm/arena.ts';
-import { resolveSimd } from './wasm/simd-option.ts';
+import { resolveSimd, SIMD_MAX_BYTES } from './wasm/simd-option.ts';
 import { simdKernel } from './wasm/kernel.ts';
 import { TabStage } from './wasm/stage.ts';
 import { expertScratch } from './wasm/experts.ts';
@@ -66,7 +67,12 @@ export interface CpuBackendOptions {
   readonly bankPieceWords?: number;
   /** Times every op into this timer (op-timer.ts; bench:cpu --ops). Never changes a result. */
   readonly opTimer?: OpTimer;
+  /** The paged KV cache: block size, dtype and size (kv-pool.ts; default 16 positions a block, float32, 4 x max positions within 512 MiB). */
+  readonly kvCache?: CpuKvOptions;
 }
+
+/** The share of the kernel's memory weights and KV pool may fill together; the rest is scratch. Past it the pool lives outside (JS attention). */
+const SIMD_WITH_POOL_BYTES = 0.85 * SIMD_MAX_BYTES;
 
 /** Weights whose routed experts a backend has taken (takeExperts). */
 const takenWeights = new WeakSet<ModelWeights>();
@@ -84,9 +90,8 @@ interface Scratch {
   readonly attn: Float32Array; // [T][nH*d]
   readonly proj: Float32Array; // [T][H]
   readonly pos: Int32Array; // [T]
-  readonly cacheOf: (SequenceCache | null)[]; // [T]
-  readonly keys: Float32Array[]; // [T] the layer's key cache of each token's sequence
-  readonly values: Float32Array[]; // [T]
+  readonly tableOf: Int32Array; // [T] where each token's block table starts in the step's tables
+  readonly rowOf: Int32Array; // [T] the cache row each token's position is written to
   readonly last: Float32Array; // [C][H] final-normed last token of each chunk
   readonly logits: Float32Array; // [C][V]
   readonly moe: MoeScratch;
@@ -105,7 +110,11 @@ export class CpuBackend implements Backend {
   /** Cold picks in the last step (a cold share probe for benchmarks and telemetry). */
   lastColdPicks = 0;
   private readonly counter: Uint32Array;
-  private readonly caches: KvCaches;
+  /** The paged KV cache (the contract's kvCache): every layer's key and value rows. */
+  readonly kvCache: CpuKvPool;
+  private readonly kvCode: KvDtypeCode;
+  /** The step's block tables, one after another (grown on demand; shared with the threads). */
+  private tables: Int32Array;
   private readonly cos: Float32Array;
   private readonly sin: Float32Array;
   private readonly scores: Float64Array;
@@ -154,6 +163,12 @@ export class CpuBackend implements Backend {
     const arena = this.simd ? (adopt ?? new WasmArena(arenaBytes)) : null;
     const plain = this.threads > 1 ? sharedAlloc : heapAlloc;
     this.alloc = arena ?? plain;
+    // The KV pool in the kernel's memory when it fits beside the weights (its attention reads it in place).
+    const kvOpts = options.kvCache ?? {};
+    const poolBytes = cpuKvBlocks(spec, kvOpts) * cpuBytesPerBlock(spec, kvOpts.blockSize ?? 16);
+    this.kvCache = new CpuKvPool(spec, arena && arenaBytes + poolBytes <= SIMD_WITH_POOL_BYTES ? arena : plain, kvOpts);
+    this.kvCode = kvDtypeCode(this.kvCache.dtype);
+    this.tables = this.alloc.i32(64);
     this.banks = new CpuExpertBanks(spec, weights.layers, options.placement, {
       alloc: arena ?? plain,
       take: options.takeExperts === true,
@@ -164,7 +179,7 @@ export class CpuBackend implements Backend {
     this.moeIndex = new Int32Array(spec.numLayers).fill(-1);
     moeIds.forEach((l, m) => (this.moeIndex[l] = m));
     ({ lmHead: this.lmHead, routers: this.routers, oProjs: this.oProjs, qkvProjs: this.qkvProjs, qkv: this.qkv, norms: this.norms, cos: this.cos, sin: this.sin,
-      qkvShapes: this.qkvShapes, mla: this.mla } = placeWeights(spec, weights, { arena, threads: this.threads, take: options.takeExperts === true }));
+      qkvShapes: this.qkvShapes, mla: this.mla } = placeWeights(spec, weights, { arena, threads: this.threads, take: options.takeExperts === true, kvDtype: this.kvCode }));
     this.mlps = spec.denseIntermediate !== undefined || spec.sharedIntermediate ? new FamilyMlps(spec, weights.layers) : null;
     // Per thread scratch in the wasm memory: expert units, attention.
     const perThread = <T>(f: (a: WasmArena) => T): T[] => (arena ? Array.from({ length: this.threads }, () => f(arena)) : []);
@@ -186,12 +201,7 @@ export class CpuBackend implements Backend {
         : serialCompute(banks.pieces, spec.expertIntermediate, simd, quant);
     this.compute = options.opTimer ? timedCompute(compute, options.opTimer) : compute;
     this.counter = new Uint32Array(moeLayerCount(spec) * spec.numExperts);
-    // SIMD: KV caches in the wasm memory too, recycled as sequences close.
-    const kvAlloc: Alloc = arena ? { shared: true, f32: (n) => arena.f32Reusable(n), i32: (n) => arena.i32(n), free: (a) => arena.free(a) } : plain;
     const m = spec.mla;
-    const keyWidth = m ? spec.numHeads * (m.qkNopeDim + spec.headDim) : spec.numKvHeads * spec.headDim;
-    const valueWidth = m ? spec.numHeads * m.vHeadDim : keyWidth;
-    this.caches = new KvCaches(spec.numLayers, keyWidth, spec.maxPositions, kvAlloc, valueWidth);
     this.scores = new Float64Array(spec.maxPositions);
     this.attnAcc = new Float64Array(Math.max(spec.headDim, m?.vHeadDim ?? 0));
     this.moeShape = {
@@ -205,14 +215,8 @@ export class CpuBackend implements Backend {
     };
   }
 
-  openSequence(seq: number, capacity: number): void {
-    this.caches.open(seq, capacity);
-  }
-
-  closeSequence(seq: number): void {
-    const c = this.caches.peek(seq);
-    if (c) for (const a of [...c.keys, ...c.values]) this.compute.forget(a);
-    this.caches.close(seq);
+  copyBlocks(pairs: readonly (readonly [number, number])[]): void {
+    this.kvCache.copyBlocks(pairs);
   }
 
   /**
@@ -259,24 +263,61 @@ export class CpuBackend implements Backend {
     for (const c of chunks) T += c.tokens.length;
     const s = this.ensureScratch(T, chunks.length);
 
-    // Embed every token and resolve its cache and position.
+    // Check every chunk and its block table (nothing is written before all pass), then embed every token and
+    // resolve its position, its table and the row it writes.
+    const pool = this.kvCache;
+    const bs = pool.blockSize;
+    let tableLen = 0;
+    for (const c of chunks) tableLen += Math.ceil((c.startPos + c.tokens.length) / bs);
+    if (this.tables.length < tableLen) {
+      this.compute.forget(this.tables);
+      this.tables = this.alloc.i32(Math.max(tableLen, 2 * this.tables.length));
+    }
+    const table = this.tables;
     const seen = new Set<number>();
-    let t = 0;
+    const written = new Set<number>();
+    let at = 0;
     for (const c of chunks) {
       if (c.tokens.length === 0) throw new ResidencyError('BAD_ARGUMENT', `forward: chunk for seq ${c.seq} has no tokens`);
       if (seen.has(c.seq)) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} appears twice in one step`);
       seen.add(c.seq);
-      const cache = this.caches.forChunk(c.seq, c.startPos, c.tokens.length);
-      for (let j = 0; j < c.tokens.length; j++, t++) {
-        const tok = c.tokens[j]!;
+      const end = c.startPos + c.tokens.length;
+      if (!Number.isInteger(c.startPos) || c.startPos < 0 || end > spec.maxPositions) {
+        throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq}: positions ${c.startPos}..${end - 1} are not in [0, ${spec.maxPositions}) (the model's max positions)`);
+      }
+      const bt = c.blockTable;
+      if (!bt) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq} has no blockTable (the KV cache is paged: every chunk names its blocks)`);
+      const nb = Math.ceil(end / bs);
+      if (bt.length < nb) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq}: blockTable holds ${bt.length} blocks; positions up to ${end - 1} need ${nb} of ${bs}`);
+      for (let b = 0; b < nb; b++) {
+        const id = bt[b]!;
+        if (!Number.isInteger(id) || id < 0 || id >= pool.numBlocks) throw new ResidencyError('BAD_ARGUMENT', `forward: seq ${c.seq}: blockTable[${b}] = ${id} is not a block in [0, ${pool.numBlocks})`);
+        if (b >= Math.floor(c.startPos / bs)) {
+          if (written.has(id)) throw new ResidencyError('BAD_ARGUMENT', `forward: block ${id} is written by two chunks of one step (seq ${c.seq}'s among them)`);
+          written.add(id);
+        }
+      }
+      for (const tok of c.tokens) {
         if (!Number.isInteger(tok) || tok < 0 || tok >= spec.vocabSize) {
           throw new ResidencyError('BAD_ARGUMENT', `forward: token ${tok} of seq ${c.seq} is not in [0, ${spec.vocabSize})`);
         }
-        embedding(s.x, t * H, this.weights.embed, tok, H);
-        s.pos[t] = c.startPos + j;
-        s.cacheOf[t] = cache;
       }
     }
+    let t = 0;
+    for (const c of chunks) {
+      const bt = c.blockTable!;
+      const nb = Math.ceil((c.startPos + c.tokens.length) / bs);
+      for (let b = 0; b < nb; b++) table[at + b] = bt[b]!;
+      for (let j = 0; j < c.tokens.length; j++, t++) {
+        const p = c.startPos + j;
+        embedding(s.x, t * H, this.weights.embed, c.tokens[j]!, H);
+        s.pos[t] = p;
+        s.tableOf[t] = at;
+        s.rowOf[t] = bt[Math.floor(p / bs)]! * bs + (p % bs);
+      }
+      at += nb;
+    }
+    const pages: KvPages = { table, tableOf: s.tableOf, rowOf: s.rowOf, blockSize: bs };
 
     const record = input.recordRouting === true;
     const Lm = moeLayerCount(spec);
@@ -294,14 +335,10 @@ export class CpuBackend implements Backend {
       // Attention block: h = x + o_proj(attn(input_layernorm(x))).
       const mla = this.mla[l];
       if (mla) {
-        for (let i = 0; i < T; i++) {
-          s.keys[i] = s.cacheOf[i]!.keys[l]!;
-          s.values[i] = s.cacheOf[i]!.values[l]!;
-        }
-        mlaAttention(s.attn, s.xn, T, mla, spec, s.mla!, s.pos, s.keys, s.values, this.projectOp, this.cos, this.sin, this.scores, this.attnAcc);
+        mlaAttention(s.attn, s.xn, T, mla, spec, s.mla!, s.pos, pool.keys[l]!, pool.values[l]!, pages, this.kvCode, this.projectOp, this.cos, this.sin, this.scores, this.attnAcc);
         this.project(s.proj, this.oProjs[l]!, s.attn, T, H, nH * spec.mla!.vHeadDim);
       } else {
-        this.attention(l, T, s);
+        this.attention(l, T, s, pages);
         this.project(s.proj, this.oProjs[l]!, s.attn, T, H, qW);
       }
       if (w.oBias) addBias(s.proj, T, w.oBias);
@@ -325,11 +362,6 @@ export class CpuBackend implements Backend {
         }
       }
     }
-    for (const c of chunks) {
-      const cache = this.caches.forChunk(c.seq, c.startPos, c.tokens.length);
-      cache.filled = Math.max(cache.filled, c.startPos + c.tokens.length);
-    }
-
     // Final norm and lm head only for each chunk's last token.
     let end = 0;
     for (let ci = 0; ci < chunks.length; ci++) {
@@ -364,7 +396,7 @@ export class CpuBackend implements Backend {
   private readonly projectOp: Project = (y, w, x, T, outDim, inDim) => this.project(y, w, x, T, outDim, inDim);
 
   /** q/k/v attention of layer `l` (every family but MLA) into s.attn: Qwen3's, with the families' variants. */
-  private attention(l: number, T: number, s: Scratch): void {
+  private attention(l: number, T: number, s: Scratch, pages: KvPages): void {
     const spec = this.spec;
     const { hiddenSize: H, numHeads: nH, numKvHeads: nKv, headDim: d } = spec;
     const qW = nH * d;
@@ -374,12 +406,8 @@ export class CpuBackend implements Backend {
     const shape = this.qkvShapes[l];
     if (fused && shape) {
       // Qwen3: q, k, v and their prologue (norms, RoPE, cache writes) as one op the threads split by tokens.
-      for (let i = 0; i < T; i++) {
-        s.keys[i] = s.cacheOf[i]!.keys[l]!;
-        s.values[i] = s.cacheOf[i]!.values[l]!;
-      }
-      this.compute.qkv(s.qkv, fused, s.xn, T, H, s.q, s.keys, s.values, s.pos, shape);
-      this.attend(l, T, s);
+      this.compute.qkv(s.qkv, fused, s.xn, T, H, s.q, this.kvCache.keys[l]!, this.kvCache.values[l]!, pages, s.pos, shape);
+      this.attend(l, T, s, pages);
       return;
     }
     if (fused) {
@@ -411,26 +439,28 @@ export class CpuBackend implements Backend {
       const p = s.pos[i]!;
       for (let h = 0; h < nH; h++) rope(s.q, i * qW + h * d, d, this.cos, this.sin, p);
       for (let h = 0; h < nKv; h++) rope(s.k, i * kvW + h * d, d, this.cos, this.sin, p);
-      const cache = s.cacheOf[i]!;
-      cache.keys[l]!.set(s.k.subarray(i * kvW, i * kvW + kvW), p * kvW);
-      cache.values[l]!.set(s.v.subarray(i * kvW, i * kvW + kvW), p * kvW);
+      const row = pages.rowOf[i]! * kvW;
+      const keys = this.kvCache.keys[l]!;
+      const values = this.kvCache.values[l]!;
+      keys.set(s.k.subarray(i * kvW, i * kvW + kvW), row);
+      values.set(s.v.subarray(i * kvW, i * kvW + kvW), row);
+      roundKvInPlace(this.kvCode, keys, row, kvW);
+      roundKvInPlace(this.kvCode, values, row, kvW);
     }
-    for (let i = 0; i < T; i++) {
-      s.keys[i] = s.cacheOf[i]!.keys[l]!;
-      s.values[i] = s.cacheOf[i]!.values[l]!;
-    }
-    this.attend(l, T, s);
+    this.attend(l, T, s, pages);
   }
 
-  /** Attention of layer `l` over s.q and the caches in s.keys / s.values (written for this step's positions). */
-  private attend(l: number, T: number, s: Scratch): void {
+  /** Attention of layer `l` over s.q and the layer's cache rows through the step's block tables (this step's positions written). */
+  private attend(l: number, T: number, s: Scratch, pages: KvPages): void {
     const { numHeads: nH, numKvHeads: nKv, headDim: d } = this.spec;
     const w = this.weights.layers[l]!;
     const window = this.spec.slidingWindows?.[l] ?? 0;
+    const keys = this.kvCache.keys[l]!;
+    const values = this.kvCache.values[l]!;
     if (window > 0 || w.sinks) {
-      attentionWindowed(s.attn, s.q, T, s.keys, s.values, s.pos, nH, nKv, d, window, w.sinks, this.scores, this.attnAcc);
+      attentionWindowed(s.attn, s.q, T, keys, values, pages, s.pos, nH, nKv, d, window, w.sinks, this.scores, this.attnAcc);
     } else {
-      this.compute.attention(s.attn, s.q, T, s.keys, s.values, s.pos, nH, nKv, d, this.scores, this.attnAcc);
+      this.compute.attention(s.attn, s.q, T, keys, values, pages, s.pos, nH, nKv, d, this.scores, this.attnAcc);
     }
   }
 
@@ -462,9 +492,8 @@ export class CpuBackend implements Backend {
       attn: this.alloc.f32(T * (spec.mla ? spec.numHeads * spec.mla.vHeadDim : qW)),
       proj: this.alloc.f32(T * H),
       pos: new Int32Array(T),
-      cacheOf: new Array<SequenceCache | null>(T).fill(null),
-      keys: new Array<Float32Array>(T),
-      values: new Array<Float32Array>(T),
+      tableOf: this.alloc.i32(T),
+      rowOf: this.alloc.i32(T),
       last: this.alloc.f32(C * H),
       logits: this.alloc.f32(C * spec.vocabSize),
       moe: moeScratch(T, H, spec.numExperts, spec.topK, this.alloc, spec.expertAct || this.banks.quant ? spec.expertIntermediate : 0),

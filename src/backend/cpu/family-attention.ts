@@ -2,7 +2,8 @@
 // interleaved RoPE (DeepSeek), attention with sinks and a sliding window (gpt-oss), and multi-head latent
 // attention (DeepSeek-V3) computed the plain way: every head's key and value are expanded into the cache.
 import { dot, rmsnorm } from './linalg.ts';
-import { ropeInvFreq, ropeTables } from './attention-ops.ts';
+import { kvRow, ropeInvFreq, ropeTables, type KvPages } from './attention-ops.ts';
+import { roundKvInPlace, type KvDtypeCode } from '../kv-dtype.ts';
 import type { ModelSpec, YarnSpec } from '../../model/spec.ts';
 import type { MlaWeights } from '../../model/weights.ts';
 import type { Matrix } from '../../model/quant.ts';
@@ -95,8 +96,9 @@ export interface HeadLayout {
 }
 
 /**
- * One head of causal attention at position `pos` over cached keys and values (softmax in float64). With
- * `sink`, the head's sink logit joins the softmax and takes its share of the weight (gpt-oss).
+ * One head of causal attention at position `pos` over cached keys and values read through the sequence's block
+ * table (table[tOff..], blocks of bs positions; attention-ops.ts kvRow), softmax in float64. With `sink`, the
+ * head's sink logit joins the softmax and takes its share of the weight (gpt-oss).
  */
 export function attendHead(
   out: Float32Array,
@@ -107,6 +109,9 @@ export function attendHead(
   kOff: number,
   vCache: Float32Array,
   vOff: number,
+  table: Int32Array,
+  tOff: number,
+  bs: number,
   pos: number,
   o: HeadLayout,
   sink: number | undefined,
@@ -116,7 +121,7 @@ export function attendHead(
   const from = o.window > 0 ? Math.max(0, pos - o.window + 1) : 0;
   let max = sink ?? -Infinity;
   for (let p = from; p <= pos; p++) {
-    const s = dot(q, qOff, kCache, p * o.kStride + kOff, o.qkDim) * o.scale;
+    const s = dot(q, qOff, kCache, kvRow(table, tOff, bs, p) * o.kStride + kOff, o.qkDim) * o.scale;
     scores[p] = s;
     if (s > max) max = s;
   }
@@ -129,7 +134,7 @@ export function attendHead(
   acc.fill(0, 0, o.vDim);
   for (let p = from; p <= pos; p++) {
     const e = scores[p]!;
-    const v = p * o.vStride + vOff;
+    const v = kvRow(table, tOff, bs, p) * o.vStride + vOff;
     for (let i = 0; i < o.vDim; i++) acc[i] = acc[i]! + e * vCache[v + i]!;
   }
   for (let i = 0; i < o.vDim; i++) out[outOff + i] = acc[i]! / sum;
@@ -137,14 +142,16 @@ export function attendHead(
 
 /**
  * Grouped-query attention of `tokens` tokens (as attention-ops.ts) with a sliding window and sinks:
- * token i's query at q[i*heads*d..), its caches keys[i] / values[i] ([pos][kvHeads*d]).
+ * token i's query at q[i*heads*d..), the layer's cache rows keys / values ([row][kvHeads*d]), its block table at
+ * pages.table[pages.tableOf[i]..].
  */
 export function attentionWindowed(
   out: Float32Array,
   q: Float32Array,
   tokens: number,
-  keys: readonly Float32Array[],
-  values: readonly Float32Array[],
+  keys: Float32Array,
+  values: Float32Array,
+  pages: KvPages,
   pos: Int32Array,
   heads: number,
   kvHeads: number,
@@ -160,7 +167,7 @@ export function attentionWindowed(
     for (let h = 0; h < heads; h++) {
       const kv = ((h / group) | 0) * d;
       const at = i * heads * d + h * d;
-      attendHead(out, at, q, at, keys[i]!, kv, values[i]!, kv, pos[i]!, layout, sinks?.[h], scores, acc);
+      attendHead(out, at, q, at, keys, kv, values, kv, pages.table, pages.tableOf[i]!, pages.blockSize, pos[i]!, layout, sinks?.[h], scores, acc);
     }
   }
 }
@@ -193,9 +200,12 @@ export function mlaScratch(spec: ModelSpec, tokens: number, f32: (n: number) => 
 /**
  * DeepSeek-V3 attention of `tokens` tokens (transformers DeepseekV3Attention, eager): q = q_b(norm(q_a x)),
  * [c, k_rot] = kv_a x, [k_nope, v] = kv_b(norm(c)) per head; RoPE (interleaved) on q's and k's rope parts,
- * k_rot shared by every head; each head's key [k_nope, k_rot] and value go to the cache at its position,
+ * k_rot shared by every head; each head's key [k_nope, k_rot] and value go to the cache at its position's row,
  * then softmax(q.k / sqrt(nope+rope)) over positions 0..pos. Writes [T][heads*v] to `out`. The four
  * projections go through `project` (float32 or block FP8 as stored).
+ * What a device keeps is the latent, norm(c) and the roped k_rot (the CUDA backend's latent cache): those are
+ * rounded as stored (kv-dtype.ts) before anything is computed from them, so the expanded keys and values here are
+ * what the stored latent gives.
  */
 export function mlaAttention(
   out: Float32Array,
@@ -205,8 +215,10 @@ export function mlaAttention(
   spec: ModelSpec,
   s: MlaScratch,
   pos: Int32Array,
-  keys: readonly Float32Array[],
-  values: readonly Float32Array[],
+  keys: Float32Array,
+  values: Float32Array,
+  pages: KvPages,
+  kvDtype: KvDtypeCode,
   project: Project,
   cos: Float32Array,
   sin: Float32Array,
@@ -226,25 +238,28 @@ export function mlaAttention(
   for (let i = 0; i < tokens; i++) rmsnorm(s.qa, i * m.qLoraRank, s.qa, i * m.qLoraRank, w.qANorm, m.qLoraRank, eps);
   project(s.q, w.qB, s.qa, tokens, nH * qk, m.qLoraRank);
   project(s.ckv, w.kvA, xn, tokens, kvA, H);
-  for (let i = 0; i < tokens; i++) rmsnorm(s.c, i * m.kvLoraRank, s.ckv, i * kvA, w.kvANorm, m.kvLoraRank, eps);
+  for (let i = 0; i < tokens; i++) {
+    rmsnorm(s.c, i * m.kvLoraRank, s.ckv, i * kvA, w.kvANorm, m.kvLoraRank, eps);
+    roundKvInPlace(kvDtype, s.c, i * m.kvLoraRank, m.kvLoraRank);
+  }
   project(s.kv, w.kvB, s.c, tokens, nH * (nope + vd), m.kvLoraRank);
   for (let i = 0; i < tokens; i++) {
     const p = pos[i]!;
+    const r = pages.rowOf[i]!;
     for (let h = 0; h < nH; h++) ropeInterleaved(s.q, i * nH * qk + h * qk + nope, rope, cos, sin, p, s.rot);
     ropeInterleaved(s.ckv, i * kvA + m.kvLoraRank, rope, cos, sin, p, s.rot);
-    const k = keys[i]!;
-    const v = values[i]!;
+    roundKvInPlace(kvDtype, s.ckv, i * kvA + m.kvLoraRank, rope);
     for (let h = 0; h < nH; h++) {
       const src = i * nH * (nope + vd) + h * (nope + vd);
-      k.set(s.kv.subarray(src, src + nope), p * nH * qk + h * qk);
-      k.set(s.ckv.subarray(i * kvA + m.kvLoraRank, i * kvA + kvA), p * nH * qk + h * qk + nope);
-      v.set(s.kv.subarray(src + nope, src + nope + vd), p * nH * vd + h * vd);
+      keys.set(s.kv.subarray(src, src + nope), r * nH * qk + h * qk);
+      keys.set(s.ckv.subarray(i * kvA + m.kvLoraRank, i * kvA + kvA), r * nH * qk + h * qk + nope);
+      values.set(s.kv.subarray(src + nope, src + nope + vd), r * nH * vd + h * vd);
     }
   }
   const layout: HeadLayout = { qkDim: qk, vDim: vd, kStride: nH * qk, vStride: nH * vd, scale: m.softmaxScale, window: 0 };
   for (let i = 0; i < tokens; i++) {
     for (let h = 0; h < nH; h++) {
-      attendHead(out, i * nH * vd + h * vd, s.q, i * nH * qk + h * qk, keys[i]!, h * qk, values[i]!, h * vd, pos[i]!, layout, undefined, scores, acc);
+      attendHead(out, i * nH * vd + h * vd, s.q, i * nH * qk + h * qk, keys, h * qk, values, h * vd, pages.table, pages.tableOf[i]!, pages.blockSize, pos[i]!, layout, undefined, scores, acc);
     }
   }
 }

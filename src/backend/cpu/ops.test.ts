@@ -88,13 +88,23 @@ test('rope rotates halves by pos * theta^(-2i/d)', () => {
   }
 });
 
-test('attention is causal GQA softmax(q.k/sqrt(d)) v over the cache', () => {
+test('attention is causal GQA softmax(q.k/sqrt(d)) v over the cache, read through a block table', () => {
   const nH = 4, nKv = 2, d = 8, pos = 6, kvW = nKv * d;
   const q = randArray(nH * d);
   const K = randArray((pos + 3) * kvW);
   const V = randArray((pos + 3) * kvW);
+  // Positions in blocks of 3, scattered over a pool of 4 blocks (block 1 unused); the table starts at entry 2.
+  const bs = 3;
+  const table = Int32Array.from([9, 9, 2, 0, 3]);
+  const Kp = new Float32Array(4 * bs * kvW).fill(NaN);
+  const Vp = new Float32Array(4 * bs * kvW).fill(NaN);
+  for (let p = 0; p <= pos; p++) {
+    const row = table[2 + Math.floor(p / bs)]! * bs + (p % bs);
+    Kp.set(K.subarray(p * kvW, p * kvW + kvW), row * kvW);
+    Vp.set(V.subarray(p * kvW, p * kvW + kvW), row * kvW);
+  }
   const out = new Float32Array(nH * d);
-  attention(out, 0, q, 0, K, V, pos, nH, nKv, d, new Float64Array(16), new Float64Array(d));
+  attention(out, 0, q, 0, Kp, Vp, table, 2, bs, pos, nH, nKv, d, new Float64Array(16), new Float64Array(d));
   const ref = new Float64Array(nH * d);
   for (let h = 0; h < nH; h++) {
     const kv = Math.floor(h / (nH / nKv)) * d;

@@ -8,6 +8,7 @@ import type { LayerWeights, MlaWeights, ModelWeights, VocabMatrix } from '../../
 import { isBf16, isQuantized, type Matrix } from '../../model/quant.ts';
 import { expertRowFormat } from './expert-rows.ts';
 import type { QkvShape } from './attention-ops.ts';
+import type { KvDtypeCode } from '../kv-dtype.ts';
 import { ropeTablesFor } from './family-attention.ts';
 import { sharedAlloc, sharedCopy, type Alloc } from './alloc.ts';
 import type { WasmArena } from './wasm/arena.ts';
@@ -42,6 +43,8 @@ export interface PlaceOptions {
   readonly threads: number;
   /** The backend takes these weights (takeExperts): point them at the copies placed here. */
   readonly take: boolean;
+  /** How the KV cache stores keys and values (kv-dtype.ts code; default float32). */
+  readonly kvDtype?: KvDtypeCode;
 }
 
 /** Places the non-expert weights for a backend (see the file's head). */
@@ -68,7 +71,7 @@ export function placeWeights(spec: ModelSpec, weights: ModelWeights, o: PlaceOpt
   const sin = share(rope.sin);
   const qkvShapes = weights.layers.map((w, l): QkvShape | null => {
     if (!qkv[l] || w.qBias || w.kBias || w.vBias || (spec.qkNorm ?? 'head') !== 'head') return null;
-    return { heads: spec.numHeads, kvHeads: spec.numKvHeads, d: spec.headDim, qNorm: share(w.qNorm), kNorm: share(w.kNorm), eps: spec.rmsNormEps, cos, sin };
+    return { heads: spec.numHeads, kvHeads: spec.numKvHeads, d: spec.headDim, qNorm: share(w.qNorm), kNorm: share(w.kNorm), eps: spec.rmsNormEps, cos, sin, kvDtype: o.kvDtype ?? 0 };
   });
   const mla = weights.layers.map((w) => (w.mla ? { ...w.mla, qA: shareMatrix(w.mla.qA), qB: shareMatrix(w.mla.qB), kvA: shareMatrix(w.mla.kvA), kvB: shareMatrix(w.mla.kvB) } : null));
   return { lmHead, routers, oProjs, qkvProjs, qkv, norms, cos, sin, qkvShapes, mla };

@@ -4,7 +4,7 @@
 // reference; the thread pool (parallel/pool.ts) runs the same code on parts of the rows.
 import { addNorm, linear } from './linalg.ts';
 import { computeExpertUnits } from './expert-units.ts';
-import { attention, qkvPrologue, type QkvShape } from './attention-ops.ts';
+import { attention, qkvPrologue, type KvPages, type QkvShape } from './attention-ops.ts';
 import { inArena, simdLinear, type SimdKernel } from './wasm/kernel.ts';
 import { computeExpertUnitsSimd, simdQuantRows, type ExpertScratch, type SimdRowLayout } from './wasm/experts.ts';
 import type { TabStage } from './wasm/stage.ts';
@@ -30,17 +30,17 @@ export interface SimdCompute {
 }
 
 /** Whether attention over these arrays can run through the kernel (all of them in its memory). */
-export function simdAttention(simd: SimdCompute | undefined, out: Float32Array, q: Float32Array, tokens: number, keys: readonly Float32Array[], values: readonly Float32Array[]): boolean {
-  if (!simd || !simd.arena.holds(out) || !simd.arena.holds(q)) return false;
-  for (let i = 0; i < tokens; i++) if (!simd.arena.holds(keys[i]!) || !simd.arena.holds(values[i]!)) return false;
-  return true;
+export function simdAttention(simd: SimdCompute | undefined, out: Float32Array, q: Float32Array, keys: Float32Array, values: Float32Array): boolean {
+  return simd !== undefined && simd.arena.holds(out) && simd.arena.holds(q) && simd.arena.holds(keys) && simd.arena.holds(values);
 }
 
 /** Every head of `tokens` tokens through the kernel on the calling thread (scratch: thread 0's). */
-export function attentionSimd(simd: SimdCompute, out: Float32Array, q: Float32Array, tokens: number, keys: readonly Float32Array[], values: readonly Float32Array[], pos: Int32Array, heads: number, kvHeads: number, d: number): void {
+export function attentionSimd(simd: SimdCompute, out: Float32Array, q: Float32Array, tokens: number, keys: Float32Array, values: Float32Array, pages: KvPages, pos: Int32Array, heads: number, kvHeads: number, d: number): void {
   const w = heads * d;
   for (let i = 0; i < tokens; i++) {
-    for (let h = 0; h < heads; h++) attentionHeadSimd(simd.kernel, out, i * w, q, i * w, keys[i]!, values[i]!, pos[i]!, h, heads, kvHeads, d, simd.scores[0]!, simd.accs[0]!);
+    for (let h = 0; h < heads; h++) {
+      attentionHeadSimd(simd.kernel, out, i * w, q, i * w, keys, values, pages.table, pages.tableOf[i]!, pages.blockSize, pos[i]!, h, heads, kvHeads, d, simd.scores[0]!, simd.accs[0]!);
+    }
   }
 }
 
@@ -75,10 +75,10 @@ export interface RowCompute {
   route(logits: Float32Array, probs: Float32Array, ids: Int32Array, weights: Float32Array, w: Float32Array, x: Float32Array, tokens: number, experts: number, hidden: number, topK: number, normalize: boolean): void;
   /**
    * Qwen3's q, k and v: qkv = W x over the stacked q|k|v rows ([tokens][(heads + 2 kvHeads) d], W [that][hidden]),
-   * then attention-ops.ts `qkvPrologue` of each token into q and its caches keys[i] / values[i] at pos[i] (threads
-   * split it by tokens when a step has enough of them).
+   * then attention-ops.ts `qkvPrologue` of each token into q and the layer's cache rows keys / values at its row
+   * pages.rowOf[i] (position pos[i]) (threads split it by tokens when a step has enough of them).
    */
-  qkv(qkv: Float32Array, w: Float32Array, x: Float32Array, tokens: number, hidden: number, q: Float32Array, keys: readonly Float32Array[], values: readonly Float32Array[], pos: Int32Array, shape: QkvShape): void;
+  qkv(qkv: Float32Array, w: Float32Array, x: Float32Array, tokens: number, hidden: number, q: Float32Array, keys: Float32Array, values: Float32Array, pages: KvPages, pos: Int32Array, shape: QkvShape): void;
   /** linalg.ts `addNorm` of `tokens` tokens: x += add, xn = rmsnorm(x) (threads split it by tokens in long steps). */
   addNorm(x: Float32Array, add: Float32Array, xn: Float32Array, weight: Float32Array, tokens: number, hidden: number, eps: number): void;
   /** Expert units [0, count) and their picks into `out`, over x [tokens][hidden] (see expert-units.ts). */
@@ -97,16 +97,17 @@ export interface RowCompute {
    */
   linearBf16(y: Float32Array, w: Bf16Matrix, x: Float32Array, rows: number): void;
   /**
-   * Attention of `tokens` tokens (see attention-ops.ts): token i's query at q[i*H*d..), its layer's KV
-   * cache keys[i] / values[i], its position pos[i]; output at out[i*H*d..). scores / acc: the calling
-   * thread's scratch (maxPositions and d float64s).
+   * Attention of `tokens` tokens (see attention-ops.ts): token i's query at q[i*H*d..), the layer's cache rows
+   * keys / values read through its block table (pages), its position pos[i]; output at out[i*H*d..). scores /
+   * acc: the calling thread's scratch (maxPositions and d float64s).
    */
   attention(
     out: Float32Array,
     q: Float32Array,
     tokens: number,
-    keys: readonly Float32Array[],
-    values: readonly Float32Array[],
+    keys: Float32Array,
+    values: Float32Array,
+    pages: KvPages,
     pos: Int32Array,
     heads: number,
     kvHeads: number,
@@ -117,7 +118,7 @@ export interface RowCompute {
   /** A step begins / ends (the thread pool keeps its idle workers polling in between; nothing else changes). */
   beginStep(): void;
   endStep(): void;
-  /** Forgets an array that other threads may hold (a closed sequence's KV cache). */
+  /** Forgets an array that other threads may hold (a step's scratch outgrown). */
   forget(a: Float32Array | Int32Array): void;
   /** Resolves when every worker thread has started. */
   ready(): Promise<void>;
@@ -151,9 +152,9 @@ export function serialCompute(banks: readonly Float32Array[], inter: number, sim
     },
     linear: lin,
     addNorm: (x, add, xn, weight, tokens, hidden, eps) => addNorm(x, add, xn, weight, 0, tokens, hidden, eps),
-    qkv: (qkv, w, x, tokens, hidden, q, keys, values, pos, shape) => {
+    qkv: (qkv, w, x, tokens, hidden, q, keys, values, pages, pos, shape) => {
       lin(qkv, w, 0, x, tokens, (shape.heads + 2 * shape.kvHeads) * shape.d, hidden);
-      for (let i = 0; i < tokens; i++) qkvPrologue(qkv, q, keys[i]!, values[i]!, i, pos[i]!, shape);
+      for (let i = 0; i < tokens; i++) qkvPrologue(qkv, q, keys, values, i, pos[i]!, pages.rowOf[i]!, shape);
     },
     route: (logits, probs, ids, weights, w, x, tokens, experts, hidden, topK, normalize) => {
       lin(logits, w, 0, x, tokens, experts, hidden);
@@ -164,13 +165,13 @@ export function serialCompute(banks: readonly Float32Array[], inter: number, sim
       if (simd && inArena(simd.arena, out, x, x)) simdUnits(out, units, unitPicks, count, x, tokens, hidden, i);
       else computeExpertUnits(out, units, unitPicks, 0, count, banks, x, hidden, i, act);
     },
-    attention: (out, q, tokens, keys, values, pos, heads, kvHeads, d, scores, acc) => {
-      if (simd && simdAttention(simd, out, q, tokens, keys, values)) {
-        attentionSimd(simd, out, q, tokens, keys, values, pos, heads, kvHeads, d);
+    attention: (out, q, tokens, keys, values, pages, pos, heads, kvHeads, d, scores, acc) => {
+      if (simd && simdAttention(simd, out, q, keys, values)) {
+        attentionSimd(simd, out, q, tokens, keys, values, pages, pos, heads, kvHeads, d);
         return;
       }
       const w = heads * d;
-      for (let i = 0; i < tokens; i++) attention(out, i * w, q, i * w, keys[i]!, values[i]!, pos[i]!, heads, kvHeads, d, scores, acc);
+      for (let i = 0; i < tokens; i++) attention(out, i * w, q, i * w, keys, values, pages.table, pages.tableOf[i]!, pages.blockSize, pos[i]!, heads, kvHeads, d, scores, acc);
     },
     beginStep: () => {},
     endStep: () => {},

@@ -7,6 +7,7 @@ import { closeSync, copyFileSync, mkdtempSync, openSync, readdirSync, readFileSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Backend } from '../backend.ts';
+import { DirectSequences } from '../sequences.ts';
 import { moeLayerCount, type ModelSpec } from '../../model/spec.ts';
 import type { RowMap } from '../../residency/rowmap.ts';
 import type { ModelWeights } from '../../model/weights.ts';
@@ -58,9 +59,10 @@ export function recordRun(b: Backend, batches: number[][][], decode: number, sch
   const rand = mulberry32(sched.seed);
   const hot = b.banks.hotPerLayer;
   const cold = spec.numExperts - hot;
+  const seqs = new DirectSequences(b);
   for (const prompts of batches) {
-    prompts.forEach((p, s) => b.openSequence(s, p.length + decode));
-    keep(b.forward({ chunks: prompts.map((p, s) => ({ seq: s, tokens: p, startPos: 0 })), count: true, recordRouting: true }));
+    prompts.forEach((p, s) => seqs.open(s, p.length + decode));
+    keep(seqs.forward({ chunks: prompts.map((p, s) => ({ seq: s, tokens: p, startPos: 0 })), count: true, recordRouting: true }));
     for (let i = 0; i < decode; i++) {
       if (hot > 0 && cold > 0) {
         for (let k = 0; k < sched.swapsPerStep; k++) {
@@ -68,9 +70,9 @@ export function recordRun(b: Backend, batches: number[][][], decode: number, sch
         }
       }
       const chunks = prompts.map((p, s) => ({ seq: s, tokens: [sched.token(p[0]!, i, s) % spec.vocabSize], startPos: p.length + i }));
-      keep(b.forward({ chunks, count: sched.counted(i), recordRouting: true }));
+      keep(seqs.forward({ chunks, count: sched.counted(i), recordRouting: true }));
     }
-    prompts.forEach((_, s) => b.closeSequence(s));
+    seqs.closeAll();
   }
   return { steps, counter: bytesOf(b.readCounter()), digest: b.banks.digest() };
 }

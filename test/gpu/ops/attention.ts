@@ -17,6 +17,10 @@ import { FAMILIES } from './shapes.ts';
 import { BAR, nonFinite, normErr, record } from './report.ts';
 import { uploadStep } from './step-rows.ts';
 
+/** A contiguous cache as one block (attendHead reads through a block table). */
+const WHOLE = Int32Array.of(0);
+const WHOLE_BLOCK = 2 ** 30;
+
 /** A layer's attention as the kernels see it. */
 interface AttnShape {
   readonly label: string;
@@ -209,7 +213,7 @@ function runAttend(dev: OpDevice, draw: Draw, a: AttnShape, fused: boolean, S: n
       }
       for (let h = 0; h < nh; h++) {
         const kv = Math.floor(h / (nh / nkv)) * hd;
-        attendHead(want, t * QD + h * hd, q, h * hd, keys[t]!, kv, values[t]!, kv, pos[t]!, layout, pr.sinks?.f32[h], scores, acc);
+        attendHead(want, t * QD + h * hd, q, h * hd, keys[t]!, kv, values[t]!, kv, WHOLE, 0, WHOLE_BLOCK, pos[t]!, layout, pr.sinks?.f32[h], scores, acc);
       }
     }
     if (fused) {

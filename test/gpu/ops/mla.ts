@@ -18,6 +18,10 @@ import { BAR, nonFinite, normErr, record } from './report.ts';
 import { uploadStep } from './step-rows.ts';
 import { drawWeights, matrixDot, type Weights } from './weights.ts';
 
+/** A contiguous cache as one block (attendHead reads through a block table). */
+const WHOLE = Int32Array.of(0);
+const WHOLE_BLOCK = 2 ** 30;
+
 const LAYERS = 2, LAYER = 1;
 
 /** The shapes, the RoPE on both sides, and the weights of one case. */
@@ -157,7 +161,7 @@ function attend(dev: OpDevice, draw: Draw): void {
     for (let t = 0; t < T; t++) {
       const c = caches.layer(t);
       for (const h of heads) {
-        attendHead(out, 0, qlat, (t * x.nh + h) * x.D, c, 0, c, 0, pos[t]!, layout, undefined, scores, acc);
+        attendHead(out, 0, qlat, (t * x.nh + h) * x.D, c, 0, c, 0, WHOLE, 0, WHOLE_BLOCK, pos[t]!, layout, undefined, scores, acc);
         w.push(...out);
         g.push(...got.subarray((t * x.nh + h) * x.kvLora, (t * x.nh + h + 1) * x.kvLora));
       }
@@ -232,7 +236,7 @@ function chain(dev: OpDevice, draw: Draw, format: WeightFormat): void {
         }
         const qh = q.slice((t * x.nh + h) * x.qk, (t * x.nh + h + 1) * x.qk);
         ropeInterleaved(qh, x.nope, x.rope, x.tables.cos, x.tables.sin, pos[t]!, tmp);
-        attendHead(out, 0, qh, 0, keys, 0, values, 0, pos[t]!, layout, undefined, scores, acc);
+        attendHead(out, 0, qh, 0, keys, 0, values, 0, WHOLE, 0, WHOLE_BLOCK, pos[t]!, layout, undefined, scores, acc);
         w.push(...out);
         g.push(...got.subarray((t * x.nh + h) * x.vd, (t * x.nh + h + 1) * x.vd));
       }

@@ -8,6 +8,7 @@ import { routeTokens } from '../moe-ops.ts';
 import { computeQuantUnits, type QuantExpert } from '../quant-linear.ts';
 import { ResidencyError } from '../../../errors.ts';
 import type { SimdKernel } from '../wasm/kernel.ts';
+import type { KvDtypeCode } from '../../kv-dtype.ts';
 import { computeExpertUnitsSimd, type ExpertScratch } from '../wasm/experts.ts';
 import { attentionHeadSimd } from '../wasm/attention.ts';
 
@@ -70,16 +71,21 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
       const qkv = f32(table, ctl[a]!);
       const [heads, kvHeads, d, H] = [ctl[a + 5]!, ctl[a + 6]!, ctl[a + 7]!, ctl[a + 8]!];
       const W = (heads + 2 * kvHeads) * d;
-      if (ctl[a + 15] === 1) {
+      if (ctl[a + 18] === 1) {
         if (s.simd === null) throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
-        s.simd.linearAt(ctl[a + 16]! + 4 * lo, ctl[a + 18]!, ctl[a + 17]! + 4 * lo, hi - lo, H, 0, W);
+        s.simd.linearAt(ctl[a + 19]! + 4 * lo, ctl[a + 21]!, ctl[a + 20]! + 4 * lo, hi - lo, H, 0, W);
       } else linearRows(qkv.subarray(lo * W), f32(table, ctl[a + 1]!), 0, f32(table, ctl[a + 2]!).subarray(lo * H), hi - lo, W, H, 0, W);
-      const shape: QkvShape = { heads, kvHeads, d, qNorm: f32(table, ctl[a + 9]!), kNorm: f32(table, ctl[a + 10]!), cos: f32(table, ctl[a + 11]!), sin: f32(table, ctl[a + 12]!), eps: getF64(ctl, a + 13) };
+      const shape: QkvShape = {
+        heads, kvHeads, d, qNorm: f32(table, ctl[a + 9]!), kNorm: f32(table, ctl[a + 10]!), cos: f32(table, ctl[a + 11]!), sin: f32(table, ctl[a + 12]!),
+        kvDtype: ctl[a + 15]! as KvDtypeCode, eps: getF64(ctl, a + 16),
+      };
       const q = f32(table, ctl[a + 3]!);
       const units = i32(table, ctl[a + 4]!);
+      const keys = f32(table, ctl[a + 13]!);
+      const values = f32(table, ctl[a + 14]!);
       for (let i = lo; i < hi; i++) {
         const u = i * QKV_UNIT;
-        qkvPrologue(qkv, q, f32(table, units[u]!), f32(table, units[u + 1]!), i, units[u + 2]!, shape);
+        qkvPrologue(qkv, q, keys, values, i, units[u]!, units[u + 1]!, shape);
       }
     } else if (op === OP_ROUTE) {
       // The chunk's tokens: their logits (every router row, each output the same dot whatever the split), then routed.
@@ -112,20 +118,24 @@ export function claimChunks(ctl: Int32Array, table: Table, banks: readonly Float
       const kvHeads = ctl[a + 4]!;
       const d = ctl[a + 5]!;
       const simd = ctl[a + 6] === 1;
+      const keys = f32(table, ctl[a + 7]!);
+      const values = f32(table, ctl[a + 8]!);
+      const tables = i32(table, ctl[a + 9]!);
+      const bs = ctl[a + 10]!;
       if (simd && (s.simd === null || s.simdScores === null || s.simdAcc === null)) {
         throw new ResidencyError('INTERNAL', 'cpu threads: a SIMD job reached a thread without the kernel');
       }
       if (s.acc.length < d) s.acc = new Float64Array(d);
       for (let n = lo; n < hi; n++) {
         const u = n * ATTN_UNIT;
-        const pos = units[u + 2]!;
+        const pos = units[u]!;
         if (s.scores.length <= pos) s.scores = new Float64Array(Math.max(pos + 1, 2 * s.scores.length));
-        const off = units[u + 3]!;
+        const off = units[u + 1]!;
         if (simd) {
-          attentionHeadSimd(s.simd!, out, off, q, off, f32(table, units[u]!), f32(table, units[u + 1]!), pos, units[u + 4]!, heads, kvHeads, d, s.simdScores!, s.simdAcc!);
+          attentionHeadSimd(s.simd!, out, off, q, off, keys, values, tables, units[u + 3]!, bs, pos, units[u + 2]!, heads, kvHeads, d, s.simdScores!, s.simdAcc!);
           continue;
         }
-        attentionHead(out, off, q, off, f32(table, units[u]!), f32(table, units[u + 1]!), pos, units[u + 4]!, heads, kvHeads, d, s.scores, s.acc);
+        attentionHead(out, off, q, off, keys, values, tables, units[u + 3]!, bs, pos, units[u + 2]!, heads, kvHeads, d, s.scores, s.acc);
       }
     } else {
       throw new ResidencyError('INTERNAL', `cpu threads: unknown op ${op}`);

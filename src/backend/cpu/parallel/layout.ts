@@ -85,7 +85,8 @@ export const OP_EXPERTS = 2;
 
 /**
  * args: out, q, units, heads, kvHeads, d (array-table ids for out, q, units), simd (1: out, q and the KV
- * caches live in the wasm memory); chunks are (token, head) units.
+ * cache live in the wasm memory), keys, values, table (array-table ids: the layer's cache rows and the step's block
+ * tables), blockSize; chunks are (token, head) units.
  */
 export const OP_ATTENTION = 3;
 /**
@@ -103,17 +104,18 @@ export const OP_QUANT_EXPERTS = 4;
 export const OP_ROUTE = 5;
 
 /**
- * args: qkv, w, x, q, units (array-table ids), heads, kvHeads, d, hidden, qNorm, kNorm, cos, sin (ids), eps (a float64
- * as two ints: f64Args), simd (1: qkv, w and x live in the wasm memory), then with simd the byte addresses of the
- * output and input row tables and of w; units are QKV_UNIT ints a token (key cache id, value cache id, position);
- * chunks are tokens: each computes its tokens' stacked q|k|v rows, then attention-ops.ts `qkvPrologue` of each.
+ * args: qkv, w, x, q, units (array-table ids), heads, kvHeads, d, hidden, qNorm, kNorm, cos, sin, keys, values (ids),
+ * kvDtype (kv-dtype.ts code), eps (a float64 as two ints: f64Args), simd (1: qkv, w and x live in the wasm memory),
+ * then with simd the byte addresses of the output and input row tables and of w; units are QKV_UNIT ints a token
+ * (position, cache row); chunks are tokens: each computes its tokens' stacked q|k|v rows, then attention-ops.ts
+ * `qkvPrologue` of each.
  */
 export const OP_QKV = 6;
 /** args: x, add, xn, weight (array-table ids), hidden, eps (a float64 as two ints: f64Args); chunks are tokens (linalg.ts `addNorm`). */
 export const OP_ADD_NORM = 7;
 
-/** Ints per q/k/v token unit: key cache id, value cache id, position. */
-export const QKV_UNIT = 3;
+/** Ints per q/k/v token unit: position, cache row. */
+export const QKV_UNIT = 2;
 
 const f64Bits = new Float64Array(1);
 const f64Ints = new Int32Array(f64Bits.buffer);
@@ -129,8 +131,8 @@ export function getF64(c: Int32Array, at: number): number {
   return f64Bits[0]!;
 }
 
-/** Ints per attention unit: key cache id, value cache id, position, q/out offset, head. */
-export const ATTN_UNIT = 5;
+/** Ints per attention unit: position, q/out offset, head, offset of the token's block table. */
+export const ATTN_UNIT = 4;
 
 /** What a worker starts with (workerData). */
 export interface WorkerInit {

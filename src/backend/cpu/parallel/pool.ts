@@ -11,7 +11,7 @@ import { routeTokens } from '../moe-ops.ts';
 import { UNIT, computeExpertUnits } from '../expert-units.ts';
 import { ACTIVE, ARGS, BLOCK, POLL, BOUNDS, CHUNKS, CLAIM, ERR, GEN, MAX_CHUNKS, OP, OP_ATTENTION, OP_EXPERTS, OP_LINEAR, OP_QUANT_EXPERTS, OP_ROUTE, OP_QKV, OP_ADD_NORM, QKV_UNIT, f64Args, ATTN_UNIT, RAN, SEQ, STATE, STOP, WORKERS, WORKER_SPIN, controlSize, toSharedView, type WorkerInit } from './layout.ts';
 import { claimChunks, jobScratch, type Table } from './jobs.ts';
-import { attention, qkvPrologue, type QkvShape } from '../attention-ops.ts';
+import { attention, qkvPrologue, type KvPages, type QkvShape } from '../attention-ops.ts';
 import { workerEntry } from './entry.ts';
 import { Contention } from './contention.ts';
 import { attentionSimd, combineOn, simdAttention, simdQuantBanks, type QuantBanks, type SimdCompute } from '../row-compute.ts';
@@ -169,20 +169,19 @@ export class CpuThreadPool implements RowCompute {
     this.run(OP_ADD_NORM, chunks, [this.id(x), this.id(add), this.id(xn), this.id(weight), hidden, ...f64Args(eps)]);
   }
 
-  qkv(qkv: Float32Array, w: Float32Array, x: Float32Array, tokens: number, hidden: number, q: Float32Array, keys: readonly Float32Array[], values: readonly Float32Array[], pos: Int32Array, shape: QkvShape): void {
+  qkv(qkv: Float32Array, w: Float32Array, x: Float32Array, tokens: number, hidden: number, q: Float32Array, keys: Float32Array, values: Float32Array, pages: KvPages, pos: Int32Array, shape: QkvShape): void {
     // As route: split by tokens when each thread gets two or more, else the linear split by rows and the prologue here.
     const W = (shape.heads + 2 * shape.kvHeads) * shape.d;
     const chunks = Math.min(this.threads * poolTuning.chunksPerThread, tokens, MAX_CHUNKS);
     if (this.disposed || tokens < 2 * this.threads || tokens * W * hidden < poolTuning.minSplitMacs) {
       this.linear(qkv, w, 0, x, tokens, W, hidden);
-      for (let i = 0; i < tokens; i++) qkvPrologue(qkv, q, keys[i]!, values[i]!, i, pos[i]!, shape);
+      for (let i = 0; i < tokens; i++) qkvPrologue(qkv, q, keys, values, i, pos[i]!, pages.rowOf[i]!, shape);
       return;
     }
     const units = (this.qkvUnits = this.unitsFor(this.qkvUnits, tokens, QKV_UNIT));
     for (let i = 0; i < tokens; i++) {
-      units[i * QKV_UNIT] = this.id(keys[i]!);
-      units[i * QKV_UNIT + 1] = this.id(values[i]!);
-      units[i * QKV_UNIT + 2] = pos[i]!;
+      units[i * QKV_UNIT] = pos[i]!;
+      units[i * QKV_UNIT + 1] = pages.rowOf[i]!;
     }
     const simd = this.simd !== undefined && inArena(this.simd.arena, qkv, w, x);
     const tabs = simd ? this.simd!.stage.linear(qkv, x, tokens, W, hidden) : null;
@@ -190,7 +189,8 @@ export class CpuThreadPool implements RowCompute {
     for (let k = 0; k <= chunks; k++) c[BOUNDS + k] = Math.round((k * tokens) / chunks);
     const s = shape;
     const ends = tabs ? [1, tabs.yTab, tabs.xTab, w.byteOffset] : [0];
-    this.run(OP_QKV, chunks, [this.id(qkv), this.id(w), this.id(x), this.id(q), this.id(units), s.heads, s.kvHeads, s.d, hidden, this.id(s.qNorm), this.id(s.kNorm), this.id(s.cos), this.id(s.sin), ...f64Args(s.eps), ...ends]);
+    this.run(OP_QKV, chunks, [this.id(qkv), this.id(w), this.id(x), this.id(q), this.id(units), s.heads, s.kvHeads, s.d, hidden, this.id(s.qNorm), this.id(s.kNorm), this.id(s.cos), this.id(s.sin),
+      this.id(keys), this.id(values), s.kvDtype, ...f64Args(s.eps), ...ends]);
   }
 
   route(logits: Float32Array, probs: Float32Array, ids: Int32Array, weights: Float32Array, w: Float32Array, x: Float32Array, tokens: number, experts: number, hidden: number, topK: number, normalize: boolean): void {
@@ -325,8 +325,9 @@ export class CpuThreadPool implements RowCompute {
     out: Float32Array,
     q: Float32Array,
     tokens: number,
-    keys: readonly Float32Array[],
-    values: readonly Float32Array[],
+    keys: Float32Array,
+    values: Float32Array,
+    pages: KvPages,
     pos: Int32Array,
     heads: number,
     kvHeads: number,
@@ -339,31 +340,28 @@ export class CpuThreadPool implements RowCompute {
     let total = 0;
     for (let i = 0; i < tokens; i++) total += (pos[i]! + 1) * heads;
     const chunks = Math.min(this.threads * poolTuning.chunksPerThread, count, MAX_CHUNKS);
-    const simd = simdAttention(this.simd, out, q, tokens, keys, values);
+    const simd = simdAttention(this.simd, out, q, keys, values);
     if (this.disposed || chunks < 2 || total * 2 * d < poolTuning.minSplitMacs) {
       if (simd) {
-        attentionSimd(this.simd!, out, q, tokens, keys, values, pos, heads, kvHeads, d);
+        attentionSimd(this.simd!, out, q, tokens, keys, values, pages, pos, heads, kvHeads, d);
         return;
       }
       const w = heads * d;
-      for (let i = 0; i < tokens; i++) attention(out, i * w, q, i * w, keys[i]!, values[i]!, pos[i]!, heads, kvHeads, d, scores, acc);
+      for (let i = 0; i < tokens; i++) attention(out, i * w, q, i * w, keys, values, pages.table, pages.tableOf[i]!, pages.blockSize, pos[i]!, heads, kvHeads, d, scores, acc);
       return;
     }
     const units = (this.attnUnits = this.unitsFor(this.attnUnits, count, ATTN_UNIT));
     for (let i = 0; i < tokens; i++) {
-      const k = this.id(keys[i]!);
-      const v = this.id(values[i]!);
       for (let h = 0; h < heads; h++) {
         const u = (i * heads + h) * ATTN_UNIT;
-        units[u] = k;
-        units[u + 1] = v;
-        units[u + 2] = pos[i]!;
-        units[u + 3] = i * heads * d;
-        units[u + 4] = h;
+        units[u] = pos[i]!;
+        units[u + 1] = i * heads * d;
+        units[u + 2] = h;
+        units[u + 3] = pages.tableOf[i]!;
       }
     }
-    writeBounds(this.ctl, count, chunks, (u) => units[u * ATTN_UNIT + 2]! + 1);
-    this.run(OP_ATTENTION, chunks, [this.id(out), this.id(q), this.id(units), heads, kvHeads, d, simd ? 1 : 0]);
+    writeBounds(this.ctl, count, chunks, (u) => units[u * ATTN_UNIT]! + 1);
+    this.run(OP_ATTENTION, chunks, [this.id(out), this.id(q), this.id(units), heads, kvHeads, d, simd ? 1 : 0, this.id(keys), this.id(values), this.id(pages.table), pages.blockSize]);
   }
 
   /** `units` if it holds `count` units of `ints` each, else a shared one at least twice its size (the old one forgotten). */

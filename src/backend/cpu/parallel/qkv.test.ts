@@ -7,6 +7,7 @@ import type { RowCompute } from '../row-compute.ts';
 import type { Alloc } from '../alloc.ts';
 import { assertSplitMatchesSerial } from './split-harness.ts';
 import { ropeTables, type QkvShape } from '../attention-ops.ts';
+import type { KvDtypeCode } from '../../kv-dtype.ts';
 import { mulberry32 } from '../synthetic.ts';
 import { bytesOf as bytes } from '../test-helpers.ts';
 
@@ -26,14 +27,20 @@ function qkvOn(compute: RowCompute, alloc: Alloc, tokens: number, heads: number,
     return b;
   };
   const norm = (): Float32Array => copy(Float32Array.from({ length: d }, () => 0.5 + rand()));
-  const shape: QkvShape = { heads, kvHeads, d, qNorm: norm(), kNorm: norm(), eps: 1e-6, cos: copy(c), sin: copy(s) };
-  const caches = Array.from({ length: 3 }, () => ({ keys: alloc.f32(POSITIONS * kvHeads * d), values: alloc.f32(POSITIONS * kvHeads * d) }));
+  // Keys and values stored in float32, bf16 and fp8 by turns (the rounding runs where the prologue does).
+  const shape: QkvShape = { heads, kvHeads, d, qNorm: norm(), kNorm: norm(), eps: 1e-6, cos: copy(c), sin: copy(s), kvDtype: (tokens % 3) as KvDtypeCode };
+  // One pool of rows for 3 sequences, each position's row scattered (the block table's work, done here by hand).
+  const keys = alloc.f32(3 * POSITIONS * kvHeads * d);
+  const values = alloc.f32(3 * POSITIONS * kvHeads * d);
   const seqOf = (i: number): number => i % 3;
   const pos = Int32Array.from({ length: tokens }, (_, i) => Math.floor(i / 3) * 2 + (i % 3));
+  const rowOf = Int32Array.from({ length: tokens }, (_, i) => 3 * POSITIONS - 1 - (pos[i]! * 3 + seqOf(i)));
+  const pages = { table: new Int32Array(0), tableOf: new Int32Array(tokens), rowOf: alloc.i32(tokens), blockSize: 1 };
+  pages.rowOf.set(rowOf);
   const qkv = alloc.f32(tokens * W);
   const q = alloc.f32(tokens * heads * d);
-  compute.qkv(qkv, w, x, tokens, hidden, q, Array.from({ length: tokens }, (_, i) => caches[seqOf(i)]!.keys), Array.from({ length: tokens }, (_, i) => caches[seqOf(i)]!.values), pos, shape);
-  return Buffer.concat([bytes(qkv), bytes(q), ...caches.flatMap((k) => [bytes(k.keys), bytes(k.values)])]);
+  compute.qkv(qkv, w, x, tokens, hidden, q, keys, values, pages, pos, shape);
+  return Buffer.concat([bytes(qkv), bytes(q), bytes(keys), bytes(values)]);
 }
 
 const QKV_CASES = [[1, 2, 1, 64, 128], [3, 4, 2, 10, 9], [4, 2, 1, 64, 128], [9, 6, 2, 14, 33], [40, 2, 1, 64, 128]] as const;

@@ -103,8 +103,7 @@ import { syntheticModel } from ${JSON.stringify(synthetic)};
 const { spec, weights } = syntheticModel({ vocabSize: 4096, hiddenSize: 64 });
 for (const dispose of [true, false]) {
   const b = createCpuBackend(spec, weights, { threads: 2 });
-  b.openSequence(0, 8);
-  b.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: true });
+  b.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0, blockTable: [0] }], count: true });
   if (dispose) b.dispose();
 }
 console.log('done');
@@ -122,10 +121,7 @@ console.log('done');
 test('a disposed backend keeps computing on the main thread, bit-identical', () => {
   const { spec, weights } = syntheticModel({ seed: 5, vocabSize: 2048, hiddenSize: 64 });
   const run = (b: CpuBackend): Buffer => {
-    b.openSequence(0, 8);
-    const out = bytes(b.forward({ chunks: [{ seq: 0, tokens: [4, 5, 6], startPos: 0 }], count: false }).logits);
-    b.closeSequence(0);
-    return out;
+    return bytes(b.forward({ chunks: [{ seq: 0, tokens: [4, 5, 6], startPos: 0, blockTable: [0] }], count: false }).logits);
   };
   const one = createCpuBackend(spec, weights, { threads: 1 });
   const two = createCpuBackend(spec, weights, { threads: 2 });

@@ -193,27 +193,37 @@ test('combine through the kernel: bit-identical to combinePicks (odd hidden size
   }
 });
 
-for (const fma of VARIANTS) test('attention heads through the kernel: bit-identical to attentionHead (GQA, odd head sizes, positions)' + variant(fma), () => {
+for (const fma of VARIANTS) test('attention heads through the kernel: bit-identical to attentionHead (GQA, odd head sizes, positions, paged tables)' + variant(fma), () => {
   const arena = new WasmArena();
   const k = simdKernel(arena.memory, fma);
   const rand = mulberry32(21);
+  const cap = 48;
+  // Block tables: one block of everything, blocks of 1, and of 4 scattered with some runs of consecutive ids
+  // (the kernel runs over each stretch of consecutive rows at once), starting past a few other entries.
+  const tables: [number, Int32Array][] = [
+    [cap, Int32Array.from([0])],
+    [1, Int32Array.from({ length: cap }, (_, i) => cap - 1 - i)],
+    [4, Int32Array.from([7, 7, 5, 6, 0, 3, 1, 2, 11, 9, 10, 4, 8])],
+  ];
   // d: blocks of 8 only (16, 64), none (5, 7), blocks then a pair (10) or pairs and an odd one (13).
   for (const [nH, nKv, d] of [[4, 2, 16], [2, 1, 7], [3, 3, 5], [8, 2, 64], [2, 1, 13], [4, 1, 10]] as const) {
     for (const pos of [0, 1, 6, 33]) {
-      const cap = 40;
-      const kc = arena.f32Reusable(cap * nKv * d);
-      const vc = arena.f32Reusable(cap * nKv * d);
-      const q = arena.f32(nH * d + 3);
-      for (const a of [kc, vc, q]) for (let i = 0; i < a.length; i++) a[i] = rand() * 4 - 2;
-      const got = arena.f32(nH * d + 3);
-      const want = new Float32Array(nH * d + 3);
-      for (let h = 0; h < nH; h++) {
-        attentionHeadSimd(k, got, 3, q, 3, kc, vc, pos, h, nH, nKv, d, arena.f64(cap), arena.f64(d));
-        attentionHead(want, 3, q, 3, kc, vc, pos, h, nH, nKv, d, new Float64Array(cap), new Float64Array(d));
+      for (const [bs, table] of tables) {
+        const tOff = bs === 4 ? 2 : 0;
+        const kc = arena.f32Reusable(cap * nKv * d);
+        const vc = arena.f32Reusable(cap * nKv * d);
+        const q = arena.f32(nH * d + 3);
+        for (const a of [kc, vc, q]) for (let i = 0; i < a.length; i++) a[i] = rand() * 4 - 2;
+        const got = arena.f32(nH * d + 3);
+        const want = new Float32Array(nH * d + 3);
+        for (let h = 0; h < nH; h++) {
+          attentionHeadSimd(k, got, 3, q, 3, kc, vc, table, tOff, bs, pos, h, nH, nKv, d, arena.f64(cap), arena.f64(d));
+          attentionHead(want, 3, q, 3, kc, vc, table, tOff, bs, pos, h, nH, nKv, d, new Float64Array(cap), new Float64Array(d));
+        }
+        assert.ok(bytes(got).equals(bytes(want)), `heads ${nH}/${nKv} d ${d} pos ${pos} blocks of ${bs}`);
+        arena.free(kc);
+        arena.free(vc);
       }
-      assert.ok(bytes(got).equals(bytes(want)), `heads ${nH}/${nKv} d ${d} pos ${pos}`);
-      arena.free(kc);
-      arena.free(vc);
     }
   }
 });

@@ -9,6 +9,7 @@ import { toFloat32Weights } from '../../../model/convert.ts';
 import { mapTensorSource, readOnGet } from '../../../model/tensor-source.ts';
 import type { RawTensor } from '../../../model/weights.ts';
 import { CpuBackend } from '../../cpu/cpu-backend.ts';
+import { bySequence } from '../../sequences.ts';
 import { padExpertsForKernels, paddedIntermediate } from './pad-experts.ts';
 
 const TINY_MODEL_DIR = new URL('../../../../models/tiny-moe/', import.meta.url).pathname;
@@ -45,8 +46,8 @@ test('tiny-moe padded to 64 units computes the unpadded model\'s logits and rout
   const m = await loadModel(TINY_MODEL_DIR);
   const padded = padExpertsForKernels(m.spec, mapTensorSource(m.raw));
   const pw = toFloat32Weights(padded.spec, readOnGet(padded.source));
-  const a = new CpuBackend(m.spec, m.weights);
-  const b = new CpuBackend(padded.spec, pw);
+  const a = bySequence(new CpuBackend(m.spec, m.weights));
+  const b = bySequence(new CpuBackend(padded.spec, pw));
   try {
     for (const be of [a, b]) be.openSequence(0, 32);
     let chunks = [{ seq: 0, tokens: [1, 200, 3000, 45, 7], startPos: 0 }];
