@@ -4,9 +4,9 @@
 // family fixtures.
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
-import { loadModel } from '../../model/load.ts';
-import { runPagedConformance } from '../paged.case.ts';
-import { CpuBackend } from './cpu-backend.ts';
+import { loadModel } from '../model/load.ts';
+import { runPagedConformance } from './paged.case.ts';
+import { CpuBackend } from '../backend/cpu/cpu-backend.ts';
 
 const prompts = [[1, 400, 2035, 17, 9], [3000, 12, 9, 5, 77, 600, 42, 8, 100, 101, 102, 103, 104], [77, 5, 600, 42, 8, 11, 12, 13, 14]];
 const model = await loadModel(fileURLToPath(new URL('../../../models/tiny-moe', import.meta.url)));

@@ -12,10 +12,10 @@
 // Each for every KV dtype given (what a hit reuses is what a recompute writes, in that dtype).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Backend, KvCacheDtype, SequenceChunk } from './backend.ts';
-import { argmax } from './argmax.ts';
-import { createEngine } from '../engine/engine.ts';
-import { runToCompletion } from '../engine/complete.ts';
+import type { Backend, KvCacheDtype, SequenceChunk } from '../backend/backend.ts';
+import { argmax } from '../backend/argmax.ts';
+import { createEngine } from './engine.ts';
+import { runToCompletion } from './complete.ts';
 import { mulberry32 } from '../util/rng.ts';
 
 /** The pool a backend is made with. */
