@@ -4,16 +4,16 @@
 // two are nearer than bf16's logit error, fp8's stated (bounded). Float32 KV, the spec, flips none.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
 import { loadModel } from '../src/model/load.ts';
 import { createCpuBackend } from '../src/backend/cpu/cpu-backend.ts';
 import { argmax } from '../src/backend/argmax.ts';
 import { DirectSequences } from '../src/backend/sequences.ts';
 import type { KvCacheDtype } from '../src/backend/backend.ts';
+import { TINY_MOE_MODEL, tinyMoeFile } from '../fixtures/fixture-paths.ts';
 
-const FIXTURE = resolve(process.cwd(), '../shared/fixtures/tiny-moe/parity.json');
-const MODEL = resolve(process.cwd(), 'models/tiny-moe');
+const FIXTURE = tinyMoeFile('parity.json');
+const MODEL = TINY_MOE_MODEL;
 
 interface Case { domain: string; prompt_ids: number[]; steps: { token: number; top5_ids: number[]; top5_logits: number[] }[] }
 /** A flip: our margin (our logit of our token over the reference's token) and the reference's own top-2 gap. */
@@ -47,7 +47,7 @@ export async function kvParity(dtype: KvCacheDtype): Promise<KvParity> {
   return r;
 }
 
-test('bf16 and fp8 KV against the transformers float32 reference on tiny-moe (teacher-forced flips, top-5 logit error)', { skip: !existsSync(FIXTURE) && `no fixture at ${FIXTURE}` }, async (t) => {
+test('bf16 and fp8 KV against the transformers float32 reference on tiny-moe (teacher-forced flips, top-5 logit error)', async (t) => {
   const res: Partial<Record<KvCacheDtype, KvParity>> = {};
   for (const dtype of ['float32', 'bfloat16', 'fp8'] as const) {
     const r = (res[dtype] = await kvParity(dtype));

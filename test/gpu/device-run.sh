@@ -2,8 +2,8 @@
 # One device call for the whole GPU check, in priority order, each part bounded so the call ends inside its
 # limit: test:gpu (parity, vs CPU, counter, swap churn, serve smoke), the CLI `serve --backend cuda` (one
 # request), bench:gpu. (bench:tiered at real size has its own device call: bench/tiered/device-run.sh.)
-# Prepared here: `npm run build`, `../shared/tools/gpu-bundle`; on the GPU machine:
-#   source .gpu/boot.sh && bash test/gpu/device-run.sh [seconds, default 300]
+# After `npm run build`, on a machine with an NVIDIA GPU and Node.js 20+:
+#   bash test/gpu/device-run.sh [seconds, default 300]   (where Node comes from a bundle: source .gpu/boot.sh first)
 # DRY=1 (here, no GPU): skips the device tests, serves on the cpu backend.
 # Everything lands in $OUT/results.tgz (re-packed after each part) plus $OUT/summary.txt.
 set -o pipefail
