@@ -3,7 +3,9 @@
 // cache; attend then reads positions 0..pos of the row's cache (the last `window` of them on a sliding layer;
 // a prefill chunk whose k/v were all written first stays causal), a block per (row, kv head, split of the
 // positions), online softmax in fp32, and attend_merge combines the splits by log-sum-exp (with the head's
-// sink logit, gpt-oss). KV cache per sequence: [L][cap][2][nkv*hd] fp32.
+// sink logit, gpt-oss). The KV cache is paged: one pool of blocks, each bs positions of every layer ([block][layer]
+// [bs][width] values of the pool's dtype: float32, bf16 or fp8 e4m3, rounded as src/backend/kv-dtype.ts defines), and a
+// row reads its sequence's blocks through its block table.
 #pragma once
 #include "product.cuh"
 
@@ -40,13 +42,43 @@ __device__ __forceinline__ void warp_rope_tab(float* x, int d, int pos, const fl
 // The first position row position `n - 1` attends to.
 __device__ __forceinline__ int attend_from(int n, int window) { return window > 0 ? max(0, n - window) : 0; }
 
-// Per-row inputs of a step (device arrays written by the host each step).
+// Per-row inputs of a step (device arrays written by the host each step) and the KV pool they address.
 struct OpRows {
-  const int32_t* token; // [T]
-  const int32_t* pos;   // [T]
-  const int32_t* cap;   // [T] positions the row's KV cache holds
-  float* const* kv;     // [T] the row's KV cache base
+  const int32_t* token;        // [T]
+  const int32_t* pos;          // [T]
+  const int32_t* const* table; // [T] the row's block table: block ids, entry i holding positions [i bs, (i + 1) bs)
+  void* pool;                  // [blocks][layers][bs][width] values of `dtype`
+  int32_t bs, layers, dtype, pad;
 };
+static_assert(sizeof(OpRows) == 48, "OpRows: kernel-args.ts encodeRows");
+
+enum { KV_F32 = 0, KV_BF16 = 1, KV_FP8 = 2 };
+
+// Index (in values) of row t's entry of `layer` at `pos`, `width` values a position.
+__device__ __forceinline__ size_t kv_index(const OpRows& r, int t, int layer, int pos, int width) {
+  const int32_t b = r.table[t][pos / r.bs];
+  return (((size_t)b * r.layers + layer) * r.bs + pos % r.bs) * (size_t)width;
+}
+
+// float32 -> bf16 bits, round to nearest even, NaN kept quiet (kv-dtype.ts bf16Bits).
+__device__ __forceinline__ uint16_t kv_bf16_bits(float x) {
+  const uint32_t b = __float_as_uint(x);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40u);
+  return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+// A value as the pool stores it (kv-dtype.ts: fp8 e4m3 with saturation, scale 1).
+__device__ __forceinline__ void kv_store(const OpRows& r, size_t i, float x) {
+  if (r.dtype == KV_F32) reinterpret_cast<float*>(r.pool)[i] = x;
+  else if (r.dtype == KV_BF16) reinterpret_cast<uint16_t*>(r.pool)[i] = kv_bf16_bits(x);
+  else reinterpret_cast<uint8_t*>(r.pool)[i] = (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ float kv_load(const OpRows& r, size_t i) {
+  if (r.dtype == KV_F32) return reinterpret_cast<const float*>(r.pool)[i];
+  if (r.dtype == KV_BF16) return __uint_as_float((uint32_t)reinterpret_cast<const uint16_t*>(r.pool)[i] << 16);
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)reinterpret_cast<const uint8_t*>(r.pool)[i], __NV_E4M3)));
+}
 
 // q/k RMSNorm over each head, RoPE at the row's position, k and v into the cache. Grid (T, ceil(heads / warps)),
 // a warp per head.
@@ -54,7 +86,7 @@ __device__ __forceinline__ void qk_rope_kv_body(float* qkv, int ld, OpRows rows,
   const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int pos = rows.pos[t], KD = nkv * hd;
   float* x = qkv + (size_t)t * ld;
-  float* kvrow = rows.kv[t] + ((size_t)layer * rows.cap[t] + pos) * 2 * KD;
+  const size_t kvrow = kv_index(rows, t, layer, pos, 2 * KD);
   const int h = blockIdx.y * (blockDim.x >> 5) + warp;
   if (h < nh + nkv) {
     float* v = x + h * hd;
@@ -64,8 +96,8 @@ __device__ __forceinline__ void qk_rope_kv_body(float* qkv, int ld, OpRows rows,
     if (h >= nh) {
       const int kh = h - nh;
       for (int i = lane; i < hd; i += 32) {
-        kvrow[kh * hd + i] = v[i];
-        kvrow[KD + kh * hd + i] = x[(nh + nkv + kh) * hd + i];
+        kv_store(rows, kvrow + kh * hd + i, v[i]);
+        kv_store(rows, kvrow + KD + kh * hd + i, x[(nh + nkv + kh) * hd + i]);
       }
     }
   }
@@ -107,10 +139,10 @@ __device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows row
     }
     __syncthreads();
     if ((n - 1 - lo) / chunk == j) { // this split holds the row's own position: its k and v go to the cache first
-      float* kvrow = rows.kv[t] + ((size_t)layer * rows.cap[t] + (n - 1)) * 2 * KD;
+      const size_t kvrow = kv_index(rows, t, layer, n - 1, 2 * KD);
       for (int i = threadIdx.x; i < HD; i += blockDim.x) {
-        kvrow[kh * HD + i] = sq[G * HD + i];
-        kvrow[KD + kh * HD + i] = x[(nh + nkv + kh) * HD + i];
+        kv_store(rows, kvrow + kh * HD + i, sq[G * HD + i]);
+        kv_store(rows, kvrow + KD + kh * HD + i, x[(nh + nkv + kh) * HD + i]);
       }
     }
     qsrc = sq;
@@ -128,20 +160,20 @@ __device__ __forceinline__ void attend_body(const float* qkv, int ld, OpRows row
 #pragma unroll
     for (int d = 0; d < D; d++) acc[g][d] = 0.f;
   }
-  const float* base = rows.kv[t] + (size_t)layer * rows.cap[t] * 2 * KD + kh * HD + lane * D;
+  const int lane_off = kh * HD + lane * D; // this lane's dims of the kv head
   // The next position's k and v are in flight while this one's scores and values are computed.
   float k[D], v[D];
   if (p0 + warp < p1) {
-    const float* kp = base + (size_t)(p0 + warp) * 2 * KD;
+    const size_t kp = kv_index(rows, t, layer, p0 + warp, 2 * KD) + lane_off;
 #pragma unroll
-    for (int d = 0; d < D; d++) { k[d] = kp[d]; v[d] = kp[KD + d]; }
+    for (int d = 0; d < D; d++) { k[d] = kv_load(rows, kp + d); v[d] = kv_load(rows, kp + KD + d); }
   }
   for (int p = p0 + warp; p < p1; p += nw) {
     float kn[D], vn[D];
     if (p + nw < p1) {
-      const float* kp = base + (size_t)(p + nw) * 2 * KD;
+      const size_t kp = kv_index(rows, t, layer, p + nw, 2 * KD) + lane_off;
 #pragma unroll
-      for (int d = 0; d < D; d++) { kn[d] = kp[d]; vn[d] = kp[KD + d]; }
+      for (int d = 0; d < D; d++) { kn[d] = kv_load(rows, kp + d); vn[d] = kv_load(rows, kp + KD + d); }
     }
 #pragma unroll
     for (int g = 0; g < G; g++) {

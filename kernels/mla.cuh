@@ -71,22 +71,28 @@ __device__ __forceinline__ void warp_rope_interleaved(const float* src, float* d
   __syncwarp();
 }
 
-// The row's KV cache entry of `layer` at `pos` (kv_lora + rope floats).
-__device__ __forceinline__ float* mla_cache(OpRows rows, int t, const MlaParams& m, int pos) {
-  return rows.kv[t] + ((size_t)m.layer * rows.cap[t] + pos) * (m.kv_lora + m.rope);
+// The index of the row's KV cache entry of `layer` at `pos` (kv_lora + rope values).
+__device__ __forceinline__ size_t mla_cache(const OpRows& rows, int t, const MlaParams& m, int pos) {
+  return kv_index(rows, t, m.layer, pos, m.kv_lora + m.rope);
 }
+
+// Largest qk_rope_head_dim the norm kernel stages (support.ts refuses more).
+#define MLA_MAX_ROPE 256
 
 // Row t of a = [q latent (q_lora) | c (kv_lora) | k_rope (rope)] (q_a_proj | kv_a_proj_with_mqa): the q latent
 // RMSNormed in place (q_b_proj's input), c RMSNormed and k_rope turned into the cache at the row's position.
 // Grid (T), any block size of whole warps up to 1024.
 __device__ __forceinline__ void mla_norm_rope_kv_body(float* a, int lda, OpRows rows, const MlaParams& m) {
   __shared__ float red[32];
+  __shared__ float k_rope[MLA_MAX_ROPE];
   const int t = blockIdx.x;
   float* x = a + (size_t)t * lda;
-  float* kv = mla_cache(rows, t, m, rows.pos[t]);
+  const size_t kv = mla_cache(rows, t, m, rows.pos[t]);
   block_rmsnorm(x, m.q_a_norm, x, m.q_lora, m.eps, red);
-  block_rmsnorm(x + m.q_lora, m.kv_a_norm, kv, m.kv_lora, m.eps, red);
-  if (threadIdx.x < 32) warp_rope_interleaved(x + m.q_lora + m.kv_lora, kv + m.kv_lora, m.rope, rows.pos[t], m.inv_freq, m.mscale);
+  block_rmsnorm(x + m.q_lora, m.kv_a_norm, x + m.q_lora, m.kv_lora, m.eps, red); // c normalized in place
+  if (threadIdx.x < 32) warp_rope_interleaved(x + m.q_lora + m.kv_lora, k_rope, m.rope, rows.pos[t], m.inv_freq, m.mscale);
+  __syncthreads();
+  for (int i = threadIdx.x; i < m.kv_lora + m.rope; i += blockDim.x) kv_store(rows, kv + i, i < m.kv_lora ? x[m.q_lora + i] : k_rope[i - m.kv_lora]);
 }
 
 // q [T][nh][nope + rope] (q_b_proj's output) -> q_lat [T][nh][kv_lora + rope]: W_UK[h]^T q_nope, then q_rope
@@ -169,16 +175,17 @@ __device__ __forceinline__ void mla_attend_body(const float* qlat, OpRows rows, 
   for (int i = threadIdx.x; i < D; i += blockDim.x) qv[i] = src[i];
   for (int i = lane; i < m.kv_lora; i += 32) acc[i] = 0.f;
   __syncthreads();
-  const float* kv = mla_cache(rows, t, m, 0);
   float mx = -INFINITY, l = 0.f;
   for (int p0 = warp * MLA_PPW; p0 < n; p0 += MLA_WARPS * MLA_PPW) {
     float s[MLA_PPW];
+    size_t kp[MLA_PPW];
 #pragma unroll
     for (int j = 0; j < MLA_PPW; j++) {
       s[j] = 0.f;
+      kp[j] = 0;
       if (p0 + j < n) {
-        const float* kp = kv + (size_t)(p0 + j) * D;
-        for (int i = lane; i < D; i += 32) s[j] += qv[i] * kp[i];
+        kp[j] = mla_cache(rows, t, m, p0 + j);
+        for (int i = lane; i < D; i += 32) s[j] += qv[i] * kv_load(rows, kp[j] + i);
       }
     }
     float mn = mx;
@@ -196,7 +203,7 @@ __device__ __forceinline__ void mla_attend_body(const float* qlat, OpRows rows, 
       float a = acc[i] * corr;
 #pragma unroll
       for (int j = 0; j < MLA_PPW; j++)
-        if (p0 + j < n) a += e[j] * kv[(size_t)(p0 + j) * D + i];
+        if (p0 + j < n) a += e[j] * kv_load(rows, kp[j] + i);
       acc[i] = a;
     }
     mx = mn;

@@ -19,6 +19,7 @@ import { FakeCudaDriver } from '../src/backend/cuda/driver/fake-driver.ts';
 import { KERNEL_GROUPS } from '../src/backend/cuda/driver/kernels.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { bySequence, type SequenceBackend } from '../src/backend/sequences.ts';
 import { familyCheckpoint } from '../fixtures/fixture-paths.ts';
 
 const FP8 = familyCheckpoint('qwen3-moe-fp8-tiny');
@@ -109,11 +110,11 @@ describe('qwen3-moe-fp8-tiny', () => {
 });
 
 /** The CUDA backend on the fake driver over a loaded model (12 experts a layer hot) for `body`; disposed after, leaving nothing live. */
-async function withFakeOpBackend(m: Awaited<ReturnType<typeof loadModelFor>>, body: (be: CudaBackend, d: FakeCudaDriver) => void): Promise<void> {
+async function withFakeOpBackend(m: Awaited<ReturnType<typeof loadModelFor>>, body: (be: SequenceBackend<CudaBackend>, d: FakeCudaDriver) => void): Promise<void> {
   const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-op-'));
   for (const group of Object.keys(KERNEL_GROUPS)) writeFileSync(join(kernelDir, `${group}.fatbin`), 'fake');
   const d = new FakeCudaDriver();
-  const be = new CudaBackend(d, m.spec, m.tensors, { kernelDir, placement: { hotPerLayer: 12 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+  const be = bySequence(new CudaBackend(d, m.spec, m.tensors, { kernelDir, placement: { hotPerLayer: 12 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 }));
   try {
     body(be, d);
   } finally {
@@ -124,7 +125,7 @@ async function withFakeOpBackend(m: Awaited<ReturnType<typeof loadModelFor>>, bo
 }
 
 /** The kernels a prefill piece of 20 tokens (tensor cores) and then one decode step (gemv) launch. */
-function stepKernels(be: CudaBackend, d: FakeCudaDriver): Set<string> {
+function stepKernels(be: SequenceBackend<CudaBackend>, d: FakeCudaDriver): Set<string> {
   be.openSequence(0, 40);
   d.launches.length = 0;
   be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 0 }], count: true });

@@ -16,6 +16,7 @@ import type { ModelSpec } from '../../src/model/spec.ts';
 import { syntheticConfig } from '../../src/model/synthetic.ts';
 import { loadDriver } from '../../src/backend/cuda/driver/driver.ts';
 import { CudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
+import { bySequence } from '../../src/backend/sequences.ts';
 import { planPieces } from '../../src/backend/cuda/step/plan.ts';
 
 const { values } = parseArgs({ options: { hidden: { type: 'string', default: '2880' }, inter: { type: 'string', default: '2880' }, out: { type: 'string' } } });
@@ -63,7 +64,7 @@ for (const [format, cfg] of [['bf16', qwenConfig(false)], ['block FP8', qwenConf
   const spec = parseConfig(cfg, `cold-read-${format}`);
   const source = mapTensorSource(zeroTensors(spec), spec.quantization);
   const expertUs = (hot: number): { us: number; bytes: number } => {
-    const be = new CudaBackend(d, spec, source, { placement: { hotPerLayer: hot }, maxModelLen: 128, maxNumSeqs: 1, maxPieceRows: 64, spareRows: 1 });
+    const be = bySequence(new CudaBackend(d, spec, source, { placement: { hotPerLayer: hot }, maxModelLen: 128, maxNumSeqs: 1, maxPieceRows: 64, spareRows: 1 }));
     try {
       be.openSequence(0, 64);
       be.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3, 4, 5, 6, 7, 8], startPos: 0 }], count: false });

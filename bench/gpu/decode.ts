@@ -9,6 +9,7 @@ import { loadModelFor } from '../../src/backend/load-for.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
 import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
 import { FED_TOKEN } from '../../src/backend/backend.ts';
+import { bySequence, type SequenceBackend } from '../../src/backend/sequences.ts';
 import { planPieces } from '../../src/backend/cuda/step/plan.ts';
 
 const dir = process.env['MOE_MODEL_DIR'] ?? 'models/tiny-moe';
@@ -17,14 +18,14 @@ const STEPS = Number(process.env['BENCH_STEPS'] ?? 1000);
 const m = await loadModelFor(dir, 'cuda');
 const V = m.spec.vocabSize;
 const maxLen = m.spec.maxPositions;
-const open = async (hot?: number): Promise<CudaBackend> => createCuda(m, { maxModelLen: maxLen, maxNumSeqs: 16, ...(hot ? { placement: { hotPerLayer: hot } } : {}) });
+const open = async (hot?: number): Promise<SequenceBackend<CudaBackend>> => bySequence(await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: 16, ...(hot ? { placement: { hotPerLayer: hot } } : {}) }));
 const be = await open();
 const median = (a: number[]): number => [...a].sort((x, y) => x - y)[a.length >> 1]!;
 const results: Record<string, unknown> = { model: dir, steps: STEPS };
 const rows: string[] = [];
 
 /** n sequences with `pos` positions filled (one prefill chunk each); closes them after `body`. */
-function withBatch<T>(on: CudaBackend, n: number, pos: number, body: () => T): T {
+function withBatch<T>(on: SequenceBackend<CudaBackend>, n: number, pos: number, body: () => T): T {
   for (let i = 0; i < n; i++) on.openSequence(i, maxLen);
   on.forward({ chunks: Array.from({ length: n }, (_, i) => ({ seq: i, tokens: Array.from({ length: pos }, (_, t) => (7 * t + 13 * i + 1) % V), startPos: 0 })), count: false });
   try {
@@ -35,7 +36,7 @@ function withBatch<T>(on: CudaBackend, n: number, pos: number, body: () => T): T
 }
 
 /** Host wall time of a greedy decode step (argmax on the device, tokens read back), median of 5 blocks of `iters`. */
-function stepUs(on: CudaBackend, n: number, pos: number, iters: number, count = true): number {
+function stepUs(on: SequenceBackend<CudaBackend>, n: number, pos: number, iters: number, count = true): number {
   let k = 0;
   const step = (): void => {
     on.forward({ chunks: Array.from({ length: n }, (_, i) => ({ seq: i, tokens: [(k * 31 + i) % V], startPos: pos })), count, argmaxOnly: true });
@@ -52,7 +53,7 @@ function stepUs(on: CudaBackend, n: number, pos: number, iters: number, count = 
 }
 
 /** Run ahead (Backend.submit, the engine's greedy decode): the next step submitted, its tokens fed on the device, before this one is waited for. */
-function aheadUs(on: CudaBackend, n: number, pos: number, iters: number): number {
+function aheadUs(on: SequenceBackend<CudaBackend>, n: number, pos: number, iters: number): number {
   const submit = (k: number) => on.submit({ chunks: Array.from({ length: n }, (_, i) => ({ seq: i, tokens: [k === 0 ? 1 + i : FED_TOKEN], startPos: pos + k })), count: true, argmaxOnly: true });
   let pending = submit(0);
   let t = 0;

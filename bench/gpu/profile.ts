@@ -5,11 +5,12 @@
 import { parseArgs } from 'node:util';
 import { loadModelFor } from '../../src/backend/load-for.ts';
 import { createCuda } from '../../src/backend/cuda/create.ts';
+import { bySequence } from '../../src/backend/sequences.ts';
 import { DirectSequences } from '../../src/backend/sequences.ts';
 
 const { values } = parseArgs({ options: { model: { type: 'string', default: 'models/tiny-moe' }, steps: { type: 'string', default: '8' }, tuning: { type: 'string', default: '{}' } } });
 const m = await loadModelFor(values.model, 'cuda');
-const be = await createCuda(m, { maxModelLen: 512, maxNumSeqs: 1, tuning: { ...(JSON.parse(values.tuning) as object), graphs: false } });
+const be = bySequence(await createCuda(m, { maxModelLen: 512, maxNumSeqs: 1, tuning: { ...(JSON.parse(values.tuning) as object), graphs: false } }));
 be.openSequence(0, 512);
 const prompt = Array.from({ length: 64 }, (_, i) => (i * 7919 + 13) % m.spec.vocabSize);
 be.forward({ chunks: [{ seq: 0, tokens: prompt, startPos: 0 }], count: false });

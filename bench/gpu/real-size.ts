@@ -17,6 +17,7 @@ import { planPieces } from '../../src/backend/cuda/step/plan.ts';
 import { FED_TOKEN } from '../../src/backend/backend.ts';
 import { createEngine } from '../../src/engine/engine.ts';
 import { runToCompletion } from '../../src/engine/complete.ts';
+import { bySequence, type SequenceBackend } from '../../src/backend/sequences.ts';
 import { attentionProducts, mlaProducts, productBytes } from '../../src/backend/cuda/weights/device-weights.ts';
 
 const { values } = parseArgs({ options: { model: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string', default: '64' }, layers: { type: 'string', default: '16' }, 'tc-rows': { type: 'string' }, batches: { type: 'string', default: '1,4,16' }, ab: { type: 'boolean', default: false } } });
@@ -39,10 +40,10 @@ const t0 = performance.now();
 const m = await loadModelFor(values.model, 'cuda');
 let last = 0;
 const maxLen = Math.min(4096, m.spec.maxPositions);
-const be = (await createCuda(m, {
+const be = bySequence(await createCuda(m, {
   maxModelLen: maxLen, maxNumSeqs: 16, ...(values['tc-rows'] !== undefined ? { tuning: { tensorCoreDecodeRows: Number(values['tc-rows']) } } : {}),
   onProgress: (done, total) => { if (done - last > total / 10 || done === total) { last = done; process.stderr.write(`load ${((100 * done) / total).toFixed(0)}% ${(done / 1e9 / ((performance.now() - t0) / 1000)).toFixed(2)} GB/s\n`); } },
-})) as CudaBackend;
+}));
 const loadS = (performance.now() - t0) / 1000;
 const bytes = m.tensors.totalBytes;
 const rssGiB = (process.resourceUsage().maxRSS * 1024) / 2 ** 30;
@@ -54,7 +55,7 @@ const prompt = Array.from({ length: maxLen }, (_, i) => (i * 7919 + 13) % V);
 // samples); 'fresh': a new array a step instead (what forward() returns without it); 'argmax': each row's argmax
 // on the device and no logits copied (StepInput.argmaxOnly, the engine's greedy steps).
 type Out = 'into' | 'fresh' | 'argmax';
-function decode(B: number, steps: number, on: CudaBackend = be, out: Out = 'into'): { tokS: number; msStep: number } {
+function decode(B: number, steps: number, on: SequenceBackend<CudaBackend> = be, out: Out = 'into'): { tokS: number; msStep: number } {
   const into = out === 'into' ? new Float32Array(B * V) : undefined;
   const argmaxOnly = out === 'argmax';
   return afterPrompts(on, B, steps, () => {
@@ -70,7 +71,7 @@ function decode(B: number, steps: number, on: CudaBackend = be, out: Out = 'into
 
 // B sequences of a 64-token prompt each (room for `steps` more and some), `run` timing their decode (ms a step),
 // then closed: decode() and decodeAhead()'s common frame.
-function afterPrompts(on: CudaBackend, B: number, steps: number, run: () => number): { tokS: number; msStep: number } {
+function afterPrompts(on: SequenceBackend<CudaBackend>, B: number, steps: number, run: () => number): { tokS: number; msStep: number } {
   for (let i = 0; i < B; i++) on.openSequence(i, 64 + steps + 8);
   on.forward({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: prompt.slice(i, i + 64), startPos: 0 })), count: false });
   const ms = run();
@@ -92,7 +93,7 @@ function prefill(n: number): number {
 
 // Run ahead (Backend.submit, what the engine does for greedy decode): step k + 1 is submitted, each row's token fed
 // from step k's argmax on the device, before step k is waited for, so the host's work between steps overlaps the device's.
-function decodeAhead(B: number, steps: number, on: CudaBackend = be): { tokS: number; msStep: number } {
+function decodeAhead(B: number, steps: number, on: SequenceBackend<CudaBackend> = be): { tokS: number; msStep: number } {
   return afterPrompts(on, B, steps, () => {
     const submit = (k: number) => on.submit({ chunks: Array.from({ length: B }, (_, i) => ({ seq: i, tokens: [k === 0 ? prompt[i]! : FED_TOKEN], startPos: 64 + k })), count: true, argmaxOnly: true });
     let pending = submit(0);
@@ -184,7 +185,7 @@ const variants: [string, Variant][] = [
 const ab: { name: string; b1: number; b4: number; stepUs: number }[] = [];
 if (values.ab) {
   for (const [name, o] of variants) {
-    const v = (await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: 16, ...o })) as CudaBackend;
+    const v = bySequence(await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: 16, ...o }));
     const b1 = decode(1, steps, v).tokS, b4 = decode(4, steps, v).tokS;
     v.openSequence(0, 128);
     v.forward({ chunks: [{ seq: 0, tokens: prompt.slice(0, 64), startPos: 0 }], count: false });

@@ -38,8 +38,8 @@ export interface CreateBackendOptions {
   /** cuda: the host expert lane (threads absent: the CPUs less 2; share absent: chosen from measured times, host-lane/split.ts). */
   readonly hostExperts?: { readonly threads?: number; readonly share?: number; readonly parts?: number };
   /**
-   * cpu: the paged KV cache (--block-size, --kv-cache-dtype, --kv-cache-memory / --kv-cache-tokens); 'auto' = float32,
-   * the spec. The cuda backend's KV cache is not paged yet (the transition): it takes none of these.
+   * The paged KV cache (--block-size, --kv-cache-dtype, --kv-cache-memory / --kv-cache-tokens); 'auto' = float32 on
+   * the cpu (the spec), bfloat16 on cuda.
    */
   readonly kvCache?: { readonly blockSize?: number; readonly dtype?: KvCacheDtype | 'auto'; readonly tokens?: number; readonly bytes?: number };
 }
@@ -84,5 +84,7 @@ export async function createBackend(name: string, model: BackendModel, opts: Cre
     ...(opts.maxNumSeqs !== undefined ? { maxNumSeqs: opts.maxNumSeqs } : {}),
     ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
     ...(opts.hostExperts ? { hostExperts: opts.hostExperts } : {}),
+    // cuda: 'auto' keeps keys and values in bf16.
+    ...(opts.kvCache ? { kvCache: { ...opts.kvCache, dtype: opts.kvCache.dtype === 'auto' || opts.kvCache.dtype === undefined ? 'bfloat16' : opts.kvCache.dtype } } : {}),
   });
 }

@@ -87,15 +87,24 @@ export type SequenceBackend<B extends Backend> = B & { openSequence(seq: number,
 /**
  * The backend seen as one opened and closed by sequence, its block tables filled in here (DirectSequences): for
  * hand-driven code that steps paged and unpaged backends side by side with the same chunks. A backend without a
- * pool is returned as it is.
+ * pool is returned as it is. Every other member is the backend's own (methods bound to it, fields read and written
+ * on it), so the view never holds state of its own beside the backend's.
  */
 export function bySequence<B extends Backend>(backend: B): SequenceBackend<B> {
   if (!backend.kvCache) return backend as SequenceBackend<B>;
   const seqs = new DirectSequences(backend);
-  return Object.assign(Object.create(backend) as B, {
+  const own: Record<string, unknown> = {
     openSequence: (seq: number, capacity: number) => seqs.open(seq, capacity),
     closeSequence: (seq: number) => seqs.close(seq),
     forward: (input: StepInput) => seqs.forward(input),
     ...(backend.submit ? { submit: (input: StepInput) => seqs.submit(input) } : {}),
-  });
+  };
+  return new Proxy(backend, {
+    get(target, key) {
+      if (typeof key === 'string' && key in own) return own[key];
+      const v: unknown = Reflect.get(target, key, target);
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+    set: (target, key, value) => Reflect.set(target, key, value, target),
+  }) as SequenceBackend<B>;
 }

@@ -2,7 +2,7 @@
 // tokens (or one JSON object) and the prefill/decode speed.
 import { MEMORY_HELP, MEMORY_OPTIONS, parseMemoryFlags } from './memory-flags.ts';
 import { withMaxModelLen } from '../model/max-model-len.ts';
-import { KV_HELP, KV_OPTIONS, kvBootLine, parseKvFlags, refusePoolFlags, type KvFlags } from './kv-flags.ts';
+import { KV_HELP, KV_OPTIONS, kvBootLine, parseKvFlags, type KvFlags } from './kv-flags.ts';
 import { existsSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -145,7 +145,6 @@ export function generateOptionsFrom(values: { [K in keyof typeof GENERATE_OPTION
   };
   const backend = parseBackendName(str('backend') ?? 'cpu');
   const kv = parseKvFlags(values);
-  if (backend !== 'cpu') refusePoolFlags(backend, kv);
   return {
     modelDir: resolve(str('model') ?? join(packageRoot(), 'models/tiny-moe')),
     prompt,

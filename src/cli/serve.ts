@@ -1,6 +1,6 @@
 // `residency serve`: the OpenAI-compatible server with live residency control, /metrics and a dashboard.
 import { MEMORY_HELP, MEMORY_OPTIONS, parseMemoryFlags } from './memory-flags.ts';
-import { KV_HELP, KV_OPTIONS, kvBootLine, parseKvFlags, refusePoolFlags } from './kv-flags.ts';
+import { KV_HELP, KV_OPTIONS, kvBootLine, parseKvFlags } from './kv-flags.ts';
 import { resolve, join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import { parseBackendName, parseThreads } from '../backend/registry.ts';
@@ -121,7 +121,6 @@ export const serveCommand: CliCommand = {
     if (v.hot !== undefined && v.map !== undefined) throw new ResidencyError('BAD_ARGUMENT', 'give --hot H or --map MAP.json, not both');
     const maxQueue = int('max-queue', v['max-queue'], 1);
     const kv = parseKvFlags(v);
-    if (backend !== 'cpu') refusePoolFlags(backend, kv);
     const maxBody = int('max-body', v['max-body'], 1024);
     const shutdownS = int('shutdown-timeout', v['shutdown-timeout'], 0, 86_400) ?? 30;
     const apiKey = v['api-key'] ?? process.env['RESIDENCY_API_KEY'];
@@ -160,6 +159,8 @@ export const serveCommand: CliCommand = {
     if (hotReason) console.error(`hot bank: ${hotReason}`);
     const pool = serving.engine.kvCache;
     if (pool) console.error(kvBootLine(pool, serving.engine.config));
+    const kvReason = (serving.backend as { kvReason?: string }).kvReason;
+    if (kvReason) console.error(`kv cache: ${kvReason}`);
     console.error(`dashboard: ${serving.server.url}/   metrics: ${serving.server.url}/metrics`);
     await new Promise<void>((done) => {
       const stop = (sig: string) => {

@@ -52,7 +52,7 @@ export interface ServeOptions {
   readonly host: string;
   readonly config?: Partial<ServerConfig>;
   readonly scheduler?: Partial<SchedulerConfig>;
-  /** cpu: the paged KV cache's block size, dtype and size (CreateBackendOptions.kvCache). */
+  /** The paged KV cache's block size, dtype and size (CreateBackendOptions.kvCache). */
   readonly kvCache?: CreateBackendOptions['kvCache'];
   /** Prefix caching on a paged backend (default on). */
   readonly prefixCaching?: boolean;

@@ -12,10 +12,10 @@ const tiny = await loadModel(modelDir());
 // defaults so that a short run still lands many.
 const moves = { spareRows: 4, copiesInFlight: 16 };
 const tinyOpts = { hot: 40, prompts: [[1, 400, 2035, 17], [3000, 12, 9], [77, 5, 600, 42, 8]], steps: 48, minLanded: 60 };
-runBackendConformance('cuda, tiny-moe', (placement) => createCuda(tiny, { ...moves, ...(placement ? { placement } : {}) }), tinyOpts);
+runBackendConformance('cuda, tiny-moe', (placement) => createCuda(tiny, { ...moves, kvCache: { tokens: 8192 }, ...(placement ? { placement } : {}) }), tinyOpts);
 const real = process.env['REAL_CKPT'];
 if (real && existsSync(real)) {
   const m = await loadModelFor(real, 'cuda');
-  runBackendConformance('cuda, real shapes', (placement) => createCuda(m, { maxModelLen: 128, maxNumSeqs: 4, ...moves, ...(placement ? { placement } : {}) }),
+  runBackendConformance('cuda, real shapes', (placement) => createCuda(m, { maxModelLen: 128, maxNumSeqs: 4, kvCache: { tokens: 2048 }, ...moves, ...(placement ? { placement } : {}) }),
     { hot: 64, prompts: [[1, 2, 3, 4, 5, 6, 7, 8], [100, 200, 300], [4000, 17, 2]], steps: 64, minLanded: 40 });
 }

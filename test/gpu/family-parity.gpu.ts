@@ -26,6 +26,8 @@ interface Step { token: number; top5_ids: number[]; top5_logits: number[]; routi
 interface Case { prompt_ids: number[]; prefill_routing: number[][][]; steps: Step[] }
 interface Fixture { cases: Case[]; moe_layers: number[] }
 
+/** KV stored in float32: the references' and the CPU spec's numbers (bf16 and fp8 KV are checked by test/gpu/paged.gpu.ts). */
+const KV_DTYPE = 'float32' as const;
 const named = (process.env['FAMILY_FIXTURES'] ?? '').split(',').filter((f) => f !== '');
 const unknown = named.filter((f) => f !== 'all' && !(FAMILIES as readonly string[]).includes(f));
 if (unknown.length > 0) throw new Error(`FAMILY_FIXTURES: unknown ${unknown.join(', ')}; expected "all" or some of ${FAMILIES.join(', ')}`);
@@ -47,7 +49,7 @@ type CudaModel = Awaited<ReturnType<typeof loadModelFor>>;
 
 /** The run on the CUDA backend (a placement, or decode through the tensor-core products when given). */
 async function cudaRun(m: CudaModel, cases: Case[], placement?: BankPlacement, tensorCoreDecodeRows?: number): Promise<StepOutput[]> {
-  const be = await createCuda(m, { maxModelLen: 128, maxNumSeqs: cases.length, ...(placement ? { placement } : {}), ...(tensorCoreDecodeRows !== undefined ? { tuning: { tensorCoreDecodeRows } } : {}) });
+  const be = await createCuda(m, { maxModelLen: 128, maxNumSeqs: cases.length, kvCache: { dtype: KV_DTYPE, tokens: 128 * (cases.length + 2) }, ...(placement ? { placement } : {}), ...(tensorCoreDecodeRows !== undefined ? { tuning: { tensorCoreDecodeRows } } : {}) });
   try {
     return run(be, cases);
   } finally {

@@ -10,6 +10,7 @@ import { CudaBackend, type CudaBackendOptions } from '../../src/backend/cuda/cud
 import { mapTensorSource } from '../../src/model/tensor-source.ts';
 import type { ReleaseFailure } from '../../src/backend/cuda/driver/resource-scope.ts';
 import { modelDir } from './harness.ts';
+import { bySequence } from '../../src/backend/sequences.ts';
 import { report } from './model.gpu.ts';
 
 const MiB = 2 ** 20;
@@ -59,7 +60,8 @@ function failingAt(d: CudaDriver, n: number): { driver: CudaDriver; count: () =>
 }
 
 /** One backend's life: sequences, prefill and greedy decode (captures a graph), a swap, close, dispose. */
-function cycle(be: CudaBackend): void {
+function cycle(raw: CudaBackend): void {
+  const be = bySequence(raw);
   be.openSequence(0, 64);
   be.openSequence(1, 64);
   be.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }, { seq: 1, tokens: [4], startPos: 0 }], count: true, argmaxOnly: true });
@@ -71,7 +73,7 @@ function cycle(be: CudaBackend): void {
 test(`lifecycle: create + use + dispose ${CYCLES} times returns free device memory to within ${SLACK / MiB} MiB`, async () => {
   const { m, d } = await setup();
   const failures: ReleaseFailure[] = [];
-  const opts: CudaBackendOptions = { placement: { hotPerLayer: 49 }, onReleaseFailure: (f) => failures.push(f) };
+  const opts: CudaBackendOptions = { placement: { hotPerLayer: 49 }, kvCache: { tokens: 16384 }, onReleaseFailure: (f) => failures.push(f) };
   const start = d.memInfo().free;
   // One warm-up cycle first: the context may keep one-time growth (local memory for the kernels' first
   // launch, lazily loaded code) that is not a per-backend leak.
@@ -102,7 +104,7 @@ test(`lifecycle: create + use + dispose ${CYCLES} times returns free device memo
 test('lifecycle: constructions that fail half way (real out-of-memory, injected failures) leave free device memory unchanged', async () => {
   const { m, d } = await setup();
   const failures: ReleaseFailure[] = [];
-  const opts: CudaBackendOptions = { placement: { hotPerLayer: 49 }, onReleaseFailure: (f) => failures.push(f) };
+  const opts: CudaBackendOptions = { placement: { hotPerLayer: 49 }, kvCache: { tokens: 16384 }, onReleaseFailure: (f) => failures.push(f) };
   const before = d.memInfo();
   const results: string[] = [];
 

@@ -34,10 +34,10 @@ test(`long contexts: split attention equals the CPU backend to position ${LAST_P
   const r = rng('long context');
   const V = m.spec.vocabSize;
   const cpu = bySequence(new CpuBackend(m.spec, m.weights));
-  const opts = { maxModelLen: LAST_POS + 1, maxNumSeqs: 2 };
-  const split = await createCuda(m, opts); // split on (default), graph replay
-  const eager = await createCuda(m, { ...opts, tuning: { graphs: false } }); // the same kernels launched eagerly
-  const off = await createCuda(m, { ...opts, maxSplits: 1 }); // one block walks every position
+  const opts = { maxModelLen: LAST_POS + 1, maxNumSeqs: 2, kvCache: { dtype: 'float32' as const, tokens: 4 * (LAST_POS + 16) } };
+  const split = bySequence(await createCuda(m, opts)); // split on (default), graph replay
+  const eager = bySequence(await createCuda(m, { ...opts, tuning: { graphs: false } })); // the same kernels launched eagerly
+  const off = bySequence(await createCuda(m, { ...opts, maxSplits: 1 })); // one block walks every position
   const gpus = { split, eager, off };
   const prompts = [6, 40].map((n) => Array.from({ length: n }, () => Math.floor(((r() + 1) / 2) * V) % V));
   for (const b of [cpu, ...Object.values(gpus)]) prompts.forEach((_, i) => b.openSequence(i, LAST_POS + 1));

@@ -12,6 +12,7 @@ import { createCuda, type CudaCreateOptions } from '../../src/backend/cuda/creat
 import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.ts';
 import type { SequenceChunk } from '../../src/backend/backend.ts';
 import { fixtureDir, modelDir, normErr, rng } from './harness.ts';
+import type { SequenceBackend } from '../../src/backend/sequences.ts';
 import { bySequence } from '../../src/backend/sequences.ts';
 
 interface Step { token: number; top5_ids: number[]; top5_logits: number[]; routing: number[][] }
@@ -19,7 +20,9 @@ interface Case { domain: string; prompt_ids: number[]; prefill_routing: number[]
 
 let model: LoadedModel | null = null;
 /** The CUDA backend on tiny-moe: room for the parity file's 21 sequences at the model's whole context. */
-const createCudaBackend = (m: LoadedModel, opts: CudaCreateOptions = {}): Promise<CudaBackend> => createCuda(m, { maxNumSeqs: 24, ...opts });
+// float32 KV (the spec the references and the CPU backend keep), a pool of its own size so several live at once.
+const createCudaBackend = async (m: LoadedModel, opts: CudaCreateOptions = {}): Promise<SequenceBackend<CudaBackend>> =>
+  bySequence(await createCuda(m, { maxNumSeqs: 24, kvCache: { dtype: 'float32', tokens: 65536 }, ...opts }));
 async function getModel(): Promise<LoadedModel> {
   model ??= await loadModel(modelDir());
   return model;
@@ -172,7 +175,7 @@ test('hot/cold placement and swaps never change a result; swapping back restores
 
 test('device argmax (argmaxOnly) picks the argmax of the logits', async () => {
   const m = await getModel();
-  const be: CudaBackend = await createCudaBackend(m);
+  const be = await createCudaBackend(m);
   const V = m.spec.vocabSize;
   for (let i = 0; i < 3; i++) be.openSequence(i, 16);
   const chunks = [0, 1, 2].map((i) => ({ seq: i, tokens: [100 + i, 7], startPos: 0 }));
@@ -184,4 +187,33 @@ test('device argmax (argmaxOnly) picks the argmax of the logits', async () => {
 
 export function writeReport(dir: string | undefined): void {
   if (dir) writeFileSync(join(dir, 'gpu-tests.json'), JSON.stringify(report, null, 2));
+}
+
+/** KV stored in bf16 and fp8 on the device against the CPU spec storing the same dtype (kv-dtype.ts's rounding). */
+for (const dtype of ['bfloat16', 'fp8'] as const) {
+  test(`${dtype} KV: CUDA equals the CPU spec keeping the same dtype (logits, greedy tokens)`, async () => {
+    const m = await getModel();
+    const r = rng(`kv ${dtype}`);
+    const V = m.spec.vocabSize;
+    const cpu = bySequence(new CpuBackend(m.spec, m.weights, { kvCache: { dtype, tokens: 4096 } }));
+    const gpu = await createCudaBackend(m, { kvCache: { dtype, tokens: 4096 } });
+    const prompts = Array.from({ length: 4 }, (_, i) => Array.from({ length: 5 + 9 * i }, () => Math.floor(((r() + 1) / 2) * V) % V));
+    for (const b of [cpu, gpu]) prompts.forEach((_, i) => b.openSequence(i, 128));
+    let chunks: SequenceChunk[] = prompts.map((p, i) => ({ seq: i, tokens: p, startPos: 0 }));
+    let pos = prompts.map((p) => p.length);
+    let worst = 0, flips = 0;
+    for (let s = 0; s < 24; s++) {
+      const a = cpu.forward({ chunks, count: false }), b = gpu.forward({ chunks, count: false });
+      worst = Math.max(worst, normErr(b.logits, a.logits));
+      const next = chunks.map((_, i) => argmax(a.logits, i * V, V));
+      next.forEach((t, i) => { if (argmax(b.logits, i * V, V) !== t) flips++; });
+      chunks = next.map((t, i) => ({ seq: i, tokens: [t], startPos: pos[i]! }));
+      pos = pos.map((p) => p + 1);
+    }
+    report[`kv_${dtype}_vsCpu`] = { worst, flips };
+    console.log(`# kv ${dtype}: CUDA vs the CPU keeping ${dtype}, 4 sequences x 24 steps: worst normalized logit error ${worst.toExponential(2)}, greedy flips ${flips}`);
+    cpu.dispose();
+    gpu.dispose();
+    assert.ok(worst < (dtype === 'fp8' ? 5e-2 : 1e-2), `logits error ${worst}`);
+  });
 }

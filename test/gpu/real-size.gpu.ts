@@ -46,7 +46,7 @@ test('real shapes: greedy tokens equal the transformers float32 references (near
   const refs = (JSON.parse(readFileSync(join(dir!, 'refs.json'), 'utf8')) as { cases: RefCase[] }).cases;
   const steps = refs[0]!.tokens.length;
   const m = await loadModelFor(dir!, 'cuda');
-  const be = await createCuda(m, { maxModelLen: 256, maxNumSeqs: refs.length });
+  const be = await createCuda(m, { maxModelLen: 256, maxNumSeqs: refs.length, kvCache: { dtype: 'float32', tokens: 256 * (refs.length + 2) } });
   const gpu = run(be, refs, steps, (c, s) => refs[c]!.tokens[s]!);
   let mismatch = 0, maxTopErr = 0;
   const nearTies: string[] = [];
@@ -121,7 +121,7 @@ test('real shapes: early weight loads (PDL), evict-first loads, q|k|v in one wav
   const m = await loadModelFor(dir!, 'cuda');
   // Batch 4 (the bucket of 4 rows) and batch 1, each as the decode graphs replay them.
   const logits = async (tuning: Partial<KernelTuning>): Promise<Float32Array[][]> => {
-    const be = await createCuda(m, { maxModelLen: 512, maxNumSeqs: refs.length, tuning });
+    const be = await createCuda(m, { maxModelLen: 512, maxNumSeqs: refs.length, tuning, kvCache: { dtype: 'float32', tokens: 512 * (refs.length + 2) } });
     try {
       const forced = (c: number, st: number): number => refs[c % refs.length]!.tokens[st]!;
       return [...run(be, refs, steps, forced), ...run(be, [refs[1]!], steps, (_c, st) => forced(1, st)), ...run(be, [long], steps, forced)];
@@ -172,7 +172,7 @@ test('real shapes: run-ahead decoding (each token fed from the step before on th
   const refs = (JSON.parse(readFileSync(join(dir!, 'refs.json'), 'utf8')) as { cases: RefCase[] }).cases.slice(0, 4);
   const m = await loadModelFor(dir!, 'cuda');
   const tokens = async (runAhead: boolean, reqs: number): Promise<{ out: number[][]; fed: number }> => {
-    const be = await createCuda(m, { maxModelLen: 512, maxNumSeqs: refs.length });
+    const be = await createCuda(m, { maxModelLen: 512, maxNumSeqs: refs.length, kvCache: { dtype: 'float32', tokens: 512 * (refs.length + 2) } });
     let fed = 0;
     if (be.submit) {
       const submit = be.submit.bind(be);
@@ -230,7 +230,7 @@ for (const [which, src] of [['tiny-moe', modelDir()], ['real shapes', dir]] as c
       const tmp = poisonedCopy(src!, name);
       try {
         const mm = await loadModelFor(tmp, 'cuda');
-        await assert.rejects(createCuda(mm, { maxModelLen: 64, maxNumSeqs: 1 }), (e: Error & { code?: string }) => e.code === 'BAD_CHECKPOINT' && e.message.includes(name));
+        await assert.rejects(createCuda(mm, { maxModelLen: 64, maxNumSeqs: 1, kvCache: { tokens: 256 } }), (e: Error & { code?: string }) => e.code === 'BAD_CHECKPOINT' && e.message.includes(name));
         mm.tensors.close();
       } finally {
         rmSync(tmp, { recursive: true, force: true });

@@ -10,6 +10,7 @@ import './real-size.gpu.ts';
 import './family-parity.gpu.ts';
 import './tiered-real.gpu.ts';
 import './backend-conformance.gpu.ts';
+import './paged.gpu.ts';
 import './ops.gpu.ts';
 
 after(() => writeReport(process.env['OUT']));

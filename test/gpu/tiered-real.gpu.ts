@@ -80,12 +80,12 @@ test('real shapes, 64/128 hot: thousands of background moves land while greedy d
   const prompts = refs.map((c) => c.prompt_ids);
   const m = await loadModelFor(dir!, 'cuda');
   const maxLen = Math.max(...prompts.map((p) => p.length)) + STEPS + 2;
-  const allHot = await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: prompts.length });
+  const allHot = await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: prompts.length, kvCache: { tokens: maxLen * (prompts.length + 2) } });
   const want = greedy(allHot, prompts, STEPS);
   allHot.dispose();
 
   const H = 64;
-  const be = await createCuda(m, { placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: prompts.length, spareRows: 4, copiesInFlight: 8 });
+  const be = await createCuda(m, { placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: prompts.length, kvCache: { tokens: maxLen * (prompts.length + 2) }, spareRows: 4, copiesInFlight: 8 });
   const banks = be.banks;
   const E = banks.experts;
   const boot = identityRowMap(m.spec.name, banks.layers, E, H);
@@ -132,16 +132,16 @@ async function hostLaneCase(ckpt: string, key: string): Promise<void> {
   // Batch 1: each prompt alone; batch 4: the four together (each expert the host takes computed once for its rows).
   for (const B of [1, 4]) {
     const groups = B === 1 ? prompts.map((p) => [p]) : [prompts];
-    const allHot = await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: B });
+    const allHot = await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: B, kvCache: { tokens: maxLen * (B + 2) } });
     const want = groups.map((g) => greedy(allHot, g, steps));
     allHot.dispose();
     // The lane's steps combine the picks in op_residual_norm, as fuseResidual: false does: the same bits either way.
-    const unfusedHot = await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: B, tuning: { fuseResidual: false } });
+    const unfusedHot = await createCuda(m, { maxModelLen: maxLen, maxNumSeqs: B, kvCache: { tokens: maxLen * (B + 2) }, tuning: { fuseResidual: false } });
     const wantUnfused = groups.map((g) => greedy(unfusedHot, g, steps));
     unfusedHot.dispose();
 
     const H = Math.floor(m.spec.numExperts / 2);
-    const be = await createCuda(m, { placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: B, spareRows: 4, copiesInFlight: 8, hostExperts: {} });
+    const be = await createCuda(m, { placement: { hotPerLayer: H }, maxModelLen: maxLen, maxNumSeqs: B, kvCache: { tokens: maxLen * (B + 2) }, spareRows: 4, copiesInFlight: 8, hostExperts: {} });
     const lane = (be as CudaBackend).hostLane!;
     assert.ok(lane, `the lane started (${m.spec.numExperts - H} of ${m.spec.numExperts} experts are cold)`);
     const E = be.banks.experts;

@@ -7,6 +7,7 @@ import { ResidencyError } from '../../errors.ts';
 import type { KvCacheDtype, KvPool } from '../backend.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { Alloc } from './alloc.ts';
+import { DEFAULT_BLOCK_SIZE } from '../kv-block.ts';
 
 /** How big the pool is and how it stores (every field optional: cpuKvDefaults). */
 export interface CpuKvOptions {
@@ -19,7 +20,7 @@ export interface CpuKvOptions {
   readonly bytes?: number;
 }
 
-export const DEFAULT_BLOCK_SIZE = 16;
+export { DEFAULT_BLOCK_SIZE };
 /** Without a size: room for 4 sequences at the model's full context, at most this many bytes. */
 export const DEFAULT_CPU_KV_BYTES = 512 * 1024 * 1024;
 

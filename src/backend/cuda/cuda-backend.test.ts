@@ -14,6 +14,7 @@ import { FakeCudaDriver } from './driver/fake-driver.ts';
 import { KERNEL_GROUPS } from './driver/kernels.ts';
 import { oneWaveFeatureBlocks, planPieces } from './step/plan.ts';
 import { CudaBackend, type CudaBackendOptions } from './cuda-backend.ts';
+import { bySequence } from '../sequences.ts';
 import type { KernelTuning } from './tuning.ts';
 import { memoryNeeds } from './memory/workspace.ts';
 import { stepLayout } from './step/kernel-args.ts';
@@ -34,28 +35,28 @@ for (const [name, shape] of expectedTensors(spec)) raw.set(name, { name, dtype: 
 /** The decode graphs captured, by shape (each is captured once for each of the two pinned io sets it runs from). */
 const graphShapes = (be: CudaBackend): string[] => [...new Set(be.graphKeys().map((k) => k.replace(/\/io[01]$/, '')))];
 
+/** A backend on the fake driver, driven by sequence (its blocks handed out by DirectSequences), and the raw one. */
 function build(opts: CudaBackendOptions = {}) {
   const d = new FakeCudaDriver();
-  const be = new CudaBackend(d, spec, mapTensorSource(raw), { kernelDir, placement: { hotPerLayer: 6 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32, ...opts });
-  return { d, be };
+  const raw0 = new CudaBackend(d, spec, mapTensorSource(raw), { kernelDir, placement: { hotPerLayer: 6 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32, ...opts });
+  return { d, be: bySequence(raw0), raw: raw0 };
 }
 
 test('cuda backend on the fake driver: prefill in pieces, decode graphs by bucket, splits and attention kind; dispose leaves nothing', () => {
-  const { d, be } = build();
+  const { d, be, raw: r } = build();
   be.openSequence(1, 64);
   be.openSequence(2, 16);
-  assert.throws(() => be.openSequence(3, 8), /every KV cache slot is in use \(2 sequences\)/);
-  assert.throws(() => be.openSequence(3, 65), /capacity 65 must be an integer in \[1, 64\] \(--max-model-len\)/);
-  assert.throws(() => be.forward({ chunks: [{ seq: 1, tokens: [1], startPos: 64 }], count: false }), /exceed its capacity of 64 positions/);
-  // A sequence's own capacity bounds it, not only --max-model-len (the conformance suite's bad step).
-  assert.throws(() => be.forward({ chunks: [{ seq: 2, tokens: [1, 2], startPos: 15 }], count: false }), /seq 2 positions 15..16 exceed its capacity of 16 positions/);
+  assert.throws(() => be.forward({ chunks: [{ seq: 1, tokens: [1], startPos: 64 }], count: false }), /positions 64..64 are outside 0..63 \(--max-model-len\)/);
+  // A sequence's table bounds it, not only --max-model-len (the conformance suite's bad step).
+  assert.throws(() => be.forward({ chunks: [{ seq: 2, tokens: [1, 2], startPos: 15 }], count: false }), /seq 2 positions 15..16 need a blockTable of 2 blocks of 16 positions \(got 1\)/);
+  assert.throws(() => r.forward({ chunks: [{ seq: 9, tokens: [1], startPos: 0 }], count: false }), /seq 9 positions 0..0 need a blockTable of 1 blocks/);
   // A 40-token prompt: a 32-row prefill piece (eager) then an 8-row piece of one sequence (unfused graph; 40 positions in 2 splits).
   const p = be.forward({ chunks: [{ seq: 1, tokens: Array.from({ length: 40 }, (_, i) => i % 50), startPos: 0 }], count: false });
   assert.equal(p.logits.length, spec.vocabSize);
   be.forward({ chunks: [{ seq: 1, tokens: [3], startPos: 40 }, { seq: 2, tokens: [4], startPos: 0 }], count: true, recordRouting: true });
   assert.deepEqual(graphShapes(be).sort(), ['2/2/fused', '8/2/unfused'].sort());
   be.closeSequence(2);
-  be.openSequence(2, 64); // its slot came back
+  be.openSequence(2, 64); // its blocks came back
   be.dispose();
   assert.deepEqual(d.liveByKind(), {});
 });
@@ -83,7 +84,7 @@ test('cuda backend: with tensorCoreDecodeRows, decode buckets of that many rows 
 test('cuda backend: a model that does not fit the budget is refused before any allocation, with what would fit', () => {
   const d = new FakeCudaDriver(); // 16 GiB
   assert.throws(() => new CudaBackend(d, { ...spec, maxPositions: 1 << 24 }, mapTensorSource(raw), { kernelDir, maxModelLen: 1 << 24, maxNumSeqs: 64 }),
-    /does not fit the GPU memory budget.*would fit: --max-model-len \d+ at 64 sequences/);
+    /does not fit the GPU memory budget.*KV cache of 67108864 positions.*; \d+ positions of KV cache would fit \(--kv-cache-tokens \d+/);
   assert.equal(d.acquisitions, 0);
 });
 
@@ -95,8 +96,8 @@ test('cuda backend without --hot or --map: every expert hot when they fit, else 
   // A budget that holds exactly 3 hot rows per layer (plus the spare rows moves land in) beside the rest.
   const T = 32, seqs = 2, len = 64;
   const needAt = (h: number): number => {
-    const n = memoryNeeds(spec, h + DEFAULT_SPARE_ROWS, T, 32, deviceWeightBytes(mapTensorSource(raw), spec));
-    return n.weights + n.kvPerPosition * len * seqs + n.workspace + DEVICE_SLACK_BYTES;
+    const n = memoryNeeds(spec, h + DEFAULT_SPARE_ROWS, T, 32, deviceWeightBytes(mapTensorSource(raw), spec), { blockSize: 16, dtype: 'bfloat16', maxBlocks: 4 });
+    return n.weights + n.bytesPerBlock * Math.ceil((len * seqs) / 16) + n.workspace + DEVICE_SLACK_BYTES; // the pool's least: 64 positions x min(4, 2)
   };
   const util = (needAt(3) + 1) / 2 ** 34;
   const some = build({ placement: undefined, gpuMemoryUtilization: util });
@@ -119,7 +120,7 @@ test('cuda backend, mixtral (fake driver): its own router and expert names, no q
   for (const [name, shape] of expectedTensors(mx)) mraw.set(name, { name, dtype: 'BF16', shape, bytes: new Uint8Array(2 * shape.reduce((a, b) => a * b, 1)) });
   assert.ok([...mraw.keys()].some((n) => n.endsWith('block_sparse_moe.experts.7.w3.weight')));
   const d = new FakeCudaDriver();
-  const be = new CudaBackend(d, mx, mapTensorSource(mraw), { kernelDir, placement: { hotPerLayer: 6 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+  const be = bySequence(new CudaBackend(d, mx, mapTensorSource(mraw), { kernelDir, placement: { hotPerLayer: 6 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 }));
   be.openSequence(0, 32);
   be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i), startPos: 0 }], count: true });
   be.forward({ chunks: [{ seq: 0, tokens: [7], startPos: 20 }], count: true });
@@ -141,7 +142,7 @@ test('cuda backend, deepseek-v3 (fake driver): latent attention launches, dense 
   const s = m.spec;
   assert.deepEqual(s.moeLayers, [1, 2, 3]);
   const d = new FakeCudaDriver();
-  const be = new CudaBackend(d, s, m.tensors, { kernelDir, placement: { hotPerLayer: 16 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+  const be = bySequence(new CudaBackend(d, s, m.tensors, { kernelDir, placement: { hotPerLayer: 16 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 }));
   try {
     assert.equal(be.banks.hotDev.length, 3);
     be.openSequence(0, 40);
@@ -186,7 +187,7 @@ test('cuda backend, deepseek-v3 in block FP8 (fake driver): every linear but the
     }
   }
   const d = new FakeCudaDriver();
-  const be = new CudaBackend(d, s, mapTensorSource(fraw, s.quantization), { kernelDir, placement: { hotPerLayer: 16 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+  const be = bySequence(new CudaBackend(d, s, mapTensorSource(fraw, s.quantization), { kernelDir, placement: { hotPerLayer: 16 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 }));
   try {
     assert.equal(be.rowLayout.format, 'fp8');
     be.openSequence(0, 40);
@@ -210,7 +211,7 @@ test('cuda backend, olmoe (fake driver): q and k normed over the whole projectio
   const m = await loadModelFor(dir, 'cuda');
   assert.equal(m.spec.qkNorm, 'whole');
   const d = new FakeCudaDriver();
-  const be = new CudaBackend(d, m.spec, m.tensors, { kernelDir, placement: { hotPerLayer: 20 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 });
+  const be = bySequence(new CudaBackend(d, m.spec, m.tensors, { kernelDir, placement: { hotPerLayer: 20 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32 }));
   try {
     be.openSequence(0, 40);
     be.forward({ chunks: [{ seq: 0, tokens: Array.from({ length: 20 }, (_, i) => i + 1), startPos: 0 }], count: true });
@@ -330,7 +331,7 @@ for (const [name, shape] of expectedTensors(evenSpec)) evenRaw.set(name, { name,
 /** A batch-1 decode step's gemv launches (eager) with `opts`. */
 function batch1Gemvs(tuning: Partial<KernelTuning>) {
   const d = new FakeCudaDriver();
-  const be = new CudaBackend(d, evenSpec, mapTensorSource(evenRaw), { kernelDir, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32, tuning: { graphs: false, ...tuning } });
+  const be = bySequence(new CudaBackend(d, evenSpec, mapTensorSource(evenRaw), { kernelDir, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32, tuning: { graphs: false, ...tuning } }));
   be.openSequence(0, 64);
   be.forward({ chunks: [{ seq: 0, tokens: [1, 2, 3], startPos: 0 }], count: false });
   const from = d.launches.length;
@@ -381,7 +382,7 @@ test('cuda backend: submit returns before the step completes; a fed token is the
   for (let i = 0; i < 2; i++) be.openSequence(i, 64);
   const tokenField = (rows: number): number[] => {
     const c = d.htodCarried[d.htodCarried.length - 1]!.bytes;
-    const o = stepLayout(rows);
+    const o = stepLayout(rows, 4);
     return Array.from({ length: rows }, (_, i) => new DataView(c.buffer, c.byteOffset).getInt32(o.token + 4 * i, true));
   };
   // 18 rows: a prefill piece, whose keys are not kept by row: nothing to feed from (a decode piece's are: below).
@@ -421,7 +422,7 @@ test('cuda backend: fed tokens of a step in several pieces are read back and giv
     const view = new DataView(c.bytes.buffer, c.bytes.byteOffset);
     const rows = view.getInt32(0, true);
     const T = [1, 2, 4, 8, 16].find((b) => b >= rows)!; // decode pieces, padded to their bucket
-    for (let i = 0; i < rows; i++) assert.ok(view.getInt32(stepLayout(T).token + 4 * i, true) >= 0, 'no fed (negative) token in a piece');
+    for (let i = 0; i < rows; i++) assert.ok(view.getInt32(stepLayout(T, 4).token + 4 * i, true) >= 0, 'no fed (negative) token in a piece');
   }
   be.dispose();
   assert.deepEqual(d.liveByKind(), {});
@@ -432,10 +433,66 @@ test('cuda backend: a decode bucket whose routing needs over 48 KiB of shared me
   const wideRaw = new Map<string, RawTensor>();
   for (const [name, shape] of expectedTensors(wide)) wideRaw.set(name, { name, dtype: 'BF16', shape, bytes: new Uint8Array(2 * shape.reduce((a, b) => a * b, 1)) });
   const d = new FakeCudaDriver();
-  const be = new CudaBackend(d, wide, mapTensorSource(wideRaw), { kernelDir, maxModelLen: 16, maxNumSeqs: 16, maxPieceRows: 32, tuning: { tensorCoreDecodeRows: 0 } });
+  const be = bySequence(new CudaBackend(d, wide, mapTensorSource(wideRaw), { kernelDir, maxModelLen: 16, maxNumSeqs: 16, maxPieceRows: 32, tuning: { tensorCoreDecodeRows: 0 } }));
   for (let i = 0; i < 16; i++) be.openSequence(i, 16);
   be.forward({ chunks: Array.from({ length: 16 }, (_, i) => ({ seq: i, tokens: [i + 1], startPos: 0 })), count: true });
   assert.ok(d.launches.some((l) => l.name === 'op_route_group'));
   be.dispose();
+  assert.deepEqual(d.liveByKind(), {});
+});
+
+test('cuda backend: the paged KV pool: bf16 by default, a block every layer\'s k and v of its positions; a fixed size, or what the budget leaves', () => {
+  const { be, raw: r } = build({ kvCache: { tokens: 96 } }); // 6 blocks of 16
+  const width = 2 * spec.numKvHeads * spec.headDim;
+  assert.deepEqual(r.kvCache, { blockSize: 16, numBlocks: 6, dtype: 'bfloat16', bytesPerBlock: spec.numLayers * 16 * width * 2 });
+  assert.match(r.kvReason, /^96 positions .*bfloat16; 1\.5 sequences at --max-model-len 64\): the size asked for/);
+  be.dispose();
+  const f = build({ kvCache: { blockSize: 8, dtype: 'fp8', bytes: 8 * spec.numLayers * 8 * width } });
+  assert.deepEqual(f.raw.kvCache, { blockSize: 8, numBlocks: 8, dtype: 'fp8', bytesPerBlock: spec.numLayers * 8 * width });
+  f.be.dispose();
+  // Without a size the pool takes what the weights, the bank and the workspace leave (the fake device has 16 GiB).
+  const big = build();
+  assert.ok(big.raw.kvCache.numBlocks * big.raw.kvCache.bytesPerBlock > 10 * 2 ** 30, `${big.raw.kvCache.numBlocks} blocks`);
+  assert.match(big.raw.kvReason, /what the weights, the hot bank and the workspace leave of the 14\.4 GiB budget/);
+  big.be.dispose();
+  assert.throws(() => build({ kvCache: { tokens: 32 } }), /holds less than one sequence at --max-model-len 64/);
+  assert.throws(() => build({ kvCache: { blockSize: 0 } }), /--block-size 0: expected an integer in 1\.\.1024/);
+});
+
+test('cuda backend: a step\'s rows carry each sequence\'s block table (the blocks its positions read), padding rows the scratch block', () => {
+  const { d, raw: r } = build({ kvCache: { tokens: 96 } });
+  const o = stepLayout(2, 4); // decode bucket 2, --max-model-len 64 = 4 blocks a table
+  r.forward({ chunks: [{ seq: 7, tokens: [1, 2, 3], startPos: 0, blockTable: [5] }], count: false });
+  // One decode row of seq 7 at position 17 (its second block: 2) and one of seq 9 at 0: bucket 2, no padding.
+  r.forward({ chunks: [{ seq: 7, tokens: [4], startPos: 17, blockTable: [5, 2] }, { seq: 9, tokens: [4], startPos: 0, blockTable: [3] }], count: true });
+  const c = d.htodCarried[d.htodCarried.length - 1]!.bytes;
+  const v = new DataView(c.buffer, c.byteOffset, c.byteLength);
+  const table = (row: number): number[] => {
+    const at = Number(v.getBigUint64(o.table + 8 * row, true) - d.htodCarried[d.htodCarried.length - 1]!.dst);
+    return [0, 1].map((j) => v.getInt32(at + 4 * j, true));
+  };
+  assert.deepEqual(table(0), [5, 2]);
+  assert.equal(table(1)[0], 3);
+  // A decode row alone pads to bucket 1: no padding; three rows pad to 4: the fourth reads the scratch block, past the pool.
+  r.forward({ chunks: [0, 1, 2].map((seq) => ({ seq, tokens: [1], startPos: 0, blockTable: [seq] })), count: false });
+  const c4 = d.htodCarried[d.htodCarried.length - 1]!;
+  const v4 = new DataView(c4.bytes.buffer, c4.bytes.byteOffset, c4.bytes.byteLength);
+  const o4 = stepLayout(4, 4);
+  const pad = Number(v4.getBigUint64(o4.table + 8 * 3, true) - c4.dst);
+  assert.equal(v4.getInt32(pad, true), 6, 'the scratch block: one past the pool\'s 6');
+  r.dispose();
+});
+
+test('cuda backend: copyBlocks copies a block\'s bytes (every layer) on the compute stream; a block outside the pool is refused', () => {
+  const { d, raw: r } = build({ kvCache: { tokens: 96 } });
+  const before = d.copies.length;
+  r.copyBlocks([[1, 4], [0, 2]]);
+  const got = d.copies.slice(before);
+  const bpb = r.kvCache.bytesPerBlock;
+  assert.equal(got.length, 2);
+  assert.deepEqual(got.map((x) => [Number(x.dst - got[0]!.dst + BigInt(4 * bpb)) / bpb, Number(x.src - got[0]!.dst + BigInt(4 * bpb)) / bpb, x.bytes]), [[4, 1, bpb], [2, 0, bpb]]);
+  assert.equal(got[0]!.stream, r.stream);
+  assert.throws(() => r.copyBlocks([[0, 6]]), /copyBlocks: block 6 is not in \[0, 6\)/);
+  r.dispose();
   assert.deepEqual(d.liveByKind(), {});
 });

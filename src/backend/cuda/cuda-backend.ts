@@ -24,6 +24,10 @@ import { TensorUploader, type UploadProgress } from './weights/uploader.ts';
 import { routeModeOf, stepLayout } from './step/kernel-args.ts';
 import { hotExpertsThatFit, planMemory, type MemoryPlan } from './memory/memory.ts';
 import { DECODE_MAX_ROWS, DEFAULT_BUCKETS, attendSplits, bucketFor, planPieces, type OpPiece } from './step/plan.ts';
+import type { KvCacheDtype, KvPool } from '../backend.ts';
+import { kvDtypeCode } from '../kv-dtype.ts';
+import { DEFAULT_BLOCK_SIZE } from '../kv-block.ts';
+import { blocksFor, type PoolSize } from './memory/memory.ts';
 import { checkCudaSupport } from './support.ts';
 import { padExpertsForKernels } from './weights/pad-experts.ts';
 import { resolveTuning, type KernelTuning } from './tuning.ts';
@@ -44,8 +48,13 @@ export interface CudaBackendOptions {
   readonly onProgress?: UploadProgress;
   /** Positions a sequence may hold (default: the model's max_position_embeddings). */
   readonly maxModelLen?: number;
-  /** Sequences with a KV cache at once (default 8: the scheduler's running batch). */
+  /** The running batch the KV pool should hold at --max-model-len at least (the default pool: min(4, this) x maxModelLen). */
   readonly maxNumSeqs?: number;
+  /**
+   * The paged KV pool: positions a block holds (default 16), how keys and values are stored (default bfloat16), and its
+   * size, fixed as positions or bytes (the hot bank then takes the rest); absent, it takes what the bank leaves.
+   */
+  readonly kvCache?: { readonly blockSize?: number; readonly dtype?: KvCacheDtype; readonly tokens?: number; readonly bytes?: number };
   /** Share of the device's memory this backend may use (default 0.9). */
   readonly gpuMemoryUtilization?: number;
   /** Rows of one piece at most (prefill chunk; default 2048). */
@@ -103,12 +112,16 @@ export class CudaBackend implements Backend {
   private fedFrom: { rows: Map<number, number>; io: DecodeIo } | null = null;
   private readonly maxRows: number;
   private readonly maxSplits: number;
-  private readonly kvPool: bigint;
-  private readonly kvSlotBytes: number;
-  private readonly freeSlots: number[];
-  /** Open sequences: seq -> KV slot, and the positions it was opened with. */
-  private readonly seqs = new Map<number, number>();
-  private readonly capacities = new Map<number, number>();
+  /** The paged KV pool (the engine's blocks), and one more block past it that padding rows write into. */
+  readonly kvCache: KvPool;
+  private readonly kvPoolDev: bigint;
+  private readonly scratchBlock: number;
+  /** Blocks a row's table holds at most: --max-model-len's. */
+  private readonly maxBlocks: number;
+  /** Each sequence's block table as the last step that held it gave it (profilePiece replays pieces of those). */
+  private tables = new Map<number, readonly number[]>();
+  /** The KV pool's size and why (serve prints it at start). */
+  readonly kvReason: string;
   private readonly graphs = new Map<string, bigint>();
   private readonly d: CudaDriver;
   private disposed = false;
@@ -143,6 +156,10 @@ export class CudaBackend implements Backend {
     this.maxSplits = opts.maxSplits ?? 32;
     const maxModelLen = opts.maxModelLen ?? s.maxPositions;
     const maxNumSeqs = opts.maxNumSeqs ?? 8;
+    const blockSize = opts.kvCache?.blockSize ?? DEFAULT_BLOCK_SIZE;
+    const kvDtype = opts.kvCache?.dtype ?? 'bfloat16';
+    if (!Number.isInteger(blockSize) || blockSize < 1 || blockSize > 1024) throw new ResidencyError('BAD_ARGUMENT', `--block-size ${blockSize}: expected an integer in 1..1024`);
+    this.maxBlocks = Math.ceil(maxModelLen / blockSize);
     if (!Number.isInteger(maxModelLen) || maxModelLen < 1 || maxModelLen > s.maxPositions) {
       throw new ResidencyError('BAD_ARGUMENT', `--max-model-len ${maxModelLen}: expected an integer in [1, ${s.maxPositions}] (the model's max_position_embeddings)`);
     }
@@ -163,30 +180,43 @@ export class CudaBackend implements Backend {
     if (refusal) throw new ResidencyError('BAD_ARGUMENT', `--host-experts: this model's experts cannot go to the host lane: ${refusal}`);
     if (opts.hostExperts?.share !== undefined) fixedTakes(opts.hostExperts.share, MAILBOX.maxPicks); // refused before anything is allocated
     if (opts.hostExperts?.parts !== undefined) checkParts(opts.hostExperts.parts);
-    const needsAt = (h: number) => memoryNeeds(s, allocatedRows(h), T, this.maxSplits, weightBytes);
+    const kvShape = { blockSize, dtype: kvDtype, maxBlocks: this.maxBlocks };
+    const needsAt = (h: number) => memoryNeeds(s, allocatedRows(h), T, this.maxSplits, weightBytes, kvShape);
+    const perBlock = needsAt(0).bytesPerBlock;
+    const fixedPool = opts.kvCache?.tokens !== undefined ? blocksFor(opts.kvCache.tokens, blockSize)
+      : opts.kvCache?.bytes !== undefined ? Math.floor(opts.kvCache.bytes / perBlock) : undefined;
+    if (fixedPool !== undefined && fixedPool < 1) throw new ResidencyError('BAD_ARGUMENT', `--kv-cache-memory ${opts.kvCache?.bytes}: holds no KV block (${perBlock} bytes a block of ${blockSize} positions)`);
+    // The pool's least: one sequence at --max-model-len whatever is asked (a request that fits the model must fit).
+    if (fixedPool !== undefined && fixedPool < this.maxBlocks) {
+      throw new ResidencyError('BAD_ARGUMENT', `the KV cache asked for (${fixedPool * blockSize} positions) holds less than one sequence at --max-model-len ${maxModelLen}: give more, or a smaller --max-model-len`);
+    }
+    const pool: PoolSize = fixedPool !== undefined ? { blocks: fixedPool } : { minBlocks: blocksFor(maxModelLen * Math.min(4, maxNumSeqs), blockSize) };
     const total = d.memInfo().total;
     const util = opts.gpuMemoryUtilization ?? 0.9;
     let placement = opts.placement;
     let anyCold: boolean;
     if (placement === undefined) {
-      const fit = hotExpertsThatFit(E, needsAt, total, util, maxModelLen, maxNumSeqs);
+      const fit = hotExpertsThatFit(E, needsAt, total, util, maxModelLen, pool);
       this.memory = fit.plan;
       if (fit.hot < E) placement = { hotPerLayer: fit.hot };
       anyCold = fit.hot < E;
       this.hotReason = fit.hot < E
-        ? `${fit.hot} of ${E} experts per layer hot: as many as fit the ${gib(fit.plan.budget)} budget (--gpu-memory-utilization ${util}) beside the other weights, the KV cache (${gib(fit.plan.kv)}) and the workspace; the rest are read in place from host memory`
+        ? `${fit.hot} of ${E} experts per layer hot: as many as fit the ${gib(fit.plan.budget)} budget (--gpu-memory-utilization ${util}) beside the other weights, the workspace and ${fixedPool !== undefined ? 'the KV cache asked for' : `a KV cache of at least --max-model-len ${maxModelLen} x ${Math.min(4, maxNumSeqs)} sequences`}; the rest are read in place from host memory`
         : `all ${E} experts per layer hot: they fit the ${gib(fit.plan.budget)} budget (--gpu-memory-utilization ${util})`;
     } else {
       const hot = placementRows(s, placement)[0]!.hot.length;
       anyCold = hot < E;
-      this.memory = planMemory(needsAt(hot), total, util, maxModelLen, maxNumSeqs);
+      this.memory = planMemory(needsAt(hot), total, util, maxModelLen, pool);
       this.hotReason = `${hot} of ${E} experts per layer hot: ${'layers_map' in placement ? 'the map given' : 'the hot count given'}`;
     }
     this.hotReason += ` (an expert: ${(this.rowLayout.bytes / 2 ** 20).toFixed(2)} MiB, ${FORMAT_NAMES[this.rowLayout.format]} as stored)`;
     if (anyCold && !opts.hostExperts && hostLaneRefusal(s, this.rowLayout) === null) {
       this.hotReason += '; --host-experts auto would compute a share of the cold experts on this host\'s CPUs beside the GPU';
     }
-    const kvPerPosition = needsAt(0).kvPerPosition;
+    const kvBlocks = this.memory.kvBlocks;
+    this.kvCache = { blockSize, numBlocks: kvBlocks, dtype: kvDtype, bytesPerBlock: perBlock };
+    this.scratchBlock = kvBlocks;
+    this.kvReason = `${(kvBlocks * blockSize).toLocaleString('en-US')} positions (${gib(this.memory.kv)}, ${kvDtype}; ${(kvBlocks * blockSize / maxModelLen).toFixed(1)} sequences at --max-model-len ${maxModelLen}): ${fixedPool !== undefined ? 'the size asked for; the hot bank takes the rest' : `what the weights, the hot bank and the workspace leave of the ${gib(this.memory.budget)} budget`}`;
 
     const scope = new ResourceScope('cuda op backend', opts.onReleaseFailure);
     this.scope = scope;
@@ -208,17 +238,14 @@ export class CudaBackend implements Backend {
         d.memsetD8(this.b[name]!, 0, bytes);
       };
       for (const [name, bytes] of workspaceLayout(s, T, this.maxSplits)) buf(name, bytes);
-      // The KV cache: one slot of maxModelLen positions per sequence, reserved now; a 1-position scratch for padding rows.
-      this.kvSlotBytes = kvPerPosition * maxModelLen;
-      this.kvPool = this.alloc(this.kvSlotBytes * maxNumSeqs, `KV cache (${maxNumSeqs} x ${maxModelLen} positions)`);
-      this.freeSlots = Array.from({ length: maxNumSeqs }, (_, i) => maxNumSeqs - 1 - i);
-      buf('kvScratch', kvPerPosition);
-      const stepBytes = stepLayout(T).bytes;
+      // The paged KV pool, and the scratch block padding rows write into (never read by a real row).
+      this.kvPoolDev = this.alloc(perBlock * (kvBlocks + 1), `KV cache (${kvBlocks} blocks of ${blockSize} positions, ${kvDtype})`);
+      const stepBytes = stepLayout(T, this.maxBlocks).bytes;
       this.stepDev = this.alloc(stepBytes, 'step rows');
       this.stepHost = scope.acquire('pinned step rows', () => d.allocPinned(stepBytes, 'step rows'), (h) => d.freeHost(h.hostPtr));
       this.outHost = scope.acquire('pinned outputs', () => d.allocPinned(Math.max(4 * MAX_OUT * V, 8 * MAX_OUT * ARGMAX_BLOCKS, 8 * T * Lm * K), 'outputs'), (h) => d.freeHost(h.hostPtr));
       this.decodeIo = [0, 1].map((i) => ({
-        rows: scope.acquire(`pinned decode rows ${i}`, () => d.allocPinned(stepLayout(DECODE_MAX_ROWS).bytes, 'decode rows'), (h) => d.freeHost(h.hostPtr)),
+        rows: scope.acquire(`pinned decode rows ${i}`, () => d.allocPinned(stepLayout(DECODE_MAX_ROWS, this.maxBlocks).bytes, 'decode rows'), (h) => d.freeHost(h.hostPtr)),
         keys: scope.acquire(`mapped argmax keys ${i}`, () => d.allocMappedHost(8 * MAX_OUT * ARGMAX_BLOCKS, 'argmax keys'), (h) => d.freeHost(h.hostPtr)),
         done: scope.acquire(`decode event ${i}`, () => d.eventCreate(), (e) => d.eventDestroy(e)),
         slot: i,
@@ -235,6 +262,7 @@ export class CudaBackend implements Backend {
       this.kernels = new OpStepKernels({
         d, spec: s, stream: this.stream, fns, layers: w.layers, embed: w.embed, lmHead: w.lmHead, finalNorm: w.finalNorm, invFreq: w.invFreq,
         ropeScale: w.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks, rowLayout: this.rowLayout,
+        kv: { pool: this.kvPoolDev, blockSize, dtype: kvDtypeCode(kvDtype), maxBlocks: this.maxBlocks },
         routeMode, QKV: this.QKV, pdl: tuning.pdl, earlyWeights: tuning.earlyWeights, evictFirst: tuning.evictFirst,
         fuseResidual: tuning.fuseResidual, ...(tuning.combineRows ? { combineRows: tuning.combineRows } : {}),
         oneWaveDense: tuning.oneWaveDense, ...(this.hostLane ? { hostLane: { mailboxDev: this.hostLane.mailboxDev, stateDev: this.hostLane.stateDev, parts: this.hostLane.parts } } : {}),
@@ -259,25 +287,14 @@ export class CudaBackend implements Backend {
     return lane;
   }
 
-  openSequence(seq: number, capacity: number): void {
+  /** Copies every layer's keys and values of block src into block dst, pair by pair, on the stream (copy-on-write). */
+  copyBlocks(pairs: readonly (readonly [src: number, dst: number])[]): void {
     if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend used after dispose()');
-    if (this.seqs.has(seq)) throw new ResidencyError('BAD_ARGUMENT', `openSequence: seq ${seq} is already open`);
-    if (!Number.isInteger(capacity) || capacity < 1 || capacity > this.memory.maxModelLen) {
-      throw new ResidencyError('BAD_ARGUMENT', `openSequence: capacity ${capacity} must be an integer in [1, ${this.memory.maxModelLen}] (--max-model-len)`);
+    const n = this.kvCache.numBlocks, bytes = this.kvCache.bytesPerBlock;
+    for (const [src, dst] of pairs) {
+      for (const b of [src, dst]) if (!Number.isInteger(b) || b < 0 || b >= n) throw new ResidencyError('BAD_ARGUMENT', `copyBlocks: block ${b} is not in [0, ${n})`);
     }
-    const slot = this.freeSlots.pop();
-    if (slot === undefined) throw new ResidencyError('NOT_AVAILABLE', `every KV cache slot is in use (${this.memory.maxNumSeqs} sequences): close one first`);
-    this.seqs.set(seq, slot);
-    this.capacities.set(seq, capacity);
-  }
-
-  closeSequence(seq: number): void {
-    const slot = this.seqs.get(seq);
-    if (slot === undefined) return;
-    this.d.streamSync(this.stream, 'closeSequence');
-    this.seqs.delete(seq);
-    this.capacities.delete(seq);
-    this.freeSlots.push(slot);
+    for (const [src, dst] of pairs) this.d.copyAsync(this.kvPoolDev + BigInt(dst * bytes), this.kvPoolDev + BigInt(src * bytes), bytes, this.stream);
   }
 
   forward(input: StepInput): StepOutput {
@@ -300,6 +317,7 @@ export class CudaBackend implements Backend {
     const fed = this.fedFrom;
     this.fedFrom = null;
     const T = this.validate(input.chunks, fed?.rows ?? null);
+    this.tables = new Map(input.chunks.map((c) => [c.seq, c.blockTable!]));
     this.hostLane?.tune(this.stream); // now and then: the split from the layers' measured times, queued before this step
     let fedFrom = fed?.rows ?? null;
     let pieces = planPieces(input.chunks, this.maxRows, MAX_OUT);
@@ -373,8 +391,6 @@ export class CudaBackend implements Backend {
     this.scope.defer('wait for the stream', () => this.d.streamSync(this.stream, 'dispose'));
     this.scope.close();
     this.graphs.clear();
-    this.seqs.clear();
-    this.capacities.clear();
   }
 
   /** The keys of the decode graphs captured so far (`${bucket}/${splits}/${fused|unfused attention}[/argmax]/io${0|1}`: one a pinned io set). */
@@ -396,12 +412,12 @@ export class CudaBackend implements Backend {
     const io = decode ? this.decodeIo[this.ioNext] : undefined;
     if (io) this.ioNext ^= 1;
     const rowsHost = io ? io.rows : this.stepHost;
-    this.writeRows(rowsHost.host, piece, T, count, decode, fedFrom);
+    this.writeRows(rowsHost.host, piece, T, count, decode, fedFrom, this.tables);
     if (decode && this.useGraphs) {
       // The graph holds the copies too: rows in, logits out (one submission a decode step).
       this.d.graphLaunch(this.graphFor(T, S, fused, argmax, io!), this.stream);
     } else {
-      this.d.htodAsync(this.stepDev, rowsHost.hostPtr, stepLayout(T).bytes, this.stream);
+      this.d.htodAsync(this.stepDev, rowsHost.hostPtr, stepLayout(T, this.maxBlocks).bytes, this.stream);
       this.kernels.enqueue(T, this.gemvFor(decode, T), S, outRows, fused);
       if (piece.outs.length > 0) this.copyOut(outRows, argmax, io);
     }
@@ -451,7 +467,7 @@ export class CudaBackend implements Backend {
     if (g === undefined) {
       const what = `op decode graph, bucket ${T}, ${S} attention split(s), ${fused ? 'fused' : 'unfused'} attention${argmax ? ', argmax out' : ''}, io set ${io.slot}`;
       const body = (): void => {
-        this.d.htodAsync(this.stepDev, io.rows.hostPtr, stepLayout(T).bytes, this.stream);
+        this.d.htodAsync(this.stepDev, io.rows.hostPtr, stepLayout(T, this.maxBlocks).bytes, this.stream);
         this.kernels.enqueue(T, this.gemvFor(true, T), S, T, fused);
         this.copyOut(T, argmax, io);
       };
@@ -466,18 +482,33 @@ export class CudaBackend implements Backend {
    * token (FED_TOKEN) is written as -1 - its sequence's row in the step just before: layer 0's residual+norm
    * takes that row's argmax keys, still on the device, for the token.
    */
-  private writeRows(host: Uint8Array, piece: OpPiece, T: number, count: boolean, decode: boolean, fedFrom: ReadonlyMap<number, number> | null): void {
+  private writeRows(host: Uint8Array, piece: OpPiece, T: number, count: boolean, decode: boolean, fedFrom: ReadonlyMap<number, number> | null,
+    tables: ReadonlyMap<number, readonly number[]>): void {
     const h = Buffer.from(host.buffer, host.byteOffset, host.byteLength);
-    const o = stepLayout(T);
+    const o = stepLayout(T, this.maxBlocks);
     h.writeInt32LE(piece.rows.length, 0);
     h.writeInt32LE(count ? 1 : 0, 4);
+    // One block table a sequence of the piece (the entries its rows read), and the scratch one padding rows take.
+    const tableAt = (slot: number): number => o.tables + 4 * this.maxBlocks * slot;
+    const scratch = o.tableSlots - 1;
+    h.writeInt32LE(this.scratchBlock, tableAt(scratch));
+    const slotOf = new Map<number, number>();
     for (let i = 0; i < T; i++) {
       const r = piece.rows[i];
-      const slot = r ? this.seqs.get(r.seq)! : -1;
       h.writeInt32LE(!r ? 0 : r.token === FED_TOKEN ? -1 - fedFrom!.get(r.seq)! : r.token, o.token + 4 * i);
       h.writeInt32LE(r ? r.pos : 0, o.pos + 4 * i);
-      h.writeInt32LE(r ? this.memory.maxModelLen : 1, o.cap + 4 * i);
-      h.writeBigUInt64LE(r ? this.kvPool + BigInt(slot * this.kvSlotBytes) : this.b['kvScratch']!, o.kv + 8 * i);
+      let slot = scratch;
+      if (r) {
+        slot = slotOf.get(r.seq) ?? slotOf.size;
+        if (!slotOf.has(r.seq)) {
+          if (slot >= scratch) throw new ResidencyError('INTERNAL', `a piece of ${T} rows holds more than ${scratch} sequences`);
+          slotOf.set(r.seq, slot);
+          const t = tables.get(r.seq)!;
+          const last = Math.max(...piece.rows.filter((x) => x.seq === r.seq).map((x) => x.pos));
+          for (let j = 0; j <= Math.floor(last / this.kvCache.blockSize); j++) h.writeInt32LE(t[j]!, tableAt(slot) + 4 * j);
+        }
+      }
+      h.writeBigUInt64LE(this.stepDev + BigInt(tableAt(slot)), o.table + 8 * i);
     }
     // Output rows (the lm head's gather), padded with the last one.
     const outs = decode ? Array.from({ length: T }, (_, i) => i) : piece.outs.map((x) => x.row);
@@ -485,6 +516,7 @@ export class CudaBackend implements Backend {
     const ob = bucketFor(outs.length, [1, 2, 4, 8, 16]);
     for (let i = 0; i < ob; i++) h.writeInt32LE(outs[Math.min(i, outs.length - 1)]!, o.out + 4 * i);
   }
+
 
   /**
    * Device time of each launch of one piece (the benchmark's per-kernel table): the piece runs once eagerly,
@@ -535,7 +567,7 @@ export class CudaBackend implements Backend {
       if (!this.isDecode(piece) || !graphs) return { launches, stepUs, marginalUs };
       const { T, S, fused } = this.shapeOf(piece);
       const io = this.decodeIo[0]!;
-      this.writeRows(io.rows.host, piece, T, false, true, null);
+      this.writeRows(io.rows.host, piece, T, false, true, null, this.tables);
       return { launches, stepUs, marginalUs, submittedUs: timeGraph(this.graphFor(T, S, fused, true, io), 10) };
     } finally {
       this.kernels.recording = null;
@@ -547,8 +579,9 @@ export class CudaBackend implements Backend {
 
   private validate(chunks: readonly SequenceChunk[], fedFrom: ReadonlyMap<number, number> | null): number {
     if (this.disposed) throw new ResidencyError('INTERNAL', 'cuda backend used after dispose()');
-    return checkStepChunks(chunks, (seq) => this.capacities.get(seq), this.spec.vocabSize, (cap) => `its capacity of ${cap} positions`, fedFrom);
+    return checkStepChunks(chunks, this.kvCache, this.maxBlocks, this.spec.vocabSize, fedFrom);
   }
+
 
   private alloc(bytes: number, what: string): bigint {
     return this.scope.acquire(what, () => this.d.alloc(bytes, what), (p) => this.d.free(p));

@@ -15,6 +15,7 @@ import { CudaBackend, type CudaBackendOptions } from './cuda-backend.ts';
 import { FakeCudaDriver, type FakeFailures } from './driver/fake-driver.ts';
 import { KERNEL_GROUPS } from './driver/kernels.ts';
 import { mapTensorSource } from '../../model/tensor-source.ts';
+import { bySequence } from '../sequences.ts';
 import type { ReleaseFailure } from './driver/resource-scope.ts';
 
 // The fake driver ignores fatbin contents, but the backend reads one file per kernel group.
@@ -51,7 +52,8 @@ function build(fail: FakeFailures = {}, extra: CudaBackendOptions = {}, tensors 
 }
 
 /** Opens two sequences, prefills, decodes greedily (captures graphs), closes one: every kind of handle. */
-function exercise(b: CudaBackend): void {
+function exercise(raw: CudaBackend): void {
+  const b = bySequence(raw);
   b.openSequence(1, 16);
   b.openSequence(2, 16);
   b.forward({ chunks: [{ seq: 1, tokens: [1, 2, 3], startPos: 0 }, { seq: 2, tokens: [4], startPos: 0 }], count: true, recordRouting: true });

@@ -75,25 +75,33 @@ function prologue(a: AttnShape, x: Float32Array, off: number, pos: number, r: { 
   return { q, k, v };
 }
 
-/** Per-row KV caches [L][cap[t]][2][KD], poisoned but for layer LAYER's positions [0, upTo[t]) holding `fill`'s values. */
+/**
+ * The rows' KV caches as one paged pool of T blocks of `bs` = max(cap) positions (row t: block t, [L][bs][2][KD]),
+ * poisoned but for layer LAYER's positions [0, upTo[t]) holding `fill`'s values.
+ */
 function kvCaches(dev: OpDevice, a: AttnShape, cap: readonly number[], upTo: readonly number[], fill: (t: number, p: number) => { k: Float32Array; v: Float32Array }) {
   const KD = a.nkv * a.hd;
+  const bs = Math.max(...cap);
+  const rowFloats = LAYERS * bs * 2 * KD;
+  const all = new Float32Array(upTo.length * rowFloats);
+  new Uint32Array(all.buffer).fill(0xffffffff);
   const host = upTo.map((n, t) => {
-    const c = new Float32Array(LAYERS * cap[t]! * 2 * KD);
-    new Uint32Array(c.buffer).fill(0xffffffff);
+    const c = all.subarray(t * rowFloats, (t + 1) * rowFloats);
     for (let p = 0; p < n; p++) {
       const { k, v } = fill(t, p);
-      const at = (LAYER * cap[t]! + p) * 2 * KD;
+      const at = (LAYER * bs + p) * 2 * KD;
       c.set(k, at);
       c.set(v, at + KD);
     }
-    return c;
+    return Float32Array.from(c);
   });
-  const devs = host.map((c) => dev.guarded(c, 'kv cache'));
+  const pool = dev.guarded(all, 'kv pool');
+  const devs = host.map((_, t) => pool + BigInt(4 * t * rowFloats));
+  const kv = { pool, blockSize: bs, layers: LAYERS, tables: host.map((_, t) => [t]) };
   /** Row t's cache as the device left it, and its entry at position p of LAYER. */
-  const read = (t: number): Float32Array => new Float32Array(dev.read(devs[t]!, host[t]!.byteLength).buffer);
-  const entry = (t: number, c: Float32Array, p: number): Float32Array => c.subarray((LAYER * cap[t]! + p) * 2 * KD, (LAYER * cap[t]! + p + 1) * 2 * KD);
-  return { host, devs, KD, read, entry };
+  const read = (t: number): Float32Array => new Float32Array(dev.read(devs[t]!, 4 * rowFloats).buffer);
+  const entry = (t: number, c: Float32Array, p: number): Float32Array => c.subarray((LAYER * bs + p) * 2 * KD, (LAYER * bs + p + 1) * 2 * KD);
+  return { host, devs, KD, bs, kv, read, entry };
 }
 
 /** The cache words of a row that differ from `want`, outside position `pos` of LAYER (which the kernel writes). */
@@ -141,7 +149,7 @@ export function qkRopeKvCases(dev: OpDevice, draw: Draw): void {
       const x = draw.f32(T * ld, 3);
       const qkv = dev.guarded(x, 'qkv');
       const caches = kvCaches(dev, a, cap, pos.map(() => 0), () => ({ k: new Float32Array(0), v: new Float32Array(0) }));
-      const step = uploadStep(dev, T, { valid: T, count: false, pos, cap, kv: caches.devs });
+      const step = uploadStep(dev, T, { valid: T, count: false, pos, kv: caches.kv });
       const l = qkRopeKvLaunch(T, { qkv, ld, rows: step.rows, params: pr.params, layer: LAYER, nh, nkv, hd });
       dev.run(l);
       const got = dev.readF32(qkv, T * ld);
@@ -154,7 +162,7 @@ export function qkRopeKvCases(dev: OpDevice, draw: Draw): void {
         gotAll.push(...got.subarray(t * ld, t * ld + (nh + nkv) * hd));
         const c = caches.read(t);
         gotAll.push(...caches.entry(t, c, pos[t]!));
-        if (changedElsewhere(c, caches.host[t]!, cap[t]!, caches.KD, pos[t]!) > 0) problems.push(`row ${t}: cache written outside its position`);
+        if (changedElsewhere(c, caches.host[t]!, caches.bs, caches.KD, pos[t]!) > 0) problems.push(`row ${t}: cache written outside its position`);
         for (let i = (nh + nkv) * hd; i < ld; i++) if (got[t * ld + i] !== x[t * ld + i]) { problems.push(`row ${t}: v changed`); break; }
       }
       record(l.name, `${a.label} nh${nh} nkv${nkv} hd${hd} T${T} pos ${pos.join('/')}`, 'f32', normErr(gotAll, wantAll), BAR.f32, problems);
@@ -180,7 +188,7 @@ function runAttend(dev: OpDevice, draw: Draw, a: AttnShape, fused: boolean, S: n
     // Cached keys and values of the positions before (and, for prefill rows, at) each row's.
     const keys = pos.map((p) => draw.f32((p + 1) * KD, 2)), values = pos.map((p) => draw.f32((p + 1) * KD, 1));
     const caches = kvCaches(dev, a, cap, pos.map((p) => (fused ? p : p + 1)), (t, p) => ({ k: keys[t]!.subarray(p * KD, (p + 1) * KD), v: values[t]!.subarray(p * KD, (p + 1) * KD) }));
-    const step = uploadStep(dev, T, { valid: T, count: false, pos, cap, kv: caches.devs });
+    const step = uploadStep(dev, T, { valid: T, count: false, pos, kv: caches.kv });
     const att = dev.poisoned(4 * T * QD, 'att');
     const part = S > 1 ? dev.poisoned(4 * T * nh * S * (hd + 2), 'attnPart') : dev.alloc(16, 'attnPart');
     const sinksDev = pr.sinks ? dev.upload(pr.sinks.bits, 'sinks') : 0n;
@@ -209,7 +217,7 @@ function runAttend(dev: OpDevice, draw: Draw, a: AttnShape, fused: boolean, S: n
         const c = caches.read(t);
         cacheGot.push(...caches.entry(t, c, pos[t]!));
         cacheWant.push(...w.k, ...w.v);
-        if (changedElsewhere(c, caches.host[t]!, cap[t]!, KD, pos[t]!) > 0) problems.push(`row ${t}: cache written outside its position`);
+        if (changedElsewhere(c, caches.host[t]!, caches.bs, KD, pos[t]!) > 0) problems.push(`row ${t}: cache written outside its position`);
       }
       for (let h = 0; h < nh; h++) {
         const kv = Math.floor(h / (nh / nkv)) * hd;

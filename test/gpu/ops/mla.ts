@@ -43,18 +43,26 @@ function setup(dev: OpDevice, draw: Draw, format: WeightFormat, maxPos: number) 
 
 type Setup = ReturnType<typeof setup>;
 
-/** Per-row latent caches [L][cap][D], poisoned but for layer LAYER's positions [0, upTo[t]) (random latent rows). */
+/**
+ * The rows' latent caches as one paged pool of T blocks of max(cap) positions (row t: block t, [L][bs][D]), poisoned
+ * but for layer LAYER's positions [0, upTo[t]) (random latent rows).
+ */
 function latentCaches(dev: OpDevice, draw: Draw, x: Setup, cap: readonly number[], upTo: readonly number[]) {
-  const host = cap.map((c, t) => {
-    const a = new Float32Array(LAYERS * c * x.D);
-    new Uint32Array(a.buffer).fill(0xffffffff);
-    a.set(draw.f32(upTo[t]! * x.D, 1), LAYER * c * x.D);
-    return a;
+  const bs = Math.max(...cap);
+  const rowFloats = LAYERS * bs * x.D;
+  const all = new Float32Array(cap.length * rowFloats);
+  new Uint32Array(all.buffer).fill(0xffffffff);
+  const host = cap.map((_, t) => {
+    const a = all.subarray(t * rowFloats, (t + 1) * rowFloats);
+    a.set(draw.f32(upTo[t]! * x.D, 1), LAYER * bs * x.D);
+    return Float32Array.from(a);
   });
-  const devs = host.map((a) => dev.guarded(a, 'latent cache'));
+  const pool = dev.guarded(all, 'latent pool');
+  const devs = host.map((_, t) => pool + BigInt(4 * t * rowFloats));
+  const kv = { pool, blockSize: bs, layers: LAYERS, tables: host.map((_, t) => [t]) };
   /** Row t's layer LAYER positions [0, n) as the CPU reads them. */
-  const layer = (t: number): Float32Array => host[t]!.subarray(LAYER * cap[t]! * x.D);
-  return { host, devs, layer };
+  const layer = (t: number): Float32Array => host[t]!.subarray(LAYER * bs * x.D);
+  return { host, devs, kv, bs, layer };
 }
 
 /** Heads compared: the first, the last and a few drawn. */
@@ -77,7 +85,7 @@ function normRopeKv(dev: OpDevice, draw: Draw): void {
     const a0 = draw.f32(T * A, 3);
     const aDev = dev.guarded(a0, 'q_a|kv_a');
     const caches = latentCaches(dev, draw, x, cap, pos.map(() => 0));
-    const step = uploadStep(dev, T, { valid: T, count: false, pos, cap, kv: caches.devs });
+    const step = uploadStep(dev, T, { valid: T, count: false, pos, kv: caches.kv });
     const l = mlaNormRopeKvLaunch(T, { a: aDev, lda: A, rows: step.rows, m: x.args });
     dev.run(l);
     const a = dev.readF32(aDev, T * A);
@@ -90,7 +98,7 @@ function normRopeKv(dev: OpDevice, draw: Draw): void {
       kv.set(a0.subarray(t * A + x.qLora + x.kvLora, (t + 1) * A), x.kvLora);
       ropeInterleaved(kv, x.kvLora, x.rope, x.tables.cos, x.tables.sin, pos[t]!, tmp);
       const c = new Float32Array(dev.read(caches.devs[t]!, caches.host[t]!.byteLength).buffer);
-      const at = (LAYER * cap[t]! + pos[t]!) * x.D;
+      const at = (LAYER * caches.bs + pos[t]!) * x.D;
       got.push(...a.subarray(t * A, t * A + x.qLora), ...c.subarray(at, at + x.D));
       want.push(...q, ...kv);
       for (let i = x.qLora; i < A; i++) if (a[t * A + i] !== a0[t * A + i]) { problems.push(`row ${t}: c | k_rope changed in place`); break; }
@@ -146,7 +154,7 @@ function attend(dev: OpDevice, draw: Draw): void {
     const x = setup(dev, draw, 'bf16', Math.max(...cap));
     const qlat = draw.f32(T * x.nh * x.D, 1);
     const caches = latentCaches(dev, draw, x, cap, pos.map((p) => p + 1));
-    const step = uploadStep(dev, T, { valid: T, count: false, pos, cap, kv: caches.devs });
+    const step = uploadStep(dev, T, { valid: T, count: false, pos, kv: caches.kv });
     const olat = dev.poisoned(4 * T * x.nh * x.kvLora, 'o latent');
     const l = mlaAttendLaunch(T, { qlat: dev.upload(qlat, 'q latent'), rows: step.rows, olat, m: x.args });
     dev.run(l);
@@ -204,7 +212,7 @@ function chain(dev: OpDevice, draw: Draw, format: WeightFormat): void {
     // weigh float32's rounding of them, not the kernels' order of sums).
     const q = draw.f32(T * x.nh * x.qk, 0.1);
     const caches = latentCaches(dev, draw, x, cap, pos.map((p) => p + 1));
-    const step = uploadStep(dev, T, { valid: T, count: false, pos, cap, kv: caches.devs });
+    const step = uploadStep(dev, T, { valid: T, count: false, pos, kv: caches.kv });
     const qlat = dev.poisoned(4 * T * x.nh * x.D, 'q latent'), olat = dev.poisoned(4 * T * x.nh * x.kvLora, 'o latent'), att = dev.poisoned(4 * T * x.nh * x.vd, 'att');
     const ls = [
       mlaQAbsorbLaunch(format, T, { q: dev.upload(q, 'q'), rows: step.rows, qlat, m: x.args }),

@@ -19,6 +19,7 @@ import { laneRow } from './lane-row.ts';
 import { fp8Grid } from '../weights/fp8-grid.ts';
 import { fixedTakes, MAX_PARTS, START_SHARE } from './split.ts';
 import { expertRowLayout } from '../weights/device-weights.ts';
+import { bySequence, type SequenceBackend } from '../../sequences.ts';
 import { loadModel } from '../../../model/load.ts';
 
 const kernelDir = mkdtempSync(join(tmpdir(), 'cuda-host-lane-'));
@@ -53,12 +54,12 @@ function stubLib(simd = 1) {
 
 function build(opts: CudaBackendOptions, m = { spec, raw }) {
   const d = new FakeCudaDriver();
-  const be = new CudaBackend(d, m.spec, mapTensorSource(m.raw), { kernelDir, placement: { hotPerLayer: 6 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32, ...opts, tuning: { graphs: false, ...opts.tuning } });
+  const be = bySequence(new CudaBackend(d, m.spec, mapTensorSource(m.raw), { kernelDir, placement: { hotPerLayer: 6 }, maxModelLen: 64, maxNumSeqs: 2, maxPieceRows: 32, ...opts, tuning: { graphs: false, ...opts.tuning } }));
   return { d, be };
 }
 
 /** The launches of one decode step of `rows` sequences (after their 2-token prefill). */
-function decodeLaunches(d: FakeCudaDriver, be: CudaBackend, rows: number) {
+function decodeLaunches(d: FakeCudaDriver, be: SequenceBackend<CudaBackend>, rows: number) {
   for (let i = 0; i < rows; i++) be.openSequence(i, 64);
   be.forward({ chunks: Array.from({ length: rows }, (_, seq) => ({ seq, tokens: [1, 2], startPos: 0 })), count: false });
   const from = d.launches.length;
@@ -68,7 +69,7 @@ function decodeLaunches(d: FakeCudaDriver, be: CudaBackend, rows: number) {
 }
 
 /** steps(n) runs n one-token steps of sequence 0 (each a step the backend counts), reopening it as its positions run out. */
-function decodeSteps(be: CudaBackend) {
+function decodeSteps(be: SequenceBackend<CudaBackend>) {
   let pos = 0;
   be.openSequence(0, 128);
   return (n: number): void => {

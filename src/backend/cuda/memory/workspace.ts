@@ -1,11 +1,13 @@
 // What the CUDA backend holds on the device, counted before anything is allocated: the resident weights (the
-// non-expert tensors and the hot bank, as stored: bf16 or block FP8 with its scales), the KV cache per position, and the work buffers of
-// one piece. planMemory checks the sum against the budget; the backend allocates exactly these buffers.
+// non-expert tensors and the hot bank, as stored: bf16 or block FP8 with its scales), a KV block's bytes, and the work
+// buffers of one piece. planMemory sizes the pool from the rest; the backend allocates exactly these buffers.
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { MemoryNeeds } from './memory.ts';
 import type { DeviceWeightBytes } from '../weights/device-weights.ts';
 import { maxGroupedTiles, stepLayout } from '../step/kernel-args.ts';
 import { DECODE_MAX_ROWS } from '../step/plan.ts';
+import type { KvCacheDtype } from '../../backend.ts';
+import { KV_DTYPE_BYTES } from '../../kv-dtype.ts';
 
 /** Rows whose logits one piece computes at most (the LM head's gather). */
 export const MAX_OUT = 16;
@@ -35,15 +37,26 @@ export function workspaceLayout(s: ModelSpec, T: number, maxSplits: number): [st
   ];
 }
 
-/** KV cache bytes of one position of one sequence: every layer's k and v (fp32), or latent attention's c | k_rope. */
-export function kvBytesPerPosition(s: ModelSpec): number {
+/** Values one position of one layer takes in the KV pool: k and v of every kv head, or latent attention's c | k_rope. */
+export function kvWidth(s: ModelSpec): number {
   const m = s.mla;
-  return s.numLayers * 4 * (m ? m.kvLoraRank + s.headDim : 2 * s.numKvHeads * s.headDim);
+  return m ? m.kvLoraRank + s.headDim : 2 * s.numKvHeads * s.headDim;
 }
 
-/** The memory plan's inputs for a model with `hotPerLayer` experts of each MoE layer in HBM (`w`: its weights' device bytes as stored). */
-export function memoryNeeds(s: ModelSpec, hotPerLayer: number, T: number, maxSplits: number, w: DeviceWeightBytes): MemoryNeeds {
+/** Bytes of one KV block: every layer's keys and values of `blockSize` positions, in `dtype`. */
+export function kvBytesPerBlock(s: ModelSpec, blockSize: number, dtype: KvCacheDtype): number {
+  return s.numLayers * blockSize * kvWidth(s) * KV_DTYPE_BYTES[dtype];
+}
+
+/** The pool and step rows' shape: blocks of `blockSize` positions, the most blocks a row's table holds. */
+export interface KvShape { readonly blockSize: number; readonly dtype: KvCacheDtype; readonly maxBlocks: number }
+
+/**
+ * The memory plan's inputs for a model with `hotPerLayer` experts of each MoE layer in HBM (`w`: its weights' device
+ * bytes as stored), pieces of up to T rows and the KV shape `kv`.
+ */
+export function memoryNeeds(s: ModelSpec, hotPerLayer: number, T: number, maxSplits: number, w: DeviceWeightBytes, kv: KvShape): MemoryNeeds {
   const weights = w.resident + moeLayerCount(s) * hotPerLayer * w.expertRow;
-  const work = workspaceLayout(s, T, maxSplits).reduce((a, [, b]) => a + b, 0) + stepLayout(T).bytes;
-  return { weights, kvPerPosition: kvBytesPerPosition(s), workspace: work };
+  const work = workspaceLayout(s, T, maxSplits).reduce((a, [, b]) => a + b, 0) + stepLayout(T, kv.maxBlocks).bytes;
+  return { weights, workspace: work, bytesPerBlock: kvBytesPerBlock(s, kv.blockSize, kv.dtype), blockSize: kv.blockSize };
 }

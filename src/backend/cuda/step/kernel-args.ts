@@ -1,6 +1,7 @@
 // Byte layouts of the kernels' arguments (kernels/product.cuh GemmProblem, attention.cuh OpRows,
 // moe.cuh OpRoute and OpGroups), passed by value. Keep the two in step: each field at the C offset.
 import type { ModelSpec } from '../../../model/spec.ts';
+import type { KvDtypeCode } from '../../kv-dtype.ts';
 
 /** One product of a step (GemmProblem). Grouped when `grpN` is set (the experts), else dense over `rows`. */
 export interface GemmArgs {
@@ -56,22 +57,30 @@ export function encodeGemm(a: GemmArgs): Uint8Array {
   return b;
 }
 
+/** Sequences one piece holds at most (planPieces: 16 whose outputs it computes, and one cut at its end). */
+export const MAX_PIECE_SEQS = 17;
+
 /**
- * The step rows of a piece of T rows, as one host -> device copy: header (valid rows, count flag) | token,
- * pos, cap [T] int32 | out rows [16] int32 | kv [T] u64 (8-aligned). Offsets depend on T, so a captured graph
- * (one bucket) and its copy agree, and a batch-1 step copies ~100 bytes.
+ * The step rows of a piece of T rows, as one host -> device copy: header (valid rows, count flag) | token, pos [T]
+ * int32 | out rows [16] int32 | table [T] u64 (each row's block table: an address in this buffer) | the block tables,
+ * one a sequence of the piece (at most MAX_PIECE_SEQS) and a scratch one for padding rows, `maxBlocks` int32 each.
+ * Offsets depend on T, so a captured graph (one bucket) and its copy agree.
  */
-export function stepLayout(T: number): { token: number; pos: number; cap: number; out: number; kv: number; bytes: number } {
-  const token = 16, pos = token + 4 * T, cap = pos + 4 * T, out = cap + 4 * T;
-  const kv = Math.ceil((out + 4 * 16) / 8) * 8;
-  return { token, pos, cap, out, kv, bytes: kv + 8 * T };
+export function stepLayout(T: number, maxBlocks: number): { token: number; pos: number; out: number; table: number; tables: number; tableSlots: number; bytes: number } {
+  const token = 16, pos = token + 4 * T, out = pos + 4 * T;
+  const table = Math.ceil((out + 4 * 16) / 8) * 8;
+  const tables = table + 8 * T;
+  const tableSlots = Math.min(T, MAX_PIECE_SEQS) + 1;
+  return { token, pos, out, table, tables, tableSlots, bytes: tables + 4 * maxBlocks * tableSlots };
 }
 
-export interface RowArrays { token: bigint; pos: bigint; cap: bigint; kv: bigint }
+/** OpRows (attention.cuh): the rows' arrays and the KV pool they address. */
+export interface RowArrays { token: bigint; pos: bigint; table: bigint; pool: bigint; blockSize: number; layers: number; dtype: KvDtypeCode }
 
 export function encodeRows(r: RowArrays): Uint8Array {
-  const b = Buffer.alloc(32);
-  [r.token, r.pos, r.cap, r.kv].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
+  const b = Buffer.alloc(48);
+  [r.token, r.pos, r.table, r.pool].forEach((p, i) => b.writeBigUInt64LE(p, 8 * i));
+  [r.blockSize, r.layers, r.dtype, 0].forEach((v, i) => b.writeInt32LE(v, 32 + 4 * i));
   return b;
 }
 

@@ -1,7 +1,6 @@
 import { describe, it, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DEFAULT_BUCKETS, attendSplits, bucketFor, combineRowsPerWarp, gemvRowsPerWarp, oneWaveFeatureBlocks, planPieces } from './plan.ts';
-import { planMemory } from '../memory/memory.ts';
 import { GEMM_PROBLEM_BYTES, encodeGemm, gemvSmemBytes, gemvStagesWhole, maxGroupedTiles, stepLayout } from './kernel-args.ts';
 
 describe('step planning', () => {
@@ -71,26 +70,20 @@ describe('step planning', () => {
     // No bias given: b_off -1 (none), a bank row's bias is never at byte 0.
     assert.equal(Buffer.from(encodeGemm({ x: 1n, y: 2n, ldx: 1, ldy: 1, O: 1, K: 32 })).readBigInt64LE(224), -1n);
     for (const T of [1, 2, 4, 16, 2048]) {
-      const o = stepLayout(T);
-      assert.equal(o.kv % 8, 0);
-      assert.ok(o.out + 64 <= o.kv && o.bytes === o.kv + 8 * T);
+      const o = stepLayout(T, 512);
+      assert.equal(o.table % 8, 0);
+      assert.ok(o.out + 64 <= o.table && o.tables === o.table + 8 * T);
+      // A table a sequence (a piece holds at most 17) and the padding rows' scratch one, 512 blocks each.
+      assert.equal(o.tableSlots, Math.min(T, 17) + 1);
+      assert.equal(o.bytes, o.tables + 4 * 512 * o.tableSlots);
     }
-    assert.ok(stepLayout(1).bytes < 128);
+    assert.ok(stepLayout(1, 4).bytes < 160);
     assert.ok(gemvStagesWhole(1, 7168) && gemvStagesWhole(8, 2048) && !gemvStagesWhole(16, 2048));
-  });
-  it('memory: refused with what would fit; accepted within the budget', () => {
-    const n = { weights: 20e9, kvPerPosition: 16 * 2 * 512 * 4, workspace: 0.5e9 };
-    const ok = planMemory(n, 143e9, 0.9, 8192, 8);
-    assert.equal(ok.kv, n.kvPerPosition * 8192 * 8);
-    assert.throws(() => planMemory(n, 30e9, 0.9, 40960, 64), (e: Error & { code?: string }) =>
-      e.code === 'BAD_ARGUMENT' && /does not fit/.test(e.message) && /would fit: --max-model-len \d+ at 64 sequences/.test(e.message));
-    assert.throws(() => planMemory(n, 143e9, 1.5, 8192, 8), /--gpu-memory-utilization 1.5: expected a fraction/);
-    assert.throws(() => planMemory({ ...n, weights: 200e9 }, 143e9, 0.9, 8192, 8), /the weights and workspace alone need/);
   });
 });
 
 describe('workspace', () => {
-  it('counts the weights as stored, the fp32 KV per position and the work buffers of a piece', async () => {
+  it('counts the weights as stored, a KV block in its dtype and the work buffers of a piece', async () => {
     const { memoryNeeds, workspaceLayout } = await import('../memory/workspace.ts');
     const { parseConfig } = await import('../../../model/config.ts');
     const { syntheticConfig } = await import('../../../model/synthetic.ts');
@@ -98,10 +91,13 @@ describe('workspace', () => {
     const { deviceWeightBytes } = await import('../weights/device-weights.ts');
     const spec = parseConfig(syntheticConfig({ vocab_size: 8192, hidden_size: 2048, num_hidden_layers: 16, num_attention_heads: 32, num_key_value_heads: 4, head_dim: 128,
       moe_intermediate_size: 768, num_experts: 128, num_experts_per_tok: 8, tie_word_embeddings: false }), 'q30');
-    const n = memoryNeeds(spec, 128, 2048, 32, deviceWeightBytes(headerSource(spec), spec));
+    const n = memoryNeeds(spec, 128, 2048, 32, deviceWeightBytes(headerSource(spec), spec), { blockSize: 16, dtype: 'bfloat16', maxBlocks: 256 });
     // Qwen3-30B-A3B geometry, 16 layers, every expert hot: the checkpoint's 20.0 GB less nothing of note.
     assert.ok(Math.abs(n.weights - 20.01e9) < 0.02e9, `weights ${n.weights}`);
-    assert.equal(n.kvPerPosition, 16 * 2 * 512 * 4);
+    // 16 layers x 16 positions x k and v of 4 heads of 128, 2 bytes each: half of float32's, and FP8 a quarter.
+    assert.equal(n.bytesPerBlock, 16 * 16 * 2 * 512 * 2);
+    assert.equal(memoryNeeds(spec, 128, 2048, 32, deviceWeightBytes(headerSource(spec), spec), { blockSize: 16, dtype: 'float32', maxBlocks: 256 }).bytesPerBlock, 2 * n.bytesPerBlock);
+    assert.equal(memoryNeeds(spec, 128, 2048, 32, deviceWeightBytes(headerSource(spec), spec), { blockSize: 16, dtype: 'fp8', maxBlocks: 256 }).bytesPerBlock, n.bytesPerBlock / 2);
     assert.ok(n.workspace > 0.25e9 && n.workspace < 0.4e9, `workspace ${n.workspace}`);
     assert.equal(new Set(workspaceLayout(spec, 16, 32).map(([k]) => k)).size, workspaceLayout(spec, 16, 32).length);
   });

@@ -7,6 +7,7 @@
 // unless the host expert lane takes some cold picks (host_exchange.cuh): then the next norm combines them (the same bits).
 // The lane takes decode steps of at most MAILBOX.maxPicks picks (rows x top-k: op_route_group's one-warp grouping).
 import { ResidencyError } from '../../../errors.ts';
+import type { KvDtypeCode } from '../../kv-dtype.ts';
 import { moeLayerCount, type ModelSpec } from '../../../model/spec.ts';
 import type { CudaExpertBanks } from '../banks/banks.ts';
 import type { ExpertRowLayout, ProductWeights, WeightFormat } from '../weights/device-weights.ts';
@@ -44,6 +45,8 @@ export interface StepDevice {
   readonly invFreq: bigint;
   readonly ropeScale: number;
   readonly counterDev: bigint;
+  /** The paged KV pool the attention kernels read and write: its address, block size and dtype, a table's most blocks. */
+  readonly kv: { readonly pool: bigint; readonly blockSize: number; readonly dtype: KvDtypeCode; readonly maxBlocks: number };
   /** The piece's work buffers by name (workspace.ts) and its step rows (stepLayout). */
   readonly buffers: Readonly<Record<string, bigint>>;
   readonly stepDev: bigint;
@@ -125,12 +128,13 @@ export class OpStepKernels {
   private readonly combineRows?: 1 | 2 | 4;
   private readonly oneWaveDense: boolean;
   private readonly hostLane: StepDevice['hostLane'];
+  private readonly kv: StepDevice['kv'];
 
   constructor(dev: StepDevice) {
     ({ d: this.d, spec: this.spec, stream: this.stream, fns: this.fns, layers: this.layers, embed: this.embed, lmHead: this.lmHead, finalNorm: this.finalNorm,
       invFreq: this.invFreq, ropeScale: this.ropeScale, counterDev: this.counterDev, buffers: this.b, stepDev: this.stepDev, banks: this.banks,
       rowLayout: this.rowLayout, routeMode: this.routeMode, QKV: this.QKV, pdl: this.pdl, earlyWeights: this.earlyWeights, evictFirst: this.evictFirst,
-      fuseResidual: this.fuseResidual, combineRows: this.combineRows, oneWaveDense: this.oneWaveDense, hostLane: this.hostLane } = dev);
+      fuseResidual: this.fuseResidual, combineRows: this.combineRows, oneWaveDense: this.oneWaveDense, hostLane: this.hostLane, kv: this.kv } = dev);
   }
 
   private ptr(name: string): bigint {
@@ -143,9 +147,10 @@ export class OpStepKernels {
     const s = this.spec;
     const { hiddenSize: H, numExperts: E, topK: K, expertIntermediate: I, vocabSize: V, numLayers: L } = s;
     const LK = moeLayerCount(s) * K;
-    const o = stepLayout(T);
+    const kv = this.kv;
+    const o = stepLayout(T, kv.maxBlocks);
     const at = (off: number): bigint => this.stepDev + BigInt(off);
-    const rows = encodeRows({ token: at(o.token), pos: at(o.pos), cap: at(o.cap), kv: at(o.kv) });
+    const rows = encodeRows({ token: at(o.token), pos: at(o.pos), table: at(o.table), pool: kv.pool, blockSize: kv.blockSize, layers: s.numLayers, dtype: kv.dtype });
     const header = this.stepDev;
     const outRows = at(o.out);
     const norm = (mode: 0 | 1 | 2, prev: number, rowsPtr: bigint, w: bigint, out: bigint, grid: number): void => {

@@ -12,6 +12,9 @@ import { fillFp8Grid, fp8Grid } from './fp8-grid.ts';
 import { deviceWeightBytes, expertRowLayout, productWeights, readGrid } from './device-weights.ts';
 import { fp8Projections, headerSource } from './header-source.ts';
 import { hotExpertsThatFit } from '../memory/memory.ts';
+
+/** A bf16 KV pool of 16-position blocks, at least --max-model-len 4096 x 4 sequences. */
+const KV = { blockSize: 16, dtype: 'bfloat16' as const, maxBlocks: 256 };
 import { memoryNeeds } from '../memory/workspace.ts';
 
 const QUANT = { quant_method: 'fp8', fmt: 'e4m3', activation_scheme: 'dynamic', weight_block_size: [128, 128] };
@@ -63,7 +66,7 @@ describe('weights on the device as stored', () => {
     assert.ok(Math.abs(all(wb) - 20.01e9) < 0.02e9, `bf16 ${all(wb)}`);
     assert.ok(all(wf) / all(wb) > 0.5 && all(wf) / all(wb) < 0.55, `fp8 / bf16 ${all(wf) / all(wb)}`);
     // The same budget holds twice the hot experts when they are FP8.
-    const fits = (spec: typeof bf16, w: typeof wb) => hotExpertsThatFit(128, (h) => memoryNeeds(spec, h + 2, 2048, 32, w), 2 ** 33, 0.9, 4096, 8).hot;
+    const fits = (spec: typeof bf16, w: typeof wb) => hotExpertsThatFit(128, (h) => memoryNeeds(spec, h + 2, 2048, 32, w, KV), 2 ** 33, 0.9, 4096, { minBlocks: 4096 * 4 / 16 }).hot;
     const hb = fits(bf16, wb), hf = fits(fp8, wf);
     assert.ok(hb > 0 && hb < 128, `bf16 hot ${hb}`);
     assert.ok(hf >= 2 * hb - 1, `fp8 hot ${hf} vs bf16 ${hb}`);
@@ -85,7 +88,7 @@ describe('weights on the device as stored', () => {
     assert.ok(Math.abs(36 * 128 * w.expertRow - 61.0e9) < 0.1e9, `${36 * 128 * w.expertRow}`);
     const bf16Row = 3 * I * H * 2;
     assert.ok(bf16Row / row.bytes > 3.7 && bf16Row / row.bytes < 3.8);
-    const fits = (expertRow: number) => hotExpertsThatFit(128, (h) => memoryNeeds(g, h + 2, 2048, 32, { ...w, expertRow }), 40 * 2 ** 30, 0.9, 4096, 8).hot;
+    const fits = (expertRow: number) => hotExpertsThatFit(128, (h) => memoryNeeds(g, h + 2, 2048, 32, { ...w, expertRow }, KV), 40 * 2 ** 30, 0.9, 4096, { minBlocks: 4096 * 4 / 16 }).hot;
     const hb = fits(bf16Row), hm = fits(row.bytes);
     assert.ok(hb > 0 && hm < 128, `bf16 rows ${hb} hot, MXFP4 ${hm}`);
     assert.ok(hm >= 3.6 * hb, `MXFP4 hot ${hm} vs bf16 rows ${hb}`);
