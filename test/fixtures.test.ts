@@ -44,6 +44,9 @@ describe('generated family checkpoints', () => {
     assert.deepEqual([...await dtypes('mixtral-tiny')], ['BF16']);
     assert.deepEqual([...await dtypes('qwen3-moe-fp8-tiny')].sort(), ['BF16', 'F32', 'F8_E4M3']);
     assert.deepEqual([...await dtypes('gpt-oss-tiny-mxfp4')].sort(), ['BF16', 'U8']);
+    assert.deepEqual([...await dtypes('qwen3-moe-gptq-tiny')].sort(), ['BF16', 'F16', 'I32']);
+    assert.deepEqual([...await dtypes('qwen3-moe-awq-tiny')].sort(), ['BF16', 'F16', 'I32']);
+    assert.deepEqual([...await dtypes('qwen3-moe-ct-int4-tiny')].sort(), ['BF16', 'I32', 'I64']);
   });
 
   for (const family of FAMILIES) {

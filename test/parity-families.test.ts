@@ -14,6 +14,8 @@ const FAMILIES: { family: Family; hot: number }[] = [
   { family: 'gpt-oss-tiny-mxfp4', hot: 12 },
   { family: 'qwen3-moe-fp8-tiny', hot: 12 },
 ];
+// The 4-bit families (qwen3-moe-gptq-tiny, qwen3-moe-awq-tiny, qwen3-moe-ct-int4-tiny, hot 12) join this list with their
+// parity.json, made on the GPU machine by fixtures/make/device-refs.sh.
 
 for (const { family, hot } of FAMILIES) {
   const path = familyCheckpoint(family);

@@ -5,6 +5,8 @@ import { ResidencyError } from '../errors.ts';
 import type { ModelSpec } from './spec.ts';
 import { familyOf } from './families/index.ts';
 import { attentionShapes, expertShapes, tensorMap } from './families/common.ts';
+import { isInt4 } from './quant-config.ts';
+import { storedInt4Shapes } from './int4-tensors.ts';
 
 export { EMBED, FINAL_NORM, LM_HEAD, layerTensorNames, type MoeNames } from './tensor-names.ts';
 import { LM_HEAD, layerTensorNames, type MoeNames } from './tensor-names.ts';
@@ -32,7 +34,17 @@ export function expectedTensors(spec: ModelSpec): Map<string, readonly number[]>
 }
 
 /**
- * Checks that every needed tensor is present with the right shape. Extra tensors (e.g. an lm_head
+ * The tensors the checkpoint stores for the spec, with their shapes: expectedTensors, each weight the config stores in
+ * 4 bits replaced by its stored tensors (int4-tensors.ts: GPTQ's qweight / qzeros / scales, ...).
+ */
+export function storedTensors(spec: ModelSpec): Map<string, readonly number[]> {
+  const q = spec.quantization;
+  const expected = expectedTensors(spec);
+  return isInt4(q) ? storedInt4Shapes(q, expected) : expected;
+}
+
+/**
+ * Checks that every needed tensor (storedTensors) is present with the right shape. Extra tensors (e.g. an lm_head
  * saved despite tied embeddings) are allowed and ignored, as transformers does.
  */
 export function checkArchitecture(
@@ -40,7 +52,7 @@ export function checkArchitecture(
   shapes: ReadonlyMap<string, { readonly shape: readonly number[]; readonly file?: string }>,
 ): void {
   const missing: string[] = [];
-  for (const [name, want] of expectedTensors(spec)) {
+  for (const [name, want] of storedTensors(spec)) {
     const got = shapes.get(name);
     if (!got) {
       missing.push(name);
@@ -55,7 +67,10 @@ export function checkArchitecture(
   if (missing.length > 0) {
     const shown = missing.slice(0, 3).map((m) => `"${m}"`).join(', ');
     const more = missing.length > 3 ? ` and ${missing.length - 3} more` : '';
-    const hint = missing.includes(LM_HEAD) ? ' (config.json says tie_word_embeddings is false)' : '';
+    const packed = missing.find((m) => m.endsWith('.weight') && ['qweight', 'weight_packed'].some((p) => shapes.has(`${m.slice(0, -'weight'.length)}${p}`)));
+    const hint = missing.includes(LM_HEAD) ? ' (config.json says tie_word_embeddings is false)'
+      : packed ? ` ("${packed}" is stored in 4 bits, but the engine reads it as stored floats: only linear projections (*_proj) that quantization_config quantizes are read in 4 bits)`
+      : '';
     throw new ResidencyError('BAD_CHECKPOINT', `checkpoint is missing ${missing.length} tensor(s) the ${spec.architecture} architecture needs: ${shown}${more}${hint}`);
   }
 }

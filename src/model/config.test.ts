@@ -63,7 +63,7 @@ describe('config.json: unsupported options are refused, naming the key', () => {
     ['num_shared_experts', { num_shared_experts: 1 }],
     ['attention_bias', { attention_bias: true }],
     ['hidden_act', { hidden_act: 'gelu' }],
-    ['quantization_config.quant_method', { quantization_config: { quant_method: 'gptq' } }],
+    ['quantization_config.quant_method', { quantization_config: { quant_method: 'bitsandbytes' } }],
   ];
   for (const [key, over] of cases) {
     it(key, async () => {

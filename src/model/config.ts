@@ -112,7 +112,8 @@ export function parseConfig(json: unknown, name: string): ModelSpec {
     throw badConfig(`field head_dim: ${headDim}${c.head_dim == null ? ` (hidden_size / num_attention_heads)` : ''} must be even: RoPE rotates the two halves of each head`);
   }
 
-  const quantization = parseQuantization('qwen3_moe', c.quantization_config, ['fp8']);
+  // Block FP8 (Qwen3-*-FP8) and the 4-bit formats of Qwen's GPTQ-Int4 and the hub's AWQ and compressed-tensors copies.
+  const quantization = parseQuantization('qwen3_moe', c.quantization_config, ['fp8', 'gptq', 'awq', 'compressed-tensors']);
 
   return Object.freeze({
     architecture: 'qwen3_moe',

@@ -88,6 +88,8 @@ export function tensorToFloat32(t: RawTensor, opts: { readonly finite?: boolean;
     }
     case 'U8': // packed data (MXFP4 blocks, scales) and FP8 values stay as stored (quant.ts)
     case 'F8_E4M3':
+    case 'I32': // 4-bit packed words and their indices (int4-repack.ts)
+    case 'I64':
       throw new ResidencyError('BAD_CHECKPOINT', `tensor "${t.name}" is ${t.dtype} where a float tensor (BF16, F16 or F32) is expected`);
   }
 }

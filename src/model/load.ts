@@ -62,7 +62,7 @@ export interface LoadOptions {
    */
   bf16AutoBytes?: number;
   /**
-   * Leave the routed experts in the checkpoint (qwen3_moe with float or block-FP8 experts, mixtral, olmoe,
+   * Leave the routed experts in the checkpoint (qwen3_moe with float, block-FP8 or 4-bit experts, mixtral, olmoe,
    * deepseek_v3; gpt-oss's stacked MXFP4 experts load as before):
    * each is a StoredExpert that the CPU backend reads straight into its banks, so the host never holds the
    * experts twice while the banks fill. Needs raw: false; `tensors` is then the shard files (close() it to
@@ -175,10 +175,10 @@ function convertStreamed(spec: ModelSpec, layout: CheckpointLayout, opts: LoadOp
   let done = 0;
   opts.onProgress?.(0, total, 'opening');
   const source = fileTensorSource(layout, spec.quantization);
-  // Experts named one tensor triple each stream (qwen3_moe float or block FP8, mixtral, olmoe, deepseek_v3);
+  // Experts named one tensor triple each stream (qwen3_moe float, block FP8 or 4-bit, mixtral, olmoe, deepseek_v3);
   // gpt-oss's stacked MXFP4 experts are assembled at load.
   const family = familyOf(spec.architecture);
-  const stream = opts.streamExperts === true && (family ? family.streamsExperts : spec.quantization === undefined || spec.quantization.method === 'fp8');
+  const stream = opts.streamExperts === true && (family ? family.streamsExperts : spec.quantization?.method !== 'mxfp4');
   let weights: ModelWeights;
   try {
     const keepBf16 = bf16Policy(opts.bf16, spec, opts.bf16AutoBytes) === 'stored';

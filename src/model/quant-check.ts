@@ -1,9 +1,11 @@
 // The dtypes and scale tensors a quantized checkpoint must hold, checked from the headers alone (with the
 // tensor map's shapes, before any weight byte is read): which tensors may be stored quantized, that each
-// FP8 weight has its scales in the block shape config.json declares, and that packed data is U8.
+// FP8 weight has its scales in the block shape config.json declares, that packed data is U8, and that a 4-bit weight's
+// stored tensors have their format's dtypes (int4-tensors.ts; their shapes are checkArchitecture's).
 import { ResidencyError } from '../errors.ts';
 import { expectedTensors } from './architecture.ts';
-import { notConverted } from './quant-config.ts';
+import { isInt4, notConverted } from './quant-config.ts';
+import { int4Parts, isInt4Weight } from './int4-tensors.ts';
 import { fp8ScaleName } from './quant-read.ts';
 import type { ModelSpec } from './spec.ts';
 
@@ -25,7 +27,14 @@ function bad(t: HeaderTensor, message: string): ResidencyError {
 /** Refuses dtypes and scale tensors that do not match spec.quantization (checkArchitecture must have passed). */
 export function checkQuantTensors(spec: ModelSpec, tensors: ReadonlyMap<string, HeaderTensor>): void {
   const q = spec.quantization;
-  for (const name of expectedTensors(spec).keys()) {
+  for (const [name, shape] of expectedTensors(spec)) {
+    if (isInt4(q) && isInt4Weight(q, name, shape)) {
+      for (const p of int4Parts(q, name, shape)) {
+        const t = tensors.get(p.name);
+        if (t && !p.dtypes.includes(t.dtype)) throw bad(t, `tensor "${p.name}" is ${t.dtype}: ${q.method} ${p.role} are ${p.dtypes.join(' or ')}`);
+      }
+      continue;
+    }
     const t = tensors.get(name)!;
     if (t.dtype === 'F8_E4M3') {
       if (q?.method !== 'fp8') {
@@ -47,8 +56,8 @@ export function checkQuantTensors(spec: ModelSpec, tensors: ReadonlyMap<string, 
       }
     } else if (q?.method === 'mxfp4' && MXFP4_PACKED.test(name)) {
       if (t.dtype !== 'U8') throw bad(t, `tensor "${name}" is ${t.dtype}: MXFP4 blocks and scales are U8`);
-    } else if (t.dtype === 'U8') {
-      throw bad(t, `tensor "${name}" is U8 where a float tensor (BF16, F16 or F32) is expected`);
+    } else if (t.dtype === 'U8' || t.dtype === 'I32' || t.dtype === 'I64') {
+      throw bad(t, `tensor "${name}" is ${t.dtype} where a float tensor (BF16, F16 or F32) is expected`);
     }
   }
 }

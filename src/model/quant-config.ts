@@ -1,13 +1,16 @@
-// config.json's quantization_config: which stored formats the engine computes with (block FP8, MXFP4),
-// parsed once into the spec, each bad or unsupported field refused by name.
+// config.json's quantization_config: which stored formats the engine computes with (block FP8, MXFP4, and the 4-bit
+// GPTQ, AWQ and compressed-tensors: int4-config.ts), parsed once into the spec, each bad or unsupported field refused by name.
 import { ResidencyError } from '../errors.ts';
+import { INT4_METHODS, parseInt4, type Int4Spec } from './int4-config.ts';
 
 /** How a checkpoint's linear weights are stored (absent from the spec: float tensors only). */
 export type QuantSpec =
   /** float8_e4m3fn values with a float32 `weight_scale_inv` per [blockSize[0]][blockSize[1]] block. */
   | { readonly method: 'fp8'; readonly blockSize: readonly [number, number]; readonly notConvert: readonly string[] }
   /** gpt-oss experts: `*_blocks` / `*_scales` (E2M1 pairs, an E8M0 scale per 32 values). */
-  | { readonly method: 'mxfp4'; readonly notConvert: readonly string[] };
+  | { readonly method: 'mxfp4'; readonly notConvert: readonly string[] }
+  /** 4-bit integers with a scale (and zero point) a group of a row, repacked at load into quant.ts's Int4Matrix. */
+  | Int4Spec;
 
 /** The methods each model_type computes with. */
 export type QuantMethod = QuantSpec['method'];
@@ -33,9 +36,11 @@ export function parseQuantization(type: string, q: unknown, allowed: readonly Qu
   const method = o['quant_method'];
   if (typeof method !== 'string') throw bad(type, 'quant_method', 'expected a string', method);
   if (!(allowed as readonly string[]).includes(method)) {
-    const list = allowed.length > 0 ? `only ${allowed.map((m) => `"${m}"`).join(' and ')}` : 'use a BF16/F16/F32 checkpoint';
+    const names = allowed.map((m) => `"${m}"`);
+    const list = names.length > 0 ? `only ${names.length > 1 ? `${names.slice(0, -1).join(', ')} and ${names.at(-1)}` : names[0]}` : 'use a BF16/F16/F32 checkpoint';
     throw unsupported(type, 'quant_method', `"${method}" is not supported for ${type}; ${list}`);
   }
+  if ((INT4_METHODS as readonly string[]).includes(method)) return parseInt4(type, method as Int4Spec['method'], o);
   const notConvert = o['modules_to_not_convert'] ?? [];
   if (!Array.isArray(notConvert) || !notConvert.every((m) => typeof m === 'string' && m.length > 0)) {
     throw bad(type, 'modules_to_not_convert', 'expected an array of module names', notConvert);
@@ -54,6 +59,11 @@ export function parseQuantization(type: string, q: unknown, allowed: readonly Qu
     throw bad(type, 'weight_block_size', 'expected [rows, cols], two positive integers', block);
   }
   return Object.freeze({ method: 'fp8' as const, blockSize: Object.freeze([block[0] as number, block[1] as number] as const), notConvert: Object.freeze([...notConvert]) });
+}
+
+/** Whether the spec's weights are 4-bit integers (GPTQ, AWQ, compressed-tensors). */
+export function isInt4(q: QuantSpec | undefined): q is Int4Spec {
+  return q !== undefined && (INT4_METHODS as readonly string[]).includes(q.method);
 }
 
 /**

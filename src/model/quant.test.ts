@@ -74,7 +74,7 @@ describe('quantization_config', () => {
     assert.deepEqual(s.quantization, { method: 'fp8', blockSize: [4, 3], notConvert: ['lm_head'] });
   });
   for (const [field, q, code] of [
-    ['quant_method', { quant_method: 'gptq' }, 'UNSUPPORTED_MODEL'],
+    ['quant_method', { quant_method: 'bitsandbytes' }, 'UNSUPPORTED_MODEL'],
     ['quant_method', { quant_method: 7 }, 'BAD_CONFIG'],
     ['fmt', { ...FP8, fmt: 'e5m2' }, 'UNSUPPORTED_MODEL'],
     ['activation_scheme', { ...FP8, activation_scheme: 'static' }, 'UNSUPPORTED_MODEL'],

@@ -8,6 +8,8 @@
 // MXFP4 (gpt-oss): [rows][cols/32][16] bytes, two E2M1 values a byte (low nibble first), and an E8M0 byte
 // per group of 32 values [rows][cols/32]; value = e2m1 x 2^(scale - 127), exact in float32.
 // bf16 matrices kept as stored read the same way (widened a row at a time, exact).
+// INT4 (GPTQ, AWQ, compressed-tensors pack-quantized): repacked at load into one form, Int4Matrix below.
+import { f16BitsToF32Bits } from './float-convert.ts';
 
 /** The 16 E2M1 values by code. */
 export const FP4_VALUES = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, -1, -1.5, -2, -3, -4, -6] as const;
@@ -74,8 +76,48 @@ export function bf16Matrix(rows: number, cols: number, data: Uint16Array): Bf16M
   return { format: 'bf16', rows, cols, data, scales: new Uint8Array(0), block: [1, 1] };
 }
 
+/**
+ * A 4-bit integer matrix [rows][cols]: the one form GPTQ, AWQ and compressed-tensors pack-quantized weights are
+ * repacked into at load (int4-repack.ts), and the form the banks hold, swaps move and the kernels read. The layout,
+ * written down here only:
+ *   data   [rows][cols / 2] bytes, cols % 8 == 0: value c of row r in byte r * cols / 2 + (c >> 1), the low nibble
+ *          for even c; so 32-bit word w of a row (little-endian) holds values 8w .. 8w + 7 at bits 4j, as
+ *          compressed-tensors' pack_to_int32 packs along a row. Codes q are unsigned, 0 .. 15.
+ *   scales [rows][cols / group] 16-bit patterns, fp16 or bf16 (`scaleType`) as the checkpoint stores them.
+ *   zeros  [rows][cols / group] bytes, each group's zero point z (0 .. 16: a GPTQ v1 zero is its stored 4 bits + 1),
+ *          or empty for a symmetric matrix, where z = 8 for every group.
+ * A row's groups are `group` consecutive values (block [1, group]); group divides cols.
+ * value(r, c) = (q - z) x s, exact in float32: |q - z| <= 16 takes 5 bits, s at most 11 significant bits, and the
+ * loader refuses a scale whose 16 x s overflows float32.
+ */
+export interface Int4Matrix {
+  readonly format: 'int4';
+  readonly rows: number;
+  readonly cols: number;
+  readonly data: Uint8Array;
+  readonly scales: Uint16Array;
+  readonly scaleType: Int4ScaleType;
+  readonly zeros: Uint8Array;
+  /** Always [1, group]. */
+  readonly block: readonly [number, number];
+}
+
+/** How an INT4 matrix's scales are stored: fp16 (GPTQ, AWQ) or bf16 (compressed-tensors in a bf16 model). */
+export type Int4ScaleType = 'f16' | 'bf16';
+
+/** The zero point of every group of a symmetric INT4 matrix (its `zeros` empty). */
+export const INT4_SYMMETRIC_ZERO = 8;
+
+const scaleBits = new Uint32Array(1);
+const scaleFloat = new Float32Array(scaleBits.buffer);
+/** An INT4 scale's value from its 16 bits (exact). */
+export function int4Scale(bits: number, type: Int4ScaleType): number {
+  scaleBits[0] = type === 'bf16' ? bits << 16 : f16BitsToF32Bits(bits);
+  return scaleFloat[0]!;
+}
+
 /** A matrix kept in its stored format (quantized, or bf16) rather than as float32. */
-export type QuantMatrix = Fp8Matrix | Mxfp4Matrix | Bf16Matrix;
+export type QuantMatrix = Fp8Matrix | Mxfp4Matrix | Bf16Matrix | Int4Matrix;
 
 /** A weight matrix as the CPU backend computes with it: float32, or kept as stored. */
 export type Matrix = Float32Array | QuantMatrix;
@@ -96,7 +138,8 @@ export function matrixSize(m: Matrix): number {
 
 /** Bytes the matrix holds as stored (data and scales; a float32 matrix 4 per value). */
 export function matrixBytes(m: Matrix): number {
-  return isQuantized(m) ? m.data.byteLength + m.scales.byteLength : m.byteLength;
+  if (!isQuantized(m)) return m.byteLength;
+  return m.data.byteLength + m.scales.byteLength + (m.format === 'int4' ? m.zeros.byteLength : 0);
 }
 
 /** 32-bit views of the rows bf16 rows are widened into (one per output array). */
@@ -122,6 +165,19 @@ export function dequantRow(m: QuantMatrix, r: number, out: Float32Array): void {
       const c1 = Math.min(c0 + bc, cols);
       // The Float32Array store rounds the float64 product once: float32(e4m3 x scale).
       for (let c = c0; c < c1; c++) out[c] = FP8_E4M3_VALUES[d[at + c]!]! * s;
+    }
+    return;
+  }
+  if (m.format === 'int4') {
+    const g = m.block[1];
+    const groups = cols / g;
+    const d = m.data;
+    const at = (r * cols) >> 1;
+    for (let j = 0; j < groups; j++) {
+      const s = int4Scale(m.scales[r * groups + j]!, m.scaleType);
+      const z = m.zeros.length > 0 ? m.zeros[r * groups + j]! : INT4_SYMMETRIC_ZERO;
+      // Exact: no rounding on the store (Int4Matrix).
+      for (let c = j * g; c < (j + 1) * g; c++) out[c] = (((d[at + (c >> 1)]! >> ((c & 1) << 2)) & 15) - z) * s;
     }
     return;
   }

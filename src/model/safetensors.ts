@@ -11,7 +11,7 @@ import { ResidencyError } from '../errors.ts';
 import type { DType, RawTensor } from './weights.ts';
 
 /** Bytes per element of each dtype we can load. */
-export const DTYPE_SIZE: Readonly<Record<DType, number>> = { BF16: 2, F16: 2, F32: 4, U8: 1, F8_E4M3: 1 };
+export const DTYPE_SIZE: Readonly<Record<DType, number>> = { BF16: 2, F16: 2, F32: 4, U8: 1, F8_E4M3: 1, I32: 4, I64: 8 };
 
 /** A header larger than this is refused: real checkpoints stay far below it and it bounds the read. */
 export const MAX_HEADER_BYTES = 100 * 1024 * 1024;
@@ -75,7 +75,7 @@ export function validateHeader(
     if (!isPlainObject(value)) throw bad(file, `${where}: entry must be an object {dtype, shape, data_offsets}, got ${describe(value)}`);
     const { dtype, shape, data_offsets: offsets } = value;
     if (typeof dtype !== 'string') throw bad(file, `${where}: dtype must be a string, got ${describe(dtype)}`);
-    if (!isDType(dtype)) throw bad(file, `${where}: dtype ${dtype} is not supported (expected BF16, F16, F32, U8 or F8_E4M3)`);
+    if (!isDType(dtype)) throw bad(file, `${where}: dtype ${dtype} is not supported (expected BF16, F16, F32, U8, F8_E4M3, I32 or I64)`);
     if (!Array.isArray(shape)) throw bad(file, `${where}: shape must be an array of non-negative integers, got ${describe(shape)}`);
     let elements = 1;
     for (const d of shape) {

@@ -9,6 +9,10 @@ import { encodeSafetensors, float32Bytes, float32ToBF16Bytes } from './safetenso
 import type { TensorToWrite } from './safetensors-writer.ts';
 import type { DType } from './weights.ts';
 import { mulberry32 } from '../util/rng.ts';
+import { isInt4 } from './quant-config.ts';
+import { int4Group } from './int4-config.ts';
+import { isInt4Weight } from './int4-tensors.ts';
+import { packAwq, packCompressedTensors, packGptq, quantizeInt4 } from './int4-pack.ts';
 
 /** A config.json for a tiny model: 2 layers, 4 experts of width 6, hidden 8, vocab 260 (256 bytes + 4). */
 export function syntheticConfig(overrides: Record<string, unknown> = {}): Record<string, unknown> {
@@ -83,7 +87,9 @@ export interface SyntheticOptions {
 /**
  * The tensors a synthetic config needs, in expectedTensors order, with seeded random values. With an fp8
  * quantization_config, every linear projection is stored as random float8_e4m3fn bytes (no NaN) followed by
- * its `weight_scale_inv` (F32, one random scale in [2^-8, 2^-6) per weight_block_size block).
+ * its `weight_scale_inv` (F32, one random scale in [2^-8, 2^-6) per weight_block_size block). With a 4-bit one (gptq,
+ * awq, compressed-tensors), every linear it quantizes is random values quantized in TS and packed in that format's hub
+ * layout (int4-pack.ts: fp16 scales for GPTQ and AWQ, bf16 for compressed-tensors; GPTQ v1 zero points from 1).
  */
 export function syntheticTensors(config: Record<string, unknown>, dtype: DType = 'BF16', seed = 1): TensorToWrite[] {
   const spec = parseConfig(config, 'synthetic');
@@ -102,6 +108,14 @@ export function syntheticTensors(config: Record<string, unknown>, dtype: DType =
       const sShape = [Math.ceil(shape[0]! / q.blockSize[0]), Math.ceil(shape[1]! / q.blockSize[1])];
       const scales = Array.from({ length: sShape[0]! * sShape[1]! }, () => 2 ** -8 * (1.5 + rand() * 2));
       out.push({ name: `${name}_scale_inv`, dtype: 'F32', shape: sShape, bytes: float32Bytes(scales) });
+      continue;
+    }
+    if (isInt4(q) && isInt4Weight(q, name, shape)) {
+      const [N, K] = shape as [number, number];
+      const w = Array.from({ length: n }, () => rand());
+      const module = name.slice(0, -'.weight'.length);
+      const x = quantizeInt4(w, N, K, int4Group(q, K), { symmetric: !q.zeroPoints, scaleType: q.method === 'compressed-tensors' ? 'bf16' : 'f16', minZero: q.zeroOffset });
+      out.push(...(q.method === 'gptq' ? packGptq(x, module, q.zeroOffset === 1) : q.method === 'awq' ? packAwq(x, module) : packCompressedTensors(x, module)));
       continue;
     }
     const isNorm = name.endsWith('norm.weight') || name.endsWith('layernorm.weight');

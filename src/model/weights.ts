@@ -1,12 +1,14 @@
 // Tensor views of a checkpoint: raw (as stored) and float32 or quantized matrices (as the CPU backend computes).
 import type { Bf16Matrix, Matrix } from './quant.ts';
 import type { TensorSource } from './tensor-source.ts';
+import type { Int4Spec } from './int4-config.ts';
 
 /**
  * Float dtypes convert to float32; U8 holds packed data (MXFP4 blocks and scales) and F8_E4M3 block-FP8
- * values, both kept as stored (quant.ts).
+ * values, both kept as stored (quant.ts); I32 the 4-bit formats' packed words, zero points and group indices (and
+ * I32 or I64 compressed-tensors' weight_shape), repacked at load (int4-repack.ts).
  */
-export type DType = 'BF16' | 'F16' | 'F32' | 'U8' | 'F8_E4M3';
+export type DType = 'BF16' | 'F16' | 'F32' | 'U8' | 'F8_E4M3' | 'I32' | 'I64';
 
 /** One tensor exactly as stored in the checkpoint: little-endian bytes, validated shape. */
 export interface RawTensor {
@@ -49,6 +51,11 @@ export interface StoredExpert {
    * (fp8ScaleName(name)) as a loaded one is (fp8Matrix). Absent: an F8_E4M3 tensor is refused.
    */
   readonly fp8Block?: readonly [number, number];
+  /**
+   * The config's 4-bit quantization (GPTQ, AWQ, compressed-tensors): a weight it stores in 4 bits is read from its
+   * stored tensors (int4-tensors.ts) and repacked into the row as an Int4Matrix.
+   */
+  readonly int4?: Int4Spec;
 }
 
 export interface LayerWeights {

@@ -4,7 +4,7 @@
 # MXFP4, deepseek-v3), then on each the real-size test (greedy tokens vs transformers, CUDA vs CPU, NaN refusal) and, for the
 # 128-expert ones, the tiered moves test; and the family fixtures (FAMILY_FIXTURES, generated from the repo)
 # against their parity.json. Each stage has its own time limit; logs and a summary in $OUT.
-#   source .gpu/boot.sh && bash test/gpu/real-run.sh [stage ...]   (stages: q2 q2f mx2 g2 ds2 ds2y ds2f q16f fixtures; default all but ds2* and q16f;
+#   source .gpu/boot.sh && bash test/gpu/real-run.sh [stage ...]   (stages: q2 q2f mx2 g2 ds2 ds2y ds2f q16f int4 fixtures; default all but ds2*, q16f and int4;
 #   stage times: docs/results.md, "Device call times"). Run nothing else that makes checkpoints beside it: after two
 #   concurrent make-checkpoint runs, node once failed to exec (ENOENT).
 set -u
@@ -19,6 +19,12 @@ has g2 && checkpoint --preset gpt-oss-120b --layers 2 --format mxfp4 --out /tmp/
 { has ds2 || has ds2y; } && checkpoint --preset deepseek-v3 --layers 2 --out /tmp/ds2 &
 has ds2f && checkpoint --preset deepseek-v3 --layers 2 --format fp8 --out /tmp/ds2f &
 has q16f && checkpoint --preset qwen3-30b-a3b --layers 16 --format fp8 --out /tmp/q16f &
+# int4: qwen3-30b-a3b x 2 layers in each 4-bit format (GPTQ and AWQ groups of 128, compressed-tensors 32), on the CPU
+# backend only (CUDA refuses them until the INT4 kernels exist) against their references.
+# (The repository's make-checkpoint.py: it writes the 4-bit formats.)
+if has int4; then for f in gptq awq ct-int4; do
+  python3 fixtures/make/make-checkpoint.py --preset qwen3-30b-a3b --layers 2 --format $f --out /tmp/q2-$f > /tmp/mk-q2-$f.log 2>&1 || echo "make-checkpoint --format $f failed" | tee -a "$OUT/summary.txt" &
+done; fi
 wait
 # ds2y: the same ds2 under DeepSeek's YaRN as the hub's V3 / R1 configs carry it (factor 40, mscale = mscale_all_dim =
 # 1), with transformers references made for it (test/gpu/deepseek-yarn-refs.py).
@@ -33,6 +39,13 @@ if has fixtures; then
   FAMILY_FIXTURES=$FIX OUT=$OUT timeout 150 node --test-name-pattern="family fixture" dist/gpu-tests.mjs > "$OUT/t-fixtures.log" 2>&1
   echo "fixtures ($FIX) rc=$?: $(grep -cE '^ok ' "$OUT/t-fixtures.log") ok, $(grep -cE '^not ok ' "$OUT/t-fixtures.log") not ok" | tee -a "$OUT/summary.txt"
   grep -E "^# (family|  )" "$OUT/t-fixtures.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+fi
+if has int4; then
+  for f in gptq awq ct-int4; do
+    REAL_CKPT_INT4=/tmp/q2-$f OUT=$OUT timeout 300 node --test-name-pattern="4-bit, CPU" dist/gpu-tests.mjs > "$OUT/t-int4-$f.log" 2>&1
+    echo "int4 $f rc=$?: $(grep -cE '^ok ' "$OUT/t-int4-$f.log") ok, $(grep -cE '^not ok ' "$OUT/t-int4-$f.log") not ok" | tee -a "$OUT/summary.txt"
+    grep -E "^# real size int4" "$OUT/t-int4-$f.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+  done
 fi
 # ds2, ds2f (deepseek-v3 x 2 layers, bf16 or block FP8: one dense, one of 256 experts, 23 / 12 GB) and q16f (16
 # layers in block FP8, 10 GB): against the references only, no poisoned copy (it would not fit the disk beside

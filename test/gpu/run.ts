@@ -7,6 +7,7 @@ import './serve.gpu.ts';
 import './lifecycle.gpu.ts';
 import './long-context.gpu.ts';
 import './real-size.gpu.ts';
+import './real-int4.gpu.ts';
 import './family-parity.gpu.ts';
 import './tiered-real.gpu.ts';
 import './backend-conformance.gpu.ts';

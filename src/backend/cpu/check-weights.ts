@@ -6,6 +6,7 @@ import { ResidencyError } from '../../errors.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertWeights, ModelWeights, StoredExpert } from '../../model/weights.ts';
 import { isQuantized, type Matrix } from '../../model/quant.ts';
+import { int4StoredShape } from '../../model/int4-repack.ts';
 
 export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
   const H = spec.hiddenSize;
@@ -23,8 +24,10 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
     if (!m || !isQuantized(m)) return want(name, m, rows * cols);
     const [br, bc] = m.block;
     const [data, scales] =
-      m.format === 'fp8' ? [rows * cols, Math.ceil(rows / br) * Math.ceil(cols / bc)] : m.format === 'bf16' ? [rows * cols, 0] : [(rows * cols) / 2, (rows * cols) / 32];
-    if (m.rows !== rows || m.cols !== cols || m.data.length !== data || m.scales.length !== scales || (m.format === 'mxfp4' && (cols % 32 !== 0 || br !== 1 || bc !== 32))) {
+      m.format === 'fp8' ? [rows * cols, Math.ceil(rows / br) * Math.ceil(cols / bc)] : m.format === 'bf16' ? [rows * cols, 0]
+      : m.format === 'int4' ? [(rows * cols) / 2, (rows * cols) / bc] : [(rows * cols) / 2, (rows * cols) / 32];
+    const badInt4 = m.format === 'int4' && (cols % 8 !== 0 || cols % bc !== 0 || br !== 1 || (m.zeros.length !== 0 && m.zeros.length !== scales));
+    if (m.rows !== rows || m.cols !== cols || m.data.length !== data || m.scales.length !== scales || badInt4 || (m.format === 'mxfp4' && (cols % 32 !== 0 || br !== 1 || bc !== 32))) {
       throw new ResidencyError('BAD_CHECKPOINT',
         `${name}: expected a [${rows}][${cols}] ${m.format} matrix (${data} data bytes, ${scales} scales), got [${m.rows}][${m.cols}] in blocks of ${br}x${bc} with ${m.data.length} and ${m.scales.length}`);
     }
@@ -119,9 +122,10 @@ export function checkWeights(spec: ModelSpec, w: ModelWeights): void {
 /** A streamed expert's stored tensors (StoredExpert): the shapes its row is read in (their values are checked as they land). */
 function storedMlp(name: string, e: StoredExpert, I: number, H: number): void {
   for (const [part, rows, cols] of [['gate', I, H], ['up', I, H], ['down', H, I]] as const) {
-    const t = e.source.info(e[part]);
-    if (t.shape.length !== 2 || t.shape[0] !== rows || t.shape[1] !== cols) {
-      throw new ResidencyError('BAD_CHECKPOINT', `${name}.${part}: expected tensor ${e[part]} of shape [${rows}][${cols}], got [${t.shape.join('][')}]`);
+    // A 4-bit weight is its stored tensors (int4-tensors.ts): its shape is its packed values'.
+    const shape = e.int4 && !e.source.has(e[part]) ? int4StoredShape(e.int4, e[part], (n) => (e.source.has(n) ? e.source.info(n).shape : undefined)) : e.source.info(e[part]).shape;
+    if (shape.length !== 2 || shape[0] !== rows || shape[1] !== cols) {
+      throw new ResidencyError('BAD_CHECKPOINT', `${name}.${part}: expected tensor ${e[part]} of shape [${rows}][${cols}], got [${shape.join('][')}]`);
     }
   }
 }

@@ -1,10 +1,14 @@
 // The layout of one expert row in the CPU banks. Float32 experts: gate [I][H] | up [I][H] | down [H][I]
 // (gpt-oss: then its biases [I] | [I] | [H]), one float each. Quantized (and bf16 kept as stored) experts keep their stored bytes:
-// gate data | up data | down data | gate scales | up scales | down scales (| the three float32 biases), each
-// part at a 4-byte boundary of the row. Rows are counted in 4-byte words either way, so a bank is Float32Array
+// gate data | up data | down data | gate scales | up scales | down scales (| INT4's gate, up and down zero points)
+// (| the three float32 biases), each part at a 4-byte boundary of the row. Rows are counted in 4-byte words either way, so a bank is Float32Array
 // pieces of whole rows (banks.ts) whose rows swaps move as bytes (a same-type set copies bits) and the digest hashes whole.
 import { ResidencyError } from '../../errors.ts';
-import { isQuantized, type QuantMatrix } from '../../model/quant.ts';
+import { isQuantized, type Int4ScaleType, type QuantMatrix } from '../../model/quant.ts';
+import type { Int4Spec } from '../../model/int4-config.ts';
+import { isInt4Weight, int4Parts } from '../../model/int4-tensors.ts';
+import { int4Matrix, int4ScaleType } from '../../model/int4-repack.ts';
+import { int4Group } from '../../model/int4-config.ts';
 import type { ModelSpec } from '../../model/spec.ts';
 import type { ExpertWeights, RawTensor, StoredExpert } from '../../model/weights.ts';
 import { tensorToFloat32 } from '../../model/float-convert.ts';
@@ -18,6 +22,8 @@ export interface QuantRowLayout {
   /** Byte offsets of gate, up and down data, then of their scales. */
   readonly data: readonly [number, number, number];
   readonly scales: readonly [number, number, number];
+  /** Byte offsets of INT4 zero points (where a matrix has none, the offset the next part starts at). */
+  readonly zeros: readonly [number, number, number];
   /** Byte offset of the biases (gpt-oss), or -1. */
   readonly bias: number;
   /** The three matrices' format and shape (their data and scales are views made per row). */
@@ -33,7 +39,13 @@ export interface QuantShape {
   /** Data bytes and scale count. */
   readonly dataBytes: number;
   readonly scaleCount: number;
+  /** INT4: the scales' 16-bit type and the zero points' count (0: symmetric). */
+  readonly scaleType?: Int4ScaleType;
+  readonly zeroCount?: number;
 }
+
+/** Bytes a scale of the format takes in a row. */
+const SCALE_BYTES: Record<QuantMatrix['format'], number> = { fp8: 4, mxfp4: 1, bf16: 1, int4: 2 };
 
 /** How a model's expert rows are stored: float32 (`quant` null) or quantized (its layout). */
 export interface ExpertRowFormat {
@@ -46,7 +58,14 @@ const align4 = (n: number): number => Math.ceil(n / 4) * 4;
 
 function sameFormat(a: QuantMatrix, b: QuantMatrix): boolean {
   return a.format === b.format && a.rows === b.rows && a.cols === b.cols && a.block[0] === b.block[0] && a.block[1] === b.block[1] &&
-    a.data.length === b.data.length && a.scales.length === b.scales.length;
+    a.data.length === b.data.length && a.scales.length === b.scales.length &&
+    (a.format !== 'int4' || (b.format === 'int4' && a.scaleType === b.scaleType && a.zeros.length === b.zeros.length));
+}
+
+/** A quantized matrix's shape without its bytes. */
+function shapeOf(m: QuantMatrix): QuantShape {
+  const s = { format: m.format, rows: m.rows, cols: m.cols, block: m.block, dataBytes: m.data.byteLength, scaleCount: m.scales.length };
+  return m.format === 'int4' ? { ...s, scaleType: m.scaleType, zeroCount: m.zeros.length } : s;
 }
 
 /**
@@ -71,9 +90,7 @@ export function expertRowFormat(spec: ModelSpec, experts: readonly ExpertWeights
     const ms = [e.gate, e.up, e.down];
     if (!ms.every((m, i) => isQuantized(m) && sameFormat(m, shapes[i] as QuantMatrix))) throw mixed();
   }
-  const q = (shapes as readonly QuantMatrix[]).map((m): QuantShape => ({
-    format: m.format, rows: m.rows, cols: m.cols, block: m.block, dataBytes: m.data.byteLength, scaleCount: m.scales.length,
-  })) as [QuantShape, QuantShape, QuantShape];
+  const q = (shapes as readonly QuantMatrix[]).map(shapeOf) as [QuantShape, QuantShape, QuantShape];
   return quantRowFormat(q, biases);
 }
 
@@ -86,9 +103,10 @@ function quantRowFormat(q: readonly [QuantShape, QuantShape, QuantShape], biases
     return o;
   };
   const data = [place(q[0].dataBytes), place(q[1].dataBytes), place(q[2].dataBytes)] as const;
-  const scales = q.map((m) => place(m.scaleCount * (m.format === 'fp8' ? 4 : 1))) as [number, number, number];
+  const scales = q.map((m) => place(m.scaleCount * SCALE_BYTES[m.format])) as [number, number, number];
+  const zeros = q.map((m) => place(m.zeroCount ?? 0)) as [number, number, number];
   const bias = biases > 0 ? place(4 * biases) : -1;
-  return { words: at / 4, quant: { words: at / 4, data, scales, bias, shapes: q } };
+  return { words: at / 4, quant: { words: at / 4, data, scales, zeros, bias, shapes: q } };
 }
 
 /**
@@ -101,6 +119,16 @@ function storedRowFormat(experts: readonly ExpertWeights[], I: number, H: number
   if (!experts.every((e) => e.stored)) throw mixed();
   if (biases > 0) throw new ResidencyError('INTERNAL', 'streamed experts with biases (gpt-oss) are not supported: load them');
   const s = experts[0]!.stored!;
+  if (s.int4 && isInt4Weight(s.int4, s.gate, [I, H])) {
+    const q = s.int4;
+    const int4 = (name: string, rows: number, cols: number): QuantShape => {
+      const scales = int4Parts(q, name, [rows, cols]).find((p) => p.role === 'scales')!.name;
+      const G = int4Group(q, cols);
+      const n = rows * (cols / G);
+      return { format: 'int4', rows, cols, block: [1, G], dataBytes: (rows * cols) / 2, scaleCount: n, scaleType: int4ScaleType(s.source.info(scales).dtype), zeroCount: q.zeroPoints ? n : 0 };
+    };
+    return quantRowFormat([int4(s.gate, I, H), int4(s.up, I, H), int4(s.down, H, I)], 0);
+  }
   const dtype = s.source.info(s.gate).dtype;
   if (dtype === 'F8_E4M3') {
     const block = fp8BlockOf(s, s.gate);
@@ -134,12 +162,38 @@ export function storedRowWriter(f: ExpertRowFormat, I: number, H: number): (bank
     e.source.read(name, b);
     return b;
   };
+  const stagings: Uint8Array[] = [];
+  const stageAt = (k: number, e: StoredExpert, name: string, bytes: number): Uint8Array => {
+    if ((stagings[k]?.length ?? -1) < bytes) stagings[k] = new Uint8Array(bytes);
+    const b = stagings[k]!.subarray(0, bytes);
+    e.source.read(name, b);
+    return b;
+  };
   const names = (e: StoredExpert): readonly [string, string, string] => [e.gate, e.up, e.down];
   const sizes = [I * H, I * H, H * I] as const;
   return (bank, off, e) => {
     const q = f.quant;
     const at = bank.byteOffset + 4 * off;
     names(e).forEach((name, i) => {
+      if (q?.shapes[i]!.format === 'int4') {
+        const shape = q.shapes[i]!;
+        if (!e.int4 || !isInt4Weight(e.int4, name, [shape.rows, shape.cols])) throw mixed();
+        const into = {
+          data: new Uint8Array(bank.buffer, at + q.data[i]!, shape.dataBytes),
+          scales: new Uint16Array(bank.buffer, at + q.scales[i]!, shape.scaleCount),
+          zeros: new Uint8Array(bank.buffer, at + q.zeros[i]!, shape.zeroCount ?? 0),
+        };
+        // Each stored tensor read into a staging buffer of its own (they are repacked together).
+        let k = 0;
+        const read = (n: string): RawTensor | undefined => {
+          if (!e.source.has(n)) return undefined;
+          const t = e.source.info(n);
+          return { name: n, dtype: t.dtype as RawTensor['dtype'], shape: t.shape, bytes: stageAt(k++, e, n, t.bytes) };
+        };
+        const m = int4Matrix(e.int4, name, shape.rows, shape.cols, read, into);
+        if (m.scaleType !== shape.scaleType) throw mixed();
+        return;
+      }
       const t = e.source.info(name);
       if (q?.shapes[i]!.format === 'fp8') {
         const shape = q.shapes[i]!;
@@ -193,6 +247,7 @@ export function writeExpertRow(bank: Float32Array, off: number, e: ExpertWeights
     const qm = m as QuantMatrix;
     bytes.set(new Uint8Array(qm.data.buffer, qm.data.byteOffset, qm.data.byteLength), q.data[i]!);
     bytes.set(new Uint8Array(qm.scales.buffer, qm.scales.byteOffset, qm.scales.byteLength), q.scales[i]!);
+    if (qm.format === 'int4') bytes.set(qm.zeros, q.zeros[i]!);
   });
   if (q.bias >= 0) {
     const b = new Float32Array(bank.buffer, bank.byteOffset + 4 * off + q.bias, 2 * I + H);
@@ -206,10 +261,13 @@ export function writeExpertRow(bank: Float32Array, off: number, e: ExpertWeights
 export function quantRowView(bank: Float32Array, off: number, q: QuantRowLayout, I: number, H: number): QuantExpert {
   const base = bank.byteOffset + 4 * off;
   const view = (i: number): QuantMatrix => {
-    const { format, rows, cols, block, dataBytes, scaleCount } = q.shapes[i]!;
+    const { format, rows, cols, block, dataBytes, scaleCount, scaleType, zeroCount } = q.shapes[i]!;
     const at = base + q.scales[i]!;
     if (format === 'bf16') return { format, rows, cols, block, data: new Uint16Array(bank.buffer, base + q.data[i]!, dataBytes / 2), scales: new Uint8Array(0) };
     const data = new Uint8Array(bank.buffer, base + q.data[i]!, dataBytes);
+    if (format === 'int4') {
+      return { format, rows, cols, block, data, scales: new Uint16Array(bank.buffer, at, scaleCount), scaleType: scaleType!, zeros: new Uint8Array(bank.buffer, base + q.zeros[i]!, zeroCount ?? 0) };
+    }
     return format === 'fp8'
       ? { format, rows, cols, block, data, scales: new Float32Array(bank.buffer, at, scaleCount) }
       : { format, rows, cols, block, data, scales: new Uint8Array(bank.buffer, at, scaleCount) };

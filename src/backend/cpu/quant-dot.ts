@@ -5,8 +5,9 @@
 // are bit-identical to `dot` over the dequantized row. FP8 needs blocks of a multiple of 4 columns for that
 // order to survive block boundaries (`fusedFp8`); other block widths take the row-scratch path. bf16 rows kept
 // as stored read each value's float32 from a 65536-entry table (exact; as fast as a float32 row here, at half
-// the bytes).
-import { FP4_VALUES, FP8_E4M3_VALUES, type Bf16Matrix, type Fp8Matrix, type Mxfp4Matrix } from '../../model/quant.ts';
+// the bytes). INT4 computes each value (q - z) x s from its group's scale and zero (exact, quant.ts Int4Matrix) inside
+// the sum, in `dot`'s order where groups are a multiple of 4 wide (`fusedInt4`).
+import { FP4_VALUES, FP8_E4M3_VALUES, INT4_SYMMETRIC_ZERO, int4Scale, type Bf16Matrix, type Fp8Matrix, type Int4Matrix, type Mxfp4Matrix } from '../../model/quant.ts';
 
 /**
  * The FP8 tables of a few (matrix, block row) pairs, so an expert's gate, up and down rows, read in turn,
@@ -120,6 +121,46 @@ export function dotMxfp4(out: Float64Array, m: Mxfp4Matrix, r: number, x: Float3
       const w2 = fp4Lut[hi & 15]!;
       const w3 = fp4Lut[hi >> 4]!;
       const i = c + 2 * b;
+      s0 += w0 * x[xA + i]!;
+      s1 += w1 * x[xA + i + 1]!;
+      s2 += w2 * x[xA + i + 2]!;
+      s3 += w3 * x[xA + i + 3]!;
+      if (two) {
+        t0 += w0 * x[xB + i]!;
+        t1 += w1 * x[xB + i + 1]!;
+        t2 += w2 * x[xB + i + 2]!;
+        t3 += w3 * x[xB + i + 3]!;
+      }
+    }
+  }
+  out[0] = s0 + s1 + (s2 + s3);
+  if (two) out[1] = t0 + t1 + (t2 + t3);
+}
+
+/** Whether `dotInt4` keeps `dot`'s order for this matrix (its groups are a multiple of 4 wide). */
+export function fusedInt4(m: Int4Matrix): boolean {
+  return m.block[1] % 4 === 0;
+}
+
+/** As dotFp8, for an INT4 matrix whose groups are fusedInt4. */
+export function dotInt4(out: Float64Array, m: Int4Matrix, r: number, x: Float32Array, xA: number, xB: number): void {
+  const n = m.cols;
+  const g = m.block[1];
+  const groups = n / g;
+  const d = m.data;
+  const zeros = m.zeros.length > 0 ? m.zeros : null;
+  let s0 = 0, s1 = 0, s2 = 0, s3 = 0, t0 = 0, t1 = 0, t2 = 0, t3 = 0; // prettier-ignore
+  const two = xB >= 0;
+  for (let j = 0, at = (r * n) >> 1; j < groups; j++) {
+    const s = int4Scale(m.scales[r * groups + j]!, m.scaleType);
+    const z = zeros ? zeros[r * groups + j]! : INT4_SYMMETRIC_ZERO;
+    for (let i = j * g, end = i + g; i < end; i += 4, at += 2) {
+      const lo = d[at]!;
+      const hi = d[at + 1]!;
+      const w0 = ((lo & 15) - z) * s;
+      const w1 = ((lo >> 4) - z) * s;
+      const w2 = ((hi & 15) - z) * s;
+      const w3 = ((hi >> 4) - z) * s;
       s0 += w0 * x[xA + i]!;
       s1 += w1 * x[xA + i + 1]!;
       s2 += w2 * x[xA + i + 2]!;

@@ -1,4 +1,4 @@
-// Linear layers and experts over weights kept as stored (block FP8, MXFP4, bf16: model/quant.ts), the CPU
+// Linear layers and experts over weights kept as stored (block FP8, MXFP4, INT4, bf16: model/quant.ts), the CPU
 // spec for them: for one or two inputs the weights are dequantized per block inside the dot products
 // (quant-dot.ts); for a batch each weight row is dequantized once into a row scratch and used for every
 // input. Either way float64 sums in exactly `dot`'s order with one float32 rounding on store, so no float32
@@ -8,7 +8,7 @@
 // threads (computeQuantUnits runs on each).
 import { dequantRow, type QuantMatrix } from '../../model/quant.ts';
 import { dot, dot2 } from './linalg.ts';
-import { dotBf16, dotFp8, dotMxfp4, fusedFp8 } from './quant-dot.ts';
+import { dotBf16, dotFp8, dotInt4, dotMxfp4, fusedFp8, fusedInt4 } from './quant-dot.ts';
 import { clampedAct, swigluAct } from './moe-ops.ts';
 import type { ClampedSwiglu } from '../../model/spec.ts';
 import { UNIT, unitPairs } from './expert-units.ts';
@@ -29,6 +29,7 @@ function rowDot(w: QuantMatrix, r: number, x: Float32Array, xA: number, xB: numb
   if (w.format === 'mxfp4') return dotMxfp4(sums, w, r, x, xA, xB);
   if (w.format === 'bf16') return dotBf16(sums, w, r, x, xA, xB);
   if (w.format === 'fp8' && fusedFp8(w)) return dotFp8(sums, w, r, x, xA, xB);
+  if (w.format === 'int4' && fusedInt4(w)) return dotInt4(sums, w, r, x, xA, xB);
   dequantRow(w, r, rowA);
   sums[0] = dot(rowA, 0, x, xA, w.cols);
   if (xB >= 0) sums[1] = dot(rowA, 0, x, xB, w.cols);

@@ -3,12 +3,14 @@
 // inside a kernel.
 import { ResidencyError } from '../../errors.ts';
 import type { ModelSpec } from '../../model/spec.ts';
+import { isInt4 } from '../../model/quant-config.ts';
 
 export function checkCudaSupport(s: ModelSpec): void {
   const refuse = (why: string): never => {
     throw new ResidencyError('UNSUPPORTED_MODEL', `cuda backend: ${why}; use --backend cpu`);
   };
   // Block FP8 and MXFP4 are computed as stored (device-weights.ts); MXFP4 in gpt-oss's expert layout.
+  if (isInt4(s.quantization)) refuse(`4-bit ${s.quantization.method} weights are not on CUDA yet`);
   if (s.quantization?.method === 'mxfp4' && s.architecture !== 'gpt_oss') refuse(`MXFP4 experts of ${s.architecture} (the kernels read gpt-oss's *_blocks / *_scales layout)`);
   if (s.quantization?.method === 'fp8' && s.quantization.blockSize[1] % 32 !== 0) {
     refuse(`FP8 blocks of [${s.quantization.blockSize.join(', ')}] (quantization_config.weight_block_size): the kernels take block columns that are a multiple of 32`);

@@ -9,8 +9,10 @@ import type { ModelSpec, YarnSpec } from '../spec.ts';
 import type { ExpertWeights, LayerWeights, ModelWeights, RawTensor, VocabMatrix } from '../weights.ts';
 import type { TensorSource } from '../tensor-source.ts';
 import { bf16Matrix, type Bf16Matrix, type Matrix } from '../quant.ts';
-import type { QuantSpec } from '../quant-config.ts';
+import { isInt4, type QuantSpec } from '../quant-config.ts';
 import { fp8Matrix, fp8ScaleName } from '../quant-read.ts';
+import { int4Module } from '../int4-config.ts';
+import { int4Matrix, int4StoredShape } from '../int4-repack.ts';
 
 export const posInt = z.number().int().positive();
 const tokenId = z.number().int().nonnegative();
@@ -176,8 +178,8 @@ export type Bf16Placer = (name: string) => Bf16Matrix | undefined;
 
 /**
  * Reads of a checkpoint's tensors by name, reporting each one's raw size: float32 (a NaN or infinity
- * refused), and `matrix` for a linear weight, kept as stored when it is block FP8 (quant-read.ts checks it)
- * or, with `keepBf16`, bf16. `freshBytes`: every get of `raw` returns bytes of their own (readOnGet), so a bf16
+ * refused), and `matrix` for a linear weight, kept as stored when it is block FP8 (quant-read.ts checks it),
+ * repacked into an Int4Matrix when the config stores it in 4 bits (int4-repack.ts), or, with `keepBf16`, bf16. `freshBytes`: every get of `raw` returns bytes of their own (readOnGet), so a bf16
  * matrix kept as stored is those bytes, checked in place, rather than a second copy of them. `table` reads the
  * embedding and lm head (float32, or with `keepBf16` bf16 as stored). `placeBf16`: where such bf16 matrices go.
  */
@@ -199,7 +201,20 @@ export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (na
     const [rows, cols] = t.shape as [number, number];
     return bf16Matrix(rows, cols, freshBytes ? ownBf16Bits(t) : bf16Bits(t));
   };
+  /** A linear weight the config stores in 4 bits (GPTQ, AWQ, compressed-tensors): read from its stored tensors. */
+  const isInt4Weight = (name: string): boolean => isInt4(quant) && name.endsWith('.weight') && int4Module(quant, name.slice(0, -'.weight'.length));
+  const int4 = (name: string): Matrix => {
+    if (!isInt4(quant)) throw new ResidencyError('INTERNAL', `tensorReader: ${name} is not a 4-bit weight`);
+    const got = new Map<string, RawTensor>(); // each stored tensor read once for this matrix
+    const get = (n: string): RawTensor | undefined => {
+      if (!got.has(n) && raw.has(n)) got.set(n, rawOf(n));
+      return got.get(n);
+    };
+    const [rows, cols] = int4StoredShape(quant, name, (n) => get(n)?.shape);
+    return int4Matrix(quant, name, rows, cols, get);
+  };
   const matrix = (name: string): Matrix => {
+    if (isInt4Weight(name)) return int4(name);
     const t = rawOf(name);
     if (keepBf16 && t.dtype === 'BF16') return bf16(t);
     if (t.dtype !== 'F8_E4M3') return tensorToFloat32(t, { finite: true });
@@ -213,7 +228,7 @@ export function tensorReader(raw: ReadonlyMap<string, RawTensor>, onTensor?: (na
   };
   // What the CPU kernel computes with (projections, the lm head): through `placeBf16` where it takes them. Routed
   // experts (read into the banks) and an untied embedding (looked up a row at a time) take the readers above.
-  const projection = (name: string): Matrix => placed(name) ?? matrix(name);
+  const projection = (name: string): Matrix => (isInt4Weight(name) ? int4(name) : placed(name) ?? matrix(name));
   const head = (name: string): VocabMatrix => placed(name) ?? table(name);
   return { raw: rawOf, f32, matrix, table, projection, head };
 }
@@ -283,7 +298,7 @@ export function swigluShapes(out: TensorShapes, names: SwigluNames, I: number, H
  */
 export function storedExperts(source: TensorSource, expert: (e: number) => SwigluNames, spec: ModelSpec, keepBf16 = false): ExpertWeights[] {
   const q = spec.quantization;
-  const fp8 = q?.method === 'fp8' ? { fp8Block: q.blockSize } : {};
+  const fp8 = q?.method === 'fp8' ? { fp8Block: q.blockSize } : isInt4(q) ? { int4: q } : {};
   return Array.from({ length: spec.numExperts }, (_, e) => ({ gate: EMPTY, up: EMPTY, down: EMPTY, stored: { source, ...expert(e), keepBf16, ...fp8 } }));
 }
 

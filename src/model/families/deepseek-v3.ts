@@ -48,8 +48,9 @@ export function parseDeepseekV3(json: unknown, name: string): ModelSpec {
   const rope = ropeOf(T, c);
   if (rope.ropeType !== 'default' && rope.ropeType !== 'yarn') throw unsupported(T, 'rope_parameters.rope_type', `"${rope.ropeType}" is not supported; only "default" and "yarn"`);
   if (c.qk_rope_head_dim % 2 !== 0) throw badConfig(`field qk_rope_head_dim: ${c.qk_rope_head_dim} must be even: RoPE rotates pairs`);
-  // Block FP8 as the hub's DeepSeek-V3 / R1 / Kimi K2 checkpoints store it (every linear but the router).
-  const quantization = parseQuantization(T, c.quantization_config, ['fp8']);
+  // Block FP8 as the hub's DeepSeek-V3 / R1 / Kimi K2 checkpoints store it (every linear but the router); 4-bit
+  // experts as Kimi K2 Thinking's compressed-tensors (int4, groups of 32) and GPTQ / AWQ copies store them.
+  const quantization = parseQuantization(T, c.quantization_config, ['fp8', 'gptq', 'awq', 'compressed-tensors']);
   const E = c.n_routed_experts;
   checkTopK(c.num_experts_per_tok, E);
   const nGroup = c.n_group ?? 1;

@@ -2,7 +2,7 @@
 // device's bytes: the values stacked by rows, and the scale grid of block FP8 (fp8-grid.ts, as the backend builds
 // it from each part's weight_scale_inv) or MXFP4's E8M0 bytes. The CPU side sums with the CPU backend's own dots.
 import { bf16Matrix, type QuantMatrix } from '../../../src/model/quant.ts';
-import { dotBf16, dotFp8, dotMxfp4 } from '../../../src/backend/cpu/quant-dot.ts';
+import { dotBf16, dotFp8, dotInt4, dotMxfp4 } from '../../../src/backend/cpu/quant-dot.ts';
 import { fillFp8Grid, fp8Grid } from '../../../src/backend/cuda/weights/fp8-grid.ts';
 import type { WeightFormat } from '../../../src/backend/cuda/weights/device-weights.ts';
 import type { GemmArgs } from '../../../src/backend/cuda/step/kernel-args.ts';
@@ -66,6 +66,7 @@ const sums = new Float64Array(2);
 export function matrixDot(m: QuantMatrix, r: number, x: Float32Array, xOff: number): number {
   if (m.format === 'bf16') dotBf16(sums, m, r, x, xOff, -1);
   else if (m.format === 'fp8') dotFp8(sums, m, r, x, xOff, -1);
+  else if (m.format === 'int4') dotInt4(sums, m, r, x, xOff, -1);
   else dotMxfp4(sums, m, r, x, xOff, -1);
   return sums[0]!;
 }

@@ -83,7 +83,7 @@ export function exactSwigluClamped(g: number, u: number, limit: number, alpha: n
 }
 
 /** The warp's butterfly over 32 lane sums (lane l adds lane l ^ o, o = 16 .. 1): lane 0's. */
-function butterfly(acc: number[]): number {
+export function butterfly(acc: number[]): number {
   for (let o = 16; o > 0; o >>= 1) acc = acc.map((v, l) => Math.fround(v + acc[l ^ o]!));
   return acc[0]!;
 }
