@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { loadModelFor } from '../../src/backend/load-for.ts';
 import { createCpuBackend } from '../../src/backend/cpu/cpu-backend.ts';
 import { argmax } from '../../src/backend/argmax.ts';
+import { bySequence } from '../../src/backend/sequences.ts';
 import { report } from './model.gpu.ts';
 
 interface RefCase { domain: string; prompt_ids: number[]; tokens: number[]; top5_ids: number[][]; top5_logits: number[][] }
@@ -21,8 +22,9 @@ test('real shapes (4-bit, CPU): greedy tokens equal the transformers float32 ref
   const steps = refs[0]!.tokens.length;
   const m = await loadModelFor(dir!, 'cpu');
   assert.ok(['gptq', 'awq', 'compressed-tensors'].includes(m.spec.quantization?.method ?? ''), `${dir}: not a 4-bit checkpoint`);
-  const be = createCpuBackend(m.spec, m.weights, { threads: 12 });
-  await be.ready();
+  const raw = createCpuBackend(m.spec, m.weights, { threads: 12 });
+  await raw.ready();
+  const be = bySequence(raw);
   const V = m.spec.vocabSize;
   let mismatch = 0, maxTopErr = 0;
   const nearTies: string[] = [];
