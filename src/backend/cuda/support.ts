@@ -32,6 +32,8 @@ export function checkCudaSupport(s: ModelSpec): void {
     if (m.qLoraRank % 32 !== 0) refuse(`q_lora_rank ${m.qLoraRank} is not a multiple of 32`);
     // op_mla_q_absorb stages 8 rows of q_nope and two partial latent rows per row in 48 KiB of shared memory.
     if (m.qkNopeDim > 512) refuse(`qk_nope_head_dim ${m.qkNopeDim} (the latent attention kernels take at most 512)`);
+    // op_mla_norm_rope_kv stages the rotated k_rope in shared memory before it joins the cache (mla.cuh MLA_MAX_ROPE).
+    if (s.headDim > 256) refuse(`qk_rope_head_dim ${s.headDim} (the latent attention kernels take at most 256)`);
     if ((s.numHeads * m.vHeadDim) % 32 !== 0) refuse(`num_heads x v_head_dim ${s.numHeads * m.vHeadDim} is not a multiple of 32`);
   } else {
     if (s.rope?.interleaved) refuse('interleaved RoPE outside multi-head latent attention (the attention kernels rotate halves)');
