@@ -80,7 +80,8 @@ __device__ __forceinline__ size_t mla_cache(const OpRows& rows, int t, const Mla
 #define MLA_MAX_ROPE 256
 
 // Row t of a = [q latent (q_lora) | c (kv_lora) | k_rope (rope)] (q_a_proj | kv_a_proj_with_mqa): the q latent
-// RMSNormed in place (q_b_proj's input), c RMSNormed and k_rope turned into the cache at the row's position.
+// RMSNormed in place (q_b_proj's input), c RMSNormed in place too and k_rope turned, both stored into the cache at the
+// row's position in its dtype (nothing reads c from `a` after this).
 // Grid (T), any block size of whole warps up to 1024.
 __device__ __forceinline__ void mla_norm_rope_kv_body(float* a, int lda, OpRows rows, const MlaParams& m) {
   __shared__ float red[32];

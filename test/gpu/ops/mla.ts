@@ -99,9 +99,10 @@ function normRopeKv(dev: OpDevice, draw: Draw): void {
       ropeInterleaved(kv, x.kvLora, x.rope, x.tables.cos, x.tables.sin, pos[t]!, tmp);
       const c = new Float32Array(dev.read(caches.devs[t]!, caches.host[t]!.byteLength).buffer);
       const at = (LAYER * caches.bs + pos[t]!) * x.D;
-      got.push(...a.subarray(t * A, t * A + x.qLora), ...c.subarray(at, at + x.D));
-      want.push(...q, ...kv);
-      for (let i = x.qLora; i < A; i++) if (a[t * A + i] !== a0[t * A + i]) { problems.push(`row ${t}: c | k_rope changed in place`); break; }
+      // The q latent and c are normalized in place (c on its way to the cache); k_rope is left as it came.
+      got.push(...a.subarray(t * A, t * A + x.qLora + x.kvLora), ...c.subarray(at, at + x.D));
+      want.push(...q, ...kv.subarray(0, x.kvLora), ...kv);
+      for (let i = x.qLora + x.kvLora; i < A; i++) if (a[t * A + i] !== a0[t * A + i]) { problems.push(`row ${t}: k_rope changed in place`); break; }
       const cu = new Uint32Array(c.buffer), hu = new Uint32Array(caches.host[t]!.buffer);
       for (let i = 0; i < cu.length; i++) if ((i < at || i >= at + x.D) && cu[i] !== hu[i]) { problems.push(`row ${t}: cache written outside its position`); break; }
     }
