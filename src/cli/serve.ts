@@ -59,8 +59,10 @@ export const SERVE_HELP = `usage: residency serve [MODEL] [options]      (as vll
   --api-key KEY        require "Authorization: Bearer KEY" on /v1/* (default: env RESIDENCY_API_KEY, else none)
   --control-api-key KEY  POST /v1/residency/control takes this key instead (default: env RESIDENCY_CONTROL_API_KEY);
                        without it, control over HTTP is off unless --host is loopback
-  --allowed-origins O,...  web pages (scheme://host[:port], or *) allowed to call the API besides this server's own
-                       and loopback pages; their hosts are also answered on a loopback --host (a proxy in front)
+  --allowed-origins O,...  web pages (scheme://host[:port], or *) allowed to call the API and read its replies (CORS)
+                       besides this server's own pages and, on a loopback --host, loopback pages (http://localhost:3000)
+  --allowed-hosts H,...  host names a loopback --host answers besides loopback names (a proxy in front), or * for any;
+                       the DNS-rebinding guard, independent of --allowed-origins
   --max-queue N        requests waiting to join the batch before new ones get 429 (default ${defaultServerConfig.maxQueue})
   --max-running N      sequences in the running batch at most (default 8)
   --threads N|auto     cpu: worker threads sharing each step (bit-identical; default RESIDENCY_CPU_THREADS, else 1)
@@ -90,6 +92,7 @@ const OPTIONS = {
   'api-key': { type: 'string' },
   'control-api-key': { type: 'string' },
   'allowed-origins': { type: 'string' },
+  'allowed-hosts': { type: 'string' },
   'max-queue': { type: 'string' },
   'max-running': { type: 'string' },
   'max-body': { type: 'string' },
@@ -124,7 +127,9 @@ export const serveCommand: CliCommand = {
     const shutdownS = int('shutdown-timeout', v['shutdown-timeout'], 0, 86_400) ?? 30;
     const apiKey = v['api-key'] ?? process.env['RESIDENCY_API_KEY'];
     const controlApiKey = v['control-api-key'] ?? process.env['RESIDENCY_CONTROL_API_KEY'];
-    const allowedOrigins = (v['allowed-origins'] ?? '').split(',').map((o) => o.trim()).filter((o) => o !== '');
+    const list = (text: string | undefined) => (text ?? '').split(',').map((o) => o.trim()).filter((o) => o !== '');
+    const allowedOrigins = list(v['allowed-origins']);
+    const allowedHosts = list(v['allowed-hosts']);
     const chatTemplate = readTemplate(v['chat-template']);
     const name = v['served-model-name'];
     if (name !== undefined && (name.trim() === '' || name.length > 256)) throw new ResidencyError('BAD_ARGUMENT', `--served-model-name '${name.slice(0, 40)}': expected 1..256 characters`);
@@ -141,7 +146,7 @@ export const serveCommand: CliCommand = {
       adapt: v.adapt,
       port: int('port', v.port, 0, 65535)!,
       host: v.host,
-      config: { ...(apiKey ? { apiKey } : {}), ...(controlApiKey ? { controlApiKey } : {}), allowedOrigins, ...(maxQueue ? { maxQueue } : {}), ...(maxBody ? { maxBodyBytes: maxBody } : {}) },
+      config: { ...(apiKey ? { apiKey } : {}), ...(controlApiKey ? { controlApiKey } : {}), allowedOrigins, allowedHosts, ...(maxQueue ? { maxQueue } : {}), ...(maxBody ? { maxBodyBytes: maxBody } : {}) },
       scheduler: maxRunning ? { maxRunning } : undefined,
       ...(v.threads !== undefined ? { threads: parseThreads(v.threads) } : {}),
       ...parseMemoryFlags(v),

@@ -79,8 +79,13 @@ export interface ServerConfig {
   readonly apiKey?: string;
   /** Required (as a Bearer token) by POST /v1/residency/control instead of apiKey; without it, control over HTTP needs a loopback listener. */
   readonly controlApiKey?: string;
-  /** Web page origins (scheme://host[:port], or '*') allowed besides this server itself and loopback pages. */
+  /** Web page origins (scheme://host[:port], or '*') allowed besides this server itself and loopback pages (Origin and CORS). */
   readonly allowedOrigins: readonly string[];
+  /**
+   * Host names a loopback listener answers besides loopback names (a proxy in front), or '*' for any; the
+   * DNS-rebinding guard, independent of allowedOrigins. Default none.
+   */
+  readonly allowedHosts?: readonly string[];
   /** Requests waiting to join the batch before new ones get 429. */
   readonly maxQueue: number;
   /**
