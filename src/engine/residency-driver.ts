@@ -7,6 +7,7 @@ import { parseControl, printable, type ControlCommand, type ControlResult } from
 import type { CountsDump } from '../residency/counts.ts';
 import { ControlFileWatcher } from '../residency/control-watcher.ts';
 import { saveCountsDump, saveCountsDumpIn } from '../residency/files.ts';
+import { ownFileIdentities } from '../residency/folder-io.ts';
 import { FOLDER_FILES, isFolderFile, remoteDumpNameProblem } from '../residency/folder-files.ts';
 import type { Budgets, Swap } from '../residency/policy.ts';
 import { planRestore } from '../residency/restore.ts';
@@ -145,17 +146,20 @@ export class ResidencyDriver implements ResidencyHook {
     return { ok: true, changes: [`dump_counts -> ${dump.path}`, ...result.changes], dump };
   }
 
-  /** The control file's dump: anywhere, folders made, but never over the residency folder's own files. */
+  /**
+   * The control file's dump: anywhere, folders made, but never over the residency folder's own files, by
+   * name (below) or by identity, whatever name reaches them (files.ts).
+   */
   private dumpLocal(dumpPath: string, counts: CountsDump): string | null {
     const path = this.opts.dir && !isAbsolute(dumpPath) ? join(this.opts.dir, dumpPath) : dumpPath;
     if (this.opts.dir && resolve(dirname(path)) === resolve(this.opts.dir) && isFolderFile(basename(path))) {
       return `dump_counts: '${basename(path)}' is one of the residency folder's own files (${Object.values(FOLDER_FILES).join(', ')}); pick another name`;
     }
     try {
-      saveCountsDump(path, counts);
+      saveCountsDump(path, counts, this.opts.dir ? ownFileIdentities(this.opts.dir) : undefined);
       return null;
     } catch (err) {
-      return `dump_counts: cannot write ${path}: ${(err as Error).message}`;
+      return (err as Error).message;
     }
   }
 
@@ -164,7 +168,7 @@ export class ResidencyDriver implements ResidencyHook {
     const problem = remoteDumpNameProblem(name);
     if (problem) return `dump_counts: ${problem}`;
     try {
-      saveCountsDumpIn(this.opts.dir, name, counts);
+      saveCountsDumpIn(this.opts.dir, name, counts, ownFileIdentities(this.opts.dir));
       return null;
     } catch (err) {
       return (err as Error).message;
