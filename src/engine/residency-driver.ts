@@ -98,7 +98,8 @@ export class ResidencyDriver implements ResidencyHook {
     });
     if (prior) this.log(`seed prior from ${opts.prior!.source ?? 'a counts dump'}: ${this.controller.budgets.prior_picks_per_expert} pseudo-picks per expert`);
     this.writer = opts.dir
-      ? new TelemetryWriter(opts.dir, this.log, { model, layers: banks.layers, experts: banks.experts, hot_per_layer: banks.hotPerLayer, frozen: this.controller.frozen })
+      ? new TelemetryWriter(opts.dir, this.log, { model, layers: banks.layers, experts: banks.experts, hot_per_layer: banks.hotPerLayer, frozen: this.controller.frozen },
+        { boot_map: this.controller.boot })
       : null;
     const controlPath = opts.controlPath ?? (opts.dir ? join(opts.dir, FOLDER_FILES.control) : undefined);
     const goPath = opts.goPath ?? (opts.dir ? join(opts.dir, FOLDER_FILES.go) : undefined);
@@ -207,6 +208,8 @@ export class ResidencyDriver implements ResidencyHook {
    */
   private swap(step: number): number {
     const lines: SwapLine[] = [];
+    // After lines were dropped (a full disk), swaps.jsonl resyncs to the map as it was before this step's landings.
+    const before = this.writer?.swapsNeedResync ? this.controller.map() : undefined;
     const banks = this.backend.banks;
     const now = (): bigint => process.hrtime.bigint();
     let landed = 0;
@@ -227,7 +230,7 @@ export class ResidencyDriver implements ResidencyHook {
       this.requestedAt.set(`${s.layer}/${s.hotRow}/${s.coldRow}`, now());
     });
     settle(); // banks that move at once land here, in the step that asked
-    this.writer?.swaps(lines);
+    this.writer?.swaps(lines, before);
     return landed;
   }
 }

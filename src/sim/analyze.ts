@@ -3,6 +3,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
+import type { RowMap } from '../residency/rowmap.ts';
 import type { DrainLine, StepRingDump, SwapLine } from '../residency/telemetry.ts';
 
 export interface LiveRun {
@@ -13,6 +14,14 @@ export interface LiveRun {
   readonly runs: number;
   /** The last run's id, when its boot record has one (folders written before boot records have none). */
   readonly run?: string;
+  /** Lines of the last run that were skipped: not JSON (a write cut short by a full disk, say) or missing fields. */
+  readonly broken: readonly BrokenLine[];
+}
+
+/** A line skipped by the reader: where (file:line) and why. */
+export interface BrokenLine {
+  readonly where: string;
+  readonly why: string;
 }
 
 function need(ok: boolean, where: string, what: string): void {
@@ -20,11 +29,14 @@ function need(ok: boolean, where: string, what: string): void {
 }
 
 /**
- * The lines of the last run in a .jsonl file (after its last boot record), checked, and the runs seen.
- * A last line without its newline is a torn write (a process killed mid-append) and is skipped.
+ * The lines of the last run in a .jsonl file (after its last boot record), checked, and the runs seen. A line
+ * that does not parse or lacks a field is skipped and reported (a write cut short by a full disk leaves one),
+ * not fatal: one bad line does not hide the run. Records of other types (a writer's resync line) are not
+ * drains or swaps and are passed over.
  */
-function readLines<T>(file: string, check: (o: Record<string, unknown>, where: string) => void): { lines: T[]; runs: number; run?: string } {
+function readLines<T>(file: string, check: (o: Record<string, unknown>, where: string) => void): { lines: T[]; runs: number; run?: string; broken: BrokenLine[] } {
   let out: T[] = [];
+  let broken: BrokenLine[] = [];
   let runs = 0;
   let run: string | undefined;
   const text = readFileSync(file, 'utf8');
@@ -34,21 +46,32 @@ function readLines<T>(file: string, check: (o: Record<string, unknown>, where: s
     const where = `${file}:${i + 1}`;
     let o: Record<string, unknown>;
     try { o = JSON.parse(line) as Record<string, unknown>; } catch (err) {
-      if (i === all.length - 1 && !text.endsWith('\n')) return; // torn last line
-      throw new ResidencyError('BAD_ARGUMENT', `${where}: not JSON (${(err as Error).message})`);
+      if (i === all.length - 1 && !text.endsWith('\n')) return; // torn last line (a kill mid-append)
+      broken.push({ where, why: `not JSON (${(err as Error).message.slice(0, 120)})` });
+      return;
     }
-    need(o.v === 1, where, `field 'v' must be 1, got ${JSON.stringify(o.v)}`);
+    if (typeof o !== 'object' || o === null || o.v !== 1) {
+      broken.push({ where, why: `field 'v' must be 1, got ${JSON.stringify((o as { v?: unknown } | null)?.v)}` });
+      return;
+    }
     if (o.type === 'boot') {
       runs++;
       run = typeof o.run === 'string' ? o.run : undefined;
       out = [];
+      broken = [];
       return;
     }
-    check(o, where);
+    if (o.type !== undefined) return;
+    try {
+      check(o, where);
+    } catch (err) {
+      broken.push({ where, why: (err as Error).message.slice(where.length + 2) });
+      return;
+    }
     out.push(o as T);
   });
   // A folder from before boot records: one run, unnamed.
-  return { lines: out, runs: Math.max(runs, 1), ...(run ? { run } : {}) };
+  return { lines: out, runs: Math.max(runs, 1), broken, ...(run ? { run } : {}) };
 }
 
 const num = (o: Record<string, unknown>, k: string, where: string) => need(typeof o[k] === 'number' && Number.isFinite(o[k]), where, `field '${k}' must be a number, got ${JSON.stringify(o[k])}`);
@@ -75,7 +98,8 @@ export function readLiveRun(dir: string): LiveRun {
     // A ring written by an earlier run (this one died before its first flush) is not this run's.
     if (o.run === undefined || o.run === t.run) ring = o as unknown as StepRingDump;
   }
-  return { drains, swaps, runs: t.runs, ...(ring ? { ring } : {}), ...(t.run ? { run: t.run } : {}) };
+  const broken = [...t.broken, ...(sw && sw.run === t.run ? sw.broken : [])];
+  return { drains, swaps, runs: t.runs, broken, ...(ring ? { ring } : {}), ...(t.run ? { run: t.run } : {}) };
 }
 
 export interface ShiftFigures {
@@ -168,4 +192,65 @@ export function analyzeLiveRun(run: LiveRun, marks?: readonly number[]): LiveAna
   });
   const fig = (xs: number[]) => { const s = xs.sort((a, b) => a - b); return { count: s.length, p50Ms: quantile(s, 0.5), p99Ms: quantile(s, 0.99) }; };
   return { ...out, swapSteps: fig(withSwaps), swapFreeSteps: fig(free) };
+}
+
+/** What replaying swaps.jsonl's last run gives: the map it ends at, and how well its lines agreed. */
+export interface SwapReplay {
+  /** The map after every line (null: the boot record carries no boot_map, from before boot maps were recorded). */
+  readonly map: RowMap | null;
+  readonly swaps: number;
+  /** Swap lines whose rows did not hold the experts they name (a gap in the file with no resync after it). */
+  readonly inconsistent: number;
+  readonly resyncs: number;
+  /** Lines that did not parse (skipped). */
+  readonly broken: number;
+}
+
+/**
+ * Replays the last run of DIR/swaps.jsonl: from its boot record's boot_map, each swap line exchanges its hot and
+ * cold rows (checked against the experts it names), and a resync line (written after dropped lines) resets the
+ * map. A whole record replays to the map the run ended at.
+ */
+export function replaySwaps(dir: string): SwapReplay {
+  const text = readFileSync(join(dir, 'swaps.jsonl'), 'utf8');
+  let map: { hot: number[]; cold: number[] }[] | null = null;
+  let head: Omit<RowMap, 'layers_map'> | null = null;
+  let swaps = 0, inconsistent = 0, resyncs = 0, broken = 0;
+  const take = (m: RowMap) => {
+    const { layers_map: rows, ...rest } = m;
+    head = rest;
+    map = rows.map((r) => ({ hot: [...r.hot], cold: [...r.cold] }));
+  };
+  const lines = text.split('\n');
+  lines.forEach((line, i) => {
+    if (line.trim() === '') return;
+    let o: Record<string, unknown>;
+    try { o = JSON.parse(line) as Record<string, unknown>; } catch {
+      if (!(i === lines.length - 1 && !text.endsWith('\n'))) broken++;
+      return;
+    }
+    if (o.type === 'boot') {
+      swaps = inconsistent = resyncs = broken = 0;
+      map = null;
+      if (o.boot_map && typeof o.boot_map === 'object') take(o.boot_map as RowMap);
+      return;
+    }
+    if (o.type === 'resync') {
+      resyncs++;
+      take(o.map as RowMap);
+      return;
+    }
+    if (!map) return;
+    const s = o as unknown as SwapLine;
+    const rows = (map as { hot: number[]; cold: number[] }[])[s.layer];
+    swaps++;
+    if (!rows || rows.hot[s.hot_row] !== s.hot_expert || rows.cold[s.cold_row] !== s.cold_expert) {
+      inconsistent++;
+      return;
+    }
+    rows.hot[s.hot_row] = s.cold_expert;
+    rows.cold[s.cold_row] = s.hot_expert;
+  });
+  const out = map && head ? { ...(head as Omit<RowMap, 'layers_map'>), layers_map: map as { hot: number[]; cold: number[] }[] } as RowMap : null;
+  return { map: out, swaps, inconsistent, resyncs, broken };
 }
