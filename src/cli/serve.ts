@@ -9,7 +9,7 @@ import { defaultServerConfig } from '../server/types.ts';
 import type { CliCommand } from './command.ts';
 import { packageRoot } from './generate.ts';
 import { parseArgs } from 'node:util';
-import { readFileSync } from 'node:fs';
+import { readRegularFileSync } from '../util/regular-file.ts';
 
 /** Flags plus at most one positional, the model folder (`residency serve MODEL`, as `vllm serve MODEL`). */
 function parseServeArgs(argv: string[]) {
@@ -28,9 +28,10 @@ function parseServeArgs(argv: string[]) {
 function readTemplate(path: string | undefined): string | undefined {
   if (path === undefined) return undefined;
   try {
-    return readFileSync(path, 'utf8');
+    return readRegularFileSync(path);
   } catch (e) {
-    throw new ResidencyError('BAD_ARGUMENT', `--chat-template ${path}: cannot read it (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+    const err = e as NodeJS.ErrnoException;
+    throw new ResidencyError('BAD_ARGUMENT', `--chat-template ${path}: cannot read it (${err.code === 'ENOTREG' ? err.message : err.code ?? err.message})`);
   }
 }
 

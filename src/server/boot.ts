@@ -1,6 +1,5 @@
 // Builds everything `residency serve` runs: model, backend, residency driver, engine, HTTP server.
 // Tests call it too, so the served stack and the tested stack are the same code.
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Backend } from '../backend/backend.ts';
 import { createBackend, type BackendName } from '../backend/registry.ts';
@@ -18,6 +17,7 @@ import type { CountsDump } from '../residency/counts.ts';
 import type { Budgets } from '../residency/policy.ts';
 import type { RowMap } from '../residency/rowmap.ts';
 import { checkFolderPath } from '../util/folders.ts';
+import { readRegularFile } from '../util/regular-file.ts';
 import { accessWarnings } from './access.ts';
 import { DriverView } from './driver-view.ts';
 import { OffThreadEncoder } from './prompt-tokenizer.ts';
@@ -90,7 +90,7 @@ async function chatInfo(dir: string, override: string | undefined): Promise<Pick
   const template = override ?? (await readChatTemplate(dir));
   let cfg: Record<string, unknown> = {};
   try {
-    cfg = JSON.parse(await readFile(join(dir, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>;
+    cfg = JSON.parse(await readRegularFile(join(dir, 'tokenizer_config.json'))) as Record<string, unknown>;
   } catch { /* no special tokens named */ }
   const tok = (v: unknown) => (typeof v === 'string' ? v : typeof v === 'object' && v && typeof (v as { content?: unknown }).content === 'string' ? (v as { content: string }).content : undefined);
   return {
