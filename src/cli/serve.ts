@@ -48,9 +48,12 @@ export const SERVE_HELP = `usage: residency serve [MODEL] [options]      (as vll
   --hot H              experts per layer in the hot bank (default: round(E x 295/384), the reference ratio:
                        ${DEFAULT_HOT_TINY} of 64 for the shipped tiny-moe; on CUDA at real shapes, as many as fit the
                        --gpu-memory-utilization budget, all when they fit); H = E serves without a residency controller
-  --map MAP.json       start the banks from this map (a rowmap; overrides --hot)
+  --map MAP.json       start the banks from this map (a rowmap; overrides --hot and the map DIR keeps)
   --residency-dir DIR  telemetry.jsonl, swaps.jsonl, steps.json go to DIR; DIR/control.json and DIR/GO
-                       control the live controller (as POST /v1/residency/control does)
+                       control the live controller (as POST /v1/residency/control does); DIR/map.json keeps
+                       the map the banks hold (with its boot map and counts), and a restart resumes from it
+  --fresh              with --residency-dir: start from the default map (or --hot), not DIR/map.json (moved
+                       to DIR/map.json.stale)
   --prior COUNTS.json  seed prior for the controller: a counts dump of this model (dump_counts, as fit-map reads);
                        worth budgets.prior_picks_per_expert (default 1) pseudo-picks per expert, it helps while
                        live counts are sparse (few users) and fades as they grow
@@ -86,6 +89,7 @@ const OPTIONS = {
   hot: { type: 'string' },
   map: { type: 'string' },
   'residency-dir': { type: 'string' },
+  fresh: { type: 'boolean', default: false },
   prior: { type: 'string' },
   adapt: { type: 'boolean', default: false },
   port: { type: 'string', default: '8000' },
@@ -122,6 +126,8 @@ export const serveCommand: CliCommand = {
     }
     const backend = parseBackendName(v.backend);
     if (v.hot !== undefined && v.map !== undefined) throw new ResidencyError('BAD_ARGUMENT', 'give --hot H or --map MAP.json, not both');
+    if (v.fresh && v.map !== undefined) throw new ResidencyError('BAD_ARGUMENT', 'give --fresh or --map MAP.json, not both (--map already starts from its own map)');
+    if (v.fresh && v['residency-dir'] === undefined) throw new ResidencyError('BAD_ARGUMENT', '--fresh needs --residency-dir DIR (only a residency folder keeps a map to resume)');
     const maxQueue = int('max-queue', v['max-queue'], 1);
     const maxRunning = int('max-running', v['max-running'], 1);
     const maxBody = int('max-body', v['max-body'], 1024);
@@ -143,6 +149,7 @@ export const serveCommand: CliCommand = {
       hot: int('hot', v.hot, 1),
       map: v.map ? loadRowMap(v.map) : undefined,
       residencyDir: v['residency-dir'],
+      fresh: v.fresh,
       ...(v.prior !== undefined ? { prior: { dump: loadCountsDump(v.prior), source: `--prior ${v.prior}` } } : {}),
       adapt: v.adapt,
       port: int('port', v.port, 0, 65535)!,
@@ -156,8 +163,9 @@ export const serveCommand: CliCommand = {
     const banks = serving.backend.banks;
     const cpu = serving.backend as Partial<{ threads: number; simd: boolean }>;
     const compute = cpu.threads !== undefined ? ` ${cpu.threads} thread${cpu.threads > 1 ? 's' : ''}${cpu.simd ? ', simd' : ''}` : '';
+    if (serving.driver) console.error(`map: ${serving.mapSource.text}`);
     console.error(`serving ${name ?? spec.name} on ${serving.server.url} (${v.backend}${compute}; ${banks.hotPerLayer}/${banks.experts} experts hot per layer; ` +
-      `residency ${serving.driver ? (v.adapt ? 'adapting' : 'frozen until GO or {"freeze": false}') : 'off'}${apiKey ? '; API key required' : ''})`);
+      `residency ${serving.driver ? (v.adapt ? 'adapting' : 'frozen until GO or {"freeze": false}') : 'off'}; map ${serving.mapSource.source}${apiKey ? '; API key required' : ''})`);
     const hotReason = (serving.backend as { hotReason?: string }).hotReason;
     if (hotReason) console.error(`hot bank: ${hotReason}`);
     console.error(`dashboard: ${serving.server.url}/   metrics: ${serving.server.url}/metrics`);
