@@ -54,6 +54,11 @@ export interface ResidencySnapshot {
    * superseded: decided again at a later drain because the banks had no room to start them.
    */
   readonly swaps: { readonly applied: number; readonly refused: number; readonly superseded: number; readonly queued: number; readonly in_flight: number };
+  /**
+   * What the residency folder could not take this run (a full disk): lines dropped from telemetry.jsonl and
+   * swaps.jsonl, writes of map.json that failed. Absent without a residency folder.
+   */
+  readonly records?: { readonly telemetry_lines_dropped: number; readonly swap_lines_dropped: number; readonly map_writes_failed: number };
   /** Controller state: freeze/counting flags, budgets, step counters (whatever the controller reports). */
   readonly controller: Readonly<Record<string, unknown>>;
   /** Recent expert use per layer ([layer][expert], e.g. decayed counts), for the heatmap. */
