@@ -28,6 +28,9 @@ import { OffThreadEncoder } from './prompt-tokenizer.ts';
 import { startServer, type RunningServer } from './server.ts';
 import { defaultServerConfig, type HostLaneView, type ServerConfig, type ServerModel } from './types.ts';
 
+/** After the last step of a shutdown, what the streams' last events get to reach their sockets. */
+const SHUTDOWN_GRACE_MS = 250;
+
 /** How often an idle server reads the control and GO files. */
 const IDLE_POLL_MS = 500;
 
@@ -232,8 +235,11 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
         clearTimeout(timer);
         const cut = late ? engine.cancelRunning(`the server is shutting down: this stream was ended by the shutdown timeout (${timeoutMs / 1000} s)`) : 0;
         await idle;
-        // The streams' last events are written after the engine's last step: give the sockets a moment.
-        await Promise.race([connectionsEnded, new Promise((r) => setTimeout(r, 2000).unref())]);
+        // The streams' last events are written after the engine's last step: give the sockets a moment, and no
+        // more. Connections that went idle since are closed now; one a client holds open (keep-alive, silent, half
+        // a request) never ends by itself, and close() cuts whatever is left.
+        server.closeIdleConnections();
+        await Promise.race([connectionsEnded, new Promise((r) => setTimeout(r, SHUTDOWN_GRACE_MS).unref())]);
         await serving.close();
         return { refused, cut };
       },

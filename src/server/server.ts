@@ -14,6 +14,8 @@ export interface RunningServer extends ServerApp {
    * connection has ended on its own, i.e. its response is done. `close()` ends whatever is left.
    */
   stopAccepting(): Promise<void>;
+  /** Closes the connections with no request in progress (keep-alive ones between requests, ones that sent nothing). */
+  closeIdleConnections(): void;
   close(): Promise<void>;
 }
 
@@ -43,6 +45,9 @@ export async function startServer(deps: ServerDeps, listen: { port: number; host
         server.close(() => resolve());
         (server as { closeIdleConnections?: () => void }).closeIdleConnections?.();
       });
+    },
+    closeIdleConnections() {
+      (server as { closeIdleConnections?: () => void }).closeIdleConnections?.();
     },
     async close() {
       built.history.stop();
