@@ -105,8 +105,12 @@ export interface ServerConfig {
   /** A client must send its request headers within this, and its whole request (body too) within requestTimeoutMs; responses are not timed. */
   readonly headersTimeoutMs: number;
   readonly requestTimeoutMs: number;
-  /** Open connections at most; more are refused (closed) at once, so stalled clients cannot pile up. */
+  /**
+   * Open connections at most, in all and from one client address; past either, the connection idle longest is
+   * closed to make room (connections.ts), or the newcomer when every one has a request in progress.
+   */
   readonly maxConnections: number;
+  readonly maxConnectionsPerClient: number;
 }
 
 export const defaultServerConfig: ServerConfig = Object.freeze({
@@ -117,6 +121,7 @@ export const defaultServerConfig: ServerConfig = Object.freeze({
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 30_000,
   maxConnections: 1024,
+  maxConnectionsPerClient: 256,
 });
 
 export interface ServerDeps {
