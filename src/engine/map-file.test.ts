@@ -6,9 +6,9 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { readMapRecord } from '../residency/map-file.ts';
+import { readMapRecord, resumeMap } from '../residency/map-file.ts';
 import { rng, shuffle, skewedRouting } from '../residency/test-helpers.ts';
-import { readLiveRun } from '../sim/analyze.ts';
+import { readLiveRun, replaySwaps } from '../sim/analyze.ts';
 import { FAKE_GEOMETRY, fakeBackend } from './fake-backend.ts';
 import { mapFromBanks, ResidencyDriver } from './residency-driver.ts';
 
@@ -86,19 +86,19 @@ test('a leftover temporary file (a write cut short) is ignored and removed; a ma
 }));
 
 /**
- * A child that restarts on `dir` as serve does (resuming map.json when there is one) and then moves rows as fast
- * as it can, writing map.json at every landing; it prints "ready" once it runs.
+ * A child that restarts on `dir` as serve does (resuming map.json, carried forward by the swap log) and then moves
+ * rows as fast as it can, writing map.json every 150 ms while moves land; it prints "ready" once it runs.
  */
 const CHILD = (dir: string, seed: number) => `
-  import { readMapRecord } from ${JSON.stringify(new URL('../residency/map-file.ts', import.meta.url).href)};
+  import { resumeMap } from ${JSON.stringify(new URL('../residency/map-file.ts', import.meta.url).href)};
   import { rng, shuffle, skewedRouting } from ${JSON.stringify(new URL('../residency/test-helpers.ts', import.meta.url).href)};
   import { fakeBackend, FAKE_GEOMETRY } from ${JSON.stringify(new URL('./fake-backend.ts', import.meta.url).href)};
   import { ResidencyDriver } from ${JSON.stringify(new URL('./residency-driver.ts', import.meta.url).href)};
   const { L, E, K } = FAKE_GEOMETRY;
   const dir = ${JSON.stringify(dir)};
-  const saved = readMapRecord(dir + '/map.json');
+  const saved = resumeMap(dir);
   const backend = fakeBackend();
-  const driver = new ResidencyDriver({ backend, dir, log: () => {}, frozen: false, budgets: { drain_every: 4, min_average: 0.5, swaps_per_step: 4 }, mapFlushMs: 0, stepsFlushMs: 0,
+  const driver = new ResidencyDriver({ backend, dir, log: () => {}, frozen: false, budgets: { drain_every: 4, min_average: 0.5, swaps_per_step: 4 }, mapFlushMs: 150, stepsFlushMs: 0,
     ...(saved ? { map: saved.map, mapSource: 'resumed' } : {}) });
   console.log('ready');
   const r = rng(${seed});
@@ -111,9 +111,10 @@ const CHILD = (dir: string, seed: number) => `
     if (step % 8 === 7) await new Promise((res) => setImmediate(res)); // let the background writes run
   }`;
 
-test('SIGKILL at random points of a run that writes map.json at every landing: each restart finds a map that loads and resumes it', () => withDir(async (dir) => {
+test('SIGKILL at random points while moves land: each restart finds a map that loads and resumes at the last move recorded', () => withDir(async (dir) => {
   const r = rng(99);
   const seen = new Set<string>();
+  let moved = 0;
   for (let kill = 0; kill < 12; kill++) {
     const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', CHILD(dir, kill + 1)], { stdio: ['ignore', 'pipe', 'pipe'] });
     let err = '';
@@ -127,8 +128,13 @@ test('SIGKILL at random points of a run that writes map.json at every landing: e
     await new Promise((res) => child.once('exit', res));
     const rec = readMapRecord(join(dir, 'map.json'));
     assert.ok(rec, `kill ${kill}: map.json is there`);
-    seen.add(JSON.stringify(rec.map.layers_map));
+    const resume = resumeMap(dir)!;
+    // Nothing of the map is lost: the restart resumes where the killed run's swap log ends, past map.json.
+    assert.deepEqual(resume.map, replaySwaps(dir).map, `kill ${kill}: resumed at the last move recorded`);
+    moved += resume.movesAfter;
+    seen.add(JSON.stringify(resume.map.layers_map));
     assert.doesNotThrow(() => readLiveRun(dir), `kill ${kill}: the telemetry reads`);
   }
   assert.ok(seen.size > 1, 'the map moved between kills (the runs did swap)');
+  assert.ok(moved > 0, 'some kills came after moves map.json did not hold yet: the swap log carried them');
 }));

@@ -9,7 +9,9 @@ import { ResidencyError } from '../errors.ts';
 import { parseCountsDump, type CountsDump } from './counts.ts';
 import { FOLDER_FILES } from './folder-files.ts';
 import { openToRead, replaceFileSync } from './folder-io.ts';
-import { parseRowMap, type RowMap } from './rowmap.ts';
+import { parseRowMap, sameGeometry, type RowMap } from './rowmap.ts';
+import { planRestore } from './restore.ts';
+import { replaySwapLog } from './swap-log.ts';
 
 /** Where the map came from when its run started. */
 export type MapSource = 'resumed' | '--map' | 'default';
@@ -68,6 +70,49 @@ export function readMapRecord(path: string): MapRecord | null {
     v: 1, type: 'residency_map', run: String(o.run), time: String(o.time), step: Number(o.step), source, swaps_applied: Number(o.swaps_applied),
     map: parseRowMap(o.map, `${path} (map)`), boot_map: parseRowMap(o.boot_map, `${path} (boot_map)`), counts: parseCountsDump(o.counts, `${path} (counts)`),
   };
+}
+
+/** What a restart resumes: map.json's record, and the map to start from. */
+export interface Resume {
+  readonly record: MapRecord;
+  readonly map: RowMap;
+  /** Row exchanges between map.json's map and the one resumed: the moves swaps.jsonl recorded after it. */
+  readonly movesAfter: number;
+}
+
+/**
+ * The map a restart resumes: map.json's, carried forward by the swap lines its run appended after writing it
+ * (swaps.jsonl takes each move as it lands, map.json at most once a second), when that run's lines replay
+ * cleanly from its boot map (every line naming the experts its rows held, none broken, none dropped before the
+ * snapshot); else map.json's own. Null when the folder holds no map.json.
+ */
+export function resumeMap(dir: string): Resume | null {
+  const record = readMapRecord(mapPath(dir));
+  if (record === null) return null;
+  const own = { record, map: record.map, movesAfter: 0 };
+  let text: string;
+  try {
+    const opened = openToRead(join(dir, FOLDER_FILES.swaps));
+    if (opened === null) return own;
+    try {
+      text = readFileSync(opened.fd, 'utf8');
+    } finally {
+      closeSync(opened.fd);
+    }
+  } catch {
+    return own;
+  }
+  const replay = replaySwapLog(text);
+  if (replay.run !== record.run || replay.map === null || replay.inconsistent > 0 || replay.broken > 0) return own;
+  if (replay.resyncs === 0 && replay.swaps < record.swaps_applied) return own; // lines dropped with no resync yet
+  let map: RowMap;
+  try {
+    map = parseRowMap(replay.map, 'swaps.jsonl replay');
+  } catch {
+    return own;
+  }
+  if (!sameGeometry(map, record.map) || map.model !== record.map.model) return own;
+  return { record, map, movesAfter: planRestore(record.map, map, 0).length };
 }
 
 /** Temporary files of map writes a killed process left behind (map.json.PID.N.tmp): removed at start. */

@@ -17,7 +17,7 @@ import type { CountsDump } from '../residency/counts.ts';
 import type { Budgets } from '../residency/policy.ts';
 import type { RowMap } from '../residency/rowmap.ts';
 import { checkFolderPath } from '../util/folders.ts';
-import { mapPath, readMapRecord, type MapSource } from '../residency/map-file.ts';
+import { mapPath, resumeMap, type MapSource } from '../residency/map-file.ts';
 import type { ModelSpec } from '../model/spec.ts';
 import { renameSync } from 'node:fs';
 import { basename } from 'node:path';
@@ -132,14 +132,14 @@ function bootMap(opts: ServeOptions, spec: ModelSpec): { map?: RowMap; source: M
     }
   }
   const startOver = 'give --fresh to start from the default map (that file is moved aside), or --map MAP.json';
-  let record;
+  let resume;
   try {
-    record = readMapRecord(path);
+    resume = resumeMap(dir);
   } catch (err) {
     throw new ResidencyError('BAD_MAP', `${(err as Error).message}: ${startOver}`, { cause: err });
   }
-  if (record === null) return { source: 'default', text: `default (no ${basename(path)} in ${dir} yet)` };
-  const m = record.map;
+  if (resume === null) return { source: 'default', text: `default (no ${basename(path)} in ${dir} yet)` };
+  const { record, map: m } = resume;
   if (m.model !== spec.name) throw new ResidencyError('BAD_MAP', `${path} is a map of model '${m.model}', not '${spec.name}': ${startOver}`);
   if (m.layers !== spec.numLayers || m.experts !== spec.numExperts) {
     throw new ResidencyError('BAD_MAP', `${path} is a map of ${m.layers} layers x ${m.experts} experts, this model has ${spec.numLayers} x ${spec.numExperts}: ${startOver}`);
@@ -147,7 +147,8 @@ function bootMap(opts: ServeOptions, spec: ModelSpec): { map?: RowMap; source: M
   if (opts.hot !== undefined && opts.hot !== m.hot_per_layer) {
     throw new ResidencyError('BAD_ARGUMENT', `--hot ${opts.hot}, but ${path} (the map resumed) holds ${m.hot_per_layer} hot per layer: leave --hot out to resume it, or ${startOver}`);
   }
-  return { map: m, source: 'resumed', text: `resumed from ${path} (written ${record.time}, ${record.swaps_applied} swaps into the run before)` };
+  const after = resume.movesAfter > 0 ? `, and the ${resume.movesAfter} row exchanges swaps.jsonl recorded after it` : '';
+  return { map: m, source: 'resumed', text: `resumed from ${path} (written ${record.time}, ${record.swaps_applied} swaps into the run before${after})` };
 }
 
 export async function startServing(opts: ServeOptions): Promise<Serving> {

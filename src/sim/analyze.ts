@@ -3,8 +3,10 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
-import type { RowMap } from '../residency/rowmap.ts';
+import { replaySwapLog, type SwapReplay } from '../residency/swap-log.ts';
 import type { DrainLine, StepRingDump, SwapLine } from '../residency/telemetry.ts';
+
+export type { SwapReplay };
 
 export interface LiveRun {
   readonly drains: readonly DrainLine[];
@@ -194,63 +196,7 @@ export function analyzeLiveRun(run: LiveRun, marks?: readonly number[]): LiveAna
   return { ...out, swapSteps: fig(withSwaps), swapFreeSteps: fig(free) };
 }
 
-/** What replaying swaps.jsonl's last run gives: the map it ends at, and how well its lines agreed. */
-export interface SwapReplay {
-  /** The map after every line (null: the boot record carries no boot_map, from before boot maps were recorded). */
-  readonly map: RowMap | null;
-  readonly swaps: number;
-  /** Swap lines whose rows did not hold the experts they name (a gap in the file with no resync after it). */
-  readonly inconsistent: number;
-  readonly resyncs: number;
-  /** Lines that did not parse (skipped). */
-  readonly broken: number;
-}
-
-/**
- * Replays the last run of DIR/swaps.jsonl: from its boot record's boot_map, each swap line exchanges its hot and
- * cold rows (checked against the experts it names), and a resync line (written after dropped lines) resets the
- * map. A whole record replays to the map the run ended at.
- */
+/** Replays DIR/swaps.jsonl's last run (residency/swap-log.ts). */
 export function replaySwaps(dir: string): SwapReplay {
-  const text = readFileSync(join(dir, 'swaps.jsonl'), 'utf8');
-  let map: { hot: number[]; cold: number[] }[] | null = null;
-  let head: Omit<RowMap, 'layers_map'> | null = null;
-  let swaps = 0, inconsistent = 0, resyncs = 0, broken = 0;
-  const take = (m: RowMap) => {
-    const { layers_map: rows, ...rest } = m;
-    head = rest;
-    map = rows.map((r) => ({ hot: [...r.hot], cold: [...r.cold] }));
-  };
-  const lines = text.split('\n');
-  lines.forEach((line, i) => {
-    if (line.trim() === '') return;
-    let o: Record<string, unknown>;
-    try { o = JSON.parse(line) as Record<string, unknown>; } catch {
-      if (!(i === lines.length - 1 && !text.endsWith('\n'))) broken++;
-      return;
-    }
-    if (o.type === 'boot') {
-      swaps = inconsistent = resyncs = broken = 0;
-      map = null;
-      if (o.boot_map && typeof o.boot_map === 'object') take(o.boot_map as RowMap);
-      return;
-    }
-    if (o.type === 'resync') {
-      resyncs++;
-      take(o.map as RowMap);
-      return;
-    }
-    if (!map) return;
-    const s = o as unknown as SwapLine;
-    const rows = (map as { hot: number[]; cold: number[] }[])[s.layer];
-    swaps++;
-    if (!rows || rows.hot[s.hot_row] !== s.hot_expert || rows.cold[s.cold_row] !== s.cold_expert) {
-      inconsistent++;
-      return;
-    }
-    rows.hot[s.hot_row] = s.cold_expert;
-    rows.cold[s.cold_row] = s.hot_expert;
-  });
-  const out = map && head ? { ...(head as Omit<RowMap, 'layers_map'>), layers_map: map as { hot: number[]; cold: number[] }[] } as RowMap : null;
-  return { map: out, swaps, inconsistent, resyncs, broken };
+  return replaySwapLog(readFileSync(join(dir, 'swaps.jsonl'), 'utf8'));
 }
