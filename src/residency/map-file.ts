@@ -186,7 +186,14 @@ export class MapFile {
       while (this.pending && !this.closed) {
         const make = this.pending;
         this.pending = null;
-        await this.writeAsync(`${JSON.stringify(make())}\n`);
+        let text: string;
+        try {
+          text = `${JSON.stringify(make())}\n`;
+        } catch (err) {
+          this.failed(err); // never an unhandled rejection: nothing awaits this loop
+          continue;
+        }
+        await this.writeAsync(text);
       }
     } finally {
       this.running = null;
