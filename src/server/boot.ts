@@ -250,6 +250,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
         await engine.close();
         await encoder.close();
         driver?.close();
+        await driver?.mapSettled(); // a background write of map.json still running is let finish (it does not land)
         backend.dispose();
       },
     };

@@ -43,7 +43,7 @@ test('a full disk under the residency folder: the server keeps serving, and /met
     assert.match(text, /^residency_map_writes_failed_total\{[^}]*\} \d+$/m);
   } finally {
     await s.close();
-    try { execFileSync('umount', [root]); } catch { /* busy */ }
+    try { execFileSync('umount', [root]); } catch { execFileSync('umount', ['-l', root]); }
     rmSync(root, { recursive: true, force: true });
   }
 });
@@ -73,7 +73,7 @@ test('a read-only residency folder is refused at start, existing or not (it serv
       );
     }
   } finally {
-    if (mounted) try { execFileSync('umount', [join(root, 'ro')]); } catch { /* busy */ }
+    if (mounted) try { execFileSync('umount', [join(root, 'ro')]); } catch { execFileSync('umount', ['-l', join(root, 'ro')]); }
     if (!isRoot) { chmodSync(join(root, 'ro'), 0o755); chmodSync(join(root, 'ro', 'existing'), 0o755); }
     rmSync(root, { recursive: true, force: true });
   }
