@@ -1,5 +1,5 @@
 // `npm run build:lib`: the package's JavaScript, so no TypeScript runs at run time. esbuild bundles the
-// CLI, the API (src/index.ts) and the two worker entries into lib/ with shared chunks (dependencies stay
+// CLI, the API (src/index.ts) and the worker entries into lib/ with shared chunks (dependencies stay
 // external: npm installs them), copies the dashboard's static files beside them, and tsc writes the API's
 // declarations to lib/types/ (skipped with --js-only: npm start and generate need only the JavaScript).
 // dist/ is scripts/build.mjs's (the GPU machine's bundle): untouched here.
@@ -21,6 +21,7 @@ await build({
     index: 'src/index.ts',
     'cpu-worker': 'src/backend/cpu/parallel/worker.ts',
     'tokenizer-worker': 'src/server/tokenizer-worker.ts',
+    'body-worker': 'src/server/body-worker.ts',
   },
   outdir: lib,
   outExtension: { '.js': '.mjs' },

@@ -13,6 +13,7 @@ const entries = [
   ['src/cli/main.ts', 'dist/residency.mjs'],
   ['src/backend/cpu/parallel/worker.ts', 'dist/cpu-worker.mjs'],
   ['src/server/tokenizer-worker.ts', 'dist/tokenizer-worker.mjs'],
+  ['src/server/body-worker.ts', 'dist/body-worker.mjs'],
   ['test/gpu/run.ts', 'dist/gpu-tests.mjs'],
   ['bench/gpu/decode.ts', 'dist/bench-gpu.mjs'],
   ['bench/gpu/profile.ts', 'dist/profile-gpu.mjs'],

@@ -76,6 +76,12 @@ export interface StepOutput {
   readonly routingWeights?: Float32Array;
   /** With argmaxOnly: [chunks.length] each chunk's argmax (as `argmax` below picks it). */
   readonly argmax?: Int32Array;
+  /**
+   * With argmaxOnly: [chunks.length] 1 where that chunk's logits could not be picked from (a NaN, or no finite
+   * largest value: argmax.ts argmaxFinite), and the engine then fails its sequence as the sampler would. A
+   * backend that cannot tell leaves it out, and such a row is then served as its argmax.
+   */
+  readonly nonFinite?: Uint8Array;
 }
 
 /**

@@ -26,6 +26,11 @@ export const analyzeCommand: CliCommand = {
     const a = analyzeLiveRun(live, marks);
     // Restarts append to the same folder; only the last run is analyzed (each starts at step 0).
     if (live.runs > 1 && !values.json) console.log(`${live.runs} runs in this folder: the last${live.run ? ` (${live.run})` : ''} is analyzed`);
+    // A broken line (a write cut short by a full disk) is skipped, not fatal; say which.
+    if (live.broken.length > 0) {
+      const shown = live.broken.slice(0, 5).map((b) => `${b.where} (${b.why})`).join('; ');
+      console.error(`skipped ${live.broken.length} broken line${live.broken.length > 1 ? 's' : ''}: ${shown}${live.broken.length > 5 ? '; ...' : ''}`);
+    }
     if (values.json) { console.log(JSON.stringify(a, null, 1)); return 0; }
     const pct = (x: number) => `${(x * 100).toFixed(2)}%`;
     console.log(`${a.drains} drains over ${a.steps} steps, ${a.seconds.toFixed(1)} s: cold share ${pct(a.coldShare)}`);

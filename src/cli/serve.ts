@@ -10,7 +10,7 @@ import { defaultServerConfig } from '../server/types.ts';
 import type { CliCommand } from './command.ts';
 import { packageRoot } from './generate.ts';
 import { parseArgs } from 'node:util';
-import { readFileSync } from 'node:fs';
+import { readRegularFileSync } from '../util/regular-file.ts';
 
 /** Flags plus at most one positional, the model folder (`residency serve MODEL`, as `vllm serve MODEL`). */
 function parseServeArgs(argv: string[]) {
@@ -29,9 +29,10 @@ function parseServeArgs(argv: string[]) {
 function readTemplate(path: string | undefined): string | undefined {
   if (path === undefined) return undefined;
   try {
-    return readFileSync(path, 'utf8');
+    return readRegularFileSync(path);
   } catch (e) {
-    throw new ResidencyError('BAD_ARGUMENT', `--chat-template ${path}: cannot read it (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+    const err = e as NodeJS.ErrnoException;
+    throw new ResidencyError('BAD_ARGUMENT', `--chat-template ${path}: cannot read it (${err.code === 'ENOTREG' ? err.message : err.code ?? err.message})`);
   }
 }
 
@@ -48,9 +49,12 @@ export const SERVE_HELP = `usage: residency serve [MODEL] [options]      (as vll
   --hot H              experts per layer in the hot bank (default: round(E x 295/384), the reference ratio:
                        ${DEFAULT_HOT_TINY} of 64 for the shipped tiny-moe; on CUDA at real shapes, as many as fit the
                        --gpu-memory-utilization budget, all when they fit); H = E serves without a residency controller
-  --map MAP.json       start the banks from this map (a rowmap; overrides --hot)
+  --map MAP.json       start the banks from this map (a rowmap; overrides --hot and the map DIR keeps)
   --residency-dir DIR  telemetry.jsonl, swaps.jsonl, steps.json go to DIR; DIR/control.json and DIR/GO
-                       control the live controller (as POST /v1/residency/control does)
+                       control the live controller (as POST /v1/residency/control does); DIR/map.json keeps
+                       the map the banks hold (with its boot map and counts), and a restart resumes from it
+  --fresh              with --residency-dir: start from the default map (or --hot), not DIR/map.json (moved
+                       to DIR/map.json.stale)
   --prior COUNTS.json  seed prior for the controller: a counts dump of this model (dump_counts, as fit-map reads);
                        worth budgets.prior_picks_per_expert (default 1) pseudo-picks per expert, it helps while
                        live counts are sparse (few users) and fades as they grow
@@ -60,8 +64,10 @@ export const SERVE_HELP = `usage: residency serve [MODEL] [options]      (as vll
   --api-key KEY        require "Authorization: Bearer KEY" on /v1/* (default: env RESIDENCY_API_KEY, else none)
   --control-api-key KEY  POST /v1/residency/control takes this key instead (default: env RESIDENCY_CONTROL_API_KEY);
                        without it, control over HTTP is off unless --host is loopback
-  --allowed-origins O,...  web pages (scheme://host[:port], or *) allowed to call the API besides this server's own
-                       and loopback pages; their hosts are also answered on a loopback --host (a proxy in front)
+  --allowed-origins O,...  web pages (scheme://host[:port], or *) allowed to call the API and read its replies (CORS)
+                       besides this server's own pages and, on a loopback --host, loopback pages (http://localhost:3000)
+  --allowed-hosts H,...  host names a loopback --host answers besides loopback names (a proxy in front), or * for any;
+                       the DNS-rebinding guard, independent of --allowed-origins
   --max-queue N        requests waiting to join the batch before new ones get 429 (default ${defaultServerConfig.maxQueue})
   --threads N|auto     cpu: worker threads sharing each step (bit-identical; default RESIDENCY_CPU_THREADS, else 1)
 ${MEMORY_HELP}
@@ -84,6 +90,7 @@ const OPTIONS = {
   hot: { type: 'string' },
   map: { type: 'string' },
   'residency-dir': { type: 'string' },
+  fresh: { type: 'boolean', default: false },
   prior: { type: 'string' },
   adapt: { type: 'boolean', default: false },
   port: { type: 'string', default: '8000' },
@@ -91,6 +98,7 @@ const OPTIONS = {
   'api-key': { type: 'string' },
   'control-api-key': { type: 'string' },
   'allowed-origins': { type: 'string' },
+  'allowed-hosts': { type: 'string' },
   'max-queue': { type: 'string' },
   'max-body': { type: 'string' },
   'shutdown-timeout': { type: 'string' },
@@ -119,13 +127,17 @@ export const serveCommand: CliCommand = {
     }
     const backend = parseBackendName(v.backend);
     if (v.hot !== undefined && v.map !== undefined) throw new ResidencyError('BAD_ARGUMENT', 'give --hot H or --map MAP.json, not both');
+    if (v.fresh && v.map !== undefined) throw new ResidencyError('BAD_ARGUMENT', 'give --fresh or --map MAP.json, not both (--map already starts from its own map)');
+    if (v.fresh && v['residency-dir'] === undefined) throw new ResidencyError('BAD_ARGUMENT', '--fresh needs --residency-dir DIR (only a residency folder keeps a map to resume)');
     const maxQueue = int('max-queue', v['max-queue'], 1);
     const kv = parseKvFlags(v);
     const maxBody = int('max-body', v['max-body'], 1024);
     const shutdownS = int('shutdown-timeout', v['shutdown-timeout'], 0, 86_400) ?? 30;
     const apiKey = v['api-key'] ?? process.env['RESIDENCY_API_KEY'];
     const controlApiKey = v['control-api-key'] ?? process.env['RESIDENCY_CONTROL_API_KEY'];
-    const allowedOrigins = (v['allowed-origins'] ?? '').split(',').map((o) => o.trim()).filter((o) => o !== '');
+    const list = (text: string | undefined) => (text ?? '').split(',').map((o) => o.trim()).filter((o) => o !== '');
+    const allowedOrigins = list(v['allowed-origins']);
+    const allowedHosts = list(v['allowed-hosts']);
     const chatTemplate = readTemplate(v['chat-template']);
     const name = v['served-model-name'];
     if (name !== undefined && (name.trim() === '' || name.length > 256)) throw new ResidencyError('BAD_ARGUMENT', `--served-model-name '${name.slice(0, 40)}': expected 1..256 characters`);
@@ -138,11 +150,12 @@ export const serveCommand: CliCommand = {
       hot: int('hot', v.hot, 1),
       map: v.map ? loadRowMap(v.map) : undefined,
       residencyDir: v['residency-dir'],
+      fresh: v.fresh,
       ...(v.prior !== undefined ? { prior: { dump: loadCountsDump(v.prior), source: `--prior ${v.prior}` } } : {}),
       adapt: v.adapt,
       port: int('port', v.port, 0, 65535)!,
       host: v.host,
-      config: { ...(apiKey ? { apiKey } : {}), ...(controlApiKey ? { controlApiKey } : {}), allowedOrigins, ...(maxQueue ? { maxQueue } : {}), ...(maxBody ? { maxBodyBytes: maxBody } : {}) },
+      config: { ...(apiKey ? { apiKey } : {}), ...(controlApiKey ? { controlApiKey } : {}), allowedOrigins, allowedHosts, ...(maxQueue ? { maxQueue } : {}), ...(maxBody ? { maxBodyBytes: maxBody } : {}) },
       scheduler: kv.scheduler,
       kvCache: kv.kvCache,
       ...(kv.prefixCaching !== undefined ? { prefixCaching: kv.prefixCaching } : {}),
@@ -153,8 +166,9 @@ export const serveCommand: CliCommand = {
     const banks = serving.backend.banks;
     const cpu = serving.backend as Partial<{ threads: number; simd: boolean }>;
     const compute = cpu.threads !== undefined ? ` ${cpu.threads} thread${cpu.threads > 1 ? 's' : ''}${cpu.simd ? ', simd' : ''}` : '';
+    if (serving.driver) console.error(`map: ${serving.mapSource.text}`);
     console.error(`serving ${name ?? spec.name} on ${serving.server.url} (${v.backend}${compute}; ${banks.hotPerLayer}/${banks.experts} experts hot per layer; ` +
-      `residency ${serving.driver ? (v.adapt ? 'adapting' : 'frozen until GO or {"freeze": false}') : 'off'}${apiKey ? '; API key required' : ''})`);
+      `residency ${serving.driver ? (v.adapt ? 'adapting' : 'frozen until GO or {"freeze": false}') : 'off'}; map ${serving.mapSource.source}${apiKey ? '; API key required' : ''})`);
     const hotReason = (serving.backend as { hotReason?: string }).hotReason;
     if (hotReason) console.error(`hot bank: ${hotReason}`);
     const pool = serving.engine.kvCache;

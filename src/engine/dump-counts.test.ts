@@ -2,7 +2,7 @@
 // files, never through a link, no folders made, and no absolute path in the error.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, lstatSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -73,4 +73,54 @@ test('remote dump_counts without a residency folder is refused (it would land in
   const driver = new ResidencyDriver({ backend: fakeBackend(), log: () => {}, frozen: true });
   const r = driver.control({ dump_counts: 'counts.json' }, { remote: true });
   assert.ok(!r.ok && /no residency folder/.test(r.error));
+});
+
+test('the control file\'s dump_counts: a FIFO is refused without hanging; a link, an alias of the folder or a hard link to its own files is refused by identity (in a child with a kill timer)', async () => {
+  const root = mkdtempSync(join(tmpdir(), 'dump-local-'));
+  try {
+    const dir = join(root, 'rd');
+    // Built in a child: a blocking open of a FIFO never returns, and no timer in the same process could fire.
+    const script = `
+      import { writeFileSync, symlinkSync, linkSync, mkdirSync } from 'node:fs';
+      import { execFileSync } from 'node:child_process';
+      import { join } from 'node:path';
+      import { fakeBackend } from ${JSON.stringify(new URL('./fake-backend.ts', import.meta.url).href)};
+      import { ResidencyDriver } from ${JSON.stringify(new URL('./residency-driver.ts', import.meta.url).href)};
+      const dir = ${JSON.stringify(dir)};
+      const root = ${JSON.stringify(root)};
+      const driver = new ResidencyDriver({ backend: fakeBackend(), dir, log: () => {}, frozen: true });
+      driver.afterStep({ step: 0, tokens: 1, counted: true, durationNs: 1000 });
+      driver.close();
+      execFileSync('mkfifo', [join(root, 'pipe.json')]);
+      symlinkSync(join(dir, 'telemetry.jsonl'), join(root, 'tele-link.json'));
+      symlinkSync(dir, join(root, 'alias'));
+      linkSync(join(dir, 'swaps.jsonl'), join(root, 'swaps-hardlink.json'));
+      const out = {};
+      for (const p of [join(root, 'pipe.json'), join(root, 'tele-link.json'), join(root, 'alias', 'telemetry.jsonl'), join(root, 'alias', 'Swaps.jsonl'), join(root, 'swaps-hardlink.json'), join(root, 'alias', 'steps.json')]) {
+        const r = driver.control({ dump_counts: p });
+        out[p.slice(root.length + 1)] = r.ok ? 'ok' : r.error;
+      }
+      out.fine = driver.control({ dump_counts: join(root, 'alias', 'counts.json') }).ok;
+      console.log(JSON.stringify(out));`;
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.setEncoding('utf8').on('data', (s: string) => { out += s; });
+    child.stderr.setEncoding('utf8').on('data', (s: string) => { err += s; });
+    let killed = false;
+    const timer = setTimeout(() => { killed = true; child.kill('SIGKILL'); }, 30_000);
+    await new Promise((resolve) => child.once('exit', resolve));
+    clearTimeout(timer);
+    assert.equal(killed, false, 'dump_counts hung on the FIFO');
+    const r = JSON.parse(out) as Record<string, string | boolean>;
+    assert.match(String(r['pipe.json']), /FIFO/, err);
+    assert.match(String(r['tele-link.json']), /symbolic link/);
+    for (const k of ['alias/telemetry.jsonl', 'swaps-hardlink.json', 'alias/steps.json']) assert.match(String(r[k]), /own files/, k);
+    assert.equal(r.fine, true, 'a new file through the alias is fine');
+    const tele = readFileSync(join(dir, 'telemetry.jsonl'), 'utf8');
+    assert.ok(tele.split('\n').filter(Boolean).every((l) => 'v' in JSON.parse(l)) && !tele.includes('"cumulative"'), 'telemetry.jsonl is still the record');
+    assert.ok(!readFileSync(join(dir, 'swaps.jsonl'), 'utf8').includes('"cumulative"'), 'swaps.jsonl is still the record');
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
 });

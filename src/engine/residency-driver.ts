@@ -8,6 +8,8 @@ import { parseControl, printable, type ControlCommand, type ControlResult } from
 import type { CountsDump } from '../residency/counts.ts';
 import { ControlFileWatcher } from '../residency/control-watcher.ts';
 import { saveCountsDump, saveCountsDumpIn } from '../residency/files.ts';
+import { ownFileIdentities } from '../residency/folder-io.ts';
+import { MapFile, removeStaleMapTemps, type MapRecord, type MapSource } from '../residency/map-file.ts';
 import { FOLDER_FILES, isFolderFile, remoteDumpNameProblem } from '../residency/folder-files.ts';
 import type { Budgets, Swap } from '../residency/policy.ts';
 import { priorFromDump } from '../residency/prior.ts';
@@ -41,6 +43,13 @@ export interface ResidencyDriverOptions {
   readonly ringSize?: number;
   /** Milliseconds between rewrites of steps.json while steps run (a killed process keeps its ring). Default 10 s. */
   readonly stepsFlushMs?: number;
+  /**
+   * How the map came about, for DIR/map.json and the boot records: 'resumed' (the caller read it from DIR/map.json),
+   * '--map', or 'default'. Default: '--map' with `map`, else 'default'.
+   */
+  readonly mapSource?: MapSource;
+  /** Milliseconds at least between background rewrites of DIR/map.json while moves land. Default 1 s. */
+  readonly mapFlushMs?: number;
   readonly log?: (message: string) => void;
 }
 
@@ -54,6 +63,12 @@ export class ResidencyDriver implements ResidencyHook {
   private readonly pollEvery: number;
   private readonly stepsFlushMs: number;
   private stepsFlushedAt = performance.now();
+  private readonly mapFile: MapFile | null;
+  readonly mapSource: MapSource;
+  private readonly mapFlushMs: number;
+  private mapWrittenAt = -Infinity;
+  /** Moves landed since map.json was last asked to be written. */
+  private mapDirty = false;
   private readonly log: (message: string) => void;
   /** When each swap in flight was requested (hrtime), by layer/hotRow/coldRow. */
   private readonly requestedAt = new Map<string, bigint>();
@@ -76,9 +91,19 @@ export class ResidencyDriver implements ResidencyHook {
       boot, budgets: opts.budgets, frozen: opts.frozen ?? true, initialSnapshot: opts.backend.readCounter(), ...(prior ? { prior } : {}),
     });
     if (prior) this.log(`seed prior from ${opts.prior!.source ?? 'a counts dump'}: ${this.controller.budgets.prior_picks_per_expert} pseudo-picks per expert`);
+    this.mapSource = opts.mapSource ?? (opts.map ? '--map' : 'default');
     this.writer = opts.dir
-      ? new TelemetryWriter(opts.dir, this.log, { model, layers: banks.layers, experts: banks.experts, hot_per_layer: banks.hotPerLayer, frozen: this.controller.frozen })
+      ? new TelemetryWriter(opts.dir, this.log, { model, layers: banks.layers, experts: banks.experts, hot_per_layer: banks.hotPerLayer, frozen: this.controller.frozen, map_source: this.mapSource },
+        { boot_map: this.controller.boot })
       : null;
+    this.mapFlushMs = opts.mapFlushMs ?? 1000;
+    this.mapFile = opts.dir ? new MapFile(opts.dir, this.log) : null;
+    if (this.mapFile && opts.dir) {
+      removeStaleMapTemps(opts.dir);
+      // The run's starting map, at once: a restart before the first move resumes from it, not an older run's.
+      this.mapFile.writeSync(this.mapRecord());
+      this.mapWrittenAt = performance.now();
+    }
     const controlPath = opts.controlPath ?? (opts.dir ? join(opts.dir, FOLDER_FILES.control) : undefined);
     const goPath = opts.goPath ?? (opts.dir ? join(opts.dir, FOLDER_FILES.go) : undefined);
     this.watcher = controlPath || goPath ? new ControlFileWatcher({ controlPath, goPath, log: this.log }) : null;
@@ -99,8 +124,39 @@ export class ResidencyDriver implements ResidencyHook {
     const t0 = process.hrtime.bigint();
     const swapped = this.swap(report.step);
     this.ring.push(report.step, report.durationNs, report.tokens, swapped, Number(process.hrtime.bigint() - t0));
-    if (this.writer && performance.now() - this.stepsFlushedAt >= this.stepsFlushMs) this.close();
+    if (swapped > 0) this.mapDirty = true;
+    this.flushMapWhenDue();
+    if (this.writer && performance.now() - this.stepsFlushedAt >= this.stepsFlushMs) this.flushSteps();
     if (this.watcher && (report.step + 1) % this.pollEvery === 0) this.pollControl();
+  }
+
+  /** What DIR/map.json holds now: the map the banks hold, the run's boot map, the controller's counts. */
+  mapRecord(): MapRecord {
+    const ctl = this.controller;
+    const counts = ctl.dumpCounts();
+    return {
+      v: 1, type: 'residency_map', run: this.writer?.run ?? '', time: new Date().toISOString(), step: counts.step, source: this.mapSource,
+      swaps_applied: ctl.stats.applied, map: ctl.map(), boot_map: ctl.boot, counts,
+    };
+  }
+
+  /** Lines and writes the residency folder could not take this run (a full disk): /metrics shows them. */
+  get recordDrops(): { readonly telemetryLines: number; readonly swapLines: number; readonly mapWrites: number } | null {
+    if (!this.writer) return null;
+    return { telemetryLines: this.writer.dropped.telemetry, swapLines: this.writer.dropped.swaps, mapWrites: this.mapFile?.failures ?? 0 };
+  }
+
+  /** Resolves once no background write of map.json is running (tests, shutdown). */
+  async mapSettled(): Promise<void> {
+    await this.mapFile?.settled();
+  }
+
+  /** Moves landed and the last write of map.json is at least mapFlushMs old: write it again, in the background. */
+  private flushMapWhenDue(): void {
+    if (!this.mapFile || !this.mapDirty || performance.now() - this.mapWrittenAt < this.mapFlushMs) return;
+    this.mapDirty = false;
+    this.mapWrittenAt = performance.now();
+    this.mapFile.write(() => this.mapRecord());
   }
 
   /**
@@ -125,17 +181,20 @@ export class ResidencyDriver implements ResidencyHook {
     return { ok: true, changes: [`dump_counts -> ${dump.path}`, ...result.changes], dump };
   }
 
-  /** The control file's dump: anywhere, folders made, but never over the residency folder's own files. */
+  /**
+   * The control file's dump: anywhere, folders made, but never over the residency folder's own files, by
+   * name (below) or by identity, whatever name reaches them (files.ts).
+   */
   private dumpLocal(dumpPath: string, counts: CountsDump): string | null {
     const path = this.opts.dir && !isAbsolute(dumpPath) ? join(this.opts.dir, dumpPath) : dumpPath;
     if (this.opts.dir && resolve(dirname(path)) === resolve(this.opts.dir) && isFolderFile(basename(path))) {
       return `dump_counts: '${basename(path)}' is one of the residency folder's own files (${Object.values(FOLDER_FILES).join(', ')}); pick another name`;
     }
     try {
-      saveCountsDump(path, counts);
+      saveCountsDump(path, counts, this.opts.dir ? ownFileIdentities(this.opts.dir) : undefined);
       return null;
     } catch (err) {
-      return `dump_counts: cannot write ${path}: ${(err as Error).message}`;
+      return (err as Error).message;
     }
   }
 
@@ -144,15 +203,16 @@ export class ResidencyDriver implements ResidencyHook {
     const problem = remoteDumpNameProblem(name);
     if (problem) return `dump_counts: ${problem}`;
     try {
-      saveCountsDumpIn(this.opts.dir, name, counts);
+      saveCountsDumpIn(this.opts.dir, name, counts, ownFileIdentities(this.opts.dir));
       return null;
     } catch (err) {
       return (err as Error).message;
     }
   }
 
-  /** Reads the control and GO files now (afterStep does this every pollEvery steps). */
+  /** Reads the control and GO files now (afterStep does this every pollEvery steps); an idle server calls it, so a due map write happens too. */
   pollControl(): void {
+    this.flushMapWhenDue();
     for (const event of this.watcher?.poll() ?? []) {
       if ('error' in event) continue; // the watcher logged the rejection; nothing changed
       const result = this.control(event.command);
@@ -164,8 +224,17 @@ export class ResidencyDriver implements ResidencyHook {
     }
   }
 
-  /** Writes the step ring (steps.json) when there is a telemetry folder (afterStep does this every stepsFlushMs too). */
+  /**
+   * The run ends: writes the step ring (steps.json) and the map (map.json, durably, now; no background write
+   * lands after it) when there is a residency folder.
+   */
   close(): void {
+    this.flushSteps();
+    this.mapFile?.writeSync(this.mapRecord(), { close: true });
+  }
+
+  /** Writes the step ring (steps.json) when there is a telemetry folder (afterStep does this every stepsFlushMs). */
+  private flushSteps(): void {
     this.stepsFlushedAt = performance.now();
     this.writer?.steps(this.ring.dump());
   }
@@ -183,6 +252,8 @@ export class ResidencyDriver implements ResidencyHook {
    */
   private swap(step: number): number {
     const lines: SwapLine[] = [];
+    // After lines were dropped (a full disk), swaps.jsonl resyncs to the map as it was before this step's landings.
+    const before = this.writer?.swapsNeedResync ? this.controller.map() : undefined;
     const banks = this.backend.banks;
     const now = (): bigint => process.hrtime.bigint();
     let landed = 0;
@@ -203,7 +274,7 @@ export class ResidencyDriver implements ResidencyHook {
       this.requestedAt.set(`${s.layer}/${s.hotRow}/${s.coldRow}`, now());
     });
     settle(); // banks that move at once land here, in the step that asked
-    this.writer?.swaps(lines);
+    this.writer?.swaps(lines, before);
     return landed;
   }
 }

@@ -88,3 +88,17 @@ test('steps.json is flushed while steps run, not only on a clean exit, and names
   assert.ok(!existsSync(join(dir, 'steps.json.tmp')), 'written through a temporary file, renamed');
   void driver;
 }));
+
+test('a GO file left from the last run does not start adaptation at boot (set aside as GO.stale, as control.json is); a new GO still does', () => withDir((dir) => {
+  writeFileSync(join(dir, 'GO'), '');
+  const logs: string[] = [];
+  const driver = new ResidencyDriver({ backend: fakeBackend(), dir, log: (m) => logs.push(m), frozen: true });
+  driver.pollControl();
+  assert.equal(driver.controller.frozen, true, 'the leftover GO did not start adaptation');
+  assert.ok(existsSync(join(dir, 'GO.stale')) && !existsSync(join(dir, 'GO')), 'moved aside');
+  assert.ok(logs.some((m) => /GO .*predates this run: not applied/.test(m)), logs.join('\n'));
+  writeFileSync(join(dir, 'GO'), '');
+  driver.pollControl();
+  assert.equal(driver.controller.frozen, false, 'a GO written while it runs starts adaptation');
+  driver.close();
+}));

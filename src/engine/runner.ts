@@ -6,7 +6,7 @@ import { FED_TOKEN, type Backend, type PendingStep, type SequenceChunk, type Ste
 export type RoutingListener = (chunks: readonly SequenceChunk[], routing: Int32Array) => void;
 import type { ScheduledStep } from './scheduler.ts';
 import type { KvSpace } from './kv-space.ts';
-import { SamplerScratch } from './sampler.ts';
+import { nonFiniteLogits, SamplerScratch } from './sampler.ts';
 
 export class ModelRunner {
   private readonly scratch: SamplerScratch;
@@ -72,6 +72,7 @@ export class ModelRunner {
     step.chunks.forEach((c, i) => {
       if (!c.samples) return;
       // (A backend that does not take argmaxOnly returns logits: sampled from them as usual.)
+      if (out.argmax && out.nonFinite?.[i]) throw nonFiniteLogits();
       next[i] = out.argmax?.[i] ?? c.req.sampler.sample(out.logits, i * V, this.scratch);
     });
     return next;

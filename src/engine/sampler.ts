@@ -5,7 +5,7 @@ import { randomInt } from 'node:crypto';
 import { TokenHistory, applyPenalties, hasPenalties } from './logit-processors.ts';
 import { logprobsOf } from './logprobs.ts';
 import type { SamplingParams, TokenLogprob } from './types.ts';
-import { argmax } from '../backend/argmax.ts';
+import { argmax, argmaxFinite } from '../backend/argmax.ts';
 import { TopScratch, byProbability, sortTop, topCandidates } from './top-candidates.ts';
 
 /** splitmix32: small, fast, and good enough to draw tokens; one per request so batching never changes a draw. */
@@ -18,6 +18,11 @@ export function splitmix32(seed: number): () => number {
     z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
     return ((z ^ (z >>> 16)) >>> 0) / 4294967296;
   };
+}
+
+/** A row of logits with a NaN or no finite largest value: greedy and sampled requests fail alike. */
+export function nonFiniteLogits(): ResidencyError {
+  return new ResidencyError('INTERNAL', 'the model produced non-finite logits: cannot sample (check the checkpoint and backend)');
 }
 
 /** Buffers shared by every sampler of one engine (sampling runs one row at a time). */
@@ -80,7 +85,17 @@ export class Sampler {
       if (this.history) applyPenalties(row, this.params, this.history);
       this.params.constraint?.mask(row, 0, V);
     }
-    const token = this.rand === null ? argmax(row, at, V) : this.draw(row, at, s);
+    let token: number;
+    if (this.rand === null) {
+      token = argmaxFinite(row, at, V);
+      if (token < 0) {
+        // Every token masked by a constraint from finite logits is its dead end (reported below), not a broken model.
+        if (!this.processed || argmaxFinite(logits, off, V) < 0) throw nonFiniteLogits();
+        token = argmax(row, at, V);
+      }
+    } else {
+      token = this.draw(row, at, s);
+    }
     if (this.params.constraint && row[at + token] === -Infinity) {
       throw new ResidencyError('INTERNAL', 'the structured-output constraint allows no token here (a grammar dead end)');
     }
@@ -105,9 +120,7 @@ export class Sampler {
       if (p > maxP) maxP = p;
     }
     // NaN or infinite logits (a broken checkpoint or kernel) would draw an arbitrary or undefined token.
-    if (!Number.isFinite(sum) || sum <= 0) {
-      throw new ResidencyError('INTERNAL', 'the model produced non-finite logits: cannot sample (check the checkpoint and backend)');
-    }
+    if (!Number.isFinite(sum) || sum <= 0) throw nonFiniteLogits();
     const topK = this.params.topK ?? 0;
     const minP = this.params.minP ?? 0;
     if ((topK > 0 && topK < V) || minP > 0) return this.drawTruncated(probs, V, maxP, topK, minP, topP, s);

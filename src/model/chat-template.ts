@@ -2,9 +2,9 @@
 // (newer checkpoints, gpt-oss and DeepSeek among them; it wins over tokenizer_config.json, as in
 // transformers), else tokenizer_config.json's chat_template (a string, or named templates: "default").
 
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
+import { readRegularFile } from '../util/regular-file.ts';
 
 export const CHAT_TEMPLATE_FILE = 'chat_template.jinja';
 
@@ -29,7 +29,7 @@ export async function readChatTemplate(dir: string): Promise<string | undefined>
 
 async function readOptional(path: string): Promise<string | undefined> {
   try {
-    return await readFile(path, 'utf8');
+    return await readRegularFile(path);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw new ResidencyError('BAD_CHECKPOINT', `cannot read ${path}: ${(e as Error).message}`, { cause: e });

@@ -1,9 +1,11 @@
 // Finds a checkpoint's safetensors shards (single file or index.json), validates every header and the
 // index against them, then reads the tensors shard by shard.
 
-import { readFile, stat } from 'node:fs/promises';
+import type { Stats } from 'node:fs';
+import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
+import { kindOf, readRegularFile } from '../util/regular-file.ts';
 import { readHeader, readTensors } from './safetensors.ts';
 import type { SafetensorsHeader, TensorEntry } from './safetensors.ts';
 import type { RawTensor } from './weights.ts';
@@ -25,11 +27,13 @@ function bad(message: string): ResidencyError {
   return new ResidencyError('BAD_CHECKPOINT', message);
 }
 
-async function exists(path: string): Promise<boolean> {
+/** What is at `path`: a regular file, nothing, or something else (a folder, a FIFO: named in messages). */
+async function entryAt(path: string): Promise<'file' | 'none' | Stats> {
   try {
-    return (await stat(path)).isFile();
+    const st = await stat(path);
+    return st.isFile() ? 'file' : st;
   } catch {
-    return false;
+    return 'none';
   }
 }
 
@@ -66,16 +70,26 @@ export async function openCheckpoint(dir: string): Promise<CheckpointLayout> {
   const indexPath = join(dir, INDEX_FILE);
   let shardFiles: string[];
   let weightMap: Map<string, string> | null = null;
-  if (await exists(indexPath)) {
-    weightMap = parseIndex(await readFile(indexPath, 'utf8'));
+  const index = await entryAt(indexPath);
+  const single = await entryAt(join(dir, SINGLE_FILE));
+  if (index !== 'none') {
+    if (index !== 'file') throw bad(`${INDEX_FILE} in ${dir} is ${kindOf(index)}, not a regular file`);
+    let text: string;
+    try {
+      text = await readRegularFile(indexPath);
+    } catch (e) {
+      throw bad(`cannot read ${indexPath}: ${(e as Error).message}`);
+    }
+    weightMap = parseIndex(text);
     shardFiles = [...new Set(weightMap.values())].sort();
     for (const f of shardFiles) {
-      if (!(await exists(join(dir, f)))) {
-        const user = [...weightMap].find(([, s]) => s === f)![0];
-        throw bad(`${INDEX_FILE}: shard ${f} (named for tensor "${user}") does not exist in ${dir}`);
-      }
+      const at = await entryAt(join(dir, f));
+      if (at === 'file') continue;
+      const user = [...weightMap].find(([, s]) => s === f)![0];
+      throw bad(`${INDEX_FILE}: shard ${f} (named for tensor "${user}") ${at === 'none' ? `does not exist in ${dir}` : `is ${kindOf(at)}, not a regular file`}`);
     }
-  } else if (await exists(join(dir, SINGLE_FILE))) {
+  } else if (single !== 'none') {
+    if (single !== 'file') throw bad(`${SINGLE_FILE} in ${dir} is ${kindOf(single)}, not a regular file`);
     shardFiles = [SINGLE_FILE];
   } else {
     throw bad(`no ${SINGLE_FILE} or ${INDEX_FILE} in ${dir}: not a safetensors checkpoint folder`);

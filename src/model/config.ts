@@ -1,29 +1,29 @@
 // Parses a checkpoint's config.json into a ModelSpec (qwen3_moe here, other families in families/), refusing
 // options the engine does not implement rather than silently computing a different model.
 
-import { readFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import { z } from 'zod';
 import { ResidencyError } from '../errors.ts';
 import type { ModelSpec } from './spec.ts';
 import { familyOf, supportedModelTypes } from './families/index.ts';
-import { badConfig, eosTokenIds, headDimOf, parseFields, posInt, sharedFields } from './families/common.ts';
+import { badConfig, checkTotalExperts, CONFIG_BOUNDS, eosTokenIds, headDimOf, parseFields, sharedFields, sized } from './families/common.ts';
 import { parseQuantization } from './quant-config.ts';
+import { readRegularFile } from '../util/regular-file.ts';
 
 // Field types only; cross-field rules and unsupported options are checked after. Unknown keys pass:
 // configs carry many training-only fields (initializer_range, router_aux_loss_coef, ...).
 const Qwen3MoeConfig = z.looseObject({
   model_type: z.string(),
-  vocab_size: posInt,
-  hidden_size: posInt,
-  num_hidden_layers: posInt,
-  num_attention_heads: posInt,
-  num_key_value_heads: posInt,
-  head_dim: posInt.nullish(),
-  moe_intermediate_size: posInt,
-  num_experts: posInt.nullish(),
-  num_local_experts: posInt.nullish(),
-  num_experts_per_tok: posInt,
+  vocab_size: sized(CONFIG_BOUNDS.vocab),
+  hidden_size: sized(CONFIG_BOUNDS.hidden),
+  num_hidden_layers: sized(CONFIG_BOUNDS.layers),
+  num_attention_heads: sized(CONFIG_BOUNDS.heads),
+  num_key_value_heads: sized(CONFIG_BOUNDS.heads),
+  head_dim: sized(CONFIG_BOUNDS.headDim).nullish(),
+  moe_intermediate_size: sized(CONFIG_BOUNDS.intermediate),
+  num_experts: sized(CONFIG_BOUNDS.experts).nullish(),
+  num_local_experts: sized(CONFIG_BOUNDS.experts).nullish(),
+  num_experts_per_tok: sized(CONFIG_BOUNDS.experts),
   norm_topk_prob: z.boolean().optional(),
   rms_norm_eps: z.number().positive().optional(),
   rope_theta: z.number().positive().nullish(),
@@ -104,6 +104,7 @@ export function parseConfig(json: unknown, name: string): ModelSpec {
   const numExperts = eitherSpelling(['num_experts', c.num_experts], ['num_local_experts', c.num_local_experts]);
   if (numExperts === undefined) throw badConfig('field num_experts (or num_local_experts): required positive integer, missing');
   const ropeTheta = eitherSpelling(['rope_theta', c.rope_theta], ['rope_parameters.rope_theta', c.rope_parameters?.rope_theta]) ?? DEFAULTS.ropeTheta;
+  checkTotalExperts(c.num_hidden_layers, numExperts);
   if (c.num_experts_per_tok > numExperts) {
     throw badConfig(`field num_experts_per_tok: ${c.num_experts_per_tok} exceeds the ${numExperts} experts per layer`);
   }
@@ -143,7 +144,7 @@ export async function loadConfig(dir: string, name?: string): Promise<ModelSpec>
   const path = join(dir, 'config.json');
   let text: string;
   try {
-    text = await readFile(path, 'utf8');
+    text = await readRegularFile(path);
   } catch (e) {
     throw new ResidencyError('BAD_CONFIG', `cannot read ${path}: ${(e as Error).message}`, { cause: e });
   }

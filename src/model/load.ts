@@ -9,7 +9,7 @@ import { openCheckpoint, readCheckpoint } from './checkpoint.ts';
 import { loadConfig } from './config.ts';
 import { toFloat32Weights } from './convert.ts';
 import { familyOf } from './families/index.ts';
-import { loadTokenizer } from './tokenizer.ts';
+import { loadTokenizer, vocabPadding } from './tokenizer.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import type { ModelSpec } from './spec.ts';
 import type { Bf16Memory, ModelWeights, RawTensor } from './weights.ts';
@@ -117,6 +117,12 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
   if (tokenizer.vocabSize > spec.vocabSize) {
     throw new ResidencyError('BAD_CHECKPOINT',
       `tokenizer.json has token ids up to ${tokenizer.vocabSize - 1} but config.json vocab_size is ${spec.vocabSize}: the tokenizer does not belong to this model`);
+  }
+  // Embedding rows past the tokenizer are padding (Qwen3 267, DeepSeek-V3 465 of ~130k-150k); many more means the
+  // tokenizer of another model, whose outputs would mostly decode to nothing.
+  if (spec.vocabSize - tokenizer.vocabSize > vocabPadding(spec.vocabSize)) {
+    throw new ResidencyError('BAD_CHECKPOINT',
+      `tokenizer.json has ${tokenizer.vocabSize} tokens but config.json vocab_size is ${spec.vocabSize}: more than ${vocabPadding(spec.vocabSize)} rows of padding, so the tokenizer does not belong to this model`);
   }
 
   // config.json without eos_token_id: the tokenizer's eos_token is the model's EOS. The spec must carry it

@@ -4,17 +4,23 @@
 // UTF-8 JSON {name: {dtype, shape, data_offsets: [start, end]}, "__metadata__"?: {...}}, then the data
 // section; offsets are relative to the start of the data section.
 
+import { constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import type { DType, RawTensor } from './weights.ts';
+import { nestingPastCap } from '../util/json-depth.ts';
+import { kindOf } from '../util/regular-file.ts';
 
 /** Bytes per element of each dtype we can load. */
 export const DTYPE_SIZE: Readonly<Record<DType, number>> = { BF16: 2, F16: 2, F32: 4, U8: 1, F8_E4M3: 1, I32: 4, I64: 8 };
 
 /** A header larger than this is refused: real checkpoints stay far below it and it bounds the read. */
 export const MAX_HEADER_BYTES = 100 * 1024 * 1024;
+
+/** A header nesting deeper than this is refused before it is parsed (entries nest 3 levels, metadata 2). */
+export const MAX_HEADER_NESTING = 64;
 
 /** One tensor's entry in a validated header; `start`/`end` are offsets into the data section. */
 export interface TensorEntry {
@@ -133,12 +139,15 @@ async function readExactly(fh: FileHandle, file: string, position: number, lengt
 export async function readHeader(file: string): Promise<SafetensorsHeader> {
   let fh: FileHandle;
   try {
-    fh = await open(file, 'r');
+    // Non-blocking: a FIFO put in a shard's place would block the open until a writer came.
+    fh = await open(file, constants.O_RDONLY | constants.O_NONBLOCK);
   } catch (e) {
     throw new ResidencyError('BAD_CHECKPOINT', `cannot open safetensors file ${file}: ${(e as Error).message}`, { cause: e });
   }
   try {
-    const fileSize = (await fh.stat()).size;
+    const st = await fh.stat();
+    if (!st.isFile()) throw bad(file, `is ${kindOf(st)}, not a regular file`);
+    const fileSize = st.size;
     if (fileSize < 8) throw bad(file, `file is ${fileSize} bytes, too short for the 8-byte header length`);
     const lenBytes = await readExactly(fh, file, 0, 8);
     const headerLen = new DataView(lenBytes.buffer, lenBytes.byteOffset, 8).getBigUint64(0, true);
@@ -153,6 +162,8 @@ export async function readHeader(file: string): Promise<SafetensorsHeader> {
     } catch {
       throw bad(file, 'header is not valid UTF-8');
     }
+    // Checked on the text, before parsing: validating (and describing) a deeply nested value recurses.
+    if (nestingPastCap(text, MAX_HEADER_NESTING) >= 0) throw bad(file, `header nests deeper than ${MAX_HEADER_NESTING} levels (a safetensors header nests 3; corrupt or not a safetensors file)`);
     let json: unknown;
     try {
       json = JSON.parse(text);
@@ -192,7 +203,7 @@ export async function readTensors(
       groups.push({ start: t.start, end: t.end, tensors: [t] });
     }
   }
-  const fh = await open(header.file, 'r').catch((e: unknown) => {
+  const fh = await open(header.file, constants.O_RDONLY | constants.O_NONBLOCK).catch((e: unknown) => {
     throw new ResidencyError('BAD_CHECKPOINT', `cannot open safetensors file ${header.file}: ${(e as Error).message}`, { cause: e });
   });
   const out = new Map<string, RawTensor>();

@@ -8,6 +8,7 @@ import { parseConfig } from './config.ts';
 import { encodeSafetensors, float32Bytes, float32ToBF16Bytes } from './safetensors-writer.ts';
 import type { TensorToWrite } from './safetensors-writer.ts';
 import type { DType } from './weights.ts';
+import { vocabPadding } from './tokenizer.ts';
 import { mulberry32 } from '../util/rng.ts';
 import { isInt4 } from './quant-config.ts';
 import { int4Group } from './int4-config.ts';
@@ -46,8 +47,11 @@ export function syntheticConfig(overrides: Record<string, unknown> = {}): Record
   };
 }
 
-/** A byte-level BPE tokenizer with the 256 byte tokens, no merges, and <|endoftext|> = 256. */
-export function syntheticTokenizerJson(): Record<string, unknown> {
+/**
+ * A byte-level BPE tokenizer with the 256 byte tokens, no merges, and <|endoftext|> = 256; with `vocabSize`,
+ * vocabulary entries no text encodes to (<|pad_N|>) fill ids 257 up to it.
+ */
+export function syntheticTokenizerJson(vocabSize?: number): Record<string, unknown> {
   // GPT-2's byte -> printable-char table, which the ByteLevel pre-tokenizer/decoder use.
   const printable: number[] = [];
   for (let b = 33; b <= 126; b++) printable.push(b);
@@ -59,6 +63,7 @@ export function syntheticTokenizerJson(): Record<string, unknown> {
     const ch = printable.includes(b) ? b : 256 + extra++;
     vocab[String.fromCodePoint(ch)] = b;
   }
+  for (let id = 257; id < (vocabSize ?? 0); id++) vocab[`<|pad_${id}|>`] = id;
   const byteLevel = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true };
   return {
     version: '1.0', truncation: null, padding: null,
@@ -151,7 +156,9 @@ export async function writeSyntheticCheckpoint(dir: string, opts: SyntheticOptio
   const tensors = opts.edit ? opts.edit(made) : made;
   await mkdir(dir, { recursive: true });
   await writeFile(join(dir, 'config.json'), JSON.stringify(config, null, 2));
-  await writeFile(join(dir, 'tokenizer.json'), JSON.stringify(syntheticTokenizerJson()));
+  // A vocabulary far past the tokenizer's 257 tokens (real shapes) is filled, as the loader checks it against config.json.
+  const vocab = Number(config['vocab_size']);
+  await writeFile(join(dir, 'tokenizer.json'), JSON.stringify(syntheticTokenizerJson(vocab - 257 > vocabPadding(vocab) ? vocab : undefined)));
   await writeFile(join(dir, 'tokenizer_config.json'), JSON.stringify({ eos_token: '<|endoftext|>', bos_token: '<|endoftext|>' }));
   const shards = opts.shards ?? 1;
   if (shards <= 1) {

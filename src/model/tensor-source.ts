@@ -1,7 +1,7 @@
 // Tensors read on demand, one at a time, into memory the caller owns: what loading at size needs (the CUDA
 // backend streams each tensor from its shard into pinned staging and on to the device, so the host never
 // holds the checkpoint). A map of in-memory tensors is a source too (tests, converted checkpoints).
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs';
 import { basename } from 'node:path';
 import { ResidencyError } from '../errors.ts';
 import type { CheckpointLayout } from './checkpoint.ts';
@@ -95,7 +95,7 @@ export function fileTensorSource(layout: CheckpointLayout, quant?: QuantSpec): T
     let fd = fds.get(file);
     if (fd === undefined) {
       try {
-        fd = openSync(file, 'r');
+        fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK); // a FIFO swapped in since: no hang, the size check refuses it
       } catch (e) {
         throw new ResidencyError('BAD_CHECKPOINT', `cannot open safetensors file ${file}: ${(e as Error).message}`, { cause: e });
       }

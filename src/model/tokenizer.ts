@@ -1,10 +1,10 @@
 // The checkpoint's tokenizer (tokenizer.json, via @huggingface/tokenizers), behind the small surface
 // the engine and server use.
 
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { ResidencyError } from '../errors.ts';
+import { readRegularFile } from '../util/regular-file.ts';
 
 export interface Tokenizer {
   /** Text -> token ids, with no special tokens added (prompts are raw text; templates add their own). */
@@ -20,10 +20,15 @@ export interface Tokenizer {
   readonly vocabSize: number;
 }
 
+/** How many embedding rows past the tokenizer's vocabulary a config may hold as padding: 1,024, or 2% of it. */
+export function vocabPadding(vocabSize: number): number {
+  return Math.max(1024, Math.ceil(vocabSize * 0.02));
+}
+
 async function readJson(path: string, what: string, required: boolean): Promise<Record<string, unknown> | null> {
   let text: string;
   try {
-    text = await readFile(path, 'utf8');
+    text = await readRegularFile(path);
   } catch (e) {
     if (!required && (e as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw new ResidencyError('BAD_CHECKPOINT', `cannot read ${what} ${path}: ${(e as Error).message}`, { cause: e });

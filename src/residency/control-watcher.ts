@@ -1,5 +1,5 @@
 // Watches a control file (and a GO file) between steps: file I/O only; parsing and applying live in control.ts.
-import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync, renameSync, statSync, type Stats } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readFileSync, renameSync, statSync, type Stats } from 'node:fs';
 import { GO_COMMAND, parseControlText, type ControlCommand } from './control.ts';
 
 export interface ControlWatcherOptions {
@@ -19,7 +19,7 @@ export type ControlEvent =
   | { readonly source: string; readonly command: ControlCommand; readonly claimed?: string }
   | { readonly source: string; readonly error: string; readonly claimed?: string };
 
-/** Where a consumed control file goes: the last one applied, the last one refused, one found at boot. */
+/** Where a consumed control file goes: the last one applied, the last one refused, one found at boot (GO.stale too). */
 export const consumedPath = (controlPath: string, as: 'applied' | 'rejected' | 'stale') => `${controlPath}.${as}`;
 
 /**
@@ -29,33 +29,33 @@ export const consumedPath = (controlPath: string, as: 'applied' | 'rejected' | '
  * A control file is consumed: renamed to control.json.applied before it is read (so a file written while
  * one is being applied is never lost, and a command is never applied twice), and to .rejected if refused.
  * One found at start is left over from an earlier run (its dump_counts would overwrite that run's dump):
- * it is moved to control.json.stale, not applied. Configure a run with flags, or write the file once it runs.
+ * it is moved to control.json.stale, not applied; so is a GO file found at start (GO.stale). Configure a run with flags, or write the file once it runs.
  * Where the folder does not allow the rename, the file stays and is re-read whenever its mtime, size or
  * inode changes.
  */
 export class ControlFileWatcher {
   private seen = '';
   private goFired = false;
+  /** A GO file found at start that could not be moved aside: that one never fires. */
+  private staleGo = '';
 
   constructor(private readonly opts: ControlWatcherOptions) {
     const path = opts.controlPath;
-    if (path && statOrNone(path)?.isFile()) {
-      try {
-        renameSync(path, consumedPath(path, 'stale'));
-        opts.log?.(`control file ${path} predates this run: not applied, moved to ${consumedPath(path, 'stale')}`);
-      } catch (err) {
-        this.seen = stampOf(statSync(path)); // cannot move it: at least never apply it
-        opts.log?.(`control file ${path} predates this run: not applied (cannot move it aside: ${(err as NodeJS.ErrnoException).code})`);
-      }
-    }
+    if (path && statOrNone(path)?.isFile()) this.seen = setAside(path, 'control file', opts.log);
+    // A GO from an earlier run would start adaptation at once: set aside like the control file.
+    const go = opts.goPath;
+    if (go && statOrNone(go)) this.staleGo = setAside(go, 'GO file', opts.log);
   }
 
   poll(): ControlEvent[] {
     const events: ControlEvent[] = [];
     const { goPath, controlPath } = this.opts;
-    if (goPath && !this.goFired && existsSync(goPath)) {
-      this.goFired = true;
-      events.push({ source: goPath, command: GO_COMMAND });
+    if (goPath && !this.goFired) {
+      const st = statOrNone(goPath);
+      if (st && stampOf(st) !== this.staleGo) {
+        this.goFired = true;
+        events.push({ source: goPath, command: GO_COMMAND });
+      }
     }
     if (controlPath) {
       const st = statOrNone(controlPath);
@@ -104,6 +104,22 @@ export class ControlFileWatcher {
 }
 
 const stampOf = (st: Stats) => `${st.mtimeMs}:${st.size}:${st.ino}`;
+
+/**
+ * Moves a file found at start (left from an earlier run) to PATH.stale, so it is not applied; where it
+ * cannot be moved, returns its stamp (the caller then never applies that one), else ''.
+ */
+function setAside(path: string, what: string, log: ((message: string) => void) | undefined): string {
+  try {
+    renameSync(path, consumedPath(path, 'stale'));
+    log?.(`${what} ${path} predates this run: not applied, moved to ${consumedPath(path, 'stale')}`);
+    return '';
+  } catch (err) {
+    log?.(`${what} ${path} predates this run: not applied (cannot move it aside: ${(err as NodeJS.ErrnoException).code})`);
+    const st = statOrNone(path);
+    return st ? stampOf(st) : '';
+  }
+}
 
 function statOrNone(path: string): Stats | undefined {
   try {

@@ -1,15 +1,17 @@
 // Reading and writing the residency formats (map, counts dump) as files; validation lives with each format.
-import { closeSync, constants, fstatSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, ftruncateSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { ResidencyError, type ErrorCode } from '../errors.ts';
 import { parseCountsDump, type CountsDump } from './counts.ts';
 import { parseRowMap, serializeRowMap, type RowMap } from './rowmap.ts';
 import { makeFolder } from '../util/folders.ts';
+import { readRegularFileSync } from '../util/regular-file.ts';
+import { identityOf, openToWrite, writeAll } from './folder-io.ts';
 
 function readJson(path: string, code: ErrorCode, what: string): unknown {
   let text: string;
   try {
-    text = readFileSync(path, 'utf8');
+    text = readRegularFileSync(path); // a FIFO or folder named by --map / --prior is refused, not waited on
   } catch (err) {
     throw new ResidencyError(code, `cannot read ${what} ${path}: ${(err as Error).message}`, { cause: err });
   }
@@ -33,35 +35,46 @@ export function loadCountsDump(path: string): CountsDump {
   return parseCountsDump(readJson(path, 'BAD_COUNTS', 'counts dump'), path);
 }
 
-export function saveCountsDump(path: string, dump: CountsDump): void {
+/**
+ * Writes a dump (the control file's dump_counts: anywhere, missing folders made). `ownFiles` (the residency
+ * folder's files by identity, folder-io.ts): a path reaching one of them by any name (an alias of the folder,
+ * a link, a hard link) is refused. Never through a symbolic link at the name, never into a FIFO or device.
+ */
+export function saveCountsDump(path: string, dump: CountsDump, ownFiles?: ReadonlyMap<string, string>): void {
   // Not mkdirSync's recursive mode: under /proc it never returns (src/util/folders.ts), and dump_counts
   // paths come from the control file and the HTTP API.
   makeFolder(dirname(path), `dump_counts ${path}: folder`);
-  writeFileSync(path, countsDumpText(dump));
+  writeDump(path, path, dump, ownFiles);
 }
 
 /**
  * Writes a dump as `dir/name` (a plain name, checked by the caller) for a remote caller: no folder is made,
- * a symbolic link at the name is not followed (O_NOFOLLOW), a FIFO or device is not written to (O_NONBLOCK,
- * then a regular-file check), and the error names the file, not the folder's absolute path.
+ * and the error names the file, not the folder's absolute path.
  */
-export function saveCountsDumpIn(dir: string, name: string, dump: CountsDump): void {
-  const { O_WRONLY, O_CREAT, O_TRUNC, O_NOFOLLOW, O_NONBLOCK } = constants;
-  let fd: number;
+export function saveCountsDumpIn(dir: string, name: string, dump: CountsDump, ownFiles?: ReadonlyMap<string, string>): void {
+  writeDump(join(dir, name), `'${name}'`, dump, ownFiles, 'in the residency folder');
+}
+
+/** Opens first, checks what was opened (type, identity), and only then truncates and writes. */
+function writeDump(path: string, shown: string, dump: CountsDump, ownFiles: ReadonlyMap<string, string> | undefined, where = ''): void {
+  const at = where ? ` ${where}` : '';
+  let opened: { fd: number };
   try {
-    fd = openSync(join(dir, name), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK, 0o644);
+    opened = openToWrite(path);
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    const why = code === 'ELOOP' ? 'it is a symbolic link' : code === 'ENXIO' ? 'it is a FIFO' : code === 'EISDIR' ? 'it is a folder' : code ?? 'error';
-    throw new ResidencyError('BAD_CONTROL', `dump_counts '${name}': cannot write it in the residency folder: ${why}`, { cause: err });
+    throw new ResidencyError('BAD_CONTROL', `dump_counts ${shown}: cannot write it${at}: ${(err as Error).message}`, { cause: err });
   }
+  const { fd } = opened;
   try {
-    if (!fstatSync(fd).isFile()) throw new ResidencyError('BAD_CONTROL', `dump_counts '${name}': not a regular file in the residency folder`);
-    const bytes = Buffer.from(countsDumpText(dump));
-    for (let at = 0; at < bytes.length;) at += writeSync(fd, bytes, at);
+    const own = ownFiles?.get(identityOf(fstatSync(fd)));
+    if (own !== undefined) {
+      throw new ResidencyError('BAD_CONTROL', `dump_counts ${shown}: that is one of the residency folder's own files (${own}, reached by another name); pick another name`);
+    }
+    ftruncateSync(fd, 0);
+    writeAll(fd, Buffer.from(countsDumpText(dump)));
   } catch (err) {
     if (err instanceof ResidencyError) throw err;
-    throw new ResidencyError('BAD_CONTROL', `dump_counts '${name}': cannot write it in the residency folder: ${(err as NodeJS.ErrnoException).code ?? 'error'}`, { cause: err });
+    throw new ResidencyError('BAD_CONTROL', `dump_counts ${shown}: cannot write it${at}: ${(err as NodeJS.ErrnoException).code ?? 'error'}`, { cause: err });
   } finally {
     closeSync(fd);
   }

@@ -7,6 +7,7 @@ export const FOLDER_FILES = Object.freeze({
   steps: 'steps.json',
   control: 'control.json',
   go: 'GO',
+  map: 'map.json',
 });
 
 /**

@@ -1,6 +1,7 @@
 // Telemetry: the lines of telemetry.jsonl (per drain) and swaps.jsonl (per applied swap), and the per-step ring.
 import type { DrainReport } from './controller.ts';
 import type { Swap } from './policy.ts';
+import type { RowMap } from './rowmap.ts';
 
 /** One line of telemetry.jsonl, version 1. */
 export interface DrainLine {
@@ -25,6 +26,22 @@ export interface DrainLine {
   readonly swaps_superseded: number;
   readonly queue_depth: number;
   readonly frozen: boolean;
+  /** Lines this run could not write so far (a full disk), per file; written by the telemetry writer. */
+  readonly telemetry_lines_dropped?: number;
+  readonly swap_lines_dropped?: number;
+}
+
+/**
+ * A line of swaps.jsonl after lines were dropped (a full disk): the whole map at that point, so a replay of
+ * the file (from its boot record's boot_map) resets to it and stays equal to the live map.
+ */
+export interface ResyncLine {
+  readonly v: 1;
+  readonly type: 'resync';
+  readonly time: string;
+  /** swaps.jsonl lines dropped since the previous resync (or the boot record). */
+  readonly lines_dropped: number;
+  readonly map: RowMap;
 }
 
 /**

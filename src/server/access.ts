@@ -36,6 +36,16 @@ export function normalizeOrigin(origin: string): string {
   return origin.trim().toLowerCase().replace(/\/+$/, '');
 }
 
+/** An http(s) page served from a loopback name (http://localhost:3000, http://127.0.0.1:5173). */
+export function isLoopbackOrigin(origin: string): boolean {
+  try {
+    const u = new URL(normalizeOrigin(origin));
+    return (u.protocol === 'http:' || u.protocol === 'https:') && u.origin === normalizeOrigin(origin) && isLoopbackHost(u.hostname);
+  } catch {
+    return false;
+  }
+}
+
 /** An --allowed-origins entry: '*' or scheme://host[:port] with nothing after it. */
 function checkOrigin(entry: string): string {
   const o = normalizeOrigin(entry);
@@ -47,6 +57,18 @@ function checkOrigin(entry: string): string {
   } catch { /* refused below */ }
   if (!ok) throw new ResidencyError('BAD_ARGUMENT', `--allowed-origins '${entry}': expected '*' or an origin such as https://ops.example.com:8443 (scheme, host, optional port, no path)`);
   return o;
+}
+
+/** An --allowed-hosts entry: '*' or a host name or address as a Host header carries it, without the port. */
+function checkHost(entry: string): string {
+  const h = entry.trim().toLowerCase();
+  if (h === '*') return h;
+  const parsed = authorityOf(h);
+  // As written, with no port: the URL parser's host then equals the entry.
+  if (parsed === null || parsed.authority !== h || parsed.host !== h) {
+    throw new ResidencyError('BAD_ARGUMENT', `--allowed-hosts '${entry}': expected '*' or a host name such as ops.example.com or 10.0.0.7 (no scheme, port or path)`);
+  }
+  return parsed.host;
 }
 
 /** What an operator should hear at start: an exposed listener without a key. */
@@ -69,9 +91,10 @@ const forbidden = (message: string, code: string) => new ApiError(403, message, 
 
 /**
  * Installs the guards, in this order: Host, Origin, then the keys.
- * - Host: on a loopback listener, only loopback names (and the hosts of --allowed-origins) are answered,
- *   so a rebound DNS name (evil.example -> 127.0.0.1) reaches nothing. A non-loopback listener is reachable
- *   by any name and relies on the keys.
+ * - Host: on a loopback listener, only loopback names (and --allowed-hosts) are answered, so a rebound DNS
+ *   name (evil.example -> 127.0.0.1) reaches nothing, whatever --allowed-origins says (CORS is about which
+ *   pages may read replies, not which names reach the server). A non-loopback listener is reachable by any
+ *   name and relies on the keys.
  * - Origin: a browser names the page that sent a request; requests without one (curl, SDKs) pass. A page
  *   is allowed when it is this server itself (same authority as Host), on a loopback host, or listed in
  *   --allowed-origins ('*' allows any).
@@ -82,17 +105,16 @@ export function accessGuards(app: Hono, config: ServerConfig, listenHost: string
   const loopbackListener = isLoopbackHost(listenHost);
   const origins = new Set(config.allowedOrigins.map(checkOrigin));
   const anyOrigin = origins.has('*');
-  const originHosts = new Set([...origins].flatMap((o) => {
-    try { return [new URL(o).hostname]; } catch { return []; }
-  }));
+  const hosts = new Set((config.allowedHosts ?? []).map(checkHost));
+  const anyHost = hosts.has('*');
 
   app.use('*', async (c: Context, next: Next) => {
     const hostHeader = c.req.header('host');
     const host = hostHeader === undefined ? null : authorityOf(hostHeader);
     if (hostHeader !== undefined && host === null) throw forbidden(`Host header '${hostHeader.slice(0, 100)}' is not a host name`, 'host_not_allowed');
-    if (loopbackListener && host && !isLoopbackHost(host.host) && !originHosts.has(host.host) && !anyOrigin) {
+    if (loopbackListener && host && !anyHost && !isLoopbackHost(host.host) && !hosts.has(host.host)) {
       throw forbidden(`Host '${host.authority}' is not served: this server listens on loopback and answers only loopback names ` +
-        '(add the name\'s origin to --allowed-origins to put it behind a proxy)', 'host_not_allowed');
+        `(add '${host.host}' to --allowed-hosts to put it behind a proxy)`, 'host_not_allowed');
     }
     const origin = c.req.header('origin');
     if (origin !== undefined && !anyOrigin) {

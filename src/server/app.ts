@@ -2,7 +2,7 @@
 // errors for everything.
 import { Hono } from 'hono';
 import { cors } from 'hono/cors';
-import { accessGuards, normalizeOrigin } from './access.ts';
+import { accessGuards, isLoopbackHost, isLoopbackOrigin, normalizeOrigin } from './access.ts';
 import { ApiError, errorResponse } from './api-error.ts';
 import { IGNORED_FIELDS_HEADER } from './body.ts';
 import { handleChat } from './chat.ts';
@@ -46,11 +46,14 @@ export function createApp(deps: ServerDeps, opts: { defaultMetrics?: boolean; li
     deps.accessLog?.(`${c.req.method} ${c.req.path.slice(0, 200)} ${status} ${(performance.now() - t0).toFixed(1)}ms`);
   });
 
-  accessGuards(app, config, opts.listenHost ?? '127.0.0.1');
-  // CORS is off unless --allowed-origins names the page (the guard above already refused the others).
+  const listenHost = opts.listenHost ?? '127.0.0.1';
+  accessGuards(app, config, listenHost);
+  // CORS (the guard above already refused other pages): --allowed-origins pages, and on a loopback listener
+  // loopback pages too (a local UI on another port), as llama-server limits its CORS to loopback origins.
   const listed = new Set(config.allowedOrigins.map(normalizeOrigin));
+  const loopbackPages = isLoopbackHost(listenHost);
   app.use('*', cors({
-    origin: (origin) => (listed.has('*') ? '*' : listed.has(normalizeOrigin(origin)) ? origin : null),
+    origin: (origin) => (listed.has('*') ? '*' : listed.has(normalizeOrigin(origin)) || (loopbackPages && isLoopbackOrigin(origin)) ? origin : null),
     allowMethods: ['GET', 'POST', 'OPTIONS'],
     allowHeaders: ['authorization', 'content-type', 'openai-organization', 'openai-project', 'x-stainless-arch', 'x-stainless-lang', 'x-stainless-os', 'x-stainless-package-version', 'x-stainless-retry-count', 'x-stainless-runtime', 'x-stainless-runtime-version', 'x-stainless-timeout'],
     exposeHeaders: [IGNORED_FIELDS_HEADER],

@@ -1,6 +1,5 @@
 // Builds everything `residency serve` runs: model, backend, residency driver, engine, HTTP server.
 // Tests call it too, so the served stack and the tested stack are the same code.
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Backend } from '../backend/backend.ts';
 import { createBackend, type BackendName, type CreateBackendOptions } from '../backend/registry.ts';
@@ -19,11 +18,19 @@ import type { CountsDump } from '../residency/counts.ts';
 import type { Budgets } from '../residency/policy.ts';
 import type { RowMap } from '../residency/rowmap.ts';
 import { checkFolderPath } from '../util/folders.ts';
+import { mapPath, resumeMap, type MapSource } from '../residency/map-file.ts';
+import type { ModelSpec } from '../model/spec.ts';
+import { renameSync } from 'node:fs';
+import { basename } from 'node:path';
+import { readRegularFile } from '../util/regular-file.ts';
 import { accessWarnings } from './access.ts';
 import { DriverView } from './driver-view.ts';
 import { OffThreadEncoder } from './prompt-tokenizer.ts';
 import { startServer, type RunningServer } from './server.ts';
 import { defaultServerConfig, type HostLaneView, type ServerConfig, type ServerModel } from './types.ts';
+
+/** After the last step of a shutdown, what the streams' last events get to reach their sockets. */
+const SHUTDOWN_GRACE_MS = 250;
 
 /** How often an idle server reads the control and GO files. */
 const IDLE_POLL_MS = 500;
@@ -43,6 +50,11 @@ export interface ServeOptions {
   readonly hot?: number;
   readonly map?: RowMap;
   readonly residencyDir?: string;
+  /**
+   * Start from the default map (or --hot) even when the residency folder holds the map of an earlier run
+   * (DIR/map.json, then moved to map.json.stale). Without it and without `map`, that map is resumed.
+   */
+  readonly fresh?: boolean;
   /** Start adapting at once instead of booting frozen (counting only). */
   readonly adapt?: boolean;
   readonly budgets?: Partial<Budgets>;
@@ -79,6 +91,8 @@ export interface Serving {
    */
   shutdown(timeoutMs: number): Promise<{ refused: number; cut: number }>;
   close(): Promise<void>;
+  /** Where the map came from: '--map', resumed from the residency folder, or the default; and in words. */
+  readonly mapSource: { readonly source: MapSource; readonly text: string };
 }
 
 /** The hot share of the reference deployment (295 of 384 experts per layer; design.md section 2). */
@@ -95,7 +109,7 @@ async function chatInfo(dir: string, override: string | undefined): Promise<Pick
   const template = override ?? (await readChatTemplate(dir));
   let cfg: Record<string, unknown> = {};
   try {
-    cfg = JSON.parse(await readFile(join(dir, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>;
+    cfg = JSON.parse(await readRegularFile(join(dir, 'tokenizer_config.json'))) as Record<string, unknown>;
   } catch { /* no special tokens named */ }
   const tok = (v: unknown) => (typeof v === 'string' ? v : typeof v === 'object' && v && typeof (v as { content?: unknown }).content === 'string' ? (v as { content: string }).content : undefined);
   return {
@@ -103,6 +117,43 @@ async function chatInfo(dir: string, override: string | undefined): Promise<Pick
     ...(tok(cfg['bos_token']) ? { bosToken: tok(cfg['bos_token']) } : {}),
     ...(tok(cfg['eos_token']) ? { eosToken: tok(cfg['eos_token']) } : {}),
   };
+}
+
+/**
+ * The map serve starts from: --map; else, with a residency folder, the map of the run before (DIR/map.json),
+ * checked against this model, unless `fresh` (then moved aside to map.json.stale); else none (the default map).
+ */
+function bootMap(opts: ServeOptions, spec: ModelSpec): { map?: RowMap; source: MapSource; text: string } {
+  if (opts.map) return { map: opts.map, source: '--map', text: `--map (${opts.map.hot_per_layer}/${opts.map.experts} hot)` };
+  const dir = opts.residencyDir;
+  if (dir === undefined) return { source: 'default', text: 'default' };
+  const path = mapPath(dir);
+  if (opts.fresh) {
+    try {
+      renameSync(path, `${path}.stale`);
+      return { source: 'default', text: `default (--fresh: ${path} moved to ${basename(path)}.stale)` };
+    } catch {
+      return { source: 'default', text: 'default (--fresh)' };
+    }
+  }
+  const startOver = 'give --fresh to start from the default map (that file is moved aside), or --map MAP.json';
+  let resume;
+  try {
+    resume = resumeMap(dir);
+  } catch (err) {
+    throw new ResidencyError('BAD_MAP', `${(err as Error).message}: ${startOver}`, { cause: err });
+  }
+  if (resume === null) return { source: 'default', text: `default (no ${basename(path)} in ${dir} yet)` };
+  const { record, map: m } = resume;
+  if (m.model !== spec.name) throw new ResidencyError('BAD_MAP', `${path} is a map of model '${m.model}', not '${spec.name}': ${startOver}`);
+  if (m.layers !== spec.numLayers || m.experts !== spec.numExperts) {
+    throw new ResidencyError('BAD_MAP', `${path} is a map of ${m.layers} layers x ${m.experts} experts, this model has ${spec.numLayers} x ${spec.numExperts}: ${startOver}`);
+  }
+  if (opts.hot !== undefined && opts.hot !== m.hot_per_layer) {
+    throw new ResidencyError('BAD_ARGUMENT', `--hot ${opts.hot}, but ${path} (the map resumed) holds ${m.hot_per_layer} hot per layer: leave --hot out to resume it, or ${startOver}`);
+  }
+  const after = resume.movesAfter > 0 ? `, and the ${resume.movesAfter} row exchanges swaps.jsonl recorded after it` : '';
+  return { map: m, source: 'resumed', text: `resumed from ${path} (written ${record.time}, ${record.swaps_applied} swaps into the run before${after})` };
 }
 
 export async function startServing(opts: ServeOptions): Promise<Serving> {
@@ -113,14 +164,16 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
   const model = opts.model ?? (await loadModelFor(opts.modelDir, opts.backend));
   model.spec = withMaxModelLen(model.spec, opts.maxModelLen); // bounds requests and sizes the KV cache
   const { spec } = model;
+  const boot = bootMap(opts, spec);
+  const map = boot.map;
   // Without --hot or --map: CUDA sizes the hot bank from the memory budget (every expert if they fit: no residency
   // needed); the CPU takes the reference share, so the residency loop runs.
-  const budgetSized = opts.backend === 'cuda' && opts.hot === undefined && !opts.map;
+  const budgetSized = opts.backend === 'cuda' && opts.hot === undefined && !map;
   const hot = opts.hot ?? defaultHot(spec.numExperts);
-  if (!opts.map && (hot < 1 || hot > spec.numExperts)) {
+  if (!map && (hot < 1 || hot > spec.numExperts)) {
     throw new ResidencyError('BAD_ARGUMENT', `--hot ${hot}: expected 1..${spec.numExperts} experts per layer`);
   }
-  const placement: BankPlacement | undefined = opts.map ?? (budgetSized ? undefined : { hotPerLayer: hot });
+  const placement: BankPlacement | undefined = map ?? (budgetSized ? undefined : { hotPerLayer: hot });
   const progress = progressLine({ label: 'loading' });
   let backend: Backend;
   try {
@@ -154,7 +207,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
     // Built directly (not through residencyHookFactory, which writes steps.json at process exit): close()
     // below writes it, so a server that is stopped and started again in one process leaves nothing behind.
     const driver = withResidency
-      ? new ResidencyDriver({ backend, map: opts.map, dir: opts.residencyDir, frozen: !opts.adapt, budgets: opts.budgets, ...(opts.prior ? { prior: opts.prior } : {}), log: (m) => log(`residency: ${m}`) })
+      ? new ResidencyDriver({ backend, map, mapSource: boot.source, dir: opts.residencyDir, frozen: !opts.adapt, budgets: opts.budgets, ...(opts.prior ? { prior: opts.prior } : {}), log: (m) => log(`residency: ${m}`) })
       : undefined;
     const view = driver ? new DriverView(driver) : undefined;
     const config: ServerConfig = { ...defaultServerConfig, ...opts.config };
@@ -179,7 +232,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
     const idlePoll = driver && opts.residencyDir ? setInterval(() => driver.pollControl(), IDLE_POLL_MS) : undefined;
     idlePoll?.unref();
     const serving: Serving = {
-      server, engine, backend, driver, model,
+      server, engine, backend, driver, model, mapSource: { source: boot.source, text: boot.text },
       async shutdown(timeoutMs) {
         const refused = engine.stopAdmitting('the server is shutting down: this request was still queued and never started; send it again (to another server)');
         const connectionsEnded = server.stopAccepting();
@@ -189,8 +242,11 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
         clearTimeout(timer);
         const cut = late ? engine.cancelRunning(`the server is shutting down: this stream was ended by the shutdown timeout (${timeoutMs / 1000} s)`) : 0;
         await idle;
-        // The streams' last events are written after the engine's last step: give the sockets a moment.
-        await Promise.race([connectionsEnded, new Promise((r) => setTimeout(r, 2000).unref())]);
+        // The streams' last events are written after the engine's last step: give the sockets a moment, and no
+        // more. Connections that went idle since are closed now; one a client holds open (keep-alive, silent, half
+        // a request) never ends by itself, and close() cuts whatever is left.
+        server.closeIdleConnections();
+        await Promise.race([connectionsEnded, new Promise((r) => setTimeout(r, SHUTDOWN_GRACE_MS).unref())]);
         await serving.close();
         return { refused, cut };
       },
@@ -200,6 +256,7 @@ export async function startServing(opts: ServeOptions): Promise<Serving> {
         await engine.close();
         await encoder.close();
         driver?.close();
+        await driver?.mapSettled(); // a background write of map.json still running is let finish (it does not land)
         backend.dispose();
       },
     };

@@ -11,7 +11,7 @@ import { chatLogprobs } from './logprobs-format.ts';
 import { checkPromptChars, encodePrompt } from './prompt-tokenizer.ts';
 import { admit, resolveMaxTokens, samplingFrom, type RelayToken } from './relay.ts';
 import type { RelayContext, RelayJob } from './relay.ts';
-import { chatSchema, type ChatMessage } from './schemas.ts';
+import type { ChatMessage } from './schemas.ts';
 import { sseResponse } from './sse.ts';
 import { jsonConstraints, responseFormatConstraints } from './structured-output.ts';
 import { forcedCall, parseToolCalls, planTools, type ToolCall, type ToolPlan } from './tools.ts';
@@ -34,7 +34,7 @@ function messageOf(r: Pick<ChoiceResult, 'text' | 'finishReason'>, plan: ToolPla
 }
 
 export async function handleChat(c: Context, ctx: RelayContext, model: ServerModel, chat: ChatFormatter, config: ServerConfig): Promise<Response> {
-  const { data: req, ignored } = await readJsonRequest(c, chatSchema(model.maxPositions), config.maxBodyBytes);
+  const { data: req, ignored } = await readJsonRequest(c, { name: 'chat', maxPositions: model.maxPositions }, config.maxBodyBytes);
   warnIgnored(c, ctx, ignored);
   checkModel(model, req.model);
   checkPromptChars(req.messages.reduce((n, m) => n + charsOf(m), 0), model.maxPositions, config, 'messages');

@@ -9,7 +9,6 @@ import { completionLogprobs } from './logprobs-format.ts';
 import { checkPromptChars, encodePrompt } from './prompt-tokenizer.ts';
 import { admit, resolveMaxTokens, samplingFrom } from './relay.ts';
 import type { RelayContext, RelayJob } from './relay.ts';
-import { completionSchema } from './schemas.ts';
 import { sseResponse } from './sse.ts';
 import { responseFormatConstraints } from './structured-output.ts';
 import type { ServerConfig, ServerModel } from './types.ts';
@@ -65,7 +64,7 @@ async function promptsOf(prompt: string | string[] | number[] | number[][], mode
 }
 
 export async function handleCompletion(c: Context, ctx: RelayContext, model: ServerModel, config: ServerConfig): Promise<Response> {
-  const { data: req, ignored } = await readJsonRequest(c, completionSchema(model.maxPositions), config.maxBodyBytes);
+  const { data: req, ignored } = await readJsonRequest(c, { name: 'completion', maxPositions: model.maxPositions }, config.maxBodyBytes);
   warnIgnored(c, ctx, ignored);
   checkModel(model, req.model);
   const n = req.n ?? 1;

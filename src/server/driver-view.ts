@@ -27,6 +27,7 @@ export class DriverView implements ResidencyView {
   snapshot(): ResidencySnapshot {
     const ctl = this.driver.controller;
     const d = this.driver.lastDrain;
+    const drops = this.driver.recordDrops;
     const use: number[][] = [];
     let any = false;
     for (let l = 0; l < ctl.layers; l++) {
@@ -55,6 +56,7 @@ export class DriverView implements ResidencyView {
       // Decayed counts as of the last drain (zero until the first one: the heatmap starts dark).
       expert_use: any ? use : use.map((r) => r.map(() => 0)),
       step: this.step,
+      ...(drops ? { records: { telemetry_lines_dropped: drops.telemetryLines, swap_lines_dropped: drops.swapLines, map_writes_failed: drops.mapWrites } } : {}),
     };
   }
 

@@ -84,6 +84,19 @@ export function createMetrics(engine: GenerationEngine, residency: ResidencyView
     mirrorCounter(registry, 'residency_swaps_superseded_total', 'Swaps decided again at a later drain because the banks had no room to start them', () => (snap ?? read()).swaps.superseded);
     new Gauge({ name: 'residency_swaps_queued', help: 'Swaps planned and waiting to be applied', registers: [registry], collect() { this.set((snap ?? read()).swaps.queued); } });
     new Gauge({ name: 'residency_swaps_in_flight', help: 'Swaps requested from the banks whose row copies have not landed yet', registers: [registry], collect() { this.set((snap ?? read()).swaps.in_flight); } });
+    const records = () => (snap ?? read()).records;
+    let linesSeen = { 'telemetry.jsonl': 0, 'swaps.jsonl': 0 };
+    new Counter({
+      name: 'residency_telemetry_lines_dropped_total', help: 'Lines the residency folder could not take (a full disk), by file', labelNames: ['file'] as const, registers: [registry],
+      collect() {
+        const r = records();
+        if (!r) return;
+        const now = { 'telemetry.jsonl': r.telemetry_lines_dropped, 'swaps.jsonl': r.swap_lines_dropped };
+        for (const file of ['telemetry.jsonl', 'swaps.jsonl'] as const) this.inc({ file }, Math.max(0, now[file] - linesSeen[file]));
+        linesSeen = now;
+      },
+    });
+    mirrorCounter(registry, 'residency_map_writes_failed_total', 'Writes of the residency folder\'s map.json that failed (the last one written stays)', () => records()?.map_writes_failed ?? 0);
   }
 
   if (opts.hostLane) hostLaneMetrics(registry, opts.hostLane);

@@ -64,6 +64,7 @@ export class OffThreadEncoder {
     if (!worker) return Promise.resolve(this.inline.encode(text));
     const id = this.next++;
     return new Promise((resolve, reject) => {
+      if (this.pending.size === 0) worker.ref(); // held while answers are owed
       this.pending.set(id, { resolve, reject, text });
       worker.postMessage({ id, text });
     });
@@ -84,18 +85,20 @@ export class OffThreadEncoder {
     if (!existsSync(fileURLToPath(url))) return this.fail(`${fileURLToPath(url)} is missing`);
     const entry = fromSources ? new URL('./tokenizer-worker.ts', here).href : url.href;
     const w = new Worker(url, { workerData: { dir: this.dir, entry }, name: 'residency-tokenizer' });
-    w.unref(); // never keeps the process alive; a pending request is an open HTTP request, which does
     w.on('message', (m: TokenizeReply | { ready: true } | { failed: string }) => {
       if ('failed' in m) return this.fail(m.failed);
       if (!('id' in m)) return;
       const p = this.pending.get(m.id);
       if (!p) return;
       this.pending.delete(m.id);
+      if (this.pending.size === 0) w.unref();
       if ('error' in m) p.reject(new Error(m.error));
       else p.resolve(Array.from(m.ids));
     });
     w.on('error', (err) => this.fail(err.message));
     w.on('exit', (code) => { if (this.worker === w) this.fail(`exited with code ${code}`); });
+    // Idle, it never keeps the process alive (after the listeners: adding a 'message' listener refs a worker again).
+    w.unref();
     this.worker = w;
     return w;
   }

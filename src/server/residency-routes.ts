@@ -1,7 +1,6 @@
 // /v1/residency: the live map and controller state, control commands (same parser and apply as the
 // control file), and /v1/residency/stats, the dashboard's one JSON endpoint.
 import type { Hono } from 'hono';
-import { z } from 'zod';
 import { remoteDumpNameProblem } from '../residency/folder-files.ts';
 import { ApiError } from './api-error.ts';
 import { readJsonBody } from './body.ts';
@@ -58,9 +57,9 @@ export function residencyRoutes(app: Hono, deps: ServerDeps, history: History, c
 
   app.post('/v1/residency/control', async (c) => {
     const residency = need(deps.residency);
-    // Only the transport is checked here (size, UTF-8, JSON); the command itself goes to the residency
-    // system's own parser, so HTTP and the control file accept and reject exactly the same commands.
-    const command = await readJsonBody(c, z.unknown(), config.maxBodyBytes);
+    // The command is checked by the residency system's own parser (body-check.ts), so HTTP and the control
+    // file accept and reject exactly the same commands; the driver parses it again as it applies it.
+    const command = await readJsonBody(c, { name: 'control' }, config.maxBodyBytes);
     checkRemoteDumpPath(command);
     const result = await residency.control(command, { remote: true });
     return c.json({ ok: true, result, controller: residency.snapshot().controller });

@@ -96,6 +96,17 @@ export function chatSchema(maxPositions: number) {
   });
 }
 
+/** POST /tokenize: a prompt, or messages rendered through the chat template (checked there). */
+export const tokenizeSchema = z.union([
+  z.object({ model: z.string().nullable().optional(), prompt: z.string(), add_special_tokens: z.boolean().optional() }),
+  z.object({ model: z.string().nullable().optional(), messages: z.array(z.unknown()).min(1), add_generation_prompt: z.boolean().optional() }),
+], { error: 'expected {prompt: string} or {messages: [...]}' });
+
+/** POST /detokenize: token ids of the vocabulary (`vocabSize` ids). */
+export function detokenizeSchema(vocabSize: number) {
+  return z.object({ model: z.string().nullable().optional(), tokens: z.array(z.number().int().min(0).max(vocabSize - 1, { error: `expected token ids in 0..${vocabSize - 1}` })).max(1 << 20) });
+}
+
 export type CompletionRequest = z.output<ReturnType<typeof completionSchema>>;
 export type ChatRequest = z.output<ReturnType<typeof chatSchema>>;
 export type ChatMessage = z.output<typeof message>;

@@ -1,6 +1,8 @@
 // Starts the app on a port (node's http via @hono/node-server) and stops it cleanly.
 import { serve } from '@hono/node-server';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { ConnectionCaps } from './connections.ts';
 import { ResidencyError } from '../errors.ts';
 import { createApp } from './app.ts';
 import type { ServerApp } from './app.ts';
@@ -14,6 +16,8 @@ export interface RunningServer extends ServerApp {
    * connection has ended on its own, i.e. its response is done. `close()` ends whatever is left.
    */
   stopAccepting(): Promise<void>;
+  /** Closes the connections with no request in progress (keep-alive ones between requests, ones that sent nothing). */
+  closeIdleConnections(): void;
   close(): Promise<void>;
 }
 
@@ -26,7 +30,7 @@ export async function startServer(deps: ServerDeps, listen: { port: number; host
     // its connection (and a parser) for minutes. These bound receiving the request, never the response.
     const serverOptions = { headersTimeout: headersTimeoutMs, requestTimeout: requestTimeoutMs, connectionsCheckingInterval: Math.max(50, Math.min(1000, headersTimeoutMs / 2)) };
     const s = serve({ fetch: built.app.fetch, port: listen.port, hostname: listen.host, serverOptions }, () => resolve(s));
-    (s as { maxConnections?: number }).maxConnections = deps.config.maxConnections;
+    new ConnectionCaps(deps.config.maxConnections, deps.config.maxConnectionsPerClient, headersTimeoutMs).attach(s as unknown as Server);
     s.once('error', (err: NodeJS.ErrnoException) => {
       built.history.stop();
       const why = err.code === 'EADDRINUSE' ? `${listen.host}:${listen.port} is already in use: pick another --port (0 = any free one)` : err.message;
@@ -43,6 +47,9 @@ export async function startServer(deps: ServerDeps, listen: { port: number; host
         server.close(() => resolve());
         (server as { closeIdleConnections?: () => void }).closeIdleConnections?.();
       });
+    },
+    closeIdleConnections() {
+      (server as { closeIdleConnections?: () => void }).closeIdleConnections?.();
     },
     async close() {
       built.history.stop();

@@ -1,6 +1,5 @@
 // vLLM's /tokenize and /detokenize, and /version: what clients use to count tokens and check the server.
 import type { Hono } from 'hono';
-import { z } from 'zod';
 import { VERSION } from '../version.ts';
 import { ApiError } from './api-error.ts';
 import { readJsonBody } from './body.ts';
@@ -10,14 +9,9 @@ import { checkPromptChars, encodePrompt } from './prompt-tokenizer.ts';
 import { chatSchema } from './schemas.ts';
 import type { ServerConfig, ServerModel } from './types.ts';
 
-const tokenizeSchema = z.union([
-  z.object({ model: z.string().nullable().optional(), prompt: z.string(), add_special_tokens: z.boolean().optional() }),
-  z.object({ model: z.string().nullable().optional(), messages: z.array(z.unknown()).min(1), add_generation_prompt: z.boolean().optional() }),
-], { error: 'expected {prompt: string} or {messages: [...]}' });
-
 export function tokenizeRoutes(app: Hono, model: ServerModel, chat: ChatFormatter, config: ServerConfig): void {
   app.post('/tokenize', async (c) => {
-    const req = await readJsonBody(c, tokenizeSchema, config.maxBodyBytes);
+    const req = await readJsonBody(c, { name: 'tokenize' }, config.maxBodyBytes);
     checkModel(model, req.model);
     let text: string;
     if ('prompt' in req) text = req.prompt;
@@ -30,9 +24,8 @@ export function tokenizeRoutes(app: Hono, model: ServerModel, chat: ChatFormatte
     const tokens = await encodePrompt(model.tokenizer, text);
     return c.json({ count: tokens.length, max_model_len: model.maxPositions, tokens });
   });
-  const detok = z.object({ model: z.string().nullable().optional(), tokens: z.array(z.number().int().min(0).max(model.tokenizer.vocabSize - 1, { error: `expected token ids in 0..${model.tokenizer.vocabSize - 1}` })).max(1 << 20) });
   app.post('/detokenize', async (c) => {
-    const req = await readJsonBody(c, detok, config.maxBodyBytes);
+    const req = await readJsonBody(c, { name: 'detokenize', vocabSize: model.tokenizer.vocabSize }, config.maxBodyBytes);
     checkModel(model, req.model);
     return c.json({ prompt: model.tokenizer.decode(req.tokens) });
   });

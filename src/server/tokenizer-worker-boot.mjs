@@ -1,5 +1,5 @@
-// Starts the tokenizer worker from TypeScript sources: registers tsx in this worker thread, then imports
-// the worker (workerData.entry); Node 20 workers do not reliably take tsx from --import.
+// Starts a server worker (the tokenizer's, the body checker's) from TypeScript sources: registers tsx in this
+// worker thread, then imports the worker (workerData.entry); Node 20 workers do not reliably take tsx from --import.
 import { parentPort, workerData } from 'node:worker_threads';
 
 try {

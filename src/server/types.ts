@@ -54,6 +54,11 @@ export interface ResidencySnapshot {
    * superseded: decided again at a later drain because the banks had no room to start them.
    */
   readonly swaps: { readonly applied: number; readonly refused: number; readonly superseded: number; readonly queued: number; readonly in_flight: number };
+  /**
+   * What the residency folder could not take this run (a full disk): lines dropped from telemetry.jsonl and
+   * swaps.jsonl, writes of map.json that failed. Absent without a residency folder.
+   */
+  readonly records?: { readonly telemetry_lines_dropped: number; readonly swap_lines_dropped: number; readonly map_writes_failed: number };
   /** Controller state: freeze/counting flags, budgets, step counters (whatever the controller reports). */
   readonly controller: Readonly<Record<string, unknown>>;
   /** Recent expert use per layer ([layer][expert], e.g. decayed counts), for the heatmap. */
@@ -79,8 +84,13 @@ export interface ServerConfig {
   readonly apiKey?: string;
   /** Required (as a Bearer token) by POST /v1/residency/control instead of apiKey; without it, control over HTTP needs a loopback listener. */
   readonly controlApiKey?: string;
-  /** Web page origins (scheme://host[:port], or '*') allowed besides this server itself and loopback pages. */
+  /** Web page origins (scheme://host[:port], or '*') allowed besides this server itself and loopback pages (Origin and CORS). */
   readonly allowedOrigins: readonly string[];
+  /**
+   * Host names a loopback listener answers besides loopback names (a proxy in front), or '*' for any; the
+   * DNS-rebinding guard, independent of allowedOrigins. Default none.
+   */
+  readonly allowedHosts?: readonly string[];
   /** Requests waiting to join the batch before new ones get 429. */
   readonly maxQueue: number;
   /**
@@ -95,8 +105,12 @@ export interface ServerConfig {
   /** A client must send its request headers within this, and its whole request (body too) within requestTimeoutMs; responses are not timed. */
   readonly headersTimeoutMs: number;
   readonly requestTimeoutMs: number;
-  /** Open connections at most; more are refused (closed) at once, so stalled clients cannot pile up. */
+  /**
+   * Open connections at most, in all and from one client address; past either, the connection idle longest is
+   * closed to make room (connections.ts), or the newcomer when every one has a request in progress.
+   */
   readonly maxConnections: number;
+  readonly maxConnectionsPerClient: number;
 }
 
 export const defaultServerConfig: ServerConfig = Object.freeze({
@@ -107,6 +121,7 @@ export const defaultServerConfig: ServerConfig = Object.freeze({
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 30_000,
   maxConnections: 1024,
+  maxConnectionsPerClient: 256,
 });
 
 export interface ServerDeps {

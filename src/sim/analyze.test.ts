@@ -53,10 +53,19 @@ describe('analyze', () => {
     assert.equal(marked.swapSteps!.p50Ms, 10);
     assert.equal(marked.swapFreeSteps!.p99Ms, 5);
   });
-  it('names the file, line and field of bad telemetry', () => {
+  it('skips and names (file, line, field) a bad line instead of refusing the run; a missing folder is still an error', () => {
     const bad = mkdtempSync(join(tmpdir(), 'analyze-bad-'));
-    writeFileSync(join(bad, 'telemetry.jsonl'), '{"v":1,"time":"2025-11-30T00:00:00Z","step":64,"window_steps":64,"picks":384,"cold_share":"high","swaps_applied":0,"swaps_refused":0}\n');
-    assert.throws(() => readLiveRun(bad), (e: unknown) => e instanceof ResidencyError && /telemetry\.jsonl:1: field 'cold_share' must be a number/.test(e.message));
-    assert.throws(() => readLiveRun(join(bad, 'nope')), /no telemetry\.jsonl/);
+    const good = (step: number) => `{"v":1,"time":"2025-11-30T00:00:0${step % 10}Z","step":${step},"window_steps":64,"picks":384,"cold_share":0.1,"swaps_applied":0,"swaps_refused":0}\n`;
+    // A write cut short by a full disk, joined by the next append, then a line with a bad field.
+    writeFileSync(join(bad, 'telemetry.jsonl'), `${good(64)}{"v":1,"time":"2025-11-3${good(128)}{"v":1,"time":"2025-11-30T00:00:00Z","step":192,"window_steps":64,"picks":384,"cold_share":"high","swaps_applied":0,"swaps_refused":0}\n${good(256)}`);
+    const live = readLiveRun(bad);
+    assert.deepEqual(live.drains.map((d) => d.step), [64, 256]);
+    assert.equal(live.broken.length, 2);
+    assert.match(live.broken[0]!.where, /telemetry\.jsonl:2$/);
+    assert.match(live.broken[0]!.why, /not JSON/);
+    assert.match(live.broken[1]!.where, /telemetry\.jsonl:3$/);
+    assert.match(live.broken[1]!.why, /field 'cold_share' must be a number/);
+    assert.equal(analyzeLiveRun(live).drains, 2);
+    assert.throws(() => readLiveRun(join(bad, 'nope')), (e: unknown) => e instanceof ResidencyError && /no telemetry\.jsonl/.test(e.message));
   });
 });

@@ -3,7 +3,10 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ResidencyError } from '../errors.ts';
+import { replaySwapLog, type SwapReplay } from '../residency/swap-log.ts';
 import type { DrainLine, StepRingDump, SwapLine } from '../residency/telemetry.ts';
+
+export type { SwapReplay };
 
 export interface LiveRun {
   readonly drains: readonly DrainLine[];
@@ -13,6 +16,14 @@ export interface LiveRun {
   readonly runs: number;
   /** The last run's id, when its boot record has one (folders written before boot records have none). */
   readonly run?: string;
+  /** Lines of the last run that were skipped: not JSON (a write cut short by a full disk, say) or missing fields. */
+  readonly broken: readonly BrokenLine[];
+}
+
+/** A line skipped by the reader: where (file:line) and why. */
+export interface BrokenLine {
+  readonly where: string;
+  readonly why: string;
 }
 
 function need(ok: boolean, where: string, what: string): void {
@@ -20,11 +31,14 @@ function need(ok: boolean, where: string, what: string): void {
 }
 
 /**
- * The lines of the last run in a .jsonl file (after its last boot record), checked, and the runs seen.
- * A last line without its newline is a torn write (a process killed mid-append) and is skipped.
+ * The lines of the last run in a .jsonl file (after its last boot record), checked, and the runs seen. A line
+ * that does not parse or lacks a field is skipped and reported (a write cut short by a full disk leaves one),
+ * not fatal: one bad line does not hide the run. Records of other types (a writer's resync line) are not
+ * drains or swaps and are passed over.
  */
-function readLines<T>(file: string, check: (o: Record<string, unknown>, where: string) => void): { lines: T[]; runs: number; run?: string } {
+function readLines<T>(file: string, check: (o: Record<string, unknown>, where: string) => void): { lines: T[]; runs: number; run?: string; broken: BrokenLine[] } {
   let out: T[] = [];
+  let broken: BrokenLine[] = [];
   let runs = 0;
   let run: string | undefined;
   const text = readFileSync(file, 'utf8');
@@ -34,21 +48,32 @@ function readLines<T>(file: string, check: (o: Record<string, unknown>, where: s
     const where = `${file}:${i + 1}`;
     let o: Record<string, unknown>;
     try { o = JSON.parse(line) as Record<string, unknown>; } catch (err) {
-      if (i === all.length - 1 && !text.endsWith('\n')) return; // torn last line
-      throw new ResidencyError('BAD_ARGUMENT', `${where}: not JSON (${(err as Error).message})`);
+      if (i === all.length - 1 && !text.endsWith('\n')) return; // torn last line (a kill mid-append)
+      broken.push({ where, why: `not JSON (${(err as Error).message.slice(0, 120)})` });
+      return;
     }
-    need(o.v === 1, where, `field 'v' must be 1, got ${JSON.stringify(o.v)}`);
+    if (typeof o !== 'object' || o === null || o.v !== 1) {
+      broken.push({ where, why: `field 'v' must be 1, got ${JSON.stringify((o as { v?: unknown } | null)?.v)}` });
+      return;
+    }
     if (o.type === 'boot') {
       runs++;
       run = typeof o.run === 'string' ? o.run : undefined;
       out = [];
+      broken = [];
       return;
     }
-    check(o, where);
+    if (o.type !== undefined) return;
+    try {
+      check(o, where);
+    } catch (err) {
+      broken.push({ where, why: (err as Error).message.slice(where.length + 2) });
+      return;
+    }
     out.push(o as T);
   });
   // A folder from before boot records: one run, unnamed.
-  return { lines: out, runs: Math.max(runs, 1), ...(run ? { run } : {}) };
+  return { lines: out, runs: Math.max(runs, 1), broken, ...(run ? { run } : {}) };
 }
 
 const num = (o: Record<string, unknown>, k: string, where: string) => need(typeof o[k] === 'number' && Number.isFinite(o[k]), where, `field '${k}' must be a number, got ${JSON.stringify(o[k])}`);
@@ -75,7 +100,8 @@ export function readLiveRun(dir: string): LiveRun {
     // A ring written by an earlier run (this one died before its first flush) is not this run's.
     if (o.run === undefined || o.run === t.run) ring = o as unknown as StepRingDump;
   }
-  return { drains, swaps, runs: t.runs, ...(ring ? { ring } : {}), ...(t.run ? { run: t.run } : {}) };
+  const broken = [...t.broken, ...(sw && sw.run === t.run ? sw.broken : [])];
+  return { drains, swaps, runs: t.runs, broken, ...(ring ? { ring } : {}), ...(t.run ? { run: t.run } : {}) };
 }
 
 export interface ShiftFigures {
@@ -168,4 +194,9 @@ export function analyzeLiveRun(run: LiveRun, marks?: readonly number[]): LiveAna
   });
   const fig = (xs: number[]) => { const s = xs.sort((a, b) => a - b); return { count: s.length, p50Ms: quantile(s, 0.5), p99Ms: quantile(s, 0.99) }; };
   return { ...out, swapSteps: fig(withSwaps), swapFreeSteps: fig(free) };
+}
+
+/** Replays DIR/swaps.jsonl's last run (residency/swap-log.ts). */
+export function replaySwaps(dir: string): SwapReplay {
+  return replaySwapLog(readFileSync(join(dir, 'swaps.jsonl'), 'utf8'));
 }

@@ -75,15 +75,33 @@ test('Origin: this server itself, loopback pages and --allowed-origins pass; oth
   assert.equal((await appFor('127.0.0.1', { allowedOrigins: ['*'] }).call('/v1/models', { headers: { origin: 'http://evil.example' } })).status, 200);
 });
 
-test('Host on a loopback listener: loopback names only (DNS rebinding); any name on a non-loopback one', async () => {
-  const { call } = appFor('127.0.0.1', { allowedOrigins: ['http://proxy.internal:8080'] });
-  for (const host of ['127.0.0.1:8000', 'localhost:8000', '[::1]:8000', 'proxy.internal:8080']) assert.equal((await call('/health', { headers: { host } })).status, 200, host);
+test('Host on a loopback listener: loopback names and --allowed-hosts only (DNS rebinding); any name on a non-loopback one', async () => {
+  const { call } = appFor('127.0.0.1', { allowedHosts: ['proxy.internal'] });
+  for (const host of ['127.0.0.1:8000', 'localhost:8000', '[::1]:8000', 'proxy.internal:8080', 'PROXY.internal']) assert.equal((await call('/health', { headers: { host } })).status, 200, host);
   for (const host of ['evil.example:8000', '10.0.0.7:8000']) {
     const r = await call('/health', { headers: { host } });
     assert.equal(r.status, 403, host);
-    assert.equal((await r.json()).error.code, 'host_not_allowed');
+    const e = (await r.json()).error;
+    assert.equal(e.code, 'host_not_allowed');
+    assert.match(e.message, /--allowed-hosts/);
   }
   assert.equal((await appFor('0.0.0.0').call('/health', { headers: { host: 'gpu-box.internal:8000' } })).status, 200);
+  assert.equal((await appFor('127.0.0.1', { allowedHosts: ['*'] }).call('/health', { headers: { host: 'anything.example' } })).status, 200, "'*' opens every name");
+  for (const bad of ['https://proxy.internal', 'proxy.internal:8080', 'proxy.internal/x', '']) {
+    assert.throws(() => appFor('127.0.0.1', { allowedHosts: [bad] }), (e: Error) => /--allowed-hosts/.test(e.message), bad);
+  }
+});
+
+test('the Host check does not follow CORS: --allowed-origins * (or a listed origin) opens no Host; a rebinding page cannot post control', async () => {
+  for (const allowedOrigins of [['*'], ['http://evil.example:8000']]) {
+    const a = appFor('127.0.0.1', { allowedOrigins });
+    // A page at http://evil.example:8000 whose name now resolves to 127.0.0.1: same-origin to the browser.
+    const r = await a.control({ freeze: true }, { host: 'evil.example:8000', origin: 'http://evil.example:8000' });
+    assert.equal(r.status, 403, allowedOrigins.join());
+    assert.equal((await r.json()).error.code, 'host_not_allowed');
+    assert.equal(a.residency.frozen, false, 'nothing changed');
+    assert.equal((await a.call('/v1/models', { headers: { host: 'evil.example:8000' } })).status, 403);
+  }
 });
 
 test('control: off over HTTP on a non-loopback listener without --control-api-key; with one, only that key opens it', async () => {
@@ -117,11 +135,20 @@ test('a non-loopback listener without keys is warned about; a bad --allowed-orig
   }
 });
 
-test('CORS: off by default; only --allowed-origins pages get Access-Control-Allow-* (preflight and reply); OPTIONS is never a 404', async () => {
+test('CORS: loopback pages by default on a loopback listener, and --allowed-origins pages (preflight and reply); OPTIONS is never a 404', async () => {
   const plain = appFor('127.0.0.1');
-  const pre = await plain.call('/v1/completions', { method: 'OPTIONS', headers: { origin: 'http://localhost:3000', 'access-control-request-method': 'POST' } });
-  assert.equal(pre.status, 204);
-  assert.equal(pre.headers.get('access-control-allow-origin'), null, 'a loopback page passes the guard but gets no CORS grant');
+  for (const origin of ['http://localhost:3000', 'http://127.0.0.1:5173', 'http://[::1]:8080']) {
+    const pre = await plain.call('/v1/completions', { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' } });
+    assert.equal(pre.status, 204, origin);
+    assert.equal(pre.headers.get('access-control-allow-origin'), origin, `a loopback page (${origin}) is granted`);
+    assert.match(pre.headers.get('access-control-allow-headers') ?? '', /content-type/);
+    const r = await plain.call('/v1/models', { headers: { origin } });
+    assert.equal(r.headers.get('access-control-allow-origin'), origin);
+  }
+  // Not on a listener that is not loopback: there only --allowed-origins pages are granted.
+  const open = appFor('0.0.0.0', { apiKey: 'k' });
+  const pre0 = await open.call('/v1/completions', { method: 'OPTIONS', headers: { host: '10.0.0.7:8000', origin: 'http://localhost:3000', 'access-control-request-method': 'POST' } });
+  assert.equal(pre0.headers.get('access-control-allow-origin'), null);
   assert.equal((await plain.call('/v1/models', { method: 'OPTIONS' })).status, 204, 'OPTIONS without an Origin');
   const listed = appFor('127.0.0.1', { allowedOrigins: ['https://ui.example.com'], apiKey: 'k' });
   const p2 = await listed.call('/v1/chat/completions', { method: 'OPTIONS', headers: { origin: 'https://ui.example.com', 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type' } });
@@ -133,4 +160,6 @@ test('CORS: off by default; only --allowed-origins pages get Access-Control-Allo
   assert.equal(r.headers.get('access-control-allow-origin'), 'https://ui.example.com');
   assert.match(r.headers.get('access-control-expose-headers') ?? '', /x-ignored-fields/);
   assert.equal((await listed.call('/v1/models', { method: 'OPTIONS', headers: { origin: 'https://evil.example.com', 'access-control-request-method': 'GET' } })).status, 403);
+  const star = appFor('127.0.0.1', { allowedOrigins: ['*'] });
+  assert.equal((await star.call('/v1/models', { headers: { origin: 'https://any.example' } })).headers.get('access-control-allow-origin'), '*');
 });

@@ -2,6 +2,7 @@
 // the timeout to finish and are then ended; nothing waits for the queue to drain (16 x 2,000 tokens: 40 s).
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { connect, type Socket } from 'node:net';
 import { resolve } from 'node:path';
 import { loadModel, type LoadedModel } from '../../src/model/load.ts';
 import { startServing } from '../../src/server/boot.ts';
@@ -54,4 +55,36 @@ test('a running stream that ends within the timeout finishes whole; new requests
   assert.equal(done, true);
   assert.equal(chunks.at(-1).choices[0].finish_reason, 'length');
   await assert.rejects(fetch(`${url}/health`), 'the listener is closed');
+});
+
+test('clients holding connections open (idle keep-alive, silent, half a request) do not stretch shutdown past its timeout', { timeout: 60_000 }, async () => {
+  const s = await serve();
+  const url = s.server.url;
+  const { port } = new URL(url);
+  const held: Socket[] = [];
+  const open = (data: string) => new Promise<Socket>((res) => {
+    const c = connect(Number(port), '127.0.0.1', () => { if (data) c.write(data); res(c); });
+    c.on('error', () => {});
+    c.on('data', () => {}); // read replies, so keep-alive connections stay idle, not blocked
+    held.push(c);
+  });
+  try {
+    const res = await post(`${url}/v1/completions`, { ...long, stream: true });
+    let got = 0;
+    const reading = readSse(res, () => { got++; });
+    while (got < 3) await new Promise((r) => setTimeout(r, 5));
+    await open('GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n');
+    await open('');
+    await open('POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n');
+    await new Promise((r) => setTimeout(r, 100));
+    const t0 = performance.now();
+    const result = await s.shutdown(1000);
+    const ms = performance.now() - t0;
+    assert.equal(result.cut, 1);
+    assert.ok(ms < 1500, `shutdown took ${ms.toFixed(0)} ms with a 1,000 ms timeout`);
+    const { done } = await reading;
+    assert.equal(done, false);
+  } finally {
+    for (const c of held) c.destroy();
+  }
 });

@@ -17,10 +17,41 @@ import { int4Matrix, int4StoredShape } from '../int4-repack.ts';
 export const posInt = z.number().int().positive();
 const tokenId = z.number().int().nonnegative();
 
+/**
+ * Upper bounds of config sizes, checked before anything is sized by them (a 1e8-position config grew to 14 GB
+ * of RoPE tables; a million layers ran into the tensor map's size limit after 40 s). Each sits far above the
+ * released checkpoints of the families served here, so only a corrupt or hostile config meets one.
+ */
+export const CONFIG_BOUNDS = Object.freeze({
+  vocab: 1 << 22,
+  hidden: 1 << 16,
+  layers: 1024,
+  heads: 1024,
+  headDim: 4096,
+  experts: 16_384,
+  intermediate: 1 << 20,
+  /** Qwen's 1M-context releases hold 1,010,000; a longer context can be cut with --max-model-len only once it loads. */
+  positions: 1 << 22,
+  /** Routed experts in the whole model (layers x experts per layer): each is three tensors to look up. */
+  totalExperts: 1 << 18,
+});
+
+/** A positive integer of at most `max`; the message says the bound (parseFields adds the field and value). */
+export function sized(max: number) {
+  return posInt.max(max, { error: `expected at most ${max.toLocaleString('en-US')} (far above any released model: a corrupt config?)` });
+}
+
+/** Refuses a model of more routed experts than CONFIG_BOUNDS.totalExperts (each field may be within its own bound). */
+export function checkTotalExperts(layers: number, experts: number): void {
+  if (layers * experts > CONFIG_BOUNDS.totalExperts) {
+    throw badConfig(`num_hidden_layers ${layers} x ${experts} experts per layer = ${layers * experts} routed experts: expected at most ${CONFIG_BOUNDS.totalExperts.toLocaleString('en-US')} (far above any released model: a corrupt config?)`);
+  }
+}
+
 /** Fields that every config.json, qwen3_moe's included, spells and types alike (a run of them, in this order). */
 export const sharedFields = {
   tie_word_embeddings: z.boolean().optional(),
-  max_position_embeddings: posInt.optional(),
+  max_position_embeddings: sized(CONFIG_BOUNDS.positions).optional(),
   bos_token_id: tokenId.nullish(),
   eos_token_id: z.union([tokenId, z.array(tokenId)], { error: 'expected a token id or an array of token ids' }).nullish(),
   hidden_act: z.string().optional(),
@@ -30,13 +61,13 @@ export const sharedFields = {
 /** Fields every family's config.json spells the same way (types only; rules are checked after). */
 export const baseFields = {
   model_type: z.string(),
-  vocab_size: posInt,
-  hidden_size: posInt,
-  num_hidden_layers: posInt,
-  num_attention_heads: posInt,
-  num_key_value_heads: posInt.nullish(),
-  head_dim: posInt.nullish(),
-  num_experts_per_tok: posInt,
+  vocab_size: sized(CONFIG_BOUNDS.vocab),
+  hidden_size: sized(CONFIG_BOUNDS.hidden),
+  num_hidden_layers: sized(CONFIG_BOUNDS.layers),
+  num_attention_heads: sized(CONFIG_BOUNDS.heads),
+  num_key_value_heads: sized(CONFIG_BOUNDS.heads).nullish(),
+  head_dim: sized(CONFIG_BOUNDS.headDim).nullish(),
+  num_experts_per_tok: sized(CONFIG_BOUNDS.experts),
   rms_norm_eps: z.number().positive().optional(),
   rope_theta: z.number().positive().nullish(),
   rope_parameters: z.looseObject({}).nullish(),

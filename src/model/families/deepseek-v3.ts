@@ -11,15 +11,16 @@ import {
   badConfig, baseFields, baseSpec, checkTopK, EMPTY, expertShapes, expertWeights, modelWeights, parseFields, posInt, ropeOf,
   swigluShapes, swigluWeights, tensorMap, tensorReader, unsupported, yarnMscale, yarnOf, type TensorShapes,
   storedExperts, type WeightOptions,
+  CONFIG_BOUNDS, checkTotalExperts, sized,
 } from './common.ts';
 
 const T = 'deepseek_v3';
 
 const DeepseekV3Config = z.looseObject({
   ...baseFields,
-  intermediate_size: posInt,
-  moe_intermediate_size: posInt,
-  n_routed_experts: posInt,
+  intermediate_size: sized(CONFIG_BOUNDS.intermediate),
+  moe_intermediate_size: sized(CONFIG_BOUNDS.intermediate),
+  n_routed_experts: sized(CONFIG_BOUNDS.experts),
   n_shared_experts: z.number().int().nonnegative().nullish(),
   first_k_dense_replace: z.number().int().nonnegative().optional(),
   n_group: posInt.optional(),
@@ -28,11 +29,11 @@ const DeepseekV3Config = z.looseObject({
   norm_topk_prob: z.boolean().optional(),
   topk_method: z.string().optional(),
   scoring_func: z.string().optional(),
-  q_lora_rank: posInt.nullish(),
-  kv_lora_rank: posInt,
-  qk_nope_head_dim: posInt,
-  qk_rope_head_dim: posInt,
-  v_head_dim: posInt,
+  q_lora_rank: sized(CONFIG_BOUNDS.hidden).nullish(),
+  kv_lora_rank: sized(CONFIG_BOUNDS.hidden),
+  qk_nope_head_dim: sized(CONFIG_BOUNDS.headDim),
+  qk_rope_head_dim: sized(CONFIG_BOUNDS.headDim),
+  v_head_dim: sized(CONFIG_BOUNDS.headDim),
   rope_interleave: z.boolean().optional(),
   num_nextn_predict_layers: z.number().int().nonnegative().optional(),
 });
@@ -53,6 +54,7 @@ export function parseDeepseekV3(json: unknown, name: string): ModelSpec {
   const quantization = parseQuantization(T, c.quantization_config, ['fp8', 'gptq', 'awq', 'compressed-tensors']);
   const E = c.n_routed_experts;
   checkTopK(c.num_experts_per_tok, E);
+  checkTotalExperts(c.num_hidden_layers, E);
   const nGroup = c.n_group ?? 1;
   const topkGroup = c.topk_group ?? 1;
   if (E % nGroup !== 0) throw badConfig(`field n_group: ${nGroup} must divide n_routed_experts ${E}`);

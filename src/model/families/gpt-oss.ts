@@ -10,6 +10,7 @@ import type { ExpertWeights, ModelWeights, RawTensor } from '../weights.ts';
 import {
   attentionShapes, attentionWeights, badConfig, baseFields, baseSpec, checkTopK, EMPTY, modelWeights, parseFields, posInt, ropeOf, tensorMap,
   tensorReader, unsupported, yarnOf, type TensorShapes,
+  CONFIG_BOUNDS, checkTotalExperts, sized,
 } from './common.ts';
 import { parseQuantization, notConverted } from '../quant-config.ts';
 import { mxfp4Matrix } from '../quant-read.ts';
@@ -21,8 +22,8 @@ const ALPHA = 1.702;
 
 const GptOssConfig = z.looseObject({
   ...baseFields,
-  intermediate_size: posInt,
-  num_local_experts: posInt,
+  intermediate_size: sized(CONFIG_BOUNDS.intermediate),
+  num_local_experts: sized(CONFIG_BOUNDS.experts),
   layer_types: z.array(z.string()).optional(),
   sliding_window: posInt.nullish(),
   swiglu_limit: z.number().positive().optional(),
@@ -51,6 +52,7 @@ export function parseGptOss(json: unknown, name: string): ModelSpec {
     throw badConfig(`fields hidden_size ${base.hiddenSize} and intermediate_size ${c.intermediate_size} must be multiples of 32 (the MXFP4 group)`);
   }
   checkTopK(c.num_experts_per_tok, c.num_local_experts);
+  checkTotalExperts(c.num_hidden_layers, c.num_local_experts);
   return Object.freeze({
     architecture: T,
     ...base,

@@ -9,12 +9,13 @@ import {
   attentionShapes, attentionWeights, baseFields, baseSpec, checkTopK, EMPTY, expertShapes, expertWeights, modelWeights, parseFields, posInt,
   refuseQuantized, ropeOf, tensorMap, tensorReader, unsupported, type TensorShapes,
   storedExperts, type WeightOptions,
+  CONFIG_BOUNDS, checkTotalExperts, sized,
 } from './common.ts';
 
 const MixtralConfig = z.looseObject({
   ...baseFields,
-  intermediate_size: posInt,
-  num_local_experts: posInt,
+  intermediate_size: sized(CONFIG_BOUNDS.intermediate),
+  num_local_experts: sized(CONFIG_BOUNDS.experts),
   sliding_window: z.number().int().nullish(),
 });
 
@@ -26,6 +27,7 @@ export function parseMixtral(json: unknown, name: string): ModelSpec {
   if (c.attention_bias === true) throw unsupported('mixtral', 'attention_bias', 'attention projections with bias are not supported');
   refuseQuantized('mixtral', c.quantization_config);
   checkTopK(c.num_experts_per_tok, c.num_local_experts);
+  checkTotalExperts(c.num_hidden_layers, c.num_local_experts);
   return Object.freeze({
     architecture: 'mixtral',
     ...baseSpec('mixtral', c, name),

@@ -9,12 +9,13 @@ import {
   attentionShapes, attentionWeights, baseFields, baseSpec, checkTopK, expertShapes, expertWeights, modelWeights, parseFields, posInt,
   refuseQuantized, ropeOf, tensorMap, tensorReader, unsupported, type TensorShapes,
   storedExperts, type WeightOptions,
+  CONFIG_BOUNDS, checkTotalExperts, sized,
 } from './common.ts';
 
 const OlmoeConfig = z.looseObject({
   ...baseFields,
-  intermediate_size: posInt,
-  num_experts: posInt,
+  intermediate_size: sized(CONFIG_BOUNDS.intermediate),
+  num_experts: sized(CONFIG_BOUNDS.experts),
   norm_topk_prob: z.boolean().optional(),
   clip_qkv: z.number().nullish(),
 });
@@ -27,6 +28,7 @@ export function parseOlmoe(json: unknown, name: string): ModelSpec {
   if (rope.ropeType !== 'default') throw unsupported('olmoe', 'rope_parameters.rope_type', `"${rope.ropeType}" is not supported; only "default"`);
   refuseQuantized('olmoe', c.quantization_config);
   checkTopK(c.num_experts_per_tok, c.num_experts);
+  checkTotalExperts(c.num_hidden_layers, c.num_experts);
   return Object.freeze({
     architecture: 'olmoe',
     ...baseSpec('olmoe', c, name),
