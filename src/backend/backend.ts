@@ -3,20 +3,17 @@ import type { ModelSpec } from '../model/spec.ts';
 
 /** One sequence's part of a step: tokens fed at consecutive positions from `startPos`. */
 export interface SequenceChunk {
-  /**
-   * Sequence id: names the sequence within a step (once a step) and from one step to the next (FED_TOKEN). A paged
-   * backend keeps nothing else by it; a backend without a pool, the sequence opened with `openSequence`.
-   */
+  /** Sequence id: names the sequence within a step (once a step) and from one step to the next (FED_TOKEN). */
   readonly seq: number;
   readonly tokens: readonly number[];
   /** Position of tokens[0]; the KV cache must already hold positions 0..startPos-1. */
   readonly startPos: number;
   /**
-   * Paged backends (`kvCache`): the sequence's blocks, entry i holding positions [i x blockSize, (i+1) x blockSize),
+   * The sequence's blocks of the backend's pool (`kvCache`), entry i holding positions [i x blockSize, (i+1) x blockSize),
    * at least up to position startPos + tokens.length - 1. The step writes this chunk's positions into them and reads
    * 0..startPos-1 from them as the caller wrote them earlier (or copied them: copyBlocks). Blocks may be shared
    * between sequences (a common prefix); no two chunks of a step write one block. The caller does not change the
-   * array after passing it (a step submitted to run ahead may read it later). Ignored by a backend without one.
+   * array after passing it (a step submitted to run ahead may read it later). A chunk without one is refused.
    */
   readonly blockTable?: readonly number[];
 }
@@ -150,22 +147,14 @@ export interface Backend {
   readonly name: string;
   readonly spec: ModelSpec;
   readonly banks: ExpertBanks;
+  /** The paged KV cache: every chunk carries its blockTable into it. */
+  readonly kvCache: KvPool;
   /**
-   * The paged KV cache, when the backend has one: every chunk then carries its blockTable, and no sequence is
-   * opened or closed. Absent: the transition (openSequence / closeSequence) until every backend is paged.
-   * (Named kvCache, not kvPool: the CUDA backend's private field of that name holds its reservation today.)
+   * Copies every layer's keys and values of block `src` into block `dst`, pair by pair in order (copy-on-write: a
+   * sequence about to write a block it shares gets its own copy first). Between steps; a step submitted after it sees
+   * the copies.
    */
-  readonly kvCache?: KvPool;
-  /**
-   * Paged backends: copies every layer's keys and values of block `src` into block `dst`, pair by pair in order
-   * (copy-on-write: a sequence about to write a block it shares gets its own copy first). Between steps; a step
-   * submitted after it sees the copies.
-   */
-  copyBlocks?(pairs: readonly (readonly [src: number, dst: number])[]): void;
-  /** Transition, backends without kvCache: reserve a KV cache for `seq` holding up to `capacity` positions. */
-  openSequence?(seq: number, capacity: number): void;
-  /** Transition, backends without kvCache: release `seq`'s KV cache. */
-  closeSequence?(seq: number): void;
+  copyBlocks(pairs: readonly (readonly [src: number, dst: number])[]): void;
   forward(input: StepInput): StepOutput;
   /**
    * Starts a step and returns before it completes, so the caller can plan the next while this one runs

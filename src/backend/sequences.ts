@@ -1,6 +1,6 @@
 // Drives a backend sequence by sequence without the engine (tests, tools, benchmarks, reference loops): open a
-// sequence with a capacity, feed it chunks, close it. A paged backend's blocks come from a free list kept here
-// (each sequence gets the blocks its capacity needs, lowest ids first); a backend without a pool is opened as before.
+// sequence with a capacity, feed it chunks, close it. Its blocks come from a free list kept here (each sequence gets
+// the blocks its capacity needs, lowest ids first).
 import { ResidencyError } from '../errors.ts';
 import type { Backend, PendingStep, SequenceChunk, StepInput, StepOutput } from './backend.ts';
 
@@ -13,22 +13,14 @@ export type PlainStep = Omit<StepInput, 'chunks'> & { readonly chunks: readonly 
 export class DirectSequences {
   private readonly free: number[] = [];
   private readonly tables = new Map<number, number[]>();
-  /** Sequences opened on a backend without a pool. */
-  private readonly opened = new Set<number>();
 
   constructor(readonly backend: Backend) {
-    const pool = backend.kvCache;
-    if (pool) for (let b = pool.numBlocks - 1; b >= 0; b--) this.free.push(b);
+    for (let b = backend.kvCache.numBlocks - 1; b >= 0; b--) this.free.push(b);
   }
 
   /** Room for `capacity` positions of sequence `seq` (refused naming what is short). */
   open(seq: number, capacity: number): void {
     const pool = this.backend.kvCache;
-    if (!pool) {
-      this.backend.openSequence!(seq, capacity);
-      this.opened.add(seq);
-      return;
-    }
     if (this.tables.has(seq)) throw new ResidencyError('BAD_ARGUMENT', `seq ${seq} is already open: close it first`);
     if (!Number.isInteger(capacity) || capacity < 1) throw new ResidencyError('BAD_ARGUMENT', `capacity ${capacity} for seq ${seq}: expected an integer >= 1`);
     const need = Math.ceil(capacity / pool.blockSize);
@@ -39,18 +31,13 @@ export class DirectSequences {
   }
 
   close(seq: number): void {
-    if (!this.backend.kvCache) {
-      this.backend.closeSequence!(seq);
-      this.opened.delete(seq);
-      return;
-    }
     const t = this.tables.get(seq);
     if (!t) return;
     this.tables.delete(seq);
     for (let i = t.length - 1; i >= 0; i--) this.free.push(t[i]!);
   }
 
-  /** The blocks of an open sequence (paged), else undefined. */
+  /** The blocks of an open sequence, else undefined. */
   table(seq: number): readonly number[] | undefined {
     return this.tables.get(seq);
   }
@@ -77,21 +64,19 @@ export class DirectSequences {
 
   /** Closes every sequence still open. */
   closeAll(): void {
-    for (const seq of [...this.tables.keys(), ...this.opened]) this.close(seq);
+    for (const seq of [...this.tables.keys()]) this.close(seq);
   }
 }
 
-/** A backend opened and closed by sequence (the transition's shape). */
+/** A backend seen as one opened and closed by sequence (bySequence). */
 export type SequenceBackend<B extends Backend> = B & { openSequence(seq: number, capacity: number): void; closeSequence(seq: number): void };
 
 /**
  * The backend seen as one opened and closed by sequence, its block tables filled in here (DirectSequences): for
- * hand-driven code that steps paged and unpaged backends side by side with the same chunks. A backend without a
- * pool is returned as it is. Every other member is the backend's own (methods bound to it, fields read and written
+ * hand-driven code that steps backends side by side with the same chunks. Every other member is the backend's own (methods bound to it, fields read and written
  * on it), so the view never holds state of its own beside the backend's.
  */
 export function bySequence<B extends Backend>(backend: B): SequenceBackend<B> {
-  if (!backend.kvCache) return backend as SequenceBackend<B>;
   const seqs = new DirectSequences(backend);
   const own: Record<string, unknown> = {
     openSequence: (seq: number, capacity: number) => seqs.open(seq, capacity),

@@ -1,5 +1,5 @@
-// The KV cache and scheduler flags (vLLM's names) of serve and generate: parsed, refused by name, the cuda
-// backend's refusal (its KV cache is not paged yet), bytes with units, and the boot line a run prints.
+// The KV cache and scheduler flags (vLLM's names) of serve and generate: parsed, refused by name, bytes with units,
+// and the boot line a run prints.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -27,9 +27,6 @@ test('KV flags: block size, dtype, size, prefix caching, the batch; --max-runnin
   assert.equal(parseBytes('kv-cache-memory', '1.5k'), 1500);
   assert.equal(parseBytes('kv-cache-memory', '3 MiB'), 3 * 2 ** 20);
   assert.throws(() => parseBytes('kv-cache-memory', '-1'), /--kv-cache-memory '-1': expected bytes/);
-});
-
-test('the cuda backend (not paged yet) refuses the pool flags by name; the batch flags and --no-enable-prefix-caching pass', () => {
 });
 
 test('the boot line: blocks, positions, dtype, memory, prefix caching, the batch limits', () => {

@@ -89,7 +89,7 @@ export class Engine implements GenerationEngine {
     return this.scheduler.usage;
   }
 
-  /** The paged KV cache's figures, or null for a backend without a pool. */
+  /** The paged KV cache's figures. */
   get kvCache(): KvCacheStats | null {
     const s = this.kv.stats();
     if (!s) return null;

@@ -48,7 +48,7 @@ export function fakeBackend(): Backend & { counter: Counter; banks: FakeBanks } 
   const banks = new FakeBanks();
   return {
     name: 'fake', spec: { name: 'fake-moe', numLayers: L, numExperts: E, topK: K } as ModelSpec, banks, counter,
-    openSequence() {}, closeSequence() {}, dispose() {},
+    kvCache: { blockSize: 16, numBlocks: 1024, dtype: 'float32', bytesPerBlock: 0 }, copyBlocks() {}, dispose() {},
     forward() { throw new Error('not used'); },
     readCounter: () => counter.snapshot(),
   };

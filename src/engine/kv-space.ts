@@ -1,14 +1,11 @@
-// Where a running request's keys and values go, as the scheduler sees it: blocks of a paged backend's pool (taken as
-// a sequence grows, shared by common prefixes, given back to preempt), or, for a backend without a pool (the
-// transition, until the CUDA backend is paged), one reservation a sequence through openSequence / closeSequence.
+// Where a running request's keys and values go, as the scheduler sees it: blocks of the backend's pool, taken as a
+// sequence grows, shared by common prefixes, given back to preempt.
 import type { Backend, KvPool } from '../backend/backend.ts';
 import { ResidencyError } from '../errors.ts';
 import { KvBlocks, KvSequence, type KvBlockStats } from './kv-blocks.ts';
 import type { RequestState } from './request.ts';
 
 export interface KvSpace {
-  /** Whether requests can be preempted to free room (paged), and the table each chunk carries. */
-  readonly paged: boolean;
   /** Positions one sequence can ever hold (the pool's, or unbounded for a reservation). */
   readonly maxPositions: number;
   /**
@@ -34,7 +31,6 @@ export interface KvSpace {
 
 /** A paged backend's pool, accounted by KvBlocks. */
 export class PagedKv implements KvSpace {
-  readonly paged = true;
   readonly blocks: KvBlocks;
   readonly maxPositions: number;
   private readonly seqs = new Map<RequestState, KvSequence>();
@@ -98,61 +94,7 @@ export class PagedKv implements KvSpace {
   }
 }
 
-/**
- * Transition: a backend without a pool reserves each sequence's whole capacity (prompt + max tokens) when it
- * joins; nothing is shared, nothing is preempted (the running batch's size bounds the memory). Goes away once
- * every backend is paged.
- */
-export class ReservedKv implements KvSpace {
-  readonly paged = false;
-  readonly maxPositions = Number.MAX_SAFE_INTEGER;
-  private nextSeq = 0;
-
-  constructor(private readonly backend: Backend) {
-    if (!backend.openSequence || !backend.closeSequence) {
-      throw new ResidencyError('BAD_ARGUMENT', `backend ${backend.name}: neither a KV pool (kvCache) nor openSequence / closeSequence`);
-    }
-  }
-
-  admit(req: RequestState): { cachedTokens: number } {
-    const seq = this.nextSeq++;
-    this.backend.openSequence!(seq, req.capacity);
-    req.seq = seq;
-    return { cachedTokens: 0 };
-  }
-
-  grow(req: RequestState, end: number): boolean {
-    return end <= req.capacity;
-  }
-
-  commit(): void {}
-
-  release(req: RequestState): void {
-    if (req.seq < 0) return;
-    this.backend.closeSequence!(req.seq);
-    req.seq = -1;
-  }
-
-  table(): undefined {
-    return undefined;
-  }
-
-  takeCopies(): (readonly [number, number])[] {
-    return [];
-  }
-
-  usage(running: readonly RequestState[], maxRunning: number): number {
-    let held = 0;
-    for (const r of running) held += r.capacity;
-    return held / (maxRunning * this.backend.spec.maxPositions);
-  }
-
-  stats(): null {
-    return null;
-  }
-}
-
-/** The space for a backend: its pool when it has one (prefix caching as asked), else the transition's reservations. */
+/** The space for a backend: its pool, prefix caching as asked. */
 export function kvSpaceFor(backend: Backend, prefixCaching: boolean): KvSpace {
-  return backend.kvCache ? new PagedKv(backend.kvCache, prefixCaching) : new ReservedKv(backend);
+  return new PagedKv(backend.kvCache, prefixCaching);
 }

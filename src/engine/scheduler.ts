@@ -16,10 +16,7 @@ export interface SchedulerConfig {
   readonly maxStepTokens: number;
 }
 
-/**
- * Defaults. maxRunning here is the transition's (a backend without a KV pool reserves each sequence's whole context);
- * a paged backend's default is as many sequences as its pool has blocks, up to MAX_DEFAULT_RUNNING.
- */
+/** Defaults. The engine's maxRunning default is as many sequences as the pool has blocks, up to MAX_DEFAULT_RUNNING. */
 export const DEFAULT_SCHEDULER: SchedulerConfig = { maxRunning: 8, maxWaiting: 256, maxStepTokens: 2048 };
 
 /** The most sequences a paged backend runs at once by default (vLLM's max_num_seqs default). */

@@ -38,8 +38,8 @@ class TraceBackend implements Backend {
     this.banks = banks;
     this.counter = new Uint32Array(g.layers * g.experts);
   }
-  openSequence(): void {}
-  closeSequence(): void {}
+  readonly kvCache = { blockSize: 16, numBlocks: 4096, dtype: 'float32' as const, bytesPerBlock: 0 };
+  copyBlocks(): void {}
   forward(input: StepInput): StepOutput {
     const s = this.next!;
     if (input.count) {

@@ -36,6 +36,17 @@ export function lintMetrics(text: string): string[] {
   return problems;
 }
 
+/**
+ * What `promtool check metrics` reports (none where promtool is not installed: the rules above stand in for it), less
+ * its one complaint about vLLM's names: the `vllm:` colon is theirs, and routers (the Gateway API inference extension's
+ * endpoint picker) read them so; promtool reserves colons for recording rules.
+ */
+function promtoolProblems(text: string): string[] {
+  const r = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+  if (r.error) return [];
+  return `${r.stdout}${r.stderr}`.split('\n').map((l) => l.trim()).filter((l) => l !== '' && !/^vllm:\S+ metric names should not contain ':'$/.test(l));
+}
+
 test('/metrics is promtool-clean, process metrics included', async () => {
   const s = await startServer({ engine: new FakeEngine(), model: fakeModel, residency: new FakeResidency(), config: defaultServerConfig }, { port: 0, host: '127.0.0.1' });
   try {
@@ -43,10 +54,7 @@ test('/metrics is promtool-clean, process metrics included', async () => {
     const text = await (await fetch(`${s.url}/metrics`)).text();
     assert.match(text, /residency_process_nodejs_heap_size_total_bytes/, 'process metrics are on');
     assert.deepEqual(lintMetrics(text), []);
-    const promtool = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
-    if (promtool.error) return; // not installed here: the rules above stand in for it
-    assert.equal(promtool.status, 0, `promtool: ${promtool.stdout}${promtool.stderr}`);
-    assert.equal(`${promtool.stdout}${promtool.stderr}`.trim(), '');
+    assert.deepEqual(promtoolProblems(text), []);
   } finally {
     await s.close();
   }
