@@ -3,36 +3,11 @@
 // reading the last run only: src/sim/analyze-restarts.test.ts.)
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { appendFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { rng, shuffle, skewedRouting } from '../residency/test-helpers.ts';
-import { FAKE_GEOMETRY, fakeBackend } from './fake-backend.ts';
-import { ResidencyDriver, type ResidencyDriverOptions } from './residency-driver.ts';
-
-const { L, E, K } = FAKE_GEOMETRY;
-const lines = (path: string) => readFileSync(path, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-
-/** One process's run: a driver on the folder, `steps` steps of skewed traffic, then close (unless `kill`). */
-function runOnce(dir: string, steps: number, opts: Partial<ResidencyDriverOptions> & { kill?: boolean } = {}) {
-  const backend = fakeBackend();
-  const logs: string[] = [];
-  const driver = new ResidencyDriver({ backend, dir, pollEvery: 1, log: (m) => logs.push(m), frozen: false, budgets: { drain_every: 8, min_average: 1 }, ...opts });
-  const r = rng(7);
-  const domain = Array.from({ length: L }, () => shuffle(r, Array.from({ length: E }, (_, i) => i)));
-  for (let step = 0; step < steps; step++) {
-    const counted = driver.countStep(1);
-    if (counted) backend.counter.addPicks(skewedRouting(r, 1, L, E, K, domain), 1);
-    driver.afterStep({ step, tokens: 1, counted, durationNs: 1000 });
-  }
-  if (!opts.kill) driver.close();
-  return { driver, logs };
-}
-
-function withDir(body: (dir: string) => void): void {
-  const dir = mkdtempSync(join(tmpdir(), 'restarts-'));
-  try { body(dir); } finally { rmSync(dir, { recursive: true, force: true }); }
-}
+import { fakeBackend } from './fake-backend.ts';
+import { lines, runOnce, withDir } from './driver-run-test-helpers.ts';
+import { ResidencyDriver } from './residency-driver.ts';
 
 test('a control.json left from the last run is not replayed at boot: its dump_counts does not overwrite that run\'s dump', () => withDir((dir) => {
   const first = runOnce(dir, 64, { kill: true });

@@ -2,37 +2,9 @@
 // live-run analysis reads the last run only.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { FAKE_GEOMETRY, fakeBackend } from '../engine/fake-backend.ts';
-import { ResidencyDriver, type ResidencyDriverOptions } from '../engine/residency-driver.ts';
-import { rng, shuffle, skewedRouting } from '../residency/test-helpers.ts';
+import { lines, runOnce, withDir } from '../engine/driver-run-test-helpers.ts';
 import { analyzeLiveRun, readLiveRun } from './analyze.ts';
-
-const { L, E, K } = FAKE_GEOMETRY;
-const lines = (path: string) => readFileSync(path, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-
-/** One process's run: a driver on the folder, `steps` steps of skewed traffic, then close (unless `kill`). */
-function runOnce(dir: string, steps: number, opts: Partial<ResidencyDriverOptions> & { kill?: boolean } = {}) {
-  const backend = fakeBackend();
-  const logs: string[] = [];
-  const driver = new ResidencyDriver({ backend, dir, pollEvery: 1, log: (m) => logs.push(m), frozen: false, budgets: { drain_every: 8, min_average: 1 }, ...opts });
-  const r = rng(7);
-  const domain = Array.from({ length: L }, () => shuffle(r, Array.from({ length: E }, (_, i) => i)));
-  for (let step = 0; step < steps; step++) {
-    const counted = driver.countStep(1);
-    if (counted) backend.counter.addPicks(skewedRouting(r, 1, L, E, K, domain), 1);
-    driver.afterStep({ step, tokens: 1, counted, durationNs: 1000 });
-  }
-  if (!opts.kill) driver.close();
-  return { driver, logs };
-}
-
-function withDir(body: (dir: string) => void): void {
-  const dir = mkdtempSync(join(tmpdir(), 'restarts-'));
-  try { body(dir); } finally { rmSync(dir, { recursive: true, force: true }); }
-}
 
 test('every run starts each .jsonl with a boot record; analyze reads the last run only (no negative T90 from step 0 again)', () => withDir((dir) => {
   runOnce(dir, 400);
