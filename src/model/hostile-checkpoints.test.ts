@@ -27,23 +27,25 @@ const editConfig = (change: Record<string, unknown>) => (dir: string) => {
   writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...cfg, ...change }));
 };
 
-/** loadModelFor(dir, 'cpu') in a child: its error (code and message) and how long it took, or 'hung'. */
+/** loadModel(dir) in a child: its error (code and message) and how long it took, or 'hung'. */
 function loadInChild(dir: string, killAfterMs = 30_000): Promise<{ ok: boolean; code?: string; message?: string; ms: number } | 'hung'> {
   const script = `
-    import { loadModelFor } from ${JSON.stringify(new URL('./load.ts', import.meta.url).href)};
+    import { loadModel } from ${JSON.stringify(new URL('./load.ts', import.meta.url).href)};
     const t0 = performance.now();
-    try { await loadModelFor(${JSON.stringify(dir)}, 'cpu'); console.log(JSON.stringify({ ok: true, ms: performance.now() - t0 })); }
+    try { await loadModel(${JSON.stringify(dir)}); console.log(JSON.stringify({ ok: true, ms: performance.now() - t0 })); }
     catch (e) { console.log(JSON.stringify({ ok: false, code: e.code, message: e.message, ms: performance.now() - t0 })); }
     process.exit(0);`;
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
+    let out = '', err = '';
     child.stdout.setEncoding('utf8').on('data', (s: string) => { out += s; });
+    child.stderr.setEncoding('utf8').on('data', (s: string) => { err += s; });
     let killed = false;
     const timer = setTimeout(() => { killed = true; child.kill('SIGKILL'); }, killAfterMs);
     child.once('exit', () => {
       clearTimeout(timer);
-      resolve(killed ? 'hung' : JSON.parse(out.trim().split('\n').at(-1)!));
+      const last = out.trim().split('\n').at(-1);
+      resolve(killed ? 'hung' : last ? JSON.parse(last) : { ok: false, code: 'NO_OUTPUT', message: `the child printed nothing: ${err.trim()}`, ms: NaN });
     });
   });
 }
